@@ -1,0 +1,131 @@
+# llamad — one entry point: deps, build, test, bench, install, demo.
+#
+#   make            build everything (build/)
+#   make deps       install the Debian packages the build and tests need
+#   make test       deps + build + every test (the CI entry point)
+#   make demo       deps + build + the main job on the small default model
+#   make bench      deps + build + benchmarks (see docs/PERF.md)
+#   make test-asan  unit + golden tests under AddressSanitizer + UBSan
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found);
+# ARCH= sets the target ISA (default x86-64-v3; AVX-512 kernels are chosen at
+# run time); OPT= optimisation flags; BUILD= output folder.
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+BUILD   ?= build
+OPT     ?= -O3
+ARCH    ?= -march=x86-64-v3 -mtune=native
+SAN     ?=
+SHARED  ?= $(abspath ../shared)
+MODELS  ?= $(SHARED)/models
+
+# Debian packages needed to build and test (checked by `make deps`).
+DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
+            libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev \
+            libedit-dev libxxhash-dev mandoc
+
+# CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
+# found, unless CUDA=0.
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+ifeq ($(CUDA),0)
+  NVCC :=
+endif
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+ifneq ($(NVCC),)
+  ifneq ($(CUDA_SRCS),)
+    HAVE_CUDA := 1
+  endif
+endif
+
+# pkg-config is evaluated lazily: `make deps` may be what installs it.
+PKG_LIBS = jansson sentencepiece
+PKG_CFLAGS = $(shell pkg-config --cflags $(PKG_LIBS) 2>/dev/null)
+PKG_LDLIBS = $(shell pkg-config --libs $(PKG_LIBS) 2>/dev/null)
+
+WARN     := -Wall -Wextra -Werror
+CPPFLAGS += -I. -I$(BUILD) -D_GNU_SOURCE
+CFLAGS   ?=
+CFLAGS   += -std=c11 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
+CXXFLAGS += -std=c++17 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
+LDFLAGS  += -pthread $(SAN)
+LDLIBS   += -lm
+
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c model/*.c session/*.c)
+CORE_CXX := $(wildcard model/*.cc)
+CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o)
+CORE_LIB := $(BUILD)/libllamad-core.a
+CORE_LDLIBS = $(PKG_LDLIBS) -lstdc++ -lm
+
+DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
+TEST_SRCS  := $(wildcard tests/unit/test_*.c)
+TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench
+
+BINS := $(BUILD)/llamad $(TOOL_BINS)
+
+.PHONY: all deps test test-unit test-golden test-man test-asan bench demo install clean
+all: $(BINS) $(TEST_BINS)
+
+deps:
+	@sh tests/tools/deps.sh $(DEB_PKGS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(CPPFLAGS) $(PKG_CFLAGS) $(CXXFLAGS) -c $< -o $@
+
+$(CORE_LIB): $(CORE_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/llamad: $(DAEMON_OBJ) $(CORE_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(CORE_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)
+
+# ---- tests -----------------------------------------------------------------
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh
+
+test-asan: deps
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" all
+	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-asan sh tests/run.sh
+
+# ---- bench, demo -------------------------------------------------------------
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/bench/run.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/tools/demo.sh
+
+# ---- install -----------------------------------------------------------------
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man8
+	install -m 0755 $(BUILD)/llamad $(DESTDIR)$(PREFIX)/bin/llamad
+	install -m 0644 man/llamad.8 $(DESTDIR)$(PREFIX)/share/man/man8/llamad.8
+
+clean:
+	rm -rf $(BUILD) build-asan
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

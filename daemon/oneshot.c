@@ -1,0 +1,151 @@
+/*
+ * daemon/oneshot.c — see oneshot.h. Prefill the prompt in one batch, then
+ * decode token by token, streaming text through the detokenizer and the stop
+ * string matcher.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon/oneshot.h"
+#include "model/forward.h"
+#include "model/stop.h"
+#include "session/kvpool.h"
+
+#define KV_BLOCK 16
+#define PREFILL_CHUNK 512
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void emit_file(void *ctx, const char *text, size_t len)
+{
+	fwrite(text, 1, len, (FILE *)ctx);
+	fflush((FILE *)ctx);
+}
+
+static int encode_prompt(const struct model *m, const struct oneshot_opts *o, int32_t **ids)
+{
+	if (o->tmpl == CHAT_TEMPLATE_LLAMA2)
+		return chat_encode_user_turn(m->tok, o->system, o->prompt, ids);
+	return tok_encode(m->tok, o->prompt, strlen(o->prompt), 1, ids);
+}
+
+int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
+{
+	const struct model_config *c = &m->cfg;
+	int32_t *hist = NULL;
+	int n = encode_prompt(m, o, &hist);
+	if (n == -EPERM) {
+		fprintf(stderr, "llamad: prompt refused: it contains a chat control tag "
+			"([INST], [/INST], <<SYS>>, <</SYS>>)\n");
+		return 2;
+	}
+	if (n < 0) {
+		fprintf(stderr, "llamad: cannot tokenize the prompt: %s\n", strerror(-n));
+		return 2;
+	}
+	if (n >= c->max_ctx) {
+		fprintf(stderr, "llamad: prompt is %d tokens, the context holds %d\n", n, c->max_ctx);
+		free(hist);
+		return 2;
+	}
+	int total = n + o->max_tokens < c->max_ctx ? n + o->max_tokens : c->max_ctx;
+	int32_t *nh = realloc(hist, (size_t)(total + 1) * sizeof(int32_t));
+	if (!nh) {
+		free(hist);
+		return 1;
+	}
+	hist = nh;
+
+	int rc = 1;
+	struct backend *be = backend_cpu_new(o->threads);
+	struct kvpool *pool = kvpool_new((total + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK,
+					 c->n_layers, model_kv_dim(c));
+	struct fwd *f = fwd_new(m, be ? be : NULL, PREFILL_CHUNK);
+	float *logits = malloc((size_t)c->vocab * sizeof(float));
+	struct kvseq seq = { 0 };
+	struct sampler smp;
+	struct stopper stop;
+	int smp_ok = sampler_init(&smp, &o->sp, c->vocab) == 0;
+	int stop_ok = stopper_init(&stop, o->stops, o->n_stops) == 0;
+	if (!be || !pool || !f || !logits || !smp_ok || !stop_ok ||
+	    kvseq_prepare(pool, &seq, total, 0) != 0) {
+		fprintf(stderr, "llamad: out of memory\n");
+		goto out;
+	}
+	if (o->echo) {
+		fputs(o->prompt, out);
+		fflush(out);
+	}
+	struct detok dt;
+	detok_init(&dt, m->tok, 0);
+
+	double t0 = now_s();
+	struct fwd_seq s = { hist, n, 0, seq.blocks, logits, 0 };
+	if (fwd_run(f, &pool->kv, &s, 1) != 0) {
+		fprintf(stderr, "llamad: forward pass rejected the prompt\n");
+		goto out;
+	}
+	double t1 = now_s();
+	int pos = n, gen = 0;
+	const char *why = "max tokens";
+	char buf[256];
+	for (;;) {
+		int32_t next = sampler_sample(&smp, logits, hist, pos);
+		if (next == c->eos) {
+			why = "eos";
+			break;
+		}
+		hist[pos] = next;
+		gen++;
+		int k = detok_feed(&dt, next, buf, sizeof(buf));
+		if (k > 0 && stopper_push(&stop, buf, (size_t)k, emit_file, out) == 1) {
+			why = "stop string";
+			break;
+		}
+		if (gen >= o->max_tokens)
+			break;
+		if (pos + 1 >= c->max_ctx) {
+			why = "context full";
+			break;
+		}
+		struct fwd_seq d = { &hist[pos], 1, pos, seq.blocks, logits, 0 };
+		if (fwd_run(f, &pool->kv, &d, 1) != 0) {
+			fprintf(stderr, "llamad: forward pass failed\n");
+			goto out;
+		}
+		pos++;
+	}
+	int k = detok_flush(&dt, buf, sizeof(buf));
+	if (k > 0)
+		stopper_push(&stop, buf, (size_t)k, emit_file, out);
+	stopper_flush(&stop, emit_file, out);
+	fputc('\n', out);
+	fflush(out);
+	double t2 = now_s();
+	if (o->verbose)
+		fprintf(stderr, "llamad: prompt %d tokens in %.1f ms (%.1f tok/s); "
+			"generated %d tokens in %.1f ms (%.1f tok/s); stop: %s\n",
+			n, (t1 - t0) * 1e3, n / (t1 - t0), gen, (t2 - t1) * 1e3,
+			gen > 1 ? (gen - 1) / (t2 - t1) : 0.0, why);
+	rc = 0;
+out:
+	if (pool)
+		kvseq_release(pool, &seq);
+	if (stop_ok)
+		stopper_done(&stop);
+	if (smp_ok)
+		sampler_done(&smp);
+	free(logits);
+	fwd_free(f);
+	kvpool_free(pool);
+	backend_free(be);
+	free(hist);
+	return rc;
+}

@@ -1,0 +1,130 @@
+/*
+ * kernels/backend.h — the numeric ops of the forward pass behind one interface.
+ *
+ * A backend knows nothing of sessions, sockets, protobuf or files. It sees
+ * dense activation buffers (fp32, row-major, one row per token), weight
+ * matrices (struct kt_weight) and a paged KV store addressed through block
+ * tables. Every op computes each output row with a fixed reduction order, so a
+ * row's result never depends on how many other rows share the call (batch
+ * invariance: greedy output is the same alone or under load).
+ *
+ * The CPU backend (kernels/cpu/) is the reference and is always built. A CUDA
+ * backend (kernels/cuda/) plugs into the same table when it is compiled in.
+ */
+#ifndef LLAMAD_KERNELS_BACKEND_H
+#define LLAMAD_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum kt_dtype {
+	KT_F32 = 0,
+	KT_F16 = 1,
+	KT_BF16 = 2,
+};
+
+/* Bytes per element of a dtype. */
+size_t kt_dtype_size(enum kt_dtype t);
+/* Lower-case name ("f32", "f16", "bf16"). */
+const char *kt_dtype_name(enum kt_dtype t);
+
+/* A weight matrix W of shape (rows, cols), row-major, rows contiguous
+ * (row stride == cols). Used as y = x W^T: cols is the input width. */
+struct kt_weight {
+	const void *data;
+	enum kt_dtype dtype;
+	int rows, cols;
+};
+
+/*
+ * Paged KV store. Memory is n_blocks blocks; a block holds block_size
+ * positions of K and V for every layer:
+ *   block b, layer l: K at base + ((b*n_layers + l)*2 + 0) * block_size*kv_dim
+ *                     V at base + ((b*n_layers + l)*2 + 1) * block_size*kv_dim
+ * (fp32 elements), position p of a sequence lives in block table[p/block_size]
+ * at row p%block_size. A block is therefore one contiguous span of
+ * kv_block_bytes(), which is what copy-on-write, eviction and saving move.
+ */
+struct kt_kv {
+	float *base;
+	int n_blocks;
+	int block_size;
+	int n_layers;
+	int kv_dim;       /* n_kv_heads * head_dim */
+};
+
+/* Bytes one block occupies. */
+size_t kt_kv_block_bytes(const struct kt_kv *kv);
+/* Pointer to the K (which=0) or V (which=1) row of (block, layer, row). */
+float *kt_kv_row(const struct kt_kv *kv, int32_t block, int layer, int which, int row);
+
+/* RoPE pair layout of the Q/K projections as stored in the weights. */
+enum kt_rope_layout {
+	KT_ROPE_INTERLEAVED = 0, /* pairs (2i, 2i+1): llama2.c, Meta, GGUF */
+	KT_ROPE_HALF = 1,        /* pairs (i, i+hd/2): Hugging Face rotate_half */
+};
+
+/* One attention row: the query of one token, at position pos of its sequence,
+ * attending to positions [0, pos] of that sequence's KV. */
+struct kt_attn_row {
+	const int32_t *block_table;
+	int pos;
+};
+
+struct backend;
+
+struct backend_ops {
+	const char *name;
+	/* y[t][r] = sum_c x[t][c] * W[r][c]  for t < n_tok, r < W.rows.
+	 * x: (n_tok, W.cols) fp32; y: (n_tok, W.rows) fp32. */
+	void (*matmul)(struct backend *be, float *y, const float *x,
+		       const struct kt_weight *w, int n_tok);
+	/* y[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w, fp32, rows of width n. */
+	void (*rmsnorm)(struct backend *be, float *y, const float *x,
+			const float *w, int n, int n_tok, float eps);
+	/* Rotate q (n_tok, n_heads*hd) and k (n_tok, n_kv_heads*hd) in place for
+	 * positions pos[t]; inv_freq has hd/2 entries. Input pairs are taken in
+	 * `layout`; output is always in the interleaved layout. */
+	void (*rope)(struct backend *be, float *q, float *k, const int *pos,
+		     int n_tok, int n_heads, int n_kv_heads, int hd,
+		     const float *inv_freq, enum kt_rope_layout layout);
+	/* Write k, v rows (n_tok, kv_dim) of layer `layer` into the KV store at
+	 * each row's (block_table, pos). */
+	void (*kv_store)(struct backend *be, const struct kt_kv *kv, int layer,
+			 const float *k, const float *v,
+			 const struct kt_attn_row *rows, int n_tok);
+	/* Causal attention: out[t] (n_heads*hd) for query q[t] over positions
+	 * [0, rows[t].pos] of layer `layer`; GQA maps query head h to kv head
+	 * h / (n_heads / n_kv_heads). Scores scaled by 1/sqrt(hd), softmax fp32. */
+	void (*attention)(struct backend *be, float *out, const float *q,
+			  const struct kt_kv *kv, int layer,
+			  const struct kt_attn_row *rows, int n_tok,
+			  int n_heads, int n_kv_heads, int hd);
+	/* g[i] = silu(g[i]) * u[i] for i < n. */
+	void (*silu_mul)(struct backend *be, float *g, const float *u, size_t n);
+	/* y[i] += x[i] for i < n. */
+	void (*add)(struct backend *be, float *y, const float *x, size_t n);
+	/* y[t] = row tok[t] of the embedding table, converted to fp32. */
+	void (*embed)(struct backend *be, float *y, const struct kt_weight *table,
+		      const int32_t *tok, int n_tok);
+	void (*free)(struct backend *be);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	int n_threads;
+};
+
+/* Create the CPU backend with n_threads workers (<= 0: all online cores).
+ * Returns NULL on ENOMEM. Free with backend_free(). */
+struct backend *backend_cpu_new(int n_threads);
+/* Destroy a backend; accepts NULL. */
+void backend_free(struct backend *be);
+
+/* fp16 / bf16 <-> fp32 scalar conversions (exact, round-to-nearest-even). */
+float kt_f16_to_f32(uint16_t h);
+uint16_t kt_f32_to_f16(float f);
+float kt_bf16_to_f32(uint16_t h);
+uint16_t kt_f32_to_bf16(float f);
+
+#endif

@@ -1,0 +1,346 @@
+/*
+ * kernels/cpu/ops.c — the CPU backend: element-wise ops, RMSNorm, RoPE,
+ * paged KV store and attention, and the backend table. Matmul lives in
+ * matmul.c. Reductions use a fixed order per row so results are independent
+ * of batch composition and thread count.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu.h"
+
+float cpu_dot(const float *a, const float *b, int n)
+{
+	float acc[16] = { 0 };
+	int k = 0;
+	for (; k + 16 <= n; k += 16)
+		for (int j = 0; j < 16; j++)
+			acc[j] += a[k + j] * b[k + j];
+	for (int j = 0; k + j < n; j++)
+		acc[j] += a[k + j] * b[k + j];
+	for (int s = 8; s >= 1; s /= 2)
+		for (int j = 0; j < s; j++)
+			acc[j] += acc[j + s];
+	return acc[0];
+}
+
+/* exp(x) to ~1 ulp without a libm call, so that loops vectorize: range
+ * reduction by ln 2 and a degree-6 minimax polynomial (Cephes' expf). */
+static inline float vexpf(float x)
+{
+	x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+	const float magic = 12582912.0f;  /* 1.5 * 2^23: round to integer */
+	float fn = x * 1.44269504088896341f + magic;
+	int32_t n;
+	memcpy(&n, &fn, 4);
+	n -= 0x4b400000;
+	fn -= magic;
+	float r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+	float p = 1.9875691500e-4f;
+	p = p * r + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	int32_t bits = (n + 127) << 23;
+	float scale;
+	memcpy(&scale, &bits, 4);
+	return p * scale;
+}
+
+static void cpu_rmsnorm(struct backend *be, float *y, const float *x,
+			const float *w, int n, int n_tok, float eps)
+{
+	(void)be;
+	for (int t = 0; t < n_tok; t++) {
+		const float *xr = x + (size_t)t * n;
+		float *yr = y + (size_t)t * n;
+		float ss = cpu_dot(xr, xr, n);
+		float s = 1.0f / sqrtf(ss / n + eps);
+		for (int i = 0; i < n; i++)
+			yr[i] = w[i] * (s * xr[i]);
+	}
+}
+
+static void rope_heads(float *v, int n_heads, int hd, const float *c, const float *s,
+		       enum kt_rope_layout layout)
+{
+	int half = hd / 2;
+	for (int h = 0; h < n_heads; h++) {
+		float *x = v + (size_t)h * hd;
+		if (layout == KT_ROPE_INTERLEAVED) {
+			for (int i = 0; i < half; i++) {
+				float a = x[2 * i], b = x[2 * i + 1];
+				x[2 * i] = a * c[i] - b * s[i];
+				x[2 * i + 1] = a * s[i] + b * c[i];
+			}
+		} else {
+			float tmp[512];
+			for (int i = 0; i < half; i++) {
+				float a = x[i], b = x[i + half];
+				tmp[2 * i] = a * c[i] - b * s[i];
+				tmp[2 * i + 1] = a * s[i] + b * c[i];
+			}
+			memcpy(x, tmp, (size_t)hd * sizeof(float));
+		}
+	}
+}
+
+static void cpu_rope(struct backend *be, float *q, float *k, const int *pos,
+		     int n_tok, int n_heads, int n_kv_heads, int hd,
+		     const float *inv_freq, enum kt_rope_layout layout)
+{
+	(void)be;
+	float c[256], s[256];
+	int half = hd / 2;
+	if (hd > 512)
+		abort();  /* loaders refuse head_dim > 512 */
+	for (int t = 0; t < n_tok; t++) {
+		for (int i = 0; i < half; i++) {
+			float ang = (float)pos[t] * inv_freq[i];
+			c[i] = cosf(ang);
+			s[i] = sinf(ang);
+		}
+		rope_heads(q + (size_t)t * n_heads * hd, n_heads, hd, c, s, layout);
+		rope_heads(k + (size_t)t * n_kv_heads * hd, n_kv_heads, hd, c, s, layout);
+	}
+}
+
+static void cpu_kv_store(struct backend *be, const struct kt_kv *kv, int layer,
+			 const float *k, const float *v,
+			 const struct kt_attn_row *rows, int n_tok)
+{
+	(void)be;
+	size_t bytes = (size_t)kv->kv_dim * sizeof(float);
+	for (int t = 0; t < n_tok; t++) {
+		int p = rows[t].pos;
+		int32_t b = rows[t].block_table[p / kv->block_size];
+		int r = p % kv->block_size;
+		memcpy(kt_kv_row(kv, b, layer, 0, r), k + (size_t)t * kv->kv_dim, bytes);
+		memcpy(kt_kv_row(kv, b, layer, 1, r), v + (size_t)t * kv->kv_dim, bytes);
+	}
+}
+
+struct attn_job {
+	float *out;
+	const float *q;
+	const struct kt_kv *kv;
+	int layer;
+	const struct kt_attn_row *rows;
+	int n_tok, n_heads, n_kv_heads, hd;
+	float **scratch;
+};
+
+/* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos]. */
+static void attn_one(const struct attn_job *j, int t, int h, float *sc)
+{
+	const struct kt_kv *kv = j->kv;
+	int hd = j->hd, bs = kv->block_size;
+	int kvh = h / (j->n_heads / j->n_kv_heads);
+	const float *q = j->q + ((size_t)t * j->n_heads + h) * hd;
+	float *out = j->out + ((size_t)t * j->n_heads + h) * hd;
+	const int32_t *tab = j->rows[t].block_table;
+	int n = j->rows[t].pos + 1;
+	float scale = 1.0f / sqrtf((float)hd);
+	float mx = -INFINITY;
+	for (int p0 = 0; p0 < n; p0 += bs) {
+		int m = n - p0 < bs ? n - p0 : bs;
+		const float *kb = kt_kv_row(kv, tab[p0 / bs], j->layer, 0, 0) + (size_t)kvh * hd;
+		for (int i = 0; i < m; i++) {
+			float s = cpu_dot(q, kb + (size_t)i * kv->kv_dim, hd) * scale;
+			sc[p0 + i] = s;
+			mx = s > mx ? s : mx;
+		}
+	}
+	float sum = 0;
+	for (int p = 0; p < n; p++) {
+		sc[p] = expf(sc[p] - mx);
+		sum += sc[p];
+	}
+	float inv = 1.0f / sum;
+	for (int d = 0; d < hd; d++)
+		out[d] = 0;
+	for (int p0 = 0; p0 < n; p0 += bs) {
+		int m = n - p0 < bs ? n - p0 : bs;
+		const float *vb = kt_kv_row(kv, tab[p0 / bs], j->layer, 1, 0) + (size_t)kvh * hd;
+		for (int i = 0; i < m; i++) {
+			float a = sc[p0 + i] * inv;
+			const float *v = vb + (size_t)i * kv->kv_dim;
+			for (int d = 0; d < hd; d++)
+				out[d] += a * v[d];
+		}
+	}
+}
+
+static void attn_worker(void *ctx, int ith, int nth)
+{
+	const struct attn_job *j = ctx;
+	int total = j->n_tok * j->n_heads;
+	int per = (total + nth - 1) / nth;
+	int a = ith * per, b = a + per < total ? a + per : total;
+	for (int i = a; i < b; i++)
+		attn_one(j, i / j->n_heads, i % j->n_heads, j->scratch[ith]);
+}
+
+static int ensure_scratch(struct cpu_backend *cb, size_t len)
+{
+	if (len <= cb->scratch_len)
+		return 0;
+	int n = tpool_size(cb->pool);
+	for (int i = 0; i < n; i++) {
+		float *p = realloc(cb->scratch[i], len * sizeof(float));
+		if (!p)
+			return -ENOMEM;
+		cb->scratch[i] = p;
+	}
+	cb->scratch_len = len;
+	return 0;
+}
+
+static void cpu_attention(struct backend *be, float *out, const float *q,
+			  const struct kt_kv *kv, int layer,
+			  const struct kt_attn_row *rows, int n_tok,
+			  int n_heads, int n_kv_heads, int hd)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	size_t maxlen = 0, work = 0;
+	for (int t = 0; t < n_tok; t++) {
+		size_t l = (size_t)rows[t].pos + 1;
+		maxlen = l > maxlen ? l : maxlen;
+		work += l;
+	}
+	/* round up to limit reallocations as a session grows */
+	if (ensure_scratch(cb, (maxlen + 1023) & ~(size_t)1023) != 0)
+		abort();  /* a few KiB per thread; the forward pass preallocates */
+	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
+			      cb->scratch };
+	work *= (size_t)n_heads * hd;
+	int nth = work < 32768 ? 1 : tpool_size(cb->pool);
+	tpool_run(cb->pool, attn_worker, &j, nth);
+}
+
+struct ew_job {
+	float *g;
+	const float *u;
+	size_t n;
+};
+
+static void silu_worker(void *ctx, int ith, int nth)
+{
+	struct ew_job *j = ctx;
+	size_t per = ((j->n + nth - 1) / nth + 15) & ~(size_t)15;
+	size_t a = (size_t)ith * per, b = a + per < j->n ? a + per : j->n;
+	float *g = j->g;
+	const float *u = j->u;
+	for (size_t i = a; i < b; i++)
+		g[i] = g[i] / (1.0f + vexpf(-g[i])) * u[i];
+}
+
+static void cpu_silu_mul(struct backend *be, float *g, const float *u, size_t n)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	struct ew_job j = { g, u, n };
+	tpool_run(cb->pool, silu_worker, &j, n < 65536 ? 1 : tpool_size(cb->pool));
+}
+
+static void cpu_add(struct backend *be, float *y, const float *x, size_t n)
+{
+	(void)be;
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
+static void cpu_embed(struct backend *be, float *y, const struct kt_weight *table,
+		      const int32_t *tok, int n_tok)
+{
+	(void)be;
+	int d = table->cols;
+	for (int t = 0; t < n_tok; t++) {
+		float *yr = y + (size_t)t * d;
+		size_t off = (size_t)tok[t] * d;
+		switch (table->dtype) {
+		case KT_F32:
+			memcpy(yr, (const float *)table->data + off, (size_t)d * sizeof(float));
+			break;
+		case KT_F16:
+			for (int i = 0; i < d; i++)
+				yr[i] = kt_f16_to_f32(((const uint16_t *)table->data)[off + i]);
+			break;
+		case KT_BF16:
+			for (int i = 0; i < d; i++)
+				yr[i] = kt_bf16_to_f32(((const uint16_t *)table->data)[off + i]);
+			break;
+		}
+	}
+}
+
+static void cpu_free(struct backend *be)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	if (cb->scratch) {
+		for (int i = 0; i < tpool_size(cb->pool); i++)
+			free(cb->scratch[i]);
+		free(cb->scratch);
+	}
+	tpool_free(cb->pool);
+	free(cb);
+}
+
+static const struct backend_ops cpu_ops = {
+	.name = "cpu",
+	.matmul = cpu_matmul,
+	.rmsnorm = cpu_rmsnorm,
+	.rope = cpu_rope,
+	.kv_store = cpu_kv_store,
+	.attention = cpu_attention,
+	.silu_mul = cpu_silu_mul,
+	.add = cpu_add,
+	.embed = cpu_embed,
+	.free = cpu_free,
+};
+
+static int detect_avx512(void)
+{
+#if defined(__x86_64__)
+	const char *off = getenv("LLAMAD_NO_AVX512");
+	if (off && *off && *off != '0')
+		return 0;
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+struct backend *backend_cpu_new(int n_threads)
+{
+	if (n_threads <= 0) {
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+		n_threads = n > 0 ? (int)n : 1;
+	}
+	struct cpu_backend *cb = calloc(1, sizeof(*cb));
+	if (!cb)
+		return NULL;
+	cb->be.ops = &cpu_ops;
+	cb->be.n_threads = n_threads;
+	cb->have_avx512 = detect_avx512();
+	cb->pool = tpool_new(n_threads);
+	cb->scratch = cb->pool ? calloc((size_t)n_threads, sizeof(float *)) : NULL;
+	if (!cb->pool || !cb->scratch || ensure_scratch(cb, 4096) != 0) {
+		cpu_free(&cb->be);
+		return NULL;
+	}
+	return &cb->be;
+}
+
+void backend_free(struct backend *be)
+{
+	if (be)
+		be->ops->free(be);
+}

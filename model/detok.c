@@ -1,0 +1,250 @@
+/*
+ * model/detok.c — streaming detokenizer and UTF-8 validation.
+ *
+ * Turns generated ids into text one id at a time, emitting only complete,
+ * valid UTF-8. The rules follow SentencePiece's whole-sequence decode, so
+ * that feeding every id of a sequence and then flushing gives the same bytes
+ * as tok_decode() on normal text:
+ *
+ *   - U+2581 '▁' in a piece becomes ' '; the leading one of the first
+ *     piece of a text is dropped when the model adds a dummy prefix;
+ *   - consecutive byte pieces (<0xAB>) form raw bytes; an incomplete UTF-8
+ *     character is held back until its last byte arrives;
+ *   - each byte that cannot start or continue a valid character becomes
+ *     U+FFFD (the same per-byte rule SentencePiece applies), and any
+ *     non-byte id ends a run of byte pieces, turning held-back bytes into
+ *     U+FFFD;
+ *   - control and unknown ids produce no text; BOS starts a new text.
+ *
+ * Deliberate differences from tok_decode(): an unknown id decodes there to
+ * " \u2047 " and here to nothing; a BOS in the middle of a sequence makes the
+ * next piece drop its leading space here, not there.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "model/tokenizer.h"
+
+static const char k_replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
+static const char k_space_symbol[] = "\xe2\x96\x81"; /* U+2581 */
+
+/* Bounded output: out[0..len) written, cap includes the final NUL. */
+struct sink {
+	char *out;
+	size_t cap;
+	size_t len;
+	int full;
+};
+
+static void sink_put(struct sink *w, const void *p, size_t n)
+{
+	if (w->full || w->len + n + 1 > w->cap) {
+		w->full = 1;
+		return;
+	}
+	memcpy(w->out + w->len, p, n);
+	w->len += n;
+}
+
+/* Total length of a UTF-8 sequence starting with lead, or 0 if lead cannot
+ * start one (continuation bytes, C0/C1, F5..FF). */
+static int utf8_seq_len(uint8_t lead)
+{
+	if (lead < 0x80)
+		return 1;
+	if (lead >= 0xc2 && lead <= 0xdf)
+		return 2;
+	if (lead >= 0xe0 && lead <= 0xef)
+		return 3;
+	if (lead >= 0xf0 && lead <= 0xf4)
+		return 4;
+	return 0;
+}
+
+/* 1 if b may be byte number idx (1-based after the lead) of a sequence
+ * started by lead. The second byte's range excludes overlongs (E0, F0),
+ * surrogates (ED) and code points above U+10FFFF (F4). */
+static int utf8_cont_ok(uint8_t lead, int idx, uint8_t b)
+{
+	uint8_t lo = 0x80, hi = 0xbf;
+
+	if (idx == 1) {
+		if (lead == 0xe0)
+			lo = 0xa0;
+		else if (lead == 0xed)
+			hi = 0x9f;
+		else if (lead == 0xf0)
+			lo = 0x90;
+		else if (lead == 0xf4)
+			hi = 0x8f;
+	}
+	return b >= lo && b <= hi;
+}
+
+/* Turn held-back bytes into one U+FFFD each (the sequence was cut short:
+ * its lead and every continuation byte are invalid on their own). */
+static void pend_break(struct detok *d, struct sink *w)
+{
+	for (int i = 0; i < d->n_pend; i++)
+		sink_put(w, k_replacement, 3);
+	d->n_pend = 0;
+}
+
+/* Add one raw byte to the stream. */
+static void feed_byte(struct detok *d, struct sink *w, uint8_t b)
+{
+	if (d->n_pend > 0) {
+		if (utf8_cont_ok(d->pend[0], d->n_pend, b)) {
+			d->pend[d->n_pend++] = b;
+			if (d->n_pend == utf8_seq_len(d->pend[0])) {
+				sink_put(w, d->pend, (size_t)d->n_pend);
+				d->n_pend = 0;
+			}
+			return;
+		}
+		pend_break(d, w);
+	}
+	switch (utf8_seq_len(b)) {
+	case 0:
+		sink_put(w, k_replacement, 3);
+		break;
+	case 1:
+		sink_put(w, &b, 1);
+		break;
+	default:
+		d->pend[0] = b;
+		d->n_pend = 1;
+		break;
+	}
+}
+
+/* Add the text of an ordinary piece, U+2581 becoming ' '. */
+static void feed_text(struct detok *d, struct sink *w, const char *p)
+{
+	size_t n = strlen(p);
+
+	if (d->at_start && tok_drops_leading_space(d->tok) && n >= 3 &&
+	    memcmp(p, k_space_symbol, 3) == 0) {
+		p += 3;
+		n -= 3;
+	}
+	d->at_start = 0;
+	while (n > 0) {
+		const char *sp = NULL;
+		if (n >= 3)
+			sp = memmem(p, n, k_space_symbol, 3);
+		size_t run = sp ? (size_t)(sp - p) : n;
+		sink_put(w, p, run);
+		p += run;
+		n -= run;
+		if (sp) {
+			sink_put(w, " ", 1);
+			p += 3;
+			n -= 3;
+		}
+	}
+}
+
+/*
+ * detok_init — start a stream over t (borrowed; must outlive d). at_start:
+ * the first piece fed is the first of a text, so its leading space (the
+ * dummy prefix) is dropped.
+ */
+void detok_init(struct detok *d, const struct tok *t, int at_start)
+{
+	memset(d, 0, sizeof *d);
+	d->tok = t;
+	d->at_start = at_start ? 1 : 0;
+}
+
+/*
+ * detok_feed — append the text of id to out (cap bytes, NUL included).
+ * Returns the bytes written (0 when nothing is complete yet), -ENOSPC if
+ * cap is too small (the stream is then unchanged: retry with a larger
+ * buffer), or -EINVAL for an id outside the vocabulary.
+ */
+int detok_feed(struct detok *d, int id, char *out, size_t cap)
+{
+	struct detok s = *d;
+	struct sink w = { out, cap, 0, 0 };
+	uint8_t byte;
+	const char *piece;
+
+	if (cap == 0)
+		return -ENOSPC;
+	piece = tok_piece(d->tok, id);
+	if (!piece)
+		return -EINVAL;
+	if (tok_is_byte(d->tok, id, &byte)) {
+		s.at_start = 0;
+		feed_byte(&s, &w, byte);
+	} else {
+		pend_break(&s, &w);
+		if (tok_is_control(d->tok, id)) {
+			if (id == tok_bos(d->tok))
+				s.at_start = 1;
+		} else {
+			feed_text(&s, &w, piece);
+		}
+	}
+	if (w.full)
+		return -ENOSPC;
+	out[w.len] = '\0';
+	*d = s;
+	return (int)w.len;
+}
+
+/*
+ * detok_flush — end the stream: held-back bytes of an incomplete character
+ * are written as one U+FFFD each. Returns the bytes written, or -ENOSPC
+ * (stream unchanged) if out (cap bytes, NUL included) is too small; 13
+ * bytes always suffice.
+ */
+int detok_flush(struct detok *d, char *out, size_t cap)
+{
+	struct detok s = *d;
+	struct sink w = { out, cap, 0, 0 };
+
+	if (cap == 0)
+		return -ENOSPC;
+	pend_break(&s, &w);
+	if (w.full)
+		return -ENOSPC;
+	out[w.len] = '\0';
+	*d = s;
+	return (int)w.len;
+}
+
+/*
+ * utf8_valid_prefix — length of the longest prefix of s[0..len) made of
+ * complete, valid UTF-8 characters (no overlongs, no surrogates, nothing
+ * above U+10FFFF). A NUL byte counts as a valid character.
+ */
+size_t utf8_valid_prefix(const char *s, size_t len)
+{
+	const uint8_t *u = (const uint8_t *)s;
+	size_t i = 0;
+
+	while (i < len) {
+		int n = utf8_seq_len(u[i]);
+		if (n == 0 || len - i < (size_t)n)
+			break;
+		int k;
+		for (k = 1; k < n; k++)
+			if (!utf8_cont_ok(u[i], k, u[i + k]))
+				break;
+		if (k < n)
+			break;
+		i += (size_t)n;
+	}
+	return i;
+}
+
+/*
+ * utf8_valid — 1 if s[0..len) is entirely valid, complete UTF-8; else 0.
+ */
+int utf8_valid(const char *s, size_t len)
+{
+	return utf8_valid_prefix(s, len) == len;
+}

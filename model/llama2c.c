@@ -1,0 +1,126 @@
+/*
+ * model/llama2c.c — llama2.c checkpoints: a legacy header of 7 int32
+ * (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
+ * positive vocab_size means the classifier is the embedding table), then fp32
+ * arrays in run.c's order. Weights point straight into the read-only map.
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+
+static struct kt_weight take(const float **p, int rows, int cols)
+{
+	struct kt_weight w = { *p, KT_F32, rows, cols };
+	*p += (size_t)rows * cols;
+	return w;
+}
+
+int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
+		       char **cause)
+{
+	const uint8_t *data;
+	size_t len;
+	int rc = model_map_file(m, path, &data, &len, cause);
+	if (rc)
+		return rc;
+	if (len >= 4 && memcmp(data, "GGUF", 4) == 0) {
+		model_set_cause(cause, "%s: GGUF files are not supported yet", path);
+		return -ENOTSUP;
+	}
+	if (len >= 4 && memcmp(data, "42ka", 4) == 0) {  /* 0x616b3432 little-endian */
+		model_set_cause(cause, "%s: llama2.c export format v1/v2 is not supported "
+				"(only the legacy 7-int32 header)", path);
+		return -ENOTSUP;
+	}
+	if (len < 28) {
+		model_set_cause(cause, "%s: truncated: %zu bytes, a llama2.c header needs 28",
+				path, len);
+		return -EINVAL;
+	}
+	int32_t h[7];
+	memcpy(h, data, sizeof(h));
+	struct model_config *c = &m->cfg;
+	c->dim = h[0];
+	c->ffn_dim = h[1];
+	c->n_layers = h[2];
+	c->n_heads = h[3];
+	c->n_kv_heads = h[4];
+	int shared = h[5] > 0;
+	c->vocab = h[5] > 0 ? h[5] : (h[5] == INT32_MIN ? 0 : -h[5]);
+	c->max_ctx = h[6];
+	c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
+	c->rms_eps = 1e-5f;
+	c->rope_theta = 10000.0f;
+	c->rope_layout = KT_ROPE_INTERLEAVED;
+	const char *why = model_config_check(c);
+	if (!why && c->dim % c->n_heads)
+		why = "dim is not a multiple of the head count";
+	if (why) {
+		model_set_cause(cause, "%s: not a llama2.c checkpoint: %s (header %d %d %d %d %d %d %d)",
+				path, why, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
+		return -EINVAL;
+	}
+	/* Expected size, in floats, computed in 64 bits (no overflow for sane headers). */
+	uint64_t D = (uint64_t)c->dim, L = (uint64_t)c->n_layers, F = (uint64_t)c->ffn_dim;
+	uint64_t KV = (uint64_t)model_kv_dim(c), V = (uint64_t)c->vocab;
+	uint64_t hs = (uint64_t)c->head_dim;
+	uint64_t floats = V * D + L * D + L * D * D + 2 * L * D * KV + L * D * D + L * D +
+			  3 * L * D * F + D + 2 * (uint64_t)c->max_ctx * hs / 2;
+	if (!shared)
+		floats += V * D;
+	uint64_t want = 28 + floats * 4;
+	if (len != want) {
+		model_set_cause(cause, "%s: %s: file has %zu bytes, the header's shapes need %llu",
+				path, len < want ? "truncated" : "size does not match header",
+				len, (unsigned long long)want);
+		return -EINVAL;
+	}
+	m->format = "llama2.c";
+	m->wtype = KT_F32;
+	m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
+	if (!m->layers)
+		return -ENOMEM;
+	const float *p = (const float *)(data + 28);
+	int kv = model_kv_dim(c);
+	m->embed = take(&p, c->vocab, c->dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].att_norm = p + (size_t)l * c->dim;
+	p += (size_t)c->n_layers * c->dim;
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].wq = take(&p, c->dim, c->dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].wk = take(&p, kv, c->dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].wv = take(&p, kv, c->dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].wo = take(&p, c->dim, c->dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].ffn_norm = p + (size_t)l * c->dim;
+	p += (size_t)c->n_layers * c->dim;
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].w1 = take(&p, c->ffn_dim, c->dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].w2 = take(&p, c->dim, c->ffn_dim);
+	for (int l = 0; l < c->n_layers; l++)
+		m->layers[l].w3 = take(&p, c->ffn_dim, c->dim);
+	m->final_norm = p;
+	p += c->dim;
+	p += (size_t)c->max_ctx * c->head_dim;  /* freq_cis real + imag: recomputed */
+	m->cls = shared ? m->embed : take(&p, c->vocab, c->dim);
+
+	char *dup = strdup(path);
+	char *deftok = NULL;
+	if (!dup || asprintf(&deftok, "%s/tokenizer.model", dirname(dup)) < 0)
+		deftok = NULL;
+	free(dup);
+	if (!deftok)
+		return -ENOMEM;
+	rc = model_finish(m, tokenizer, deftok, cause);
+	free(deftok);
+	return rc;
+}

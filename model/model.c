@@ -1,0 +1,227 @@
+/*
+ * model/model.c — format dispatch and what every loader shares: file
+ * mapping, owned buffers, hyper-parameter checks, RoPE table, tokenizer.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/model.h"
+
+void model_set_cause(char **cause, const char *fmt, ...)
+{
+	if (!cause)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = NULL;
+	if (vasprintf(&s, fmt, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	free(*cause);
+	*cause = s;
+}
+
+int model_add_map(struct model *m, void *addr, size_t len)
+{
+	struct model_map *n = realloc(m->maps, (size_t)(m->n_maps + 1) * sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	m->maps = n;
+	m->maps[m->n_maps].addr = addr;
+	m->maps[m->n_maps].len = len;
+	m->n_maps++;
+	return 0;
+}
+
+void *model_own(struct model *m, size_t bytes)
+{
+	void **n = realloc(m->owned, (size_t)(m->n_owned + 1) * sizeof(*n));
+	if (!n)
+		return NULL;
+	m->owned = n;
+	void *p = calloc(1, bytes ? bytes : 1);
+	if (p)
+		m->owned[m->n_owned++] = p;
+	return p;
+}
+
+int model_map_file(struct model *m, const char *path, const uint8_t **data,
+		   size_t *len, char **cause)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		model_set_cause(cause, "%s: cannot open: %s", path, strerror(e));
+		return -e;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		model_set_cause(cause, "%s: not a regular file", path);
+		close(fd);
+		return -EINVAL;
+	}
+	if (st.st_size == 0) {
+		model_set_cause(cause, "%s: empty file", path);
+		close(fd);
+		return -EINVAL;
+	}
+	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	int e = errno;
+	close(fd);
+	if (p == MAP_FAILED) {
+		model_set_cause(cause, "%s: cannot map: %s", path, strerror(e));
+		return -e;
+	}
+	if (model_add_map(m, p, (size_t)st.st_size) != 0) {
+		munmap(p, (size_t)st.st_size);
+		model_set_cause(cause, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	*data = p;
+	*len = (size_t)st.st_size;
+	return 0;
+}
+
+const char *model_config_check(const struct model_config *c)
+{
+	if (c->dim <= 0 || c->dim > 65536)
+		return "dim out of range";
+	if (c->n_layers <= 0 || c->n_layers > 1024)
+		return "layer count out of range";
+	if (c->n_heads <= 0 || c->n_heads > 1024)
+		return "head count out of range";
+	if (c->n_kv_heads <= 0 || c->n_kv_heads > c->n_heads || c->n_heads % c->n_kv_heads)
+		return "kv head count must divide the head count";
+	if (c->head_dim <= 0 || c->head_dim > 512 || c->head_dim % 2)
+		return "head dimension must be even and at most 512";
+	if (c->ffn_dim <= 0 || c->ffn_dim > 1 << 20)
+		return "ffn size out of range";
+	if (c->vocab <= 2 || c->vocab > 1 << 22)
+		return "vocabulary size out of range";
+	if (c->max_ctx <= 0 || c->max_ctx > 1 << 24)
+		return "context length out of range";
+	if (!(c->rms_eps > 0 && c->rms_eps < 1))
+		return "rms eps out of range";
+	if (!(c->rope_theta > 1 && c->rope_theta < 1e9))
+		return "rope theta out of range";
+	return NULL;
+}
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static int has_suffix(const char *s, const char *suf)
+{
+	size_t a = strlen(s), b = strlen(suf);
+	return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+static size_t weight_bytes(const struct kt_weight *w)
+{
+	return (size_t)w->rows * w->cols * kt_dtype_size(w->dtype);
+}
+
+int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
+		 char **cause)
+{
+	struct model_config *c = &m->cfg;
+	int half = c->head_dim / 2;
+	m->inv_freq = model_own(m, (size_t)half * sizeof(float));
+	if (!m->inv_freq)
+		return -ENOMEM;
+	for (int i = 0; i < half; i++)
+		m->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+
+	size_t wb = weight_bytes(&m->cls);
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		wb += weight_bytes(&L->wq) + weight_bytes(&L->wk) + weight_bytes(&L->wv) +
+		      weight_bytes(&L->wo) + weight_bytes(&L->w1) + weight_bytes(&L->w2) +
+		      weight_bytes(&L->w3);
+	}
+	m->weight_bytes = wb;
+
+	const char *tp = tokenizer ? tokenizer : default_tok;
+	m->tok = tok_load(tp, cause);
+	if (!m->tok) {
+		if (!tokenizer && cause && *cause) {
+			char *inner = *cause;
+			*cause = NULL;
+			model_set_cause(cause, "%s (pass --tokenizer PATH)", inner);
+			free(inner);
+		}
+		return -EINVAL;
+	}
+	if (tok_n_vocab(m->tok) != c->vocab) {
+		model_set_cause(cause, "%s: tokenizer has %d pieces but model %s has vocab %d",
+				tp, tok_n_vocab(m->tok), m->path, c->vocab);
+		return -EINVAL;
+	}
+	if (tok_bos(m->tok) >= 0)
+		c->bos = tok_bos(m->tok);
+	if (tok_eos(m->tok) >= 0)
+		c->eos = tok_eos(m->tok);
+	return 0;
+}
+
+struct model *model_load(const char *path, const char *tokenizer, char **cause)
+{
+	struct model *m = calloc(1, sizeof(*m));
+	if (!m || !(m->path = strdup(path))) {
+		free(m);
+		model_set_cause(cause, "%s: out of memory", path);
+		return NULL;
+	}
+	m->cfg.bos = 1;
+	m->cfg.eos = 2;
+	int rc;
+	if (is_dir(path) || has_suffix(path, ".safetensors") ||
+	    has_suffix(path, ".safetensors.index.json") || has_suffix(path, "config.json")) {
+		rc = model_load_hf(m, path, tokenizer, cause);
+	} else {
+		rc = model_load_llama2c(m, path, tokenizer, cause);
+	}
+	if (rc != 0) {
+		model_free(m);
+		return NULL;
+	}
+	return m;
+}
+
+void model_free(struct model *m)
+{
+	if (!m)
+		return;
+	tok_free(m->tok);
+	for (int i = 0; i < m->n_maps; i++)
+		munmap(m->maps[i].addr, m->maps[i].len);
+	free(m->maps);
+	for (int i = 0; i < m->n_owned; i++)
+		free(m->owned[i]);
+	free(m->owned);
+	free(m->layers);
+	free(m->path);
+	free(m);
+}
+
+void model_describe(const struct model *m, char *buf, size_t cap)
+{
+	const struct model_config *c = &m->cfg;
+	snprintf(buf, cap,
+		 "%s %s: dim %d, layers %d, heads %d/%d kv, head_dim %d, ffn %d, vocab %d, "
+		 "ctx %d, %s weights, %.1f MiB",
+		 m->format, m->path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads,
+		 c->head_dim, c->ffn_dim, c->vocab, c->max_ctx, kt_dtype_name(m->wtype),
+		 (double)m->weight_bytes / (1 << 20));
+}

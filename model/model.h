@@ -1,0 +1,106 @@
+/*
+ * model/model.h — a loaded Llama-family model: hyper-parameters, weights
+ * (mmapped read-only where the file layout allows) and its tokenizer.
+ *
+ * Formats: llama2.c checkpoints (.bin, legacy 7-int32 header) and Hugging
+ * Face folders (config.json + model.safetensors or sharded *.safetensors with
+ * model.safetensors.index.json; f32/f16/bf16).
+ */
+#ifndef LLAMAD_MODEL_MODEL_H
+#define LLAMAD_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/backend.h"
+#include "model/tokenizer.h"
+
+struct model_config {
+	int dim;          /* residual width */
+	int n_layers;
+	int n_heads;
+	int n_kv_heads;   /* <= n_heads, divides it (GQA) */
+	int head_dim;     /* even, <= 512 */
+	int ffn_dim;      /* SwiGLU hidden width */
+	int vocab;
+	int max_ctx;      /* context length the model was trained for */
+	float rms_eps;
+	float rope_theta;
+	enum kt_rope_layout rope_layout;  /* pair layout of wq/wk rows */
+	int bos, eos;
+};
+
+struct model_layer {
+	const float *att_norm;   /* (dim) */
+	const float *ffn_norm;   /* (dim) */
+	struct kt_weight wq;     /* (n_heads*hd, dim) */
+	struct kt_weight wk;     /* (n_kv_heads*hd, dim) */
+	struct kt_weight wv;     /* (n_kv_heads*hd, dim) */
+	struct kt_weight wo;     /* (dim, n_heads*hd) */
+	struct kt_weight w1;     /* gate (ffn, dim) */
+	struct kt_weight w2;     /* down (dim, ffn) */
+	struct kt_weight w3;     /* up (ffn, dim) */
+};
+
+struct model_map {
+	void *addr;
+	size_t len;
+};
+
+struct model {
+	struct model_config cfg;
+	char *path;              /* as given */
+	const char *format;      /* "llama2.c", "safetensors" */
+	enum kt_dtype wtype;     /* dtype of the large matrices */
+	struct kt_weight embed;  /* (vocab, dim) */
+	struct model_layer *layers;
+	const float *final_norm; /* (dim) */
+	struct kt_weight cls;    /* (vocab, dim); may alias embed */
+	float *inv_freq;         /* (head_dim/2) RoPE inverse frequencies */
+	struct tok *tok;
+	size_t weight_bytes;     /* bytes of all weights read per token */
+	/* resources */
+	struct model_map *maps;
+	int n_maps;
+	void **owned;            /* malloc'd buffers (converted norms) */
+	int n_owned;
+};
+
+/*
+ * Load the model at `path` (a llama2.c .bin file, a Hugging Face folder, or
+ * a .safetensors file inside one). `tokenizer` overrides the tokenizer file
+ * (default: tokenizer.model in the folder / beside the file). Weights are
+ * mmapped read-only. Returns NULL on failure with *cause (malloc'd) naming
+ * the file and the reason; never crashes on malformed input.
+ */
+struct model *model_load(const char *path, const char *tokenizer, char **cause);
+/* Free a model; accepts NULL. */
+void model_free(struct model *m);
+
+/* KV elements per position (n_kv_heads * head_dim). */
+static inline int model_kv_dim(const struct model_config *c)
+{
+	return c->n_kv_heads * c->head_dim;
+}
+
+/* Format a one-line description ("llama2.c dim 64 layers 5 ...") into buf. */
+void model_describe(const struct model *m, char *buf, size_t cap);
+
+/* Validate hyper-parameters; returns NULL if fine, else a static reason. */
+const char *model_config_check(const struct model_config *c);
+
+/* Internal to model/: helpers shared by the format loaders. */
+int model_add_map(struct model *m, void *addr, size_t len);
+void *model_own(struct model *m, size_t bytes);
+int model_map_file(struct model *m, const char *path, const uint8_t **data,
+		   size_t *len, char **cause);
+void model_set_cause(char **cause, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
+		       char **cause);
+int model_load_hf(struct model *m, const char *path, const char *tokenizer,
+		  char **cause);
+int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
+		 char **cause);
+
+#endif

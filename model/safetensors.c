@@ -1,0 +1,472 @@
+/*
+ * model/safetensors.c — Hugging Face folders: config.json for the
+ * hyper-parameters, model.safetensors (or shards listed in
+ * model.safetensors.index.json) for the weights.
+ *
+ * A safetensors file is an 8-byte little-endian header length, a JSON header
+ * {name: {dtype, shape, data_offsets: [begin, end]}} and the data. Matrices
+ * are used in place from the read-only map (copied only when misaligned);
+ * norm vectors are converted to owned fp32. HF stores wq/wk rows in the
+ * rotate_half pair layout: the model is marked KT_ROPE_HALF and the RoPE op
+ * reads pairs (i, i+hd/2), which gives bit-identical results to llama2.c's
+ * interleaved layout.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "model/model.h"
+
+struct st_tensor {
+	char *name;
+	const char *file;      /* shard path (owned by st_set.files) */
+	const uint8_t *data;
+	enum kt_dtype dtype;
+	int ndim;
+	int64_t shape[4];
+};
+
+struct st_set {
+	struct st_tensor *t;
+	int n, cap;
+	char **files;
+	int n_files;
+};
+
+static void st_set_done(struct st_set *s)
+{
+	for (int i = 0; i < s->n; i++)
+		free(s->t[i].name);
+	free(s->t);
+	for (int i = 0; i < s->n_files; i++)
+		free(s->files[i]);
+	free(s->files);
+}
+
+static int parse_dtype(const char *s, enum kt_dtype *dt)
+{
+	if (!strcmp(s, "F32"))
+		*dt = KT_F32;
+	else if (!strcmp(s, "F16"))
+		*dt = KT_F16;
+	else if (!strcmp(s, "BF16"))
+		*dt = KT_BF16;
+	else
+		return -1;
+	return 0;
+}
+
+/* Map one shard and add its tensors to the set. */
+static int st_add_file(struct model *m, struct st_set *s, const char *path, char **cause)
+{
+	char **nf = realloc(s->files, (size_t)(s->n_files + 1) * sizeof(*nf));
+	if (!nf)
+		return -ENOMEM;
+	s->files = nf;
+	if (!(s->files[s->n_files] = strdup(path)))
+		return -ENOMEM;
+	const char *fpath = s->files[s->n_files++];
+
+	const uint8_t *data;
+	size_t len;
+	int rc = model_map_file(m, fpath, &data, &len, cause);
+	if (rc)
+		return rc;
+	if (len < 8) {
+		model_set_cause(cause, "%s: truncated: %zu bytes, no safetensors header", fpath, len);
+		return -EINVAL;
+	}
+	uint64_t hlen = 0;
+	for (int i = 7; i >= 0; i--)
+		hlen = hlen << 8 | data[i];
+	if (hlen < 2 || hlen > len - 8 || hlen > (100u << 20)) {
+		model_set_cause(cause, "%s: not a safetensors file (header length %llu, file %zu bytes)",
+				fpath, (unsigned long long)hlen, len);
+		return -EINVAL;
+	}
+	json_error_t jerr;
+	json_t *root = json_loadb((const char *)data + 8, (size_t)hlen, 0, &jerr);
+	if (!root || !json_is_object(root)) {
+		model_set_cause(cause, "%s: corrupt safetensors header: %s", fpath,
+				root ? "not an object" : jerr.text);
+		json_decref(root);
+		return -EINVAL;
+	}
+	const uint8_t *base = data + 8 + hlen;
+	size_t dlen = len - 8 - (size_t)hlen;
+	const char *key;
+	json_t *val;
+	rc = 0;
+	json_object_foreach(root, key, val) {
+		if (!strcmp(key, "__metadata__"))
+			continue;
+		json_t *jd = json_object_get(val, "dtype");
+		json_t *js = json_object_get(val, "shape");
+		json_t *jo = json_object_get(val, "data_offsets");
+		if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) ||
+		    json_array_size(jo) != 2 || json_array_size(js) > 4) {
+			model_set_cause(cause, "%s: tensor %s: malformed header entry", fpath, key);
+			rc = -EINVAL;
+			break;
+		}
+		struct st_tensor t = { 0 };
+		t.file = fpath;
+		if (parse_dtype(json_string_value(jd), &t.dtype) != 0) {
+			model_set_cause(cause, "%s: tensor %s: unsupported dtype %s (f32, f16, bf16 are)",
+					fpath, key, json_string_value(jd));
+			rc = -ENOTSUP;
+			break;
+		}
+		t.ndim = (int)json_array_size(js);
+		uint64_t numel = 1;
+		for (int i = 0; i < t.ndim; i++) {
+			json_t *e = json_array_get(js, (size_t)i);
+			json_int_t v = json_is_integer(e) ? json_integer_value(e) : -1;
+			if (v < 0 || v > (1LL << 32)) {
+				numel = UINT64_MAX;
+				break;
+			}
+			t.shape[i] = v;
+			numel *= (uint64_t)v;
+		}
+		json_t *j0 = json_array_get(jo, 0), *j1 = json_array_get(jo, 1);
+		json_int_t b = json_is_integer(j0) ? json_integer_value(j0) : -1;
+		json_int_t e = json_is_integer(j1) ? json_integer_value(j1) : -1;
+		if (numel == UINT64_MAX || b < 0 || e < b || (uint64_t)e > dlen ||
+		    (uint64_t)(e - b) != numel * kt_dtype_size(t.dtype)) {
+			model_set_cause(cause, "%s: tensor %s: data offsets or shape out of range "
+					"(truncated or corrupt file)", fpath, key);
+			rc = -EINVAL;
+			break;
+		}
+		t.data = base + b;
+		if (s->n == s->cap) {
+			int nc = s->cap ? s->cap * 2 : 64;
+			struct st_tensor *n = realloc(s->t, (size_t)nc * sizeof(*n));
+			if (!n) {
+				rc = -ENOMEM;
+				break;
+			}
+			s->t = n;
+			s->cap = nc;
+		}
+		if (!(t.name = strdup(key))) {
+			rc = -ENOMEM;
+			break;
+		}
+		s->t[s->n++] = t;
+	}
+	json_decref(root);
+	return rc;
+}
+
+static const struct st_tensor *st_find(const struct st_set *s, const char *name)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->t[i].name, name))
+			return &s->t[i];
+	return NULL;
+}
+
+static int get_matrix(struct model *m, const struct st_set *s, const char *name,
+		      int rows, int cols, struct kt_weight *w, char **cause)
+{
+	const struct st_tensor *t = st_find(s, name);
+	if (!t) {
+		model_set_cause(cause, "%s: tensor %s is missing", m->path, name);
+		return -EINVAL;
+	}
+	if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
+		model_set_cause(cause, "%s: tensor %s has shape [%lld, %lld], config.json implies [%d, %d]",
+				t->file, name, (long long)t->shape[0],
+				(long long)(t->ndim > 1 ? t->shape[1] : 0), rows, cols);
+		return -EINVAL;
+	}
+	w->dtype = t->dtype;
+	w->rows = rows;
+	w->cols = cols;
+	size_t esz = kt_dtype_size(t->dtype);
+	if ((uintptr_t)t->data % esz) {
+		size_t bytes = (size_t)rows * cols * esz;
+		void *p = model_own(m, bytes);
+		if (!p)
+			return -ENOMEM;
+		memcpy(p, t->data, bytes);
+		w->data = p;
+	} else {
+		w->data = t->data;
+	}
+	return 0;
+}
+
+static int get_vector(struct model *m, const struct st_set *s, const char *name, int n,
+		      const float **out, char **cause)
+{
+	const struct st_tensor *t = st_find(s, name);
+	if (!t) {
+		model_set_cause(cause, "%s: tensor %s is missing", m->path, name);
+		return -EINVAL;
+	}
+	if (t->ndim != 1 || t->shape[0] != n) {
+		model_set_cause(cause, "%s: tensor %s has %lld elements in %d dims, expected [%d]",
+				t->file, name, (long long)t->shape[0], t->ndim, n);
+		return -EINVAL;
+	}
+	float *v = model_own(m, (size_t)n * sizeof(float));
+	if (!v)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		uint16_t h;
+		switch (t->dtype) {
+		case KT_F32:
+			memcpy(&v[i], t->data + 4 * (size_t)i, 4);
+			break;
+		case KT_F16:
+			memcpy(&h, t->data + 2 * (size_t)i, 2);
+			v[i] = kt_f16_to_f32(h);
+			break;
+		case KT_BF16:
+			memcpy(&h, t->data + 2 * (size_t)i, 2);
+			v[i] = kt_bf16_to_f32(h);
+			break;
+		}
+	}
+	*out = v;
+	return 0;
+}
+
+static int cfg_int(json_t *root, const char *key, int def, int *out)
+{
+	json_t *v = json_object_get(root, key);
+	if (!v || json_is_null(v)) {
+		if (def < 0)
+			return -1;
+		*out = def;
+		return 0;
+	}
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+		return -1;
+	*out = (int)json_integer_value(v);
+	return 0;
+}
+
+static int cfg_float(json_t *root, const char *key, double def, float *out)
+{
+	json_t *v = json_object_get(root, key);
+	if (!v || json_is_null(v)) {
+		*out = (float)def;
+		return 0;
+	}
+	if (!json_is_number(v))
+		return -1;
+	*out = (float)json_number_value(v);
+	return 0;
+}
+
+static int read_config(struct model *m, const char *dir, int *tied, char **cause)
+{
+	char *cpath = NULL;
+	if (asprintf(&cpath, "%s/config.json", dir) < 0)
+		return -ENOMEM;
+	json_error_t jerr;
+	json_t *root = json_load_file(cpath, 0, &jerr);
+	int rc = 0;
+	if (!root || !json_is_object(root)) {
+		model_set_cause(cause, "%s: %s", cpath, root ? "not a JSON object" : jerr.text);
+		rc = -EINVAL;
+		goto out;
+	}
+	json_t *mt = json_object_get(root, "model_type");
+	if (json_is_string(mt) && strcmp(json_string_value(mt), "llama") != 0 &&
+	    strcmp(json_string_value(mt), "mistral") != 0) {
+		model_set_cause(cause, "%s: model_type \"%s\" is not supported (llama is)",
+				cpath, json_string_value(mt));
+		rc = -ENOTSUP;
+		goto out;
+	}
+	json_t *rs = json_object_get(root, "rope_scaling");
+	if (rs && !json_is_null(rs)) {
+		model_set_cause(cause, "%s: rope_scaling is not supported", cpath);
+		rc = -ENOTSUP;
+		goto out;
+	}
+	struct model_config *c = &m->cfg;
+	const char *bad = NULL;
+	if (cfg_int(root, "hidden_size", -1, &c->dim))
+		bad = "hidden_size";
+	else if (cfg_int(root, "num_hidden_layers", -1, &c->n_layers))
+		bad = "num_hidden_layers";
+	else if (cfg_int(root, "num_attention_heads", -1, &c->n_heads) || c->n_heads == 0)
+		bad = "num_attention_heads";
+	else if (cfg_int(root, "num_key_value_heads", c->n_heads, &c->n_kv_heads))
+		bad = "num_key_value_heads";
+	else if (cfg_int(root, "head_dim", c->dim / c->n_heads, &c->head_dim))
+		bad = "head_dim";
+	else if (cfg_int(root, "intermediate_size", -1, &c->ffn_dim))
+		bad = "intermediate_size";
+	else if (cfg_int(root, "vocab_size", -1, &c->vocab))
+		bad = "vocab_size";
+	else if (cfg_int(root, "max_position_embeddings", 2048, &c->max_ctx))
+		bad = "max_position_embeddings";
+	else if (cfg_float(root, "rms_norm_eps", 1e-6, &c->rms_eps))
+		bad = "rms_norm_eps";
+	else if (cfg_float(root, "rope_theta", 10000.0, &c->rope_theta))
+		bad = "rope_theta";
+	else if (cfg_int(root, "bos_token_id", 1, &c->bos))
+		bad = "bos_token_id";
+	else if (cfg_int(root, "eos_token_id", 2, &c->eos))
+		bad = "eos_token_id";
+	if (bad) {
+		model_set_cause(cause, "%s: missing or invalid \"%s\"", cpath, bad);
+		rc = -EINVAL;
+		goto out;
+	}
+	json_t *tw = json_object_get(root, "tie_word_embeddings");
+	*tied = json_is_true(tw);
+	c->rope_layout = KT_ROPE_HALF;
+	const char *why = model_config_check(c);
+	if (why) {
+		model_set_cause(cause, "%s: %s", cpath, why);
+		rc = -EINVAL;
+	}
+out:
+	json_decref(root);
+	free(cpath);
+	return rc;
+}
+
+static int file_exists(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0;
+}
+
+/* Shards named in model.safetensors.index.json, each once, in order. */
+static int load_index(struct model *m, struct st_set *s, const char *dir,
+		      const char *ipath, char **cause)
+{
+	json_error_t jerr;
+	json_t *root = json_load_file(ipath, 0, &jerr);
+	json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
+	if (!json_is_object(wm)) {
+		model_set_cause(cause, "%s: %s", ipath, root ? "no weight_map object" : jerr.text);
+		json_decref(root);
+		return -EINVAL;
+	}
+	int rc = 0;
+	const char *key;
+	json_t *val;
+	json_object_foreach(wm, key, val) {
+		const char *f = json_string_value(val);
+		if (!f || strchr(f, '/') || !strcmp(f, "..")) {
+			model_set_cause(cause, "%s: bad shard name for %s", ipath, key);
+			rc = -EINVAL;
+			break;
+		}
+		char *fp = NULL;
+		if (asprintf(&fp, "%s/%s", dir, f) < 0) {
+			rc = -ENOMEM;
+			break;
+		}
+		int seen = 0;
+		for (int i = 0; i < s->n_files; i++)
+			seen |= !strcmp(s->files[i], fp);
+		if (!seen)
+			rc = st_add_file(m, s, fp, cause);
+		free(fp);
+		if (rc)
+			break;
+	}
+	json_decref(root);
+	return rc;
+}
+
+int model_load_hf(struct model *m, const char *path, const char *tokenizer, char **cause)
+{
+	struct stat st;
+	int isdir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+	char *tmp = strdup(path);
+	char *dir = tmp ? strdup(isdir ? path : dirname(tmp)) : NULL;
+	free(tmp);
+	if (!dir)
+		return -ENOMEM;
+	struct st_set s = { 0 };
+	char *ipath = NULL, *wpath = NULL, *deftok = NULL;
+	int tied = 0, rc;
+	if ((rc = read_config(m, dir, &tied, cause)))
+		goto out;
+	if (asprintf(&ipath, "%s/model.safetensors.index.json", dir) < 0 ||
+	    asprintf(&wpath, "%s/model.safetensors", dir) < 0 ||
+	    asprintf(&deftok, "%s/tokenizer.model", dir) < 0) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	size_t plen = strlen(path);
+	if (!isdir && plen > 12 && !strcmp(path + plen - 12, ".safetensors"))
+		rc = st_add_file(m, &s, path, cause);
+	else if (file_exists(ipath))
+		rc = load_index(m, &s, dir, ipath, cause);
+	else if (file_exists(wpath))
+		rc = st_add_file(m, &s, wpath, cause);
+	else {
+		model_set_cause(cause, "%s: no model.safetensors or model.safetensors.index.json", dir);
+		rc = -ENOENT;
+	}
+	if (rc)
+		goto out;
+
+	struct model_config *c = &m->cfg;
+	int qd = c->n_heads * c->head_dim, kv = model_kv_dim(c);
+	m->format = "safetensors";
+	m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
+	if (!m->layers) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if ((rc = get_matrix(m, &s, "model.embed_tokens.weight", c->vocab, c->dim, &m->embed, cause)))
+		goto out;
+	char name[128];
+#define LAYER_MAT(field, suffix, r, cl)                                              \
+	snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, suffix);        \
+	if ((rc = get_matrix(m, &s, name, r, cl, &L->field, cause)))               \
+		goto out;
+	for (int l = 0; l < c->n_layers; l++) {
+		struct model_layer *L = &m->layers[l];
+		snprintf(name, sizeof(name), "model.layers.%d.input_layernorm.weight", l);
+		if ((rc = get_vector(m, &s, name, c->dim, &L->att_norm, cause)))
+			goto out;
+		snprintf(name, sizeof(name), "model.layers.%d.post_attention_layernorm.weight", l);
+		if ((rc = get_vector(m, &s, name, c->dim, &L->ffn_norm, cause)))
+			goto out;
+		LAYER_MAT(wq, "self_attn.q_proj", qd, c->dim);
+		LAYER_MAT(wk, "self_attn.k_proj", kv, c->dim);
+		LAYER_MAT(wv, "self_attn.v_proj", kv, c->dim);
+		LAYER_MAT(wo, "self_attn.o_proj", c->dim, qd);
+		LAYER_MAT(w1, "mlp.gate_proj", c->ffn_dim, c->dim);
+		LAYER_MAT(w2, "mlp.down_proj", c->dim, c->ffn_dim);
+		LAYER_MAT(w3, "mlp.up_proj", c->ffn_dim, c->dim);
+	}
+#undef LAYER_MAT
+	if ((rc = get_vector(m, &s, "model.norm.weight", c->dim, &m->final_norm, cause)))
+		goto out;
+	if (!tied || st_find(&s, "lm_head.weight")) {
+		if ((rc = get_matrix(m, &s, "lm_head.weight", c->vocab, c->dim, &m->cls, cause)))
+			goto out;
+	} else {
+		m->cls = m->embed;
+	}
+	m->wtype = m->layers[0].wq.dtype;
+	rc = model_finish(m, tokenizer, deftok, cause);
+out:
+	st_set_done(&s);
+	free(ipath);
+	free(wpath);
+	free(deftok);
+	free(dir);
+	return rc;
+}

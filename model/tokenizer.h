@@ -1,0 +1,89 @@
+/*
+ * model/tokenizer.h — SentencePiece tokenizer (C interface over a C++ shim).
+ *
+ * The shim (tokenizer.cc) is the only C++ in the project and the only file
+ * that includes sentencepiece headers. Everything here is thread-safe for
+ * concurrent readers once loaded.
+ */
+#ifndef LLAMAD_MODEL_TOKENIZER_H
+#define LLAMAD_MODEL_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tok;
+
+/* Load a SentencePiece model file (tokenizer.model). Returns NULL on error
+ * and, if cause is not NULL, sets *cause to a malloc'd message naming the
+ * file and the reason. */
+struct tok *tok_load(const char *path, char **cause);
+/* Load from a serialized ModelProto held in memory (e.g. built from GGUF
+ * metadata). Same error convention; `what` names the source in messages. */
+struct tok *tok_load_mem(const void *data, size_t len, const char *what,
+			 char **cause);
+/* Free; accepts NULL. */
+void tok_free(struct tok *t);
+
+int tok_n_vocab(const struct tok *t);
+int tok_bos(const struct tok *t);   /* -1 if the model has none */
+int tok_eos(const struct tok *t);   /* -1 if the model has none */
+
+/* Encode len bytes of UTF-8 text. If add_bos, the BOS id is prepended.
+ * On success returns the number of ids and sets *ids to a malloc'd array the
+ * caller frees; returns a negative errno on failure (-EINVAL for bad input,
+ * -ENOMEM). */
+int tok_encode(const struct tok *t, const char *text, size_t len, int add_bos,
+	       int32_t **ids);
+
+/* Decode ids into text the way SentencePiece does for a whole sequence
+ * (leading dummy-prefix space removed, byte pieces merged). Returns the
+ * length and sets *text (malloc'd, NUL-terminated) or a negative errno. */
+int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text);
+
+/* The piece string of id ("▁the", "<0x0A>", "<s>"), or NULL if out of range.
+ * The pointer stays valid for the tokenizer's lifetime. */
+const char *tok_piece(const struct tok *t, int id);
+/* Id of a piece string, or -1 if absent. */
+int tok_piece_to_id(const struct tok *t, const char *piece);
+/* If id is a byte-fallback piece (<0xAB>), store the byte and return 1;
+ * else 0. */
+int tok_is_byte(const struct tok *t, int id, uint8_t *byte);
+/* 1 if id is a control token (BOS, EOS, ...) or unknown, which decode to
+ * no text; else 0. */
+int tok_is_control(const struct tok *t, int id);
+/* 1 if decoding drops the leading U+2581 of the first piece of a text (the
+ * model's normalizer adds a dummy prefix or removes extra whitespace, as
+ * Llama's does); else 0. The streaming detokenizer follows this. */
+int tok_drops_leading_space(const struct tok *t);
+
+/*
+ * Streaming detokenizer: feed generated ids one at a time, get back only
+ * complete UTF-8 text. A multi-byte character split across byte-fallback
+ * tokens is held back until its last byte arrives; an invalid sequence is
+ * replaced by U+FFFD. The leading space of the first piece after BOS (or of
+ * the first piece fed, when `at_start` is set) is dropped, as SentencePiece
+ * does when decoding a whole sequence.
+ */
+struct detok {
+	const struct tok *tok;
+	int at_start;        /* next piece is the first of a text */
+	uint8_t pend[4];     /* bytes of an incomplete UTF-8 character */
+	int n_pend;
+};
+
+/* Start a stream. at_start: drop the leading space of the first piece. */
+void detok_init(struct detok *d, const struct tok *t, int at_start);
+/* Append the text of id to out (capacity cap, >= 64 recommended), NUL
+ * terminated. Returns the number of bytes written (0 if held back), or
+ * -ENOSPC if out is too small. */
+int detok_feed(struct detok *d, int id, char *out, size_t cap);
+/* Flush held-back bytes at the end of a stream (as U+FFFD if incomplete).
+ * Returns bytes written. */
+int detok_flush(struct detok *d, char *out, size_t cap);
+
+/* Length of the longest prefix of s[0..len) that is valid, complete UTF-8. */
+size_t utf8_valid_prefix(const char *s, size_t len);
+/* 1 if s[0..len) is entirely valid UTF-8 (no overlongs, no surrogates). */
+int utf8_valid(const char *s, size_t len);
+
+#endif

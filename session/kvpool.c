@@ -1,0 +1,135 @@
+/*
+ * session/kvpool.c — see kvpool.h.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "session/kvpool.h"
+
+struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim)
+{
+	if (n_blocks <= 0 || block_size <= 0 || n_layers <= 0 || kv_dim <= 0)
+		return NULL;
+	struct kvpool *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->kv.n_blocks = n_blocks;
+	p->kv.block_size = block_size;
+	p->kv.n_layers = n_layers;
+	p->kv.kv_dim = kv_dim;
+	size_t bytes = kt_kv_block_bytes(&p->kv) * (size_t)n_blocks;
+	p->kv.base = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	p->refs = calloc((size_t)n_blocks, sizeof(int32_t));
+	p->free_list = malloc((size_t)n_blocks * sizeof(int32_t));
+	if (!p->kv.base || !p->refs || !p->free_list) {
+		kvpool_free(p);
+		return NULL;
+	}
+	for (int i = 0; i < n_blocks; i++)
+		p->free_list[i] = n_blocks - 1 - i;  /* block 0 is taken first */
+	p->n_free = n_blocks;
+	return p;
+}
+
+void kvpool_free(struct kvpool *p)
+{
+	if (!p)
+		return;
+	free(p->kv.base);
+	free(p->refs);
+	free(p->free_list);
+	free(p);
+}
+
+int32_t kvpool_alloc(struct kvpool *p)
+{
+	if (p->n_free == 0)
+		return -ENOSPC;
+	int32_t b = p->free_list[--p->n_free];
+	p->refs[b] = 1;
+	return b;
+}
+
+void kvpool_ref(struct kvpool *p, int32_t b)
+{
+	p->refs[b]++;
+}
+
+void kvpool_unref(struct kvpool *p, int32_t b)
+{
+	if (--p->refs[b] == 0)
+		p->free_list[p->n_free++] = b;
+}
+
+static int seq_grow(struct kvseq *s, int n)
+{
+	if (n <= s->cap)
+		return 0;
+	int cap = s->cap ? s->cap : 8;
+	while (cap < n)
+		cap *= 2;
+	int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
+	if (!nb)
+		return -ENOMEM;
+	s->blocks = nb;
+	s->cap = cap;
+	return 0;
+}
+
+int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from)
+{
+	int bs = p->kv.block_size;
+	int need = (n_pos + bs - 1) / bs;
+	int first_w = write_from / bs;
+	if (seq_grow(s, need) != 0)
+		return -ENOMEM;
+	/* count blocks needed: new ones plus copies of shared ones */
+	int want = need > s->n_blocks ? need - s->n_blocks : 0;
+	for (int i = first_w; i < s->n_blocks && i < need; i++)
+		want += p->refs[s->blocks[i]] > 1;
+	if (want > p->n_free)
+		return -ENOSPC;
+	size_t bb = kt_kv_block_bytes(&p->kv);
+	for (int i = first_w; i < s->n_blocks && i < need; i++) {
+		int32_t old = s->blocks[i];
+		if (p->refs[old] <= 1)
+			continue;
+		int32_t nb = kvpool_alloc(p);
+		memcpy(kt_kv_row(&p->kv, nb, 0, 0, 0), kt_kv_row(&p->kv, old, 0, 0, 0), bb);
+		kvpool_unref(p, old);
+		s->blocks[i] = nb;
+		p->cow_copies++;
+	}
+	while (s->n_blocks < need)
+		s->blocks[s->n_blocks++] = kvpool_alloc(p);
+	return 0;
+}
+
+int kvseq_fork(struct kvpool *p, struct kvseq *dst, const struct kvseq *src)
+{
+	if (seq_grow(dst, src->n_blocks) != 0)
+		return -ENOMEM;
+	for (int i = 0; i < src->n_blocks; i++) {
+		dst->blocks[i] = src->blocks[i];
+		kvpool_ref(p, src->blocks[i]);
+	}
+	dst->n_blocks = src->n_blocks;
+	return 0;
+}
+
+void kvseq_truncate(struct kvpool *p, struct kvseq *s, int n_pos)
+{
+	int bs = p->kv.block_size;
+	int keep = (n_pos + bs - 1) / bs;
+	while (s->n_blocks > keep)
+		kvpool_unref(p, s->blocks[--s->n_blocks]);
+}
+
+void kvseq_release(struct kvpool *p, struct kvseq *s)
+{
+	kvseq_truncate(p, s, 0);
+	free(s->blocks);
+	s->blocks = NULL;
+	s->cap = 0;
+}

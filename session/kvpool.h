@@ -1,0 +1,55 @@
+/*
+ * session/kvpool.h — the paged KV block pool and per-sequence block tables.
+ *
+ * One allocation holds every block (layout in kernels/backend.h, struct
+ * kt_kv). Blocks are refcounted: a fork shares all of a sequence's blocks,
+ * and a shared block is copied only when a sequence is about to write into it
+ * (copy-on-write), so forking copies no KV.
+ */
+#ifndef LLAMAD_SESSION_KVPOOL_H
+#define LLAMAD_SESSION_KVPOOL_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+struct kvpool {
+	struct kt_kv kv;
+	int32_t *refs;        /* (n_blocks) */
+	int32_t *free_list;   /* stack of free block ids */
+	int n_free;
+	uint64_t cow_copies;  /* blocks copied by copy-on-write */
+};
+
+/* A sequence's block table: blocks[i] holds positions [i*bs, (i+1)*bs). */
+struct kvseq {
+	int32_t *blocks;
+	int n_blocks;
+	int cap;
+};
+
+/* Pool of n_blocks blocks of block_size positions for n_layers x kv_dim.
+ * Returns NULL on ENOMEM. */
+struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim);
+/* Free; accepts NULL. */
+void kvpool_free(struct kvpool *p);
+/* Take a free block (refcount 1). Returns its id or -ENOSPC. */
+int32_t kvpool_alloc(struct kvpool *p);
+/* Add / drop one reference; the block returns to the free list at zero. */
+void kvpool_ref(struct kvpool *p, int32_t b);
+void kvpool_unref(struct kvpool *p, int32_t b);
+/* Blocks not in use. */
+static inline int kvpool_n_free(const struct kvpool *p) { return p->n_free; }
+
+/* Make seq cover positions [0, n_pos) and make every block that holds a
+ * position >= write_from exclusively owned (copying shared ones). On -ENOSPC
+ * the sequence is left as it was. */
+int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from);
+/* Share all of src's blocks with dst (dst must be empty). */
+int kvseq_fork(struct kvpool *p, struct kvseq *dst, const struct kvseq *src);
+/* Keep only the blocks covering [0, n_pos); release the rest. */
+void kvseq_truncate(struct kvpool *p, struct kvseq *s, int n_pos);
+/* Release every block and the table itself. */
+void kvseq_release(struct kvpool *p, struct kvseq *s);
+
+#endif

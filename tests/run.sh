@@ -1,0 +1,46 @@
+#!/bin/sh
+# Run every test: cmocka unit binaries (build/tests/test_*), then the shell
+# tests (tests/golden/*.sh, tests/integration/*.sh), then the man page lint.
+# Ends with one line "N passed, N failed" (cmocka cases + shell tests).
+# Env: BUILD (build folder), MODELS (../shared/models), SHARED.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+SHARED=${SHARED:-../shared}
+export BUILD MODELS SHARED
+pass=0; fail=0; failed=""
+log=$(mktemp); trap 'rm -f "$log"' EXIT
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    echo "== $name"
+    "$t" >"$log" 2>&1; rc=$?
+    cat "$log"
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    p=${p:-0}; f=${f:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed
+    pass=$((pass + p)); fail=$((fail + f))
+    [ "$f" -ne 0 ] && failed="$failed $name"
+done
+
+for s in tests/golden/*.sh tests/integration/*.sh; do
+    [ -f "$s" ] || continue
+    name=$(basename "$s" .sh)
+    echo "== $name"
+    if sh "$s" >"$log" 2>&1; then
+        pass=$((pass + 1)); cat "$log"; echo "ok: $name"
+    else
+        fail=$((fail + 1)); cat "$log"; echo "FAILED: $name"; failed="$failed $name"
+    fi
+done
+
+if ls man/*.[0-9] >/dev/null 2>&1; then
+    echo "== mandoc -Tlint"
+    if mandoc -Tlint -W warning man/*.[0-9]; then pass=$((pass + 1)); else
+        fail=$((fail + 1)); failed="$failed mandoc-lint"; fi
+fi
+
+[ -n "$failed" ] && echo "failed:$failed"
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
