@@ -117,9 +117,9 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 	int V = s->vocab;
 	apply_penalties(s, logits, history, n_history);
 	if (p->temperature <= 0.0f) {
-		int32_t best = 0;
+		int32_t best = 0;  /* NaN never wins unless all are NaN */
 		for (int i = 1; i < V; i++)
-			if (logits[i] > logits[best])
+			if (logits[i] > logits[best] || (isnan(logits[best]) && !isnan(logits[i])))
 				best = i;
 		return best;
 	}
@@ -136,6 +136,8 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 		return 0;
 	/* top-k: partial order would do; a full sort keeps it simple and exact */
 	qsort(s->cand, (size_t)n, sizeof(*s->cand), cmp_cand);
+	if (isinf(s->cand[0].v) && s->cand[0].v > 0)
+		return s->cand[0].id;  /* all the mass; exp(inf - inf) would be NaN */
 	if (p->top_k > 0 && p->top_k < n)
 		n = p->top_k;
 	float mx = s->cand[0].v, sum = 0;

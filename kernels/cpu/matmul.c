@@ -8,6 +8,7 @@
  * several rows only share loads, never partial sums, so an element's value
  * is the same whatever the tile, the thread split or the batch size.
  */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -49,8 +50,18 @@ AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype d
 		for (int r = 0; r < NR; r++)
 			acc[t][r] = _mm512_setzero_ps();
 	int k = 0;
+	const char *wb = (const char *)w;
+	size_t esz = dt == KT_F32 ? 4 : 2;
 	for (; k + 16 <= K; k += 16) {
 		__m512 wv[8];
+		if (NT == 1) {
+			/* batch-1 decode is bound by memory latency: fetch the rows
+			 * of the next tile (the next NR*K elements) while this one
+			 * is computed, one cache line per row and step */
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++)
+				_mm_prefetch(wb + ((size_t)(r0 + NR + r) * K + k) * esz, _MM_HINT_T0);
+		}
 #pragma GCC unroll 8
 		for (int r = 0; r < NR; r++)
 			wv[r] = ld_w(w, dt, (size_t)(r0 + r) * K + k);
@@ -140,7 +151,8 @@ static float w_at(const void *w, enum kt_dtype dt, size_t i)
 	return 0;
 }
 
-/* Portable path: the same 16-lane accumulation order, in plain C. */
+/* Portable path: the same 16-lane fused multiply-add order and the same
+ * reduction tree as the AVX-512 path, so both give identical bits. */
 static void rows_generic(float *y, const float *x, const struct kt_weight *w,
 			 int n_tok, int r0, int r1)
 {
@@ -152,7 +164,7 @@ static void rows_generic(float *y, const float *x, const struct kt_weight *w,
 			float acc[16] = { 0 };
 			for (int k = 0; k < K; k += 16)
 				for (int j = 0; j < 16 && k + j < K; j++)
-					acc[j] += xr[k + j] * w_at(w->data, w->dtype, wo + k + j);
+					acc[j] = fmaf(xr[k + j], w_at(w->data, w->dtype, wo + k + j), acc[j]);
 			for (int s = 8; s >= 1; s /= 2)
 				for (int j = 0; j < s; j++)
 					acc[j] += acc[j + s];

@@ -35,9 +35,8 @@ static inline float vexpf(float x)
 	x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
 	const float magic = 12582912.0f;  /* 1.5 * 2^23: round to integer */
 	float fn = x * 1.44269504088896341f + magic;
-	int32_t n;
-	memcpy(&n, &fn, 4);
-	n -= 0x4b400000;
+	union { float f; int32_t i; } u = { .f = fn };
+	int32_t n = u.i - 0x4b400000;
 	fn -= magic;
 	float r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
 	float p = 1.9875691500e-4f;
@@ -47,10 +46,8 @@ static inline float vexpf(float x)
 	p = p * r + 1.6666665459e-1f;
 	p = p * r + 5.0000001201e-1f;
 	p = p * r * r + r + 1.0f;
-	int32_t bits = (n + 127) << 23;
-	float scale;
-	memcpy(&scale, &bits, 4);
-	return p * scale;
+	union { int32_t i; float f; } sc = { .i = (n + 127) << 23 };
+	return p * sc.f;
 }
 
 static void cpu_rmsnorm(struct backend *be, float *y, const float *x,
@@ -136,6 +133,35 @@ struct attn_job {
 	float **scratch;
 };
 
+/* Eight floats as one value: GCC/clang vector extension, an AVX register
+ * where the target has one. Loads and stores go through memcpy (unaligned). */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f ld8(const float *p)
+{
+	v8f v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline float hsum8(v8f v)
+{
+	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+/* q.k for attention: eight partial sums and a fixed tree. */
+static inline float attn_dot(const float *a, const float *b, int n)
+{
+	v8f acc = { 0 };
+	int k = 0;
+	for (; k + 8 <= n; k += 8)
+		acc += ld8(a + k) * ld8(b + k);
+	float s = hsum8(acc);
+	for (; k < n; k++)
+		s += a[k] * b[k];
+	return s;
+}
+
 /* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos]. */
 static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 {
@@ -152,28 +178,37 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 		int m = n - p0 < bs ? n - p0 : bs;
 		const float *kb = kt_kv_row(kv, tab[p0 / bs], j->layer, 0, 0) + (size_t)kvh * hd;
 		for (int i = 0; i < m; i++) {
-			float s = cpu_dot(q, kb + (size_t)i * kv->kv_dim, hd) * scale;
+			float s = attn_dot(q, kb + (size_t)i * kv->kv_dim, hd) * scale;
 			sc[p0 + i] = s;
 			mx = s > mx ? s : mx;
 		}
 	}
+	for (int p = 0; p < n; p++)
+		sc[p] = vexpf(sc[p] - mx);
 	float sum = 0;
-	for (int p = 0; p < n; p++) {
-		sc[p] = expf(sc[p] - mx);
+	for (int p = 0; p < n; p++)
 		sum += sc[p];
-	}
 	float inv = 1.0f / sum;
-	for (int d = 0; d < hd; d++)
-		out[d] = 0;
-	for (int p0 = 0; p0 < n; p0 += bs) {
-		int m = n - p0 < bs ? n - p0 : bs;
-		const float *vb = kt_kv_row(kv, tab[p0 / bs], j->layer, 1, 0) + (size_t)kvh * hd;
-		for (int i = 0; i < m; i++) {
-			float a = sc[p0 + i] * inv;
-			const float *v = vb + (size_t)i * kv->kv_dim;
-			for (int d = 0; d < hd; d++)
-				out[d] += a * v[d];
+	/* out = sum_p a_p v_p, eight dims at a time so the partial sums stay in
+	 * a register across positions; the tail (hd % 8) one by one */
+	int d0 = 0;
+	for (; d0 + 8 <= hd; d0 += 8) {
+		v8f acc = { 0 };
+		for (int p0 = 0; p0 < n; p0 += bs) {
+			int m = n - p0 < bs ? n - p0 : bs;
+			const float *vb = kt_kv_row(kv, tab[p0 / bs], j->layer, 1, 0) +
+					  (size_t)kvh * hd + d0;
+			for (int i = 0; i < m; i++)
+				acc += (sc[p0 + i] * inv) * ld8(vb + (size_t)i * kv->kv_dim);
 		}
+		memcpy(out + d0, &acc, sizeof(acc));
+	}
+	for (; d0 < hd; d0++) {
+		float acc = 0;
+		for (int p = 0; p < n; p++)
+			acc += sc[p] * inv *
+			       kt_kv_row(kv, tab[p / bs], j->layer, 1, p % bs)[(size_t)kvh * hd + d0];
+		out[d0] = acc;
 	}
 }
 

@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/threadpool.h"
 
-#define SPIN_ITERS 200000
+#define SPIN_ITERS 20000
 
 struct tpool {
 	int n;
@@ -53,7 +53,9 @@ static void *worker_main(void *arg)
 	struct worker_arg wa = *(struct worker_arg *)arg;
 	struct tpool *p = wa.p;
 	free(arg);
-	uint32_t seen = atomic_load(&p->gen);
+	/* gen is 0 when the pool starts: a job posted before this thread ran
+	 * must still be seen as new */
+	uint32_t seen = 0;
 	for (;;) {
 		uint32_t g;
 		int spins = 0;

@@ -1,0 +1,214 @@
+/*
+ * tests/bench/bench.c — llamad-bench: engine speed on one model.
+ *
+ *   llamad-bench --model PATH [--tokenizer PATH] [--threads N]
+ *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
+ *
+ * Measures, in one run: memory read bandwidth (all threads streaming a
+ * 1 GiB buffer), prefill tok/s of an N-token prompt on an empty sequence,
+ * decode tok/s (one token per forward pass, batch 1, positions 0..N-1 of an
+ * empty sequence, as llama-bench's tg test does), and
+ * the decode roofline: bandwidth / weight bytes read per token. Best of
+ * --reps runs. Prints one line of key=value pairs per figure.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "kernels/cpu/threadpool.h"
+#include "model/forward.h"
+#include "session/kvpool.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+struct bw_job {
+	const float *buf;
+	size_t n;
+	float sums[64];
+};
+
+#if defined(__x86_64__)
+__attribute__((target("avx512f")))
+static float sum_avx512(const float *p, size_t n)
+{
+	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	for (size_t i = 0; i < n; i += 64) {
+		a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+		a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+		a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+		a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+	}
+	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+#endif
+
+static float sum_plain(const float *p, size_t n)
+{
+	float acc[16] = { 0 };
+	for (size_t i = 0; i < n; i += 16)
+		for (int k = 0; k < 16; k++)
+			acc[k] += p[i + k];
+	float s = 0;
+	for (int k = 0; k < 16; k++)
+		s += acc[k];
+	return s;
+}
+
+/* Each thread sums its own contiguous share of the buffer. */
+static void bw_worker(void *ctx, int ith, int nth)
+{
+	struct bw_job *j = ctx;
+	size_t per = j->n / (size_t)nth & ~(size_t)63;
+	const float *p = j->buf + per * (size_t)ith;
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx512f")) {
+		j->sums[ith] = sum_avx512(p, per);
+		return;
+	}
+#endif
+	j->sums[ith] = sum_plain(p, per);
+}
+
+/* Read bandwidth in bytes/s: best of reps passes over 1 GiB. */
+static double measure_bw(int threads, int reps)
+{
+	size_t bytes = (size_t)1 << 30;
+	float *buf = aligned_alloc(64, bytes);
+	struct tpool *tp = tpool_new(threads);
+	if (!buf || !tp) {
+		free(buf);
+		tpool_free(tp);
+		return 0;
+	}
+	for (size_t i = 0; i < bytes / 4; i++)
+		buf[i] = (float)(i & 7);
+	struct bw_job j = { buf, bytes / 4, { 0 } };
+	double best = 0;
+	for (int r = 0; r < reps + 1; r++) {
+		double t0 = now_s();
+		tpool_run(tp, bw_worker, &j, threads);
+		double bw = (double)bytes / (now_s() - t0);
+		if (r > 0 && bw > best)  /* first pass warms up */
+			best = bw;
+	}
+	tpool_free(tp);
+	free(buf);
+	return best;
+}
+
+int main(int argc, char **argv)
+{
+	const char *model_path = NULL, *tok_path = NULL;
+	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0;
+	static const struct option opts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "tokenizer", required_argument, NULL, 'k' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "prompt-tokens", required_argument, NULL, 'p' },
+		{ "decode-tokens", required_argument, NULL, 'd' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "no-bandwidth", no_argument, NULL, 'B' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int c;
+	while ((c = getopt_long(argc, argv, "m:t:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': model_path = optarg; break;
+		case 'k': tok_path = optarg; break;
+		case 't': threads = atoi(optarg); break;
+		case 'p': n_prompt = atoi(optarg); break;
+		case 'd': n_decode = atoi(optarg); break;
+		case 'r': reps = atoi(optarg); break;
+		case 'B': skip_bw = 1; break;
+		case 'h':
+			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
+			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n");
+			return 0;
+		default:
+			return 2;
+		}
+	}
+	if (!model_path || n_prompt < 1 || n_decode < 1 || reps < 1) {
+		fprintf(stderr, "llamad-bench: --model is required; counts must be >= 1\n");
+		return 2;
+	}
+	char *cause = NULL;
+	struct model *m = model_load(model_path, tok_path, &cause);
+	if (!m) {
+		fprintf(stderr, "llamad-bench: %s\n", cause);
+		free(cause);
+		return 1;
+	}
+	const struct model_config *cf = &m->cfg;
+	if (n_prompt + n_decode > cf->max_ctx) {
+		n_decode = cf->max_ctx - n_prompt;
+		if (n_decode < 1) {
+			fprintf(stderr, "llamad-bench: the prompt does not fit the context (%d)\n",
+				cf->max_ctx);
+			return 2;
+		}
+	}
+	struct backend *be = backend_cpu_new(threads);
+	int total = n_prompt + n_decode;
+	struct kvpool *pool = kvpool_new((total + 15) / 16, 16, cf->n_layers, model_kv_dim(cf));
+	struct fwd *f = fwd_new(m, be, n_prompt);
+	float *logits = malloc((size_t)cf->vocab * sizeof(float));
+	int32_t *toks = malloc((size_t)total * sizeof(int32_t));
+	struct kvseq seq = { 0 };
+	if (!be || !pool || !f || !logits || !toks || kvseq_prepare(pool, &seq, total, 0)) {
+		fprintf(stderr, "llamad-bench: out of memory\n");
+		return 1;
+	}
+	uint64_t x = 88172645463325252ull;
+	toks[0] = cf->bos;
+	for (int i = 1; i < total; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		toks[i] = 3 + (int32_t)(x % (uint64_t)(cf->vocab - 3));
+	}
+	double best_pf = 1e30, best_dec = 1e30;
+	for (int r = 0; r < reps; r++) {
+		struct fwd_seq s = { toks, n_prompt, 0, seq.blocks, logits, 0 };
+		double t0 = now_s();
+		fwd_run(f, &pool->kv, &s, 1);
+		double t1 = now_s();
+		/* decode from an empty context, like llama-bench's tg test */
+		for (int i = 0; i < n_decode; i++) {
+			struct fwd_seq d = { &toks[i], 1, i, seq.blocks, logits, 0 };
+			fwd_run(f, &pool->kv, &d, 1);
+		}
+		double t2 = now_s();
+		best_pf = t1 - t0 < best_pf ? t1 - t0 : best_pf;
+		best_dec = t2 - t1 < best_dec ? t2 - t1 : best_dec;
+	}
+	double bw = skip_bw ? 0 : measure_bw(be->n_threads, 3);
+	double pf = n_prompt / best_pf, dec = n_decode / best_dec;
+	double roof = bw > 0 ? bw / (double)m->weight_bytes : 0;
+	printf("model=%s dtype=%s params=%.1fM threads=%d prompt=%d prefill_tok_s=%.1f "
+	       "decode=%d decode_tok_s=%.1f weight_MB=%.1f bw_GB_s=%.2f roof_tok_s=%.1f "
+	       "roof_pct=%.1f\n",
+	       model_path, kt_dtype_name(m->wtype),
+	       (double)m->weight_bytes / kt_dtype_size(m->wtype) / 1e6, be->n_threads,
+	       n_prompt, pf, n_decode, dec, m->weight_bytes / 1e6, bw / 1e9, roof,
+	       roof > 0 ? 100.0 * dec / roof : 0.0);
+	kvseq_release(pool, &seq);
+	free(toks);
+	free(logits);
+	fwd_free(f);
+	kvpool_free(pool);
+	backend_free(be);
+	model_free(m);
+	return 0;
+}

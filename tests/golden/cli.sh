@@ -1,0 +1,153 @@
+#!/bin/sh
+# tests/golden/cli.sh — llamad's command line (daemon/main.c): --help covers
+# every long option the source defines, bad values exit 2 with a message, a
+# missing model exits 1 naming it, --stop, --seed, --prompt - (stdin).
+# Env: BUILD (build folder), MODELS.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+LLAMAD=$BUILD/llamad
+SRC=daemon/main.c
+BIN=$MODELS/stories260K.bin
+TOK=$MODELS/tok512.model
+for f in "$LLAMAD" "$SRC" "$BIN" "$TOK"; do
+    [ -e "$f" ] || { echo "missing $f"; exit 1; }
+done
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+# ---- --help mentions every long option of daemon/main.c -------------------
+# The names are taken from the long_opts table: lines like
+#   { "max-tokens", required_argument, NULL, 'n' },
+opts=$(sed -n 's/^[[:space:]]*{[[:space:]]*"\([a-z][a-z0-9-]*\)",[[:space:]]*[a-z]*_argument.*/\1/p' "$SRC")
+nopts=$(printf '%s\n' "$opts" | grep -c .)
+[ "$nopts" -ge 15 ] || bad "found only $nopts long options in $SRC: the extraction is broken"
+"$LLAMAD" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 0 ] || bad "--help exited $rc"
+[ -s "$tmp/err" ] && bad "--help wrote to stderr"
+for o in $opts; do
+    grep -Eq -- "--$o([^a-z0-9-]|\$)" "$tmp/help" || bad "--help does not mention --$o"
+done
+"$LLAMAD" -h >"$tmp/h" 2>&1 && cmp -s "$tmp/h" "$tmp/help" || bad "-h differs from --help"
+"$LLAMAD" --version >"$tmp/v" 2>&1 || bad "--version failed"
+grep -q '^llamad [0-9]' "$tmp/v" || bad "--version printed: $(cat "$tmp/v")"
+echo "ok   --help lists all $nopts long options"
+
+# ---- usage errors: exit 2, a message on stderr, nothing on stdout -----------
+usage_err() {  # expected-substring args...
+    want=$1; shift
+    "$LLAMAD" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    if [ "$rc" -ne 2 ]; then
+        bad "llamad $*: exit $rc, expected 2"
+    elif ! grep -q -e "$want" "$tmp/err"; then
+        bad "llamad $*: stderr lacks '$want': $(cat "$tmp/err")"
+    elif [ -s "$tmp/out" ]; then
+        bad "llamad $*: wrote to stdout"
+    fi
+}
+M="--model $BIN --tokenizer $TOK"
+usage_err "max-tokens"        $M --prompt hi --max-tokens abc
+usage_err "max-tokens"        $M --prompt hi --max-tokens 0
+usage_err "max-tokens"        $M --prompt hi --max-tokens -5
+usage_err "max-tokens"        $M --prompt hi --max-tokens 12x
+usage_err "max-tokens"        $M --prompt hi --max-tokens 99999999999999999999
+usage_err "threads"           $M --prompt hi --threads 0
+usage_err "temperature"       $M --prompt hi --temperature warm
+usage_err "temperature"       $M --prompt hi --temperature nan
+usage_err "temperature"       $M --prompt hi --temperature inf
+usage_err "temperature"       $M --prompt hi --temperature -1
+usage_err "top-k"             $M --prompt hi --top-k -1
+usage_err "top-p"             $M --prompt hi --top-p 1.5
+usage_err "top-p"             $M --prompt hi --top-p 0
+usage_err "min-p"             $M --prompt hi --min-p 1
+usage_err "repeat"            $M --prompt hi --repeat-penalty 0
+usage_err "repeat-last-n"     $M --prompt hi --repeat-last-n -2
+usage_err "presence"          $M --prompt hi --presence-penalty 11
+usage_err "frequency"         $M --prompt hi --frequency-penalty x
+usage_err "template"          $M --prompt hi --template chatml
+usage_err "seed"              $M --prompt hi --seed -1
+usage_err "seed"              $M --prompt hi --seed 0x10
+usage_err "bogus"             $M --prompt hi --bogus
+usage_err "unexpected"        $M --prompt hi stray
+usage_err "model"             --prompt hi
+usage_err "prompt"            $M
+usage_err "system"            $M --prompt hi --system "be brief"
+usage_err "stop"              $M --prompt hi --stop a --stop b --stop c --stop d --stop e \
+    --stop f --stop g --stop h --stop i --stop j --stop k --stop l --stop m --stop n \
+    --stop o --stop p --stop q
+usage_err "control tag"       $M --prompt "[INST] hi" --template llama2
+echo "ok   usage errors exit 2"
+
+# ---- a missing model: exit 1, the file named ---------------------------------
+nomodel=$tmp/no/such/model.bin
+"$LLAMAD" --model "$nomodel" --prompt hi >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || bad "missing model: exit $rc, expected 1"
+grep -qF "$nomodel" "$tmp/err" || bad "missing model: stderr does not name it: $(cat "$tmp/err")"
+# a model whose default tokenizer is the wrong one: exit 1, tokenizer named
+"$LLAMAD" --model "$BIN" --prompt hi >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 1 ] || bad "wrong tokenizer: exit $rc, expected 1"
+grep -q "tokenizer.model" "$tmp/err" || bad "wrong tokenizer not named: $(cat "$tmp/err")"
+echo "ok   missing model exits 1"
+
+run() {  # args... -> stdout in $tmp/out; fails the test on a non-zero exit
+    "$LLAMAD" $M "$@" >"$tmp/out" 2>"$tmp/err" || bad "llamad $*: exit $?: $(cat "$tmp/err")"
+}
+
+# ---- --stop ------------------------------------------------------------------
+# greedy: "Once upon a time, there was a little girl named Lily. ..."
+run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop " named"
+printf ', there was a little girl\n' | cmp -s - "$tmp/out" || bad "--stop: got '$(cat "$tmp/out")'"
+run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop " named" --echo
+printf 'Once upon a time, there was a little girl\n' | cmp -s - "$tmp/out" ||
+    bad "--stop --echo: got '$(cat "$tmp/out")'"
+run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop "girl" --stop "was"
+printf ', there \n' | cmp -s - "$tmp/out" || bad "two --stop: got '$(cat "$tmp/out")'"
+run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop "Lily."
+printf ', there was a little girl named \n' | cmp -s - "$tmp/out" ||
+    bad "--stop 'Lily.': got '$(cat "$tmp/out")'"
+run --prompt "Once upon a time" --temperature 0 --max-tokens 30
+cp "$tmp/out" "$tmp/plain"
+run --prompt "Once upon a time" --temperature 0 --max-tokens 30 --stop "zebra"
+cmp -s "$tmp/plain" "$tmp/out" || bad "a stop string that never occurs changed the output"
+echo "ok   --stop"
+
+# ---- --seed ------------------------------------------------------------------
+S="--prompt Once --temperature 1 --top-k 0 --top-p 1 --min-p 0 --max-tokens 60"
+run $S --seed 42;  cp "$tmp/out" "$tmp/s42a"
+run $S --seed 42;  cp "$tmp/out" "$tmp/s42b"
+run $S --seed 43;  cp "$tmp/out" "$tmp/s43"
+run $S --seed 7;   cp "$tmp/out" "$tmp/s7"
+cmp -s "$tmp/s42a" "$tmp/s42b" || bad "--seed 42 twice gave different output"
+[ "$(wc -c <"$tmp/s42a")" -gt 20 ] || bad "--seed 42: output too short: $(cat "$tmp/s42a")"
+cmp -s "$tmp/s42a" "$tmp/s43" && bad "--seed 42 and --seed 43 gave the same output"
+cmp -s "$tmp/s43" "$tmp/s7" && bad "--seed 43 and --seed 7 gave the same output"
+# greedy ignores the seed
+run --prompt Once --temperature 0 --max-tokens 30 --seed 1; cp "$tmp/out" "$tmp/g1"
+run --prompt Once --temperature 0 --max-tokens 30 --seed 2
+cmp -s "$tmp/g1" "$tmp/out" || bad "greedy output depends on --seed"
+echo "ok   --seed"
+
+# ---- --prompt - reads stdin ----------------------------------------------------
+run --prompt "Once upon a time" --temperature 0 --max-tokens 40 --echo
+cp "$tmp/out" "$tmp/arg"
+printf 'Once upon a time' | "$LLAMAD" $M --prompt - --temperature 0 --max-tokens 40 --echo \
+    >"$tmp/out" 2>"$tmp/err" || bad "--prompt -: exit $?: $(cat "$tmp/err")"
+cmp -s "$tmp/arg" "$tmp/out" || { bad "--prompt - differs from --prompt TEXT"; diff "$tmp/arg" "$tmp/out"; }
+# a stdin prompt longer than the reader's first 4096-byte buffer that is
+# still a short token sequence (tok512 collapses runs of spaces): echoed whole
+awk 'BEGIN { printf "Once"; for (i = 0; i < 5000; i++) printf " "; printf "upon a time" }' >"$tmp/long"
+"$LLAMAD" $M -p - --temperature 0 --max-tokens 5 --echo <"$tmp/long" >"$tmp/out" 2>"$tmp/err" ||
+    bad "5 KB stdin prompt: exit $?: $(cat "$tmp/err")"
+head -c "$(wc -c <"$tmp/long")" "$tmp/out" | cmp -s - "$tmp/long" || bad "5 KB stdin prompt not echoed whole"
+[ "$(wc -c <"$tmp/out")" -gt "$(wc -c <"$tmp/long")" ] || bad "5 KB stdin prompt: nothing generated"
+# more tokens than the 512-token context: exit 2 naming the context
+awk 'BEGIN { for (i = 0; i < 600; i++) printf "Once upon a time. " }' >"$tmp/long"
+"$LLAMAD" $M -p - --temperature 0 --max-tokens 5 <"$tmp/long" >"$tmp/out" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 2 ] || bad "over-long stdin prompt: exit $rc, expected 2"
+grep -q "context" "$tmp/err" || bad "over-long prompt refused without naming the context: $(cat "$tmp/err")"
+echo "ok   --prompt -"
+
+[ "$fail" -eq 0 ] && echo "cli: all ok"
+exit $fail
