@@ -67,7 +67,7 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 	struct backend *be = backend_cpu_new(o->threads);
 	struct kvpool *pool = kvpool_new((total + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK,
 					 c->n_layers, model_kv_dim(c));
-	struct fwd *f = fwd_new(m, be ? be : NULL, PREFILL_CHUNK);
+	struct fwd *f = be ? fwd_new(m, be, PREFILL_CHUNK) : NULL;
 	float *logits = malloc((size_t)c->vocab * sizeof(float));
 	struct kvseq seq = { 0 };
 	struct sampler smp;

@@ -107,6 +107,10 @@ struct backend_ops {
 	/* y[t] = row tok[t] of the embedding table, converted to fp32. */
 	void (*embed)(struct backend *be, float *y, const struct kt_weight *table,
 		      const int32_t *tok, int n_tok);
+	/* Prepare for sequences of up to max_pos positions and batches of up
+	 * to max_tokens rows, so that no op allocates while running. Returns 0
+	 * or -ENOMEM. */
+	int (*reserve)(struct backend *be, int max_pos, int max_tokens);
 	void (*free)(struct backend *be);
 };
 

@@ -21,6 +21,12 @@
 /* classifier rows computed per matmul call */
 #define LOGIT_ROWS 16
 
+/* Where a row's logits go: sequence output and row within it. */
+struct out_row {
+	float *dst;
+	int row;   /* index in the batch */
+};
+
 struct fwd {
 	const struct model *m;
 	struct backend *be;
@@ -30,6 +36,7 @@ struct fwd {
 	int lrows;
 	int32_t *tok;
 	int *pos;
+	struct out_row *outs;
 	struct kt_attn_row *rows;
 };
 
@@ -58,7 +65,8 @@ struct fwd *fwd_new(const struct model *m, struct backend *be, int max_tokens)
 	f->tok = malloc(T * sizeof(int32_t));
 	f->pos = malloc(T * sizeof(int));
 	f->rows = malloc(T * sizeof(*f->rows));
-	if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
+	f->outs = malloc(T * sizeof(*f->outs));
+	if (!f->outs || be->ops->reserve(be, c->max_ctx, (int)T) != 0 || !f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
 	    !f->lx || !f->lout || !f->tok || !f->pos || !f->rows) {
 		fwd_free(f);
 		return NULL;
@@ -83,14 +91,9 @@ void fwd_free(struct fwd *f)
 	free(f->tok);
 	free(f->pos);
 	free(f->rows);
+	free(f->outs);
 	free(f);
 }
-
-/* Where a row's logits go: sequence output and row within it. */
-struct out_row {
-	float *dst;
-	int row;   /* index in the batch */
-};
 
 /* Run T rows already staged in f->tok/pos/rows; write logits for out rows. */
 static void run_rows(struct fwd *f, const struct kt_kv *kv, int T,
@@ -149,9 +152,7 @@ int fwd_run(struct fwd *f, const struct kt_kv *kv, const struct fwd_seq *seqs, i
 			if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab)
 				return -EINVAL;
 	}
-	struct out_row *outs = malloc((size_t)f->max_tokens * sizeof(*outs));
-	if (!outs)
-		return -ENOMEM;
+	struct out_row *outs = f->outs;
 	int T = 0, n_out = 0;
 	for (int s = 0; s < n_seqs; s++) {
 		const struct fwd_seq *q = &seqs[s];
@@ -174,6 +175,5 @@ int fwd_run(struct fwd *f, const struct kt_kv *kv, const struct fwd_seq *seqs, i
 	}
 	if (T > 0)
 		run_rows(f, kv, T, outs, n_out);
-	free(outs);
 	return 0;
 }

@@ -249,9 +249,10 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 		maxlen = l > maxlen ? l : maxlen;
 		work += l;
 	}
-	/* round up to limit reallocations as a session grows */
-	if (ensure_scratch(cb, (maxlen + 1023) & ~(size_t)1023) != 0)
-		abort();  /* a few KiB per thread; the forward pass preallocates */
+	/* fwd_new() reserved room for the model's context; a caller that goes
+	 * past it without reserving is a bug, not a run-time condition */
+	if (ensure_scratch(cb, maxlen) != 0)
+		abort();
 	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
 			      cb->scratch };
 	work *= (size_t)n_heads * hd;
@@ -314,6 +315,12 @@ static void cpu_embed(struct backend *be, float *y, const struct kt_weight *tabl
 	}
 }
 
+static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
+{
+	(void)max_tokens;
+	return ensure_scratch((struct cpu_backend *)be, (size_t)(max_pos > 0 ? max_pos : 1));
+}
+
 static void cpu_free(struct backend *be)
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
@@ -336,6 +343,7 @@ static const struct backend_ops cpu_ops = {
 	.silu_mul = cpu_silu_mul,
 	.add = cpu_add,
 	.embed = cpu_embed,
+	.reserve = cpu_reserve,
 	.free = cpu_free,
 };
 

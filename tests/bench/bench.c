@@ -43,14 +43,15 @@ struct bw_job {
 __attribute__((target("avx512f")))
 static float sum_avx512(const float *p, size_t n)
 {
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	for (size_t i = 0; i < n; i += 64) {
-		a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
-		a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
-		a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
-		a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
-	}
-	return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+	__m512 a[8];
+	for (int k = 0; k < 8; k++)
+		a[k] = _mm512_setzero_ps();
+	for (size_t i = 0; i < n; i += 128)
+		for (int k = 0; k < 8; k++)
+			a[k] = _mm512_add_ps(a[k], _mm512_load_ps(p + i + 16 * k));
+	for (int k = 1; k < 8; k++)
+		a[0] = _mm512_add_ps(a[0], a[k]);
+	return _mm512_reduce_add_ps(a[0]);
 }
 #endif
 
@@ -70,7 +71,7 @@ static float sum_plain(const float *p, size_t n)
 static void bw_worker(void *ctx, int ith, int nth)
 {
 	struct bw_job *j = ctx;
-	size_t per = j->n / (size_t)nth & ~(size_t)63;
+	size_t per = j->n / (size_t)nth & ~(size_t)127;
 	const float *p = j->buf + per * (size_t)ith;
 #if defined(__x86_64__)
 	if (__builtin_cpu_supports("avx512f")) {

@@ -352,7 +352,7 @@ static void test_matmul_backend_2threads(void **state)
 	mm_path_all(3);
 }
 
-/* 1 vs 2 threads bit-identical; a row range split anywhere gives the same
+/* 1 vs 2 threads and portable vs AVX-512 bit-identical; a row range split anywhere gives the same
  * bits as the whole range (what the pool workers rely on). */
 static void test_matmul_threads_and_splits(void **state)
 {
@@ -371,6 +371,14 @@ static void test_matmul_threads_and_splits(void **state)
 				mm_run(2, a, c.x, &c.w, MAX_TOK);
 				mm_run(3, b, c.x, &c.w, MAX_TOK);
 				assert_memory_equal(a, b, ny * sizeof(float));
+				if (avx) {
+					/* the portable path uses the same fused
+					 * multiply-adds and reduction tree as the
+					 * AVX-512 one: identical bits */
+					mm_run(0, a, c.x, &c.w, MAX_TOK);
+					mm_run(1, b, c.x, &c.w, MAX_TOK);
+					assert_memory_equal(a, b, ny * sizeof(float));
+				}
 				for (int p = 0; p <= avx; p++) {
 					mm_run(p, a, c.x, &c.w, MAX_TOK);
 					int cut = R / 3 + (R > 1);
