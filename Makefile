@@ -40,12 +40,15 @@ ifneq ($(NVCC),)
 endif
 
 # pkg-config is evaluated lazily: `make deps` may be what installs it.
-PKG_LIBS = jansson sentencepiece
+PKG_LIBS = jansson sentencepiece libprotobuf-c libevent libsystemd libedit
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKG_LIBS) 2>/dev/null)
-PKG_LDLIBS = $(shell pkg-config --libs $(PKG_LIBS) 2>/dev/null)
+CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson sentencepiece 2>/dev/null)
+PROTO_LDLIBS = $(shell pkg-config --libs libprotobuf-c 2>/dev/null)
+DAEMON_LDLIBS = $(shell pkg-config --libs libevent libsystemd 2>/dev/null)
+CLIENT_LDLIBS = $(shell pkg-config --libs libedit 2>/dev/null)
 
 WARN     := -Wall -Wextra -Werror
-CPPFLAGS += -I. -I$(BUILD) -D_GNU_SOURCE
+CPPFLAGS += -I. -I$(BUILD) -I$(BUILD)/proto -D_GNU_SOURCE
 CFLAGS   ?=
 CFLAGS   += -std=c11 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
 CXXFLAGS += -std=c++17 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
@@ -56,14 +59,23 @@ CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c model/*.c session/*.c)
 CORE_CXX := $(wildcard model/*.cc)
 CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libllamad-core.a
-CORE_LDLIBS = $(PKG_LDLIBS) -lstdc++ -lm
+CORE_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
+
+# proto/: the wire contract, compiled by protoc-c into $(BUILD)/proto
+PROTO_GEN := $(BUILD)/proto/llamad.pb-c.c $(BUILD)/proto/llamad.pb-c.h
+PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o
+PROTO_LIB := $(BUILD)/libllamad-proto.a
 
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
+CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench
 
 BINS := $(BUILD)/llamad $(TOOL_BINS)
+ifneq ($(CLIENT_OBJ),)
+  BINS += $(BUILD)/llamactl
+endif
 
 .PHONY: all deps test test-unit test-golden test-man test-asan bench demo install clean
 all: $(BINS) $(TEST_BINS)
@@ -71,7 +83,18 @@ all: $(BINS) $(TEST_BINS)
 deps:
 	@sh tests/tools/deps.sh $(DEB_PKGS)
 
-$(BUILD)/%.o: %.c
+$(PROTO_GEN): proto/llamad.proto
+	@mkdir -p $(BUILD)/proto
+	protoc-c --proto_path=proto --c_out=$(BUILD)/proto proto/llamad.proto
+
+$(BUILD)/proto/llamad.pb-c.o: $(BUILD)/proto/llamad.pb-c.c
+	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
+
+$(PROTO_LIB): $(PROTO_OBJ)
+	@rm -f $@
+	$(AR) rcs $@ $^
+
+$(BUILD)/%.o: %.c | $(PROTO_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -83,8 +106,11 @@ $(CORE_LIB): $(CORE_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/llamad: $(DAEMON_OBJ) $(CORE_LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+$(BUILD)/llamad: $(DAEMON_OBJ) $(CORE_LIB) $(PROTO_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LDLIBS) $(PROTO_LDLIBS) $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamactl: $(CLIENT_OBJ) $(PROTO_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS) $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
@@ -92,9 +118,9 @@ $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(CORE_LIB)
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB)
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(CORE_LDLIBS) -lcmocka $(LDLIBS)
 
 # ---- tests -----------------------------------------------------------------
 

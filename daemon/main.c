@@ -1,11 +1,11 @@
 /*
- * daemon/main.c — llamad's command line.
+ * daemon/main.c — llamad's command line: serve (the default) or run one
+ * generation (--prompt) and exit.
  *
- * This version runs one-shot generations (--prompt). Serving sessions over a
- * Unix socket is the next step of the project and is not implemented yet.
+ * Every setting of llamad.conf(5) is also a flag: `--kv-memory 1G` sets
+ * kv_memory. The file given with --config is read first; flags override it.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,111 +14,53 @@
 #include <sys/random.h>
 #include <time.h>
 
-#include "daemon/oneshot.h"
+#include <systemd/sd-daemon.h>
 
-#define LLAMAD_VERSION "0.1.0"
+#include "daemon/config.h"
+#include "daemon/engine.h"
+#include "daemon/log.h"
+#include "daemon/oneshot.h"
+#include "daemon/server.h"
+#include "daemon/version.h"
+#include "session/session.h"
 
 static void usage(FILE *f)
 {
 	fputs(
-"usage: llamad --model PATH [--tokenizer PATH] --prompt TEXT [options]\n"
+"usage: llamad [--config FILE] --model PATH [options]              serve sessions\n"
+"       llamad --model PATH --prompt TEXT [options]                one generation\n"
 "\n"
-"One-shot generation: load the model, print the completion of the prompt to\n"
-"stdout, exit. (Serving sessions over a socket is not implemented yet.)\n"
+"Serves Llama-family models to local programs over a Unix socket (see\n"
+"llamactl(1), llamad-protocol(7)). With --prompt, prints one completion to\n"
+"stdout and exits instead.\n"
 "\n"
-"Model:\n"
-"  -m, --model PATH        llama2.c .bin checkpoint, or a Hugging Face folder\n"
-"                          (config.json + *.safetensors, f32/f16/bf16)\n"
-"      --tokenizer PATH    SentencePiece tokenizer.model (default: the\n"
-"                          tokenizer.model in the model's folder)\n"
-"  -t, --threads N         CPU worker threads (default: all online cores)\n"
+"General:\n"
+"  -c, --config FILE        read settings from FILE first (llamad.conf(5))\n"
+"      --print-config       print the effective settings and exit\n"
+"  -h, --help               this text\n"
+"      --version            print the version\n"
 "\n"
-"Generation:\n"
-"  -p, --prompt TEXT       prompt text; \"-\" reads it from stdin\n"
-"      --template NAME     raw (default: BOS + text) or llama2 (chat format)\n"
-"      --system TEXT       system prompt (llama2 template only)\n"
-"  -n, --max-tokens N      generate at most N tokens (default 256)\n"
-"      --echo              print the prompt before the completion\n"
-"      --stop TEXT         stop before TEXT (repeatable, up to 16)\n"
-"  -v, --verbose           print the model and timings to stderr\n"
+"Settings (also config keys; [restart]: not changed by SIGHUP):\n", f);
+	config_help(f);
+	fputs(
+"  (-m is --model, -t is --threads, -n is --max-tokens)\n"
 "\n"
-"Sampling (temperature 0 = greedy):\n"
-"      --temperature T     default 0.8\n"
-"      --top-k K           default 40 (0: off)\n"
-"      --top-p P           default 0.95 (1: off)\n"
-"      --min-p P           default 0.05 (0: off)\n"
-"      --repeat-penalty R  default 1.0 (off)\n"
-"      --repeat-last-n N   penalty window, default 64 (-1: all)\n"
-"      --presence-penalty X, --frequency-penalty X   default 0\n"
-"      --seed S            default: random (printed with --verbose)\n"
+"One-shot generation:\n"
+"  -p, --prompt TEXT        generate a completion of TEXT (\"-\": read stdin)\n"
+"      --system TEXT        system prompt (with --template llama2)\n"
+"      --echo               print the prompt before the completion\n"
+"      --stop TEXT          stop before TEXT (repeatable, up to 16)\n"
+"      --seed S             sampler seed (default: random)\n"
+"  -v, --verbose            print the model, seed and timings to stderr\n"
+"  One-shot uses --template raw unless told otherwise.\n"
 "\n"
-"  -h, --help              this text\n"
-"      --version           print the version\n"
-"\n"
-"Exit status: 0 ok, 1 runtime error (e.g. model cannot be loaded), 2 usage.\n",
-	f);
+"Exit status: 0 ok, 1 run-time error (model, socket, ...), 2 usage.\n", f);
 }
-
-enum {
-	OPT_TOKENIZER = 256, OPT_TEMPLATE, OPT_SYSTEM, OPT_ECHO, OPT_STOP, OPT_TEMP,
-	OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN, OPT_PRESENCE, OPT_FREQ,
-	OPT_SEED, OPT_VERSION,
-};
-
-static const struct option long_opts[] = {
-	{ "model", required_argument, NULL, 'm' },
-	{ "tokenizer", required_argument, NULL, OPT_TOKENIZER },
-	{ "threads", required_argument, NULL, 't' },
-	{ "prompt", required_argument, NULL, 'p' },
-	{ "template", required_argument, NULL, OPT_TEMPLATE },
-	{ "system", required_argument, NULL, OPT_SYSTEM },
-	{ "max-tokens", required_argument, NULL, 'n' },
-	{ "echo", no_argument, NULL, OPT_ECHO },
-	{ "stop", required_argument, NULL, OPT_STOP },
-	{ "verbose", no_argument, NULL, 'v' },
-	{ "temperature", required_argument, NULL, OPT_TEMP },
-	{ "top-k", required_argument, NULL, OPT_TOPK },
-	{ "top-p", required_argument, NULL, OPT_TOPP },
-	{ "min-p", required_argument, NULL, OPT_MINP },
-	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT },
-	{ "repeat-last-n", required_argument, NULL, OPT_LASTN },
-	{ "presence-penalty", required_argument, NULL, OPT_PRESENCE },
-	{ "frequency-penalty", required_argument, NULL, OPT_FREQ },
-	{ "seed", required_argument, NULL, OPT_SEED },
-	{ "help", no_argument, NULL, 'h' },
-	{ "version", no_argument, NULL, OPT_VERSION },
-	{ NULL, 0, NULL, 0 },
-};
 
 static int bad_value(const char *opt, const char *val, const char *why)
 {
 	fprintf(stderr, "llamad: --%s %s: %s\n", opt, val, why);
 	return 2;
-}
-
-static int parse_int(const char *opt, const char *s, long lo, long hi, long *out)
-{
-	char *end;
-	errno = 0;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi) {
-		char why[96];
-		snprintf(why, sizeof(why), "expected an integer in [%ld, %ld]", lo, hi);
-		return bad_value(opt, s, why);
-	}
-	*out = v;
-	return 0;
-}
-
-static int parse_float(const char *opt, const char *s, float *out)
-{
-	char *end;
-	errno = 0;
-	float v = strtof(s, &end);
-	if (errno || end == s || *end || !isfinite(v))
-		return bad_value(opt, s, "expected a number");
-	*out = v;
-	return 0;
 }
 
 static char *read_stdin(void)
@@ -146,131 +88,237 @@ static char *read_stdin(void)
 
 int main(int argc, char **argv)
 {
-	const char *model_path = NULL, *tok_path = NULL;
+	struct config cfg;
+	config_defaults(&cfg);
 	static const char *stops[16];
 	struct oneshot_opts o = { 0 };
-	o.max_tokens = 256;
-	o.tmpl = CHAT_TEMPLATE_RAW;
 	o.stops = stops;
-	sampler_params_default(&o.sp);
-	int seed_set = 0, c, rc;
-	long v;
-	while ((c = getopt_long(argc, argv, "m:t:p:n:vh", long_opts, NULL)) != -1) {
-		const char *name = NULL;
-		for (const struct option *lo = long_opts; lo->name; lo++)
-			if (lo->val == c)
-				name = lo->name;
-		switch (c) {
-		case 'm': model_path = optarg; break;
-		case OPT_TOKENIZER: tok_path = optarg; break;
-		case 't':
-			if ((rc = parse_int(name, optarg, 1, 1024, &v)))
-				return rc;
-			o.threads = (int)v;
-			break;
-		case 'p': o.prompt = optarg; break;
-		case OPT_TEMPLATE:
-			if (!strcmp(optarg, "raw"))
-				o.tmpl = CHAT_TEMPLATE_RAW;
-			else if (!strcmp(optarg, "llama2"))
-				o.tmpl = CHAT_TEMPLATE_LLAMA2;
-			else
-				return bad_value(name, optarg, "expected raw or llama2");
-			break;
-		case OPT_SYSTEM: o.system = optarg; break;
-		case 'n':
-			if ((rc = parse_int(name, optarg, 1, INT_MAX / 2, &v)))
-				return rc;
-			o.max_tokens = (int)v;
-			break;
-		case OPT_ECHO: o.echo = 1; break;
-		case OPT_STOP:
-			if (o.n_stops == 16)
-				return bad_value(name, optarg, "at most 16 stop strings");
-			stops[o.n_stops++] = optarg;
-			break;
-		case 'v': o.verbose = 1; break;
-		case OPT_TEMP: if ((rc = parse_float(name, optarg, &o.sp.temperature))) return rc; break;
-		case OPT_TOPK:
-			if ((rc = parse_int(name, optarg, 0, INT_MAX, &v)))
-				return rc;
-			o.sp.top_k = (int)v;
-			break;
-		case OPT_TOPP: if ((rc = parse_float(name, optarg, &o.sp.top_p))) return rc; break;
-		case OPT_MINP: if ((rc = parse_float(name, optarg, &o.sp.min_p))) return rc; break;
-		case OPT_REPEAT: if ((rc = parse_float(name, optarg, &o.sp.repeat_penalty))) return rc; break;
-		case OPT_LASTN:
-			if ((rc = parse_int(name, optarg, -1, INT_MAX, &v)))
-				return rc;
-			o.sp.penalty_last_n = (int)v;
-			break;
-		case OPT_PRESENCE: if ((rc = parse_float(name, optarg, &o.sp.presence_penalty))) return rc; break;
-		case OPT_FREQ: if ((rc = parse_float(name, optarg, &o.sp.frequency_penalty))) return rc; break;
-		case OPT_SEED: {
-			char *end;
-			errno = 0;
-			unsigned long long s = strtoull(optarg, &end, 10);
-			if (errno || end == optarg || *end || optarg[0] == '-')
-				return bad_value(name, optarg, "expected an unsigned integer");
-			o.sp.seed = s;
-			seed_set = 1;
-			break;
+	const char *config_path = NULL;
+	int seed_set = 0, tmpl_set = 0, print_config = 0;
+	uint64_t seed = 0;
+	char *cause = NULL;
+	int rc;
+
+	/* the config file first, wherever --config appears */
+	for (int i = 1; i < argc; i++) {
+		if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc)
+			config_path = argv[++i];
+		else if (!strncmp(argv[i], "--config=", 9))
+			config_path = argv[i] + 9;
+	}
+	if (config_path && config_load(&cfg, config_path, 0, &cause) != 0) {
+		fprintf(stderr, "llamad: %s\n", cause ? cause : config_path);
+		free(cause);
+		config_done(&cfg);
+		return 2;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		char name[64];
+		const char *val = NULL;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			usage(stdout);
+			config_done(&cfg);
+			return 0;
 		}
-		case 'h': usage(stdout); return 0;
-		case OPT_VERSION: printf("llamad %s\n", LLAMAD_VERSION); return 0;
-		default:
-			fprintf(stderr, "Try 'llamad --help'.\n");
+		if (!strcmp(a, "--version")) {
+			printf("llamad %s\n", LLAMAD_VERSION);
+			config_done(&cfg);
+			return 0;
+		}
+		if (a[0] != '-' || !a[1]) {
+			fprintf(stderr, "llamad: unexpected argument '%s'\nTry 'llamad --help'.\n", a);
+			config_done(&cfg);
 			return 2;
 		}
+		if (a[1] != '-') {  /* short options */
+			static const char *const shorts[][2] = {
+				{ "-m", "model" }, { "-t", "threads" }, { "-p", "prompt" },
+				{ "-n", "max-tokens" }, { "-v", "verbose" }, { "-c", "config" },
+			};
+			const char *longname = NULL;
+			for (size_t k = 0; k < sizeof(shorts) / sizeof(shorts[0]); k++)
+				if (!strcmp(a, shorts[k][0]))
+					longname = shorts[k][1];
+			if (!longname) {
+				fprintf(stderr, "llamad: unknown option '%s'\nTry 'llamad --help'.\n", a);
+				config_done(&cfg);
+				return 2;
+			}
+			snprintf(name, sizeof(name), "%s", longname);
+		} else {
+			const char *eq = strchr(a + 2, '=');
+			size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+			if (n >= sizeof(name))
+				n = sizeof(name) - 1;
+			memcpy(name, a + 2, n);
+			name[n] = 0;
+			if (eq)
+				val = eq + 1;
+		}
+		int noarg = !strcmp(name, "echo") || !strcmp(name, "verbose") ||
+			    !strcmp(name, "print-config");
+		if (!noarg && !val) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "llamad: --%s needs a value\n", name);
+				config_done(&cfg);
+				return 2;
+			}
+			val = argv[++i];
+		}
+		rc = 0;
+		if (!strcmp(name, "echo"))
+			o.echo = 1;
+		else if (!strcmp(name, "verbose"))
+			o.verbose = 1;
+		else if (!strcmp(name, "print-config"))
+			print_config = 1;
+		else if (!strcmp(name, "config"))
+			;  /* read above */
+		else if (!strcmp(name, "prompt"))
+			o.prompt = val;
+		else if (!strcmp(name, "system"))
+			o.system = val;
+		else if (!strcmp(name, "stop")) {
+			if (o.n_stops == 16)
+				rc = bad_value(name, val, "at most 16 stop strings");
+			else
+				stops[o.n_stops++] = val;
+		} else if (!strcmp(name, "seed")) {
+			char *end;
+			errno = 0;
+			unsigned long long sd = strtoull(val, &end, 10);
+			if (errno || end == val || *end || val[0] == '-')
+				rc = bad_value(name, val, "expected an unsigned integer");
+			seed = sd;
+			seed_set = 1;
+		} else {
+			const char *why = NULL;
+			int r = config_set(&cfg, name, val, 0, &why);
+			if (r == -ENOENT) {
+				fprintf(stderr, "llamad: unknown option '--%s'\nTry 'llamad --help'.\n",
+					name);
+				rc = 2;
+			} else if (r < 0) {
+				rc = bad_value(name, val, why);
+			}
+			if (!strcmp(name, "template"))
+				tmpl_set = 1;
+		}
+		if (rc) {
+			config_done(&cfg);
+			return rc;
+		}
 	}
-	if (optind < argc) {
-		fprintf(stderr, "llamad: unexpected argument '%s'\nTry 'llamad --help'.\n", argv[optind]);
+	if (print_config) {
+		config_dump(&cfg, stdout);
+		config_done(&cfg);
+		return 0;
+	}
+	if (!cfg.model) {
+		fprintf(stderr, "llamad: no model: give --model PATH or model = PATH in the "
+			"config file\nTry 'llamad --help'.\n");
+		config_done(&cfg);
 		return 2;
 	}
-	if (!model_path) {
-		fprintf(stderr, "llamad: --model PATH is required\nTry 'llamad --help'.\n");
-		return 2;
-	}
-	if (!o.prompt) {
-		fprintf(stderr, "llamad: --prompt is required: this version only runs one-shot "
-			"generations (serving is not implemented yet)\n");
-		return 2;
-	}
-	if (o.system && o.tmpl != CHAT_TEMPLATE_LLAMA2) {
-		fprintf(stderr, "llamad: --system needs --template llama2\n");
-		return 2;
-	}
-	const char *why = sampler_params_check(&o.sp);
-	if (why) {
-		fprintf(stderr, "llamad: bad sampling options: %s\n", why);
-		return 2;
-	}
-	if (!seed_set && getrandom(&o.sp.seed, sizeof(o.sp.seed), 0) != sizeof(o.sp.seed))
-		o.sp.seed = (uint64_t)time(NULL);
-	char *stdin_prompt = NULL;
-	if (!strcmp(o.prompt, "-")) {
-		if (!(stdin_prompt = read_stdin())) {
-			fprintf(stderr, "llamad: cannot read the prompt from stdin\n");
+	log_set_level(cfg.log_level);
+	if (getenv("JOURNAL_STREAM"))
+		log_set_journal(1);
+
+	if (o.prompt) {
+		o.threads = cfg.threads;
+		o.max_tokens = cfg.max_tokens;
+		o.tmpl = tmpl_set && cfg.tmpl == SESS_TMPL_LLAMA2 ? CHAT_TEMPLATE_LLAMA2
+								   : CHAT_TEMPLATE_RAW;
+		o.sp.temperature = cfg.temperature;
+		o.sp.top_k = cfg.top_k;
+		o.sp.top_p = cfg.top_p;
+		o.sp.min_p = cfg.min_p;
+		o.sp.repeat_penalty = cfg.repeat_penalty;
+		o.sp.penalty_last_n = cfg.repeat_last_n;
+		o.sp.presence_penalty = cfg.presence_penalty;
+		o.sp.frequency_penalty = cfg.frequency_penalty;
+		if (o.system && o.tmpl != CHAT_TEMPLATE_LLAMA2) {
+			fprintf(stderr, "llamad: --system needs --template llama2\n");
+			config_done(&cfg);
+			return 2;
+		}
+		if (seed_set)
+			o.sp.seed = seed;
+		else if (getrandom(&o.sp.seed, sizeof(o.sp.seed), 0) != sizeof(o.sp.seed))
+			o.sp.seed = (uint64_t)time(NULL);
+		char *stdin_prompt = NULL;
+		if (!strcmp(o.prompt, "-")) {
+			if (!(stdin_prompt = read_stdin())) {
+				fprintf(stderr, "llamad: cannot read the prompt from stdin\n");
+				config_done(&cfg);
+				return 1;
+			}
+			o.prompt = stdin_prompt;
+		}
+		struct model *m = model_load(cfg.model, cfg.tokenizer, &cause);
+		if (!m) {
+			fprintf(stderr, "llamad: %s\n", cause ? cause : "cannot load the model");
+			free(cause);
+			free(stdin_prompt);
+			config_done(&cfg);
 			return 1;
 		}
-		o.prompt = stdin_prompt;
-	}
-	char *cause = NULL;
-	struct model *m = model_load(model_path, tok_path, &cause);
-	if (!m) {
-		fprintf(stderr, "llamad: %s\n", cause ? cause : "cannot load the model");
-		free(cause);
+		if (o.verbose) {
+			char desc[512];
+			model_describe(m, desc, sizeof(desc));
+			fprintf(stderr, "llamad: %s\nllamad: seed %llu\n", desc,
+				(unsigned long long)o.sp.seed);
+		}
+		rc = oneshot_run(m, &o, stdout);
+		model_free(m);
 		free(stdin_prompt);
+		config_done(&cfg);
+		return rc;
+	}
+	if (o.echo || o.system || o.n_stops || seed_set) {
+		fprintf(stderr, "llamad: --echo, --system, --stop and --seed need --prompt "
+			"(clients set them per request when serving)\n");
+		config_done(&cfg);
+		return 2;
+	}
+
+	/* serve */
+	sd_notifyf(0, "STATUS=loading %s", cfg.model);
+	log_msg(LL_INFO, "loading %s", cfg.model);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	struct model *m = model_load(cfg.model, cfg.tokenizer, &cause);
+	if (!m) {
+		log_msg(LL_ERROR, "%s", cause ? cause : "cannot load the model");
+		sd_notifyf(0, "STATUS=cannot load the model: %s", cause ? cause : "");
+		free(cause);
+		config_done(&cfg);
 		return 1;
 	}
-	if (o.verbose) {
-		char desc[512];
-		model_describe(m, desc, sizeof(desc));
-		fprintf(stderr, "llamad: %s\nllamad: seed %llu\n", desc,
-			(unsigned long long)o.sp.seed);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	char desc[512];
+	model_describe(m, desc, sizeof(desc));
+	log_msg(LL_INFO, "loaded %s in %.0f ms", desc,
+		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+	struct engine *e = engine_new(m, &cfg, &cause);
+	if (!e) {
+		log_msg(LL_ERROR, "%s", cause ? cause : "cannot start the engine");
+		free(cause);
+		model_free(m);
+		config_done(&cfg);
+		return 1;
 	}
-	rc = oneshot_run(m, &o, stdout);
+	rc = server_run(&cfg, config_path, e, &cause);
+	if (rc) {
+		log_msg(LL_ERROR, "%s", cause ? cause : strerror(-rc));
+		sd_notifyf(0, "STATUS=%s", cause ? cause : strerror(-rc));
+		free(cause);
+	} else {
+		log_msg(LL_INFO, "stopped");
+	}
+	engine_free(e);
 	model_free(m);
-	free(stdin_prompt);
-	return rc;
+	config_done(&cfg);
+	return rc ? 1 : 0;
 }

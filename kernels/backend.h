@@ -117,6 +117,7 @@ struct backend_ops {
 struct backend {
 	const struct backend_ops *ops;
 	int n_threads;
+	char desc[64];   /* for logs and status: "cpu, 2 threads, avx512" */
 };
 
 /* Create the CPU backend with n_threads workers (<= 0: all online cores).

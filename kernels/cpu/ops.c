@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -373,6 +374,8 @@ struct backend *backend_cpu_new(int n_threads)
 	cb->be.ops = &cpu_ops;
 	cb->be.n_threads = n_threads;
 	cb->have_avx512 = detect_avx512();
+	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s", n_threads,
+		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "");
 	cb->pool = tpool_new(n_threads);
 	cb->scratch = cb->pool ? calloc((size_t)n_threads, sizeof(float *)) : NULL;
 	if (!cb->pool || !cb->scratch || ensure_scratch(cb, 4096) != 0) {

@@ -1,0 +1,343 @@
+/*
+ * daemon/config.c — see config.h. Every setting is one row of `keys`.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/config.h"
+#include "session/session.h"
+
+enum ktype { K_STR, K_INT, K_BYTES, K_MODE, K_FLOAT, K_TEMPLATE, K_POLICY, K_LOGLEVEL };
+
+struct key {
+	const char *name;
+	enum ktype type;
+	size_t off;
+	double min, max;
+	int reload;          /* may change on SIGHUP */
+	const char *help;
+};
+
+#define O(f) offsetof(struct config, f)
+static const struct key keys[] = {
+	{ "model", K_STR, O(model), 0, 0, 0, "model file or Hugging Face folder" },
+	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, "SentencePiece tokenizer.model (default: beside the model)" },
+	{ "threads", K_INT, O(threads), 0, 1024, 0, "CPU worker threads (0: all cores)" },
+	{ "socket", K_STR, O(socket), 0, 0, 0, "listening socket path" },
+	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0, "socket permissions, octal (0660)" },
+	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, "group owning the socket" },
+	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 0, "bytes of KV cache (suffix K, M, G)" },
+	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1, "most sessions held at once" },
+	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 1, "tokens per session (0: the model's context)" },
+	{ "max_frame", K_INT, O(max_frame), 1024, 1 << 30, 1, "largest request frame in bytes" },
+	{ "max_text", K_INT, O(max_text), 1, 1 << 30, 1, "largest text field in bytes" },
+	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 1, "tokens per forward step, all sessions together" },
+	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 24, 1, "default reply length in tokens" },
+	{ "template", K_TEMPLATE, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw" },
+	{ "context_policy", K_POLICY, O(context_policy), 0, 0, 1, "when a session is full: error or shift" },
+	{ "temperature", K_FLOAT, O(temperature), 0, 100, 1, "default sampling temperature (0: greedy)" },
+	{ "top_k", K_INT, O(top_k), 0, INT_MAX, 1, "default top-k (0: off)" },
+	{ "top_p", K_FLOAT, O(top_p), 1e-6, 1, 1, "default top-p (1: off)" },
+	{ "min_p", K_FLOAT, O(min_p), 0, 0.999, 1, "default min-p (0: off)" },
+	{ "repeat_penalty", K_FLOAT, O(repeat_penalty), 1e-3, 10, 1, "default repetition penalty (1: off)" },
+	{ "repeat_last_n", K_INT, O(repeat_last_n), -1, INT_MAX, 1, "penalty window (-1: whole history)" },
+	{ "presence_penalty", K_FLOAT, O(presence_penalty), -10, 10, 1, "default presence penalty" },
+	{ "frequency_penalty", K_FLOAT, O(frequency_penalty), -10, 10, 1, "default frequency penalty" },
+	{ "max_connections", K_INT, O(max_connections), 1, 1e6, 1, "most client connections at once" },
+	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 1, "close connections idle this many seconds (0: never)" },
+	{ "log_level", K_LOGLEVEL, O(log_level), 0, 0, 1, "error, warning, info or debug" },
+};
+#undef O
+
+static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw" };
+static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
+static const char *const level_names[] = { "error", "warning", "info", "debug" };
+
+void config_defaults(struct config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->socket_mode = 0660;
+	c->kv_memory = 256ull << 20;
+	c->max_sessions = 1024;
+	c->max_frame = 16u << 20;
+	c->max_text = 1u << 20;
+	c->step_tokens = 512;
+	c->max_tokens = 512;
+	c->tmpl = SESS_TMPL_LLAMA2;
+	c->context_policy = SESS_CTX_ERROR;
+	c->temperature = 0.8f;
+	c->top_k = 40;
+	c->top_p = 0.95f;
+	c->min_p = 0.05f;
+	c->repeat_penalty = 1.0f;
+	c->repeat_last_n = 64;
+	c->max_connections = 1024;
+	c->log_level = 2;
+}
+
+void config_done(struct config *c)
+{
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (keys[i].type == K_STR) {
+			char **p = (char **)((char *)c + keys[i].off);
+			free(*p);
+			*p = NULL;
+		}
+}
+
+static const struct key *find_key(const char *name)
+{
+	char norm[64];
+	size_t n = strlen(name);
+	if (n >= sizeof(norm))
+		return NULL;
+	for (size_t i = 0; i <= n; i++)
+		norm[i] = name[i] == '-' ? '_' : name[i];
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (!strcmp(keys[i].name, norm))
+			return &keys[i];
+	return NULL;
+}
+
+int config_is_key(const char *key)
+{
+	return find_key(key) != NULL;
+}
+
+static int parse_enum(const char *v, const char *const *names, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (names[i] && !strcmp(names[i], v))
+			return i;
+	return -1;
+}
+
+static int parse_bytes(const char *v, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	double d = strtod(v, &end);
+	if (errno || end == v || !(d >= 0))
+		return -1;
+	double mul = 1;
+	switch (*end) {
+	case 'k': case 'K': mul = 1024.0; end++; break;
+	case 'm': case 'M': mul = 1024.0 * 1024; end++; break;
+	case 'g': case 'G': mul = 1024.0 * 1024 * 1024; end++; break;
+	case 't': case 'T': mul = 1024.0 * 1024 * 1024 * 1024; end++; break;
+	}
+	if (*end == 'i' && end[-1] != *v)
+		end++;  /* KiB, MiB, ... */
+	if (*end == 'B')
+		end++;
+	if (*end)
+		return -1;
+	*out = (uint64_t)(d * mul);
+	return 0;
+}
+
+int config_set(struct config *c, const char *key, const char *v, int reload_only,
+	       const char **why)
+{
+	const struct key *k = find_key(key);
+	if (!k)
+		return -ENOENT;
+	if (reload_only && !k->reload)
+		return 1;
+	void *p = (char *)c + k->off;
+	char *end;
+	switch (k->type) {
+	case K_STR: {
+		if (!*v) {
+			*why = "empty value";
+			return -EINVAL;
+		}
+		char *d = strdup(v);
+		if (!d) {
+			*why = "out of memory";
+			return -ENOMEM;
+		}
+		free(*(char **)p);
+		*(char **)p = d;
+		return 0;
+	}
+	case K_INT: {
+		errno = 0;
+		long long x = strtoll(v, &end, 10);
+		if (errno || end == v || *end || x < k->min || x > k->max) {
+			*why = "expected an integer in range (see llamad.conf(5))";
+			return -EINVAL;
+		}
+		if (k->off == offsetof(struct config, max_frame) ||
+		    k->off == offsetof(struct config, max_text))
+			*(uint32_t *)p = (uint32_t)x;
+		else
+			*(int *)p = (int)x;
+		return 0;
+	}
+	case K_BYTES: {
+		uint64_t x;
+		if (parse_bytes(v, &x) || x < k->min || x > k->max) {
+			*why = "expected a size such as 512M or 4G (at least 1M)";
+			return -EINVAL;
+		}
+		*(uint64_t *)p = x;
+		return 0;
+	}
+	case K_MODE: {
+		errno = 0;
+		unsigned long x = strtoul(v, &end, 8);
+		if (errno || end == v || *end || x > 0777) {
+			*why = "expected an octal mode such as 0660";
+			return -EINVAL;
+		}
+		*(unsigned *)p = (unsigned)x;
+		return 0;
+	}
+	case K_FLOAT: {
+		errno = 0;
+		double x = strtod(v, &end);
+		if (errno || end == v || *end || !isfinite(x) || x < k->min || x > k->max) {
+			*why = "expected a number in range (see llamad.conf(5))";
+			return -EINVAL;
+		}
+		*(float *)p = (float)x;
+		return 0;
+	}
+	case K_TEMPLATE: {
+		int x = parse_enum(v, tmpl_names, 3);
+		if (x < 0) {
+			*why = "expected llama2 or raw";
+			return -EINVAL;
+		}
+		*(int *)p = x;
+		return 0;
+	}
+	case K_POLICY: {
+		int x = parse_enum(v, policy_names, 3);
+		if (x < 0) {
+			*why = "expected error or shift";
+			return -EINVAL;
+		}
+		*(int *)p = x;
+		return 0;
+	}
+	case K_LOGLEVEL: {
+		int x = parse_enum(v, level_names, 4);
+		if (x < 0) {
+			*why = "expected error, warning, info or debug";
+			return -EINVAL;
+		}
+		*(int *)p = x;
+		return 0;
+	}
+	}
+	return -EINVAL;
+}
+
+static char *trim(char *s)
+{
+	while (*s == ' ' || *s == '\t')
+		s++;
+	size_t n = strlen(s);
+	while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\n' || s[n - 1] == '\r'))
+		s[--n] = 0;
+	return s;
+}
+
+int config_load(struct config *c, const char *path, int reload_only, char **cause)
+{
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		int e = errno;
+		if (asprintf(cause, "%s: %s", path, strerror(e)) < 0)
+			*cause = NULL;
+		return -e;
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	int lineno = 0, rc = 0;
+	while (getline(&line, &cap, f) > 0) {
+		lineno++;
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = 0;
+		char *s = trim(line);
+		if (!*s)
+			continue;
+		char *eq = strchr(s, '=');
+		if (!eq) {
+			if (asprintf(cause, "%s:%d: expected key = value", path, lineno) < 0)
+				*cause = NULL;
+			rc = -EINVAL;
+			break;
+		}
+		*eq = 0;
+		char *k = trim(s), *v = trim(eq + 1);
+		size_t vl = strlen(v);
+		if (vl >= 2 && v[0] == '"' && v[vl - 1] == '"') {
+			v[vl - 1] = 0;
+			v++;
+		}
+		const char *why = NULL;
+		int r = config_set(c, k, v, reload_only, &why);
+		if (r == -ENOENT) {
+			if (asprintf(cause, "%s:%d: unknown key '%s'", path, lineno, k) < 0)
+				*cause = NULL;
+			rc = -EINVAL;
+			break;
+		}
+		if (r < 0) {
+			if (asprintf(cause, "%s:%d: %s = %s: %s", path, lineno, k, v, why) < 0)
+				*cause = NULL;
+			rc = -EINVAL;
+			break;
+		}
+	}
+	free(line);
+	fclose(f);
+	return rc;
+}
+
+void config_dump(const struct config *c, FILE *f)
+{
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const struct key *k = &keys[i];
+		const void *p = (const char *)c + k->off;
+		fprintf(f, "%s = ", k->name);
+		switch (k->type) {
+		case K_STR: fprintf(f, "%s", *(char *const *)p ? *(char *const *)p : ""); break;
+		case K_INT:
+			if (k->off == offsetof(struct config, max_frame) ||
+			    k->off == offsetof(struct config, max_text))
+				fprintf(f, "%u", *(const uint32_t *)p);
+			else
+				fprintf(f, "%d", *(const int *)p);
+			break;
+		case K_BYTES: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
+		case K_MODE: fprintf(f, "0%o", *(const unsigned *)p); break;
+		case K_FLOAT: fprintf(f, "%g", (double)*(const float *)p); break;
+		case K_TEMPLATE: fprintf(f, "%s", tmpl_names[*(const int *)p]); break;
+		case K_POLICY: fprintf(f, "%s", policy_names[*(const int *)p]); break;
+		case K_LOGLEVEL: fprintf(f, "%s", level_names[*(const int *)p]); break;
+		}
+		fputc('\n', f);
+	}
+}
+
+void config_help(FILE *f)
+{
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		char flag[64];
+		snprintf(flag, sizeof(flag), "--%s", keys[i].name);
+		for (char *p = flag; *p; p++)
+			if (*p == '_')
+				*p = '-';
+		fprintf(f, "  %-24s %s%s\n", flag, keys[i].help, keys[i].reload ? "" : " [restart]");
+	}
+}

@@ -1,0 +1,54 @@
+/*
+ * daemon/config.h — llamad's settings: one table of keys (name, type,
+ * bounds, default, reloadable), read from a file (`key = value` lines,
+ * `#` comments) and overridden by command-line flags `--key VALUE` (dashes
+ * or underscores). Documented in llamad.conf(5).
+ */
+#ifndef LLAMAD_DAEMON_CONFIG_H
+#define LLAMAD_DAEMON_CONFIG_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+struct config {
+	char *model;
+	char *tokenizer;
+	int threads;             /* 0: all cores */
+	char *socket;            /* NULL: $LLAMAD_SOCKET or the default */
+	unsigned socket_mode;
+	char *socket_group;
+	uint64_t kv_memory;      /* bytes of the KV block pool */
+	int max_sessions;
+	int max_session_tokens;  /* 0: the model's context */
+	uint32_t max_frame;
+	uint32_t max_text;
+	int step_tokens;         /* tokens per forward step (all sessions) */
+	int max_tokens;          /* default reply length */
+	int tmpl;                /* enum sess_template */
+	int context_policy;      /* enum sess_policy */
+	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+	int top_k, repeat_last_n;
+	int max_connections;
+	int idle_timeout;        /* seconds; 0: none */
+	int log_level;           /* 0 error, 1 warning, 2 info, 3 debug */
+};
+
+/* Fill with defaults. */
+void config_defaults(struct config *c);
+/* Free owned strings. */
+void config_done(struct config *c);
+/* Set key (dashes or underscores) from text. Returns 0; -ENOENT for an
+ * unknown key; -EINVAL with *why (static text) for a bad value. With
+ * reload_only set, keys that cannot change at run time are skipped (1). */
+int config_set(struct config *c, const char *key, const char *value, int reload_only,
+	       const char **why);
+/* Read a file. Returns 0, or -errno with *cause (malloc'd) "FILE:LINE: ...". */
+int config_load(struct config *c, const char *path, int reload_only, char **cause);
+/* 1 if key names a setting. */
+int config_is_key(const char *key);
+/* Print every key with its current value, as a config file. */
+void config_dump(const struct config *c, FILE *f);
+/* Print the keys with one line of help each (for --help). */
+void config_help(FILE *f);
+
+#endif

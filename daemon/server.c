@@ -1,0 +1,732 @@
+/*
+ * daemon/server.c — the event thread: the Unix socket, connections, framing,
+ * request validation, and delivery of the engine's replies. Never blocks on
+ * compute or disk. The only file that uses libevent and libsystemd.
+ *
+ * Frames are read from each connection's input buffer as they complete. A
+ * frame whose length exceeds max_frame gets a TOO_LARGE error and the
+ * connection is closed (the stream can no longer be trusted); a frame that
+ * does not decode, or a request that fails validation, gets an error reply
+ * and the connection stays open. Valid requests go to the engine.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <systemd/sd-daemon.h>
+
+#include "daemon/log.h"
+#include "daemon/server.h"
+#include "daemon/version.h"
+#include "model/tokenizer.h"
+#include "proto/frame.h"
+#include "session/session.h"
+
+#define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */
+#define MAX_STOPS 16
+#define MAX_STOP_LEN 256
+#define MAX_GEN_TOKENS (1u << 20)
+
+struct conn {
+	uint64_t id;
+	struct bufferevent *bev;
+	uid_t uid;
+	pid_t pid;
+	int closing;             /* close once the output is flushed */
+	struct server *srv;
+};
+
+struct server {
+	struct event_base *base;
+	struct evconnlistener *listener;
+	struct event *ev_notify, *ev_term, *ev_int, *ev_hup, *ev_watchdog, *ev_exit;
+	int notify_fd;
+	struct engine *eng;
+	struct config *cfg;
+	const char *config_path;
+	char *socket_path;       /* ours to unlink at exit (NULL if activated) */
+	/* connections by id: open addressing, linear probing */
+	struct conn **slots;
+	size_t n_slots, n_conns;
+	uint64_t next_id, accepted;
+	int stopping;
+	uint64_t watchdog_usec;
+};
+
+/* ---- connection map ------------------------------------------------------ */
+
+static size_t slot_of(const struct server *s, uint64_t id)
+{
+	return (size_t)(id * 0x9e3779b97f4a7c15ull >> 17) & (s->n_slots - 1);
+}
+
+static int map_put(struct server *s, struct conn *c)
+{
+	if ((s->n_conns + 1) * 2 > s->n_slots) {
+		size_t n = s->n_slots ? s->n_slots * 2 : 64;
+		struct conn **ns = calloc(n, sizeof(*ns));
+		if (!ns)
+			return -ENOMEM;
+		struct conn **old = s->slots;
+		size_t on = s->n_slots;
+		s->slots = ns;
+		s->n_slots = n;
+		for (size_t i = 0; i < on; i++)
+			if (old[i]) {
+				size_t k = slot_of(s, old[i]->id);
+				while (s->slots[k])
+					k = (k + 1) & (n - 1);
+				s->slots[k] = old[i];
+			}
+		free(old);
+	}
+	size_t k = slot_of(s, c->id);
+	while (s->slots[k])
+		k = (k + 1) & (s->n_slots - 1);
+	s->slots[k] = c;
+	s->n_conns++;
+	return 0;
+}
+
+static struct conn *map_get(const struct server *s, uint64_t id)
+{
+	if (!s->n_slots)
+		return NULL;
+	for (size_t k = slot_of(s, id);; k = (k + 1) & (s->n_slots - 1)) {
+		if (!s->slots[k])
+			return NULL;
+		if (s->slots[k]->id == id)
+			return s->slots[k];
+	}
+}
+
+static void map_del(struct server *s, uint64_t id)
+{
+	size_t mask = s->n_slots - 1, k = slot_of(s, id);
+	while (s->slots[k] && s->slots[k]->id != id)
+		k = (k + 1) & mask;
+	if (!s->slots[k])
+		return;
+	s->slots[k] = NULL;
+	s->n_conns--;
+	/* re-insert the rest of the cluster */
+	for (size_t j = (k + 1) & mask; s->slots[j]; j = (j + 1) & mask) {
+		struct conn *c = s->slots[j];
+		s->slots[j] = NULL;
+		size_t h = slot_of(s, c->id);
+		while (s->slots[h])
+			h = (h + 1) & mask;
+		s->slots[h] = c;
+	}
+}
+
+static void publish_counts(struct server *s)
+{
+	engine_set_connections(s->eng, (int)s->n_conns, s->accepted);
+}
+
+/* ---- connections -------------------------------------------------------- */
+
+static void conn_close(struct conn *c)
+{
+	struct server *s = c->srv;
+	map_del(s, c->id);
+	engine_disconnect(s->eng, c->id);
+	bufferevent_free(c->bev);
+	log_msg(LL_DEBUG, "connection %llu closed", (unsigned long long)c->id);
+	free(c);
+	publish_counts(s);
+}
+
+static void conn_send(struct conn *c, const Llamad__Response *r)
+{
+	uint8_t *buf;
+	size_t len;
+	if (frame_pack(&r->base, &buf, &len) != 0)
+		return;
+	bufferevent_write(c->bev, buf, len);
+	free(buf);
+}
+
+static void conn_error(struct conn *c, uint64_t id, int code, const char *msg)
+{
+	Llamad__Error err = LLAMAD__ERROR__INIT;
+	err.has_code = 1;
+	err.code = code;
+	err.message = (char *)msg;
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.has_id = 1;
+	r.id = id;
+	r.body_case = LLAMAD__RESPONSE__BODY_ERROR;
+	r.error = &err;
+	conn_send(c, &r);
+}
+
+/* Close c once what is queued for it has been written. */
+static void conn_close_after_flush(struct conn *c)
+{
+	c->closing = 1;
+	bufferevent_disable(c->bev, EV_READ);
+	if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+		conn_close(c);
+}
+
+static int text_ok(const char *t, uint32_t max, const char **why)
+{
+	if (!t)
+		return 1;
+	size_t n = strlen(t);
+	if (n > max) {
+		*why = "text is longer than max_text";
+		return 0;
+	}
+	if (!utf8_valid(t, n)) {
+		*why = "text is not valid UTF-8";
+		return 0;
+	}
+	return 1;
+}
+
+static int id_ok(const char *id)
+{
+	return id && sess_id_valid(id);
+}
+
+/* Check a request before it reaches the engine. Returns 0, or an ErrorCode
+ * with *why set. */
+static int validate(const struct server *s, const Llamad__Request *q, const char **why)
+{
+	uint32_t mt = s->cfg->max_text;
+	int bad = LLAMAD__ERROR_CODE__BAD_REQUEST, big = LLAMAD__ERROR_CODE__TOO_LARGE;
+	const char *bad_id = "session ids are 1-128 characters of A-Z a-z 0-9 . _ : -";
+	switch (q->op_case) {
+	case LLAMAD__REQUEST__OP_HELLO:
+		if (!text_ok(q->hello->client, 256, why))
+			return bad;
+		return 0;
+	case LLAMAD__REQUEST__OP_OPEN: {
+		const Llamad__OpenSession *o = q->open;
+		if (!id_ok(o->session))
+			return (*why = bad_id, bad);
+		if (!text_ok(o->system, mt, why))
+			return strlen(o->system) > mt ? big : bad;
+		if (o->has_template_ && (o->template_ < 0 || o->template_ > 2))
+			return (*why = "unknown template", bad);
+		if (o->has_context_policy && (o->context_policy < 0 || o->context_policy > 2))
+			return (*why = "unknown context policy", bad);
+		return 0;
+	}
+	case LLAMAD__REQUEST__OP_APPEND: {
+		const Llamad__Append *a = q->append;
+		if (!id_ok(a->session))
+			return (*why = bad_id, bad);
+		if (!a->text)
+			return (*why = "append needs text", bad);
+		if (!text_ok(a->text, mt, why))
+			return strlen(a->text) > mt ? big : bad;
+		if (a->has_role && (a->role < 0 || a->role > 3))
+			return (*why = "unknown role", bad);
+		return 0;
+	}
+	case LLAMAD__REQUEST__OP_GENERATE: {
+		const Llamad__Generate *g = q->generate;
+		if (!id_ok(g->session))
+			return (*why = bad_id, bad);
+		if (!text_ok(g->prompt, mt, why))
+			return strlen(g->prompt) > mt ? big : bad;
+		if (g->has_role && (g->role < 0 || g->role > 3))
+			return (*why = "unknown role", bad);
+		if (g->has_max_tokens && g->max_tokens > MAX_GEN_TOKENS)
+			return (*why = "max_tokens is larger than 1048576", big);
+		if (g->n_stop > MAX_STOPS)
+			return (*why = "at most 16 stop strings", big);
+		for (size_t i = 0; i < g->n_stop; i++)
+			if (!text_ok(g->stop[i], MAX_STOP_LEN, why))
+				return strlen(g->stop[i]) > MAX_STOP_LEN ? big : bad;
+		return 0;
+	}
+	case LLAMAD__REQUEST__OP_FORK:
+		if (!id_ok(q->fork->session) || !id_ok(q->fork->target))
+			return (*why = bad_id, bad);
+		return 0;
+	case LLAMAD__REQUEST__OP_DROP:
+		return id_ok(q->drop->session) ? 0 : (*why = bad_id, bad);
+	case LLAMAD__REQUEST__OP_INFO:
+		return id_ok(q->info->session) ? 0 : (*why = bad_id, bad);
+	case LLAMAD__REQUEST__OP_REWIND:
+		return id_ok(q->rewind->session) ? 0 : (*why = bad_id, bad);
+	case LLAMAD__REQUEST__OP_TOKENIZE:
+		if (!text_ok(q->tokenize->text, mt, why))
+			return strlen(q->tokenize->text) > mt ? big : bad;
+		return 0;
+	case LLAMAD__REQUEST__OP_DETOKENIZE:
+		if (q->detokenize->n_tokens > mt)
+			return (*why = "too many tokens", big);
+		return 0;
+	case LLAMAD__REQUEST__OP_CANCEL:
+	case LLAMAD__REQUEST__OP_LIST:
+	case LLAMAD__REQUEST__OP_STATUS:
+		return 0;
+	default:
+		*why = "unknown operation";
+		return LLAMAD__ERROR_CODE__UNKNOWN_OP;
+	}
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct server *s = c->srv;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	for (;;) {
+		if (c->closing)
+			return;
+		size_t avail = evbuffer_get_length(in);
+		if (avail < FRAME_HDR)
+			return;
+		uint8_t hdr[FRAME_HDR];
+		evbuffer_copyout(in, hdr, FRAME_HDR);
+		uint32_t len = frame_get_len(hdr);
+		if (len > s->cfg->max_frame) {
+			char msg[96];
+			snprintf(msg, sizeof(msg), "frame of %u bytes exceeds the limit of %u", len,
+				 s->cfg->max_frame);
+			log_msg(LL_INFO, "connection %llu (uid %u): %s; closing",
+				(unsigned long long)c->id, (unsigned)c->uid, msg);
+			conn_error(c, 0, LLAMAD__ERROR_CODE__TOO_LARGE, msg);
+			conn_close_after_flush(c);
+			return;
+		}
+		if (avail < FRAME_HDR + (size_t)len)
+			return;
+		evbuffer_drain(in, FRAME_HDR);
+		uint8_t *body = evbuffer_pullup(in, len);
+		Llamad__Request *q = llamad__request__unpack(NULL, len, body);
+		evbuffer_drain(in, len);
+		if (!q) {
+			conn_error(c, 0, LLAMAD__ERROR_CODE__BAD_REQUEST,
+				   "malformed message (not a Request)");
+			continue;
+		}
+		const char *why = NULL;
+		int code = validate(s, q, &why);
+		if (code) {
+			conn_error(c, q->id, code, why);
+			llamad__request__free_unpacked(q, NULL);
+			continue;
+		}
+		if (s->stopping) {
+			conn_error(c, q->id, LLAMAD__ERROR_CODE__SHUTTING_DOWN, "the daemon is stopping");
+			llamad__request__free_unpacked(q, NULL);
+			continue;
+		}
+		engine_submit(s->eng, c->id, c->uid, q);
+	}
+}
+
+static void on_write(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	if (c->closing && evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+		conn_close(c);
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+	(void)bev;
+	struct conn *c = arg;
+	if (what & BEV_EVENT_TIMEOUT)
+		log_msg(LL_DEBUG, "connection %llu idle; closing", (unsigned long long)c->id);
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
+		conn_close(c);
+}
+
+static void set_timeouts(struct server *s, struct conn *c)
+{
+	if (s->cfg->idle_timeout > 0) {
+		struct timeval tv = { s->cfg->idle_timeout, 0 };
+		bufferevent_set_timeouts(c->bev, &tv, NULL);
+	} else {
+		bufferevent_set_timeouts(c->bev, NULL, NULL);
+	}
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+		      int socklen, void *arg)
+{
+	(void)l;
+	(void)sa;
+	(void)socklen;
+	struct server *s = arg;
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) != 0) {
+		log_msg(LL_WARN, "cannot read peer credentials: %s", strerror(errno));
+		close(fd);
+		return;
+	}
+	if (s->stopping || s->n_conns >= (size_t)s->cfg->max_connections) {
+		log_msg(LL_WARN, "refusing a connection from uid %u: %s", (unsigned)cred.uid,
+			s->stopping ? "stopping" : "max_connections reached");
+		close(fd);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	evutil_make_socket_closeonexec(fd);
+	struct bufferevent *bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!c || !bev) {
+		free(c);
+		if (bev)
+			bufferevent_free(bev);
+		else
+			close(fd);
+		return;
+	}
+	c->id = ++s->next_id;
+	c->bev = bev;
+	c->uid = cred.uid;
+	c->pid = cred.pid;
+	c->srv = s;
+	if (map_put(s, c) != 0) {
+		bufferevent_free(bev);
+		free(c);
+		return;
+	}
+	s->accepted++;
+	publish_counts(s);
+	bufferevent_setcb(bev, on_read, on_write, on_event, c);
+	set_timeouts(s, c);
+	bufferevent_enable(bev, EV_READ | EV_WRITE);
+	log_msg(LL_DEBUG, "connection %llu from uid %u pid %d", (unsigned long long)c->id,
+		(unsigned)cred.uid, (int)cred.pid);
+}
+
+/* ---- engine output ------------------------------------------------------- */
+
+static void maybe_exit(struct server *s);
+
+static void on_notify(evutil_socket_t fd, short what, void *arg)
+{
+	(void)what;
+	struct server *s = arg;
+	uint64_t v;
+	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+		log_msg(LL_ERROR, "eventfd read: %s", strerror(errno));
+	struct engine_out *o = engine_take_out(s->eng);
+	while (o) {
+		struct engine_out *n = o->next;
+		struct conn *c = map_get(s, o->conn);
+		if (c && !c->closing) {
+			struct evbuffer *out = bufferevent_get_output(c->bev);
+			if (evbuffer_get_length(out) + o->len > OUT_LIMIT) {
+				log_msg(LL_WARN, "connection %llu does not read its replies; closing",
+					(unsigned long long)c->id);
+				conn_close(c);
+			} else {
+				bufferevent_write(c->bev, o->data, o->len);
+			}
+		}
+		free(o);
+		o = n;
+	}
+	if (s->stopping)
+		maybe_exit(s);
+}
+
+/* ---- signals, systemd ----------------------------------------------------- */
+
+static void on_exit_timer(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct server *s = arg;
+	event_base_loopexit(s->base, NULL);
+}
+
+static void maybe_exit(struct server *s)
+{
+	if (!engine_finished(s->eng))
+		return;
+	/* deliver what is queued, then go: close every connection after its
+	 * output drains, and stop the loop at the latest 2 s from now */
+	for (size_t i = 0; i < s->n_slots; i++) {
+		struct conn *c = s->slots[i];
+		if (c && !c->closing) {
+			conn_close_after_flush(c);
+			i = (size_t)-1;  /* the map may have changed: rescan */
+		}
+	}
+	if (!s->ev_exit) {
+		s->ev_exit = evtimer_new(s->base, on_exit_timer, s);
+		struct timeval tv = { 2, 0 };
+		if (s->ev_exit)
+			evtimer_add(s->ev_exit, &tv);
+	}
+	if (s->n_conns == 0)
+		event_base_loopexit(s->base, NULL);
+}
+
+static void on_term(evutil_socket_t sig, short what, void *arg)
+{
+	(void)what;
+	struct server *s = arg;
+	if (s->stopping)
+		return;
+	log_msg(LL_INFO, "%s: stopping", sig == SIGINT ? "SIGINT" : "SIGTERM");
+	sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+	s->stopping = 1;
+	if (s->listener)
+		evconnlistener_disable(s->listener);
+	engine_shutdown(s->eng);
+}
+
+static void on_hup(evutil_socket_t sig, short what, void *arg)
+{
+	(void)sig;
+	(void)what;
+	struct server *s = arg;
+	if (!s->config_path) {
+		log_msg(LL_INFO, "SIGHUP: no configuration file to reload");
+		return;
+	}
+	struct config n = *s->cfg;
+	char *cause = NULL;
+	/* reload_only: restart-only keys keep their values; strings are not
+	 * reloadable, so the copy shares them safely */
+	if (config_load(&n, s->config_path, 1, &cause) != 0) {
+		log_msg(LL_ERROR, "SIGHUP: %s; keeping the current settings",
+			cause ? cause : "cannot reload");
+		free(cause);
+		return;
+	}
+	*s->cfg = n;
+	log_set_level(n.log_level);
+	engine_reload(s->eng, &n);
+	for (size_t i = 0; i < s->n_slots; i++)
+		if (s->slots[i])
+			set_timeouts(s, s->slots[i]);
+	log_msg(LL_INFO, "SIGHUP: reloaded %s", s->config_path);
+}
+
+static void on_watchdog(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	(void)arg;
+	sd_notify(0, "WATCHDOG=1");
+}
+
+/* ---- the socket ------------------------------------------------------------ */
+
+static char *default_socket(void)
+{
+	const char *env = getenv("LLAMAD_SOCKET");
+	if (env && *env)
+		return strdup(env);
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	char *p = NULL;
+	if (geteuid() != 0 && xdg && *xdg) {
+		if (asprintf(&p, "%s/llamad/llamad.sock", xdg) < 0)
+			p = NULL;
+		return p;
+	}
+	return strdup("/run/llamad/llamad.sock");
+}
+
+/* Bind and listen on path; fd or -errno with *cause. */
+static int bind_socket(struct server *s, const char *path, char **cause)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof(sa.sun_path)) {
+		if (asprintf(cause, "socket path %s is too long", path) < 0)
+			*cause = NULL;
+		return -ENAMETOOLONG;
+	}
+	strcpy(sa.sun_path, path);
+	/* create the parent folder if missing (one level) */
+	char *dir = strdup(path);
+	char *slash = dir ? strrchr(dir, '/') : NULL;
+	if (slash && slash != dir) {
+		*slash = 0;
+		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+			log_msg(LL_WARN, "cannot create %s: %s", dir, strerror(errno));
+	}
+	free(dir);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* a live daemon answers on the path; a stale file does not */
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+		close(fd);
+		if (asprintf(cause, "another llamad is listening on %s", path) < 0)
+			*cause = NULL;
+		return -EADDRINUSE;
+	}
+	close(fd);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -errno;
+	unlink(path);
+	mode_t old = umask(0177);
+	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	umask(old);
+	if (rc != 0 || chmod(path, s->cfg->socket_mode) != 0 || listen(fd, 128) != 0) {
+		int e = errno;
+		if (asprintf(cause, "cannot listen on %s: %s", path, strerror(e)) < 0)
+			*cause = NULL;
+		close(fd);
+		return -e;
+	}
+	if (s->cfg->socket_group) {
+		struct group *g = getgrnam(s->cfg->socket_group);
+		if (!g || chown(path, (uid_t)-1, g->gr_gid) != 0) {
+			int e = g ? errno : ENOENT;
+			if (asprintf(cause, "cannot give %s to group %s: %s", path,
+				     s->cfg->socket_group, g ? strerror(e) : "no such group") < 0)
+				*cause = NULL;
+			close(fd);
+			unlink(path);
+			return -e;
+		}
+	}
+	return fd;
+}
+
+static int open_listener(struct server *s, char **cause)
+{
+	int fd = -1;
+	int n = sd_listen_fds(1);
+	if (n > 1) {
+		if (asprintf(cause, "socket activation passed %d sockets; llamad takes one", n) < 0)
+			*cause = NULL;
+		return -EINVAL;
+	}
+	if (n == 1) {
+		fd = SD_LISTEN_FDS_START;
+		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
+			if (asprintf(cause, "the activated socket is not a listening Unix stream "
+				     "socket") < 0)
+				*cause = NULL;
+			return -EINVAL;
+		}
+		evutil_make_socket_nonblocking(fd);
+		log_msg(LL_INFO, "listening on the socket passed by systemd");
+	} else {
+		char *path = s->cfg->socket ? strdup(s->cfg->socket) : default_socket();
+		if (!path)
+			return -ENOMEM;
+		fd = bind_socket(s, path, cause);
+		if (fd < 0) {
+			free(path);
+			return fd;
+		}
+		s->socket_path = path;
+		log_msg(LL_INFO, "listening on %s (mode %04o)", path, s->cfg->socket_mode);
+	}
+	s->listener = evconnlistener_new(s->base, on_accept, s,
+					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+	if (!s->listener) {
+		if (asprintf(cause, "cannot watch the listening socket") < 0)
+			*cause = NULL;
+		close(fd);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+int server_run(struct config *cfg, const char *config_path, struct engine *eng, char **cause)
+{
+	struct server s = { 0 };
+	s.cfg = cfg;
+	s.config_path = config_path;
+	s.eng = eng;
+	s.notify_fd = -1;
+	int rc = -ENOMEM;
+	signal(SIGPIPE, SIG_IGN);
+	s.base = event_base_new();
+	if (!s.base)
+		goto out;
+	s.notify_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s.notify_fd < 0) {
+		rc = -errno;
+		goto out;
+	}
+	if ((rc = open_listener(&s, cause)) != 0)
+		goto out;
+	s.ev_notify = event_new(s.base, s.notify_fd, EV_READ | EV_PERSIST, on_notify, &s);
+	s.ev_term = evsignal_new(s.base, SIGTERM, on_term, &s);
+	s.ev_int = evsignal_new(s.base, SIGINT, on_term, &s);
+	s.ev_hup = evsignal_new(s.base, SIGHUP, on_hup, &s);
+	if (!s.ev_notify || !s.ev_term || !s.ev_int || !s.ev_hup ||
+	    event_add(s.ev_notify, NULL) || event_add(s.ev_term, NULL) ||
+	    event_add(s.ev_int, NULL) || event_add(s.ev_hup, NULL)) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	if (sd_watchdog_enabled(0, &s.watchdog_usec) > 0 && s.watchdog_usec > 0) {
+		s.ev_watchdog = event_new(s.base, -1, EV_PERSIST, on_watchdog, &s);
+		struct timeval tv = { (time_t)(s.watchdog_usec / 2000000),
+				      (suseconds_t)(s.watchdog_usec / 2 % 1000000) };
+		if (s.ev_watchdog)
+			event_add(s.ev_watchdog, &tv);
+		log_msg(LL_INFO, "watchdog every %.1f s", s.watchdog_usec / 2e6);
+	}
+	if ((rc = engine_start(eng, s.notify_fd)) != 0) {
+		if (asprintf(cause, "cannot start the engine thread: %s", strerror(-rc)) < 0)
+			*cause = NULL;
+		goto out;
+	}
+	sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", engine_backend_name(eng),
+		   s.socket_path ? s.socket_path : "the activated socket");
+	log_msg(LL_INFO, "ready (llamad %s, %s)", LLAMAD_VERSION, engine_backend_name(eng));
+	event_base_dispatch(s.base);
+	if (!s.stopping)
+		engine_shutdown(eng);
+	rc = 0;
+out:
+	for (size_t i = 0; i < s.n_slots; i++)
+		if (s.slots[i]) {
+			bufferevent_free(s.slots[i]->bev);
+			free(s.slots[i]);
+		}
+	free(s.slots);
+	if (s.listener)
+		evconnlistener_free(s.listener);
+	if (s.socket_path) {
+		unlink(s.socket_path);
+		free(s.socket_path);
+	}
+	if (s.ev_notify)
+		event_free(s.ev_notify);
+	if (s.ev_term)
+		event_free(s.ev_term);
+	if (s.ev_int)
+		event_free(s.ev_int);
+	if (s.ev_hup)
+		event_free(s.ev_hup);
+	if (s.ev_watchdog)
+		event_free(s.ev_watchdog);
+	if (s.ev_exit)
+		event_free(s.ev_exit);
+	if (s.base)
+		event_base_free(s.base);
+	/* the engine thread writes to the eventfd until it stops */
+	engine_shutdown(eng);
+	engine_join(eng);
+	if (s.notify_fd >= 0)
+		close(s.notify_fd);
+	return rc;
+}

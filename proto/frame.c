@@ -1,0 +1,131 @@
+/*
+ * proto/frame.c — see frame.h.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "proto/frame.h"
+
+int frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
+{
+	size_t n = protobuf_c_message_get_packed_size(msg);
+	if (n > UINT32_MAX)
+		return -EMSGSIZE;
+	uint8_t *buf = malloc(FRAME_HDR + n);
+	if (!buf)
+		return -ENOMEM;
+	frame_put_len(buf, (uint32_t)n);
+	protobuf_c_message_pack(msg, buf + FRAME_HDR);
+	*out = buf;
+	*len = FRAME_HDR + n;
+	return 0;
+}
+
+int frame_write_all(int fd, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	while (len > 0) {
+		ssize_t k = write(fd, p, len);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		p += k;
+		len -= (size_t)k;
+	}
+	return 0;
+}
+
+int frame_send(int fd, const ProtobufCMessage *msg)
+{
+	uint8_t *buf;
+	size_t len;
+	int rc = frame_pack(msg, &buf, &len);
+	if (rc)
+		return rc;
+	rc = frame_write_all(fd, buf, len);
+	free(buf);
+	return rc;
+}
+
+/* Read exactly len bytes. 0, 1 on end of stream before any byte, -EPROTO
+ * on end of stream after some, or -errno. */
+static int read_exact(int fd, uint8_t *p, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t k = read(fd, p + got, len - got);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (k == 0)
+			return got == 0 ? 1 : -EPROTO;
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+int frame_recv(int fd, uint32_t max, uint8_t **body, uint32_t *len)
+{
+	uint8_t hdr[FRAME_HDR];
+	int rc = read_exact(fd, hdr, FRAME_HDR);
+	if (rc == 1)
+		return -ECONNRESET;
+	if (rc)
+		return rc;
+	uint32_t n = frame_get_len(hdr);
+	if (n > max)
+		return -EMSGSIZE;
+	uint8_t *b = malloc(n ? n : 1);
+	if (!b)
+		return -ENOMEM;
+	rc = read_exact(fd, b, n);
+	if (rc) {
+		free(b);
+		return rc == 1 ? -EPROTO : rc;
+	}
+	*body = b;
+	*len = n;
+	return 0;
+}
+
+Llamad__Response *frame_recv_response(int fd, uint32_t max, int *err)
+{
+	uint8_t *body;
+	uint32_t n;
+	int rc = frame_recv(fd, max, &body, &n);
+	if (rc) {
+		*err = rc;
+		return NULL;
+	}
+	Llamad__Response *r = llamad__response__unpack(NULL, n, body);
+	free(body);
+	if (!r)
+		*err = -EBADMSG;
+	return r;
+}
+
+const char *frame_error_name(int code)
+{
+	switch (code) {
+	case LLAMAD__ERROR_CODE__BAD_REQUEST: return "bad request";
+	case LLAMAD__ERROR_CODE__UNKNOWN_SESSION: return "unknown session";
+	case LLAMAD__ERROR_CODE__SESSION_EXISTS: return "session exists";
+	case LLAMAD__ERROR_CODE__CONTEXT_FULL: return "context full";
+	case LLAMAD__ERROR_CODE__BUSY: return "busy";
+	case LLAMAD__ERROR_CODE__BAD_VERSION: return "bad version";
+	case LLAMAD__ERROR_CODE__TOO_LARGE: return "too large";
+	case LLAMAD__ERROR_CODE__CANCELLED: return "cancelled";
+	case LLAMAD__ERROR_CODE__UNKNOWN_OP: return "unknown operation";
+	case LLAMAD__ERROR_CODE__REFUSED_TEXT: return "refused text";
+	case LLAMAD__ERROR_CODE__UNKNOWN_REQUEST: return "unknown request";
+	case LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED: return "resource exhausted";
+	case LLAMAD__ERROR_CODE__INTERNAL: return "internal error";
+	case LLAMAD__ERROR_CODE__SHUTTING_DOWN: return "shutting down";
+	}
+	return "error";
+}

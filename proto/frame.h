@@ -1,0 +1,60 @@
+/*
+ * proto/frame.h — length-prefixed framing of protobuf-c messages.
+ *
+ * A frame is a 4-byte big-endian length followed by that many bytes of one
+ * serialized message (proto/llamad.proto). These helpers are shared by the
+ * daemon, llamactl and the tests; they know nothing of sessions.
+ */
+#ifndef LLAMAD_PROTO_FRAME_H
+#define LLAMAD_PROTO_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <protobuf-c/protobuf-c.h>
+
+#include "llamad.pb-c.h"
+
+#define FRAME_HDR 4
+#define FRAME_MAX_DEFAULT (16u << 20)   /* 16 MiB */
+#define LLAMAD_PROTOCOL_VERSION 1
+
+/* Length stored in a 4-byte header. */
+static inline uint32_t frame_get_len(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static inline void frame_put_len(uint8_t *p, uint32_t n)
+{
+	p[0] = (uint8_t)(n >> 24);
+	p[1] = (uint8_t)(n >> 16);
+	p[2] = (uint8_t)(n >> 8);
+	p[3] = (uint8_t)n;
+}
+
+/* Serialize msg into a malloc'd frame (header + body). Returns 0 and sets
+ * *out / *len, or -ENOMEM. */
+int frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
+
+/* Write all len bytes to fd (blocking, retrying on EINTR). 0 or -errno. */
+int frame_write_all(int fd, const void *buf, size_t len);
+
+/* Send msg as one frame on a blocking fd. 0 or -errno. */
+int frame_send(int fd, const ProtobufCMessage *msg);
+
+/* Read one frame from a blocking fd into *body (malloc'd, *len bytes).
+ * Returns 0; -ECONNRESET on a clean end of stream before a header;
+ * -EPROTO if the stream ends mid-frame; -EMSGSIZE if the length exceeds max;
+ * another -errno on read errors. */
+int frame_recv(int fd, uint32_t max, uint8_t **body, uint32_t *len);
+
+/* Read one Response frame and unpack it; NULL on error with *err set to a
+ * negative errno (-EBADMSG if it does not unpack). Free the result with
+ * llamad__response__free_unpacked(r, NULL). */
+Llamad__Response *frame_recv_response(int fd, uint32_t max, int *err);
+
+/* Short, stable name of an error code ("unknown session"). */
+const char *frame_error_name(int code);
+
+#endif

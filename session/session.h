@@ -1,0 +1,107 @@
+/*
+ * session/session.h — the session table: one conversation per (owner uid,
+ * id), each with its token history, its turns and its block table in the
+ * shared KV pool.
+ *
+ * A session's history is tokens[0, n_tokens); the first n_cached of them
+ * have K/V in the cache, the rest are pending (they go through the model the
+ * next time the session runs). The session module knows nothing of sockets,
+ * tokenizers or the model: callers hand it token ids.
+ */
+#ifndef LLAMAD_SESSION_SESSION_H
+#define LLAMAD_SESSION_SESSION_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "session/kvpool.h"
+
+#define SESSION_ID_MAX 128
+
+/* Values match proto/llamad.proto (Role, Template, ContextPolicy). */
+enum sess_role { SESS_USER = 0, SESS_SYSTEM = 1, SESS_ASSISTANT = 2, SESS_RAW = 3 };
+enum sess_template { SESS_TMPL_LLAMA2 = 1, SESS_TMPL_RAW = 2 };
+enum sess_policy { SESS_CTX_ERROR = 1, SESS_CTX_SHIFT = 2 };
+
+struct sess_turn {
+	int start;            /* index of its first token */
+	uint8_t role;         /* enum sess_role */
+	char *text;           /* the client's text (NULL for generated answers) */
+};
+
+struct session {
+	char id[SESSION_ID_MAX + 1];
+	uid_t uid;
+	int32_t *tokens;
+	int n_tokens, cap;
+	int n_cached;
+	struct kvseq kv;
+	struct sess_turn *turns;
+	int n_turns, turns_cap;
+	char *system;         /* system prompt of the first user turn (llama2) */
+	char *next_system;    /* set by a system turn: used by the next user turn */
+	int tmpl;             /* enum sess_template */
+	int policy;           /* enum sess_policy */
+	int64_t last_use_ms;
+	uint64_t prefilled;   /* tokens run through the model, ever */
+	uint64_t generated;
+	int busy;             /* a job (append or generate) runs on it */
+	int ephemeral;
+	uint64_t owner_conn;  /* connection that opened an ephemeral session */
+	struct session *hnext;
+};
+
+struct sess_table {
+	struct session **buckets;
+	int n_buckets;
+	int count;
+	struct kvpool *pool;
+};
+
+/* 1 if id is 1..128 chars of [A-Za-z0-9._:-]. */
+int sess_id_valid(const char *id);
+
+/* Table over pool (not owned). 0 or -ENOMEM. */
+int sess_table_init(struct sess_table *t, struct kvpool *pool);
+/* Free every session and the table. */
+void sess_table_done(struct sess_table *t);
+
+/* The session `id` visible to uid: its own; for root (uid 0) also another
+ * uid's if no root session has that id. NULL if none. */
+struct session *sess_find(struct sess_table *t, uid_t uid, const char *id);
+/* New empty session; NULL on ENOMEM. The id must be valid and free for uid. */
+struct session *sess_create(struct sess_table *t, uid_t uid, const char *id);
+/* Remove and free a session, releasing its blocks. */
+void sess_drop(struct sess_table *t, struct session *s);
+/* New session dst_id for uid sharing all of src's history and KV blocks
+ * (no KV copied). NULL on ENOMEM. */
+struct session *sess_fork(struct sess_table *t, struct session *src, uid_t uid,
+			  const char *dst_id);
+
+/* Append n token ids as a new turn of `role` (text: the client's text, may
+ * be NULL; copied). With new_turn == 0 the ids extend the last turn.
+ * 0 or -ENOMEM (nothing changed). */
+int sess_append(struct session *s, const int32_t *ids, int n, int role,
+		const char *text, int new_turn);
+/* Remove the last turn (tokens and cache beyond it). Returns the number of
+ * tokens removed, or -ENOENT if there is no turn. */
+int sess_rewind(struct sess_table *t, struct session *s);
+/* Forget cached K/V from position n on (history kept; it becomes pending). */
+void sess_uncache(struct sess_table *t, struct session *s, int n);
+/* Remove turns [first, first+count) and their tokens; later turns move
+ * down. The cache from the first removed token on is forgotten (positions
+ * change). 0, or -EINVAL for a bad range. */
+int sess_remove_turns(struct sess_table *t, struct session *s, int first, int count);
+/* Replace the tokens of turn idx with ids (n); later turns move. The cache
+ * from that turn on is forgotten. 0, -EINVAL or -ENOMEM (nothing changed). */
+int sess_replace_turn(struct sess_table *t, struct session *s, int idx,
+		      const int32_t *ids, int n);
+
+/* Blocks of s that other sessions share. */
+int sess_shared_blocks(const struct sess_table *t, const struct session *s);
+
+/* Visit every session visible to uid (all for root). */
+void sess_foreach(struct sess_table *t, uid_t uid,
+		  void (*fn)(struct session *s, void *ctx), void *ctx);
+
+#endif
