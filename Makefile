@@ -70,7 +70,7 @@ DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
-TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench
+TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench $(BUILD)/llamad-bench-daemon
 
 BINS := $(BUILD)/llamad $(TOOL_BINS)
 ifneq ($(CLIENT_OBJ),)
@@ -117,6 +117,9 @@ $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(CORE_LIB)
 
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
 	@mkdir -p $(dir $@)

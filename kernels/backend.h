@@ -38,12 +38,15 @@ struct kt_weight {
 
 /*
  * Paged KV store. Memory is n_blocks blocks; a block holds block_size
- * positions of K and V for every layer:
+ * positions of K and V for every layer, as two spans per layer:
  *   block b, layer l: K at base + ((b*n_layers + l)*2 + 0) * block_size*kv_dim
  *                     V at base + ((b*n_layers + l)*2 + 1) * block_size*kv_dim
- * (fp32 elements), position p of a sequence lives in block table[p/block_size]
- * at row p%block_size. A block is therefore one contiguous span of
- * kv_block_bytes(), which is what copy-on-write, eviction and saving move.
+ * K is stored transposed, channel-major: element (row r, channel c) at
+ * [c*block_size + r], so attention scores a whole block of positions with
+ * vector FMAs and no horizontal sums. V is row-major: [r*kv_dim + c].
+ * Position p of a sequence lives in block table[p/block_size] at row
+ * p%block_size. A block is one contiguous span of kt_kv_block_bytes(), which
+ * is what copy-on-write, eviction and saving move. Elements are fp32.
  */
 struct kt_kv {
 	float *base;
@@ -55,8 +58,14 @@ struct kt_kv {
 
 /* Bytes one block occupies. */
 size_t kt_kv_block_bytes(const struct kt_kv *kv);
-/* Pointer to the K (which=0) or V (which=1) row of (block, layer, row). */
-float *kt_kv_row(const struct kt_kv *kv, int32_t block, int layer, int which, int row);
+/* Start of block b (all its layers). */
+float *kt_kv_block(const struct kt_kv *kv, int32_t block);
+/* K of (block, layer), transposed: [kv_dim][block_size]. */
+float *kt_kv_kt(const struct kt_kv *kv, int32_t block, int layer);
+/* V row of (block, layer, row): kv_dim floats. */
+float *kt_kv_v(const struct kt_kv *kv, int32_t block, int layer, int row);
+/* Copy the K row of (block, layer, row) into out (kv_dim floats). */
+void kt_kv_get_k(const struct kt_kv *kv, int32_t block, int layer, int row, float *out);
 
 /* RoPE pair layout of the Q/K projections as stored in the weights. */
 enum kt_rope_layout {

@@ -32,11 +32,32 @@ size_t kt_kv_block_bytes(const struct kt_kv *kv)
 	return (size_t)kv->n_layers * 2 * kv->block_size * kv->kv_dim * sizeof(float);
 }
 
-float *kt_kv_row(const struct kt_kv *kv, int32_t block, int layer, int which, int row)
+float *kt_kv_block(const struct kt_kv *kv, int32_t block)
+{
+	return kv->base + (size_t)block * (kt_kv_block_bytes(kv) / sizeof(float));
+}
+
+static float *kv_span(const struct kt_kv *kv, int32_t block, int layer, int which)
 {
 	size_t span = (size_t)kv->block_size * kv->kv_dim;
-	size_t off = (((size_t)block * kv->n_layers + layer) * 2 + which) * span;
-	return kv->base + off + (size_t)row * kv->kv_dim;
+	return kv->base + (((size_t)block * kv->n_layers + layer) * 2 + which) * span;
+}
+
+float *kt_kv_kt(const struct kt_kv *kv, int32_t block, int layer)
+{
+	return kv_span(kv, block, layer, 0);
+}
+
+float *kt_kv_v(const struct kt_kv *kv, int32_t block, int layer, int row)
+{
+	return kv_span(kv, block, layer, 1) + (size_t)row * kv->kv_dim;
+}
+
+void kt_kv_get_k(const struct kt_kv *kv, int32_t block, int layer, int row, float *out)
+{
+	const float *kt = kv_span(kv, block, layer, 0);
+	for (int c = 0; c < kv->kv_dim; c++)
+		out[c] = kt[(size_t)c * kv->block_size + row];
 }
 
 static uint32_t f32_bits(float f)

@@ -96,7 +96,7 @@ int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from)
 		if (p->refs[old] <= 1)
 			continue;
 		int32_t nb = kvpool_alloc(p);
-		memcpy(kt_kv_row(&p->kv, nb, 0, 0, 0), kt_kv_row(&p->kv, old, 0, 0, 0), bb);
+		memcpy(kt_kv_block(&p->kv, nb), kt_kv_block(&p->kv, old), bb);
 		kvpool_unref(p, old);
 		s->blocks[i] = nb;
 		p->cow_copies++;

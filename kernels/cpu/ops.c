@@ -114,13 +114,16 @@ static void cpu_kv_store(struct backend *be, const struct kt_kv *kv, int layer,
 			 const struct kt_attn_row *rows, int n_tok)
 {
 	(void)be;
-	size_t bytes = (size_t)kv->kv_dim * sizeof(float);
+	int bs = kv->block_size, kd = kv->kv_dim;
 	for (int t = 0; t < n_tok; t++) {
 		int p = rows[t].pos;
-		int32_t b = rows[t].block_table[p / kv->block_size];
-		int r = p % kv->block_size;
-		memcpy(kt_kv_row(kv, b, layer, 0, r), k + (size_t)t * kv->kv_dim, bytes);
-		memcpy(kt_kv_row(kv, b, layer, 1, r), v + (size_t)t * kv->kv_dim, bytes);
+		int32_t b = rows[t].block_table[p / bs];
+		int r = p % bs;
+		float *kt = kt_kv_kt(kv, b, layer);
+		const float *kr = k + (size_t)t * kd;
+		for (int c = 0; c < kd; c++)
+			kt[(size_t)c * bs + r] = kr[c];
+		memcpy(kt_kv_v(kv, b, layer, r), v + (size_t)t * kd, (size_t)kd * sizeof(float));
 	}
 }
 
@@ -150,20 +153,30 @@ static inline float hsum8(v8f v)
 	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-/* q.k for attention: eight partial sums and a fixed tree. */
-static inline float attn_dot(const float *a, const float *b, int n)
+/* Scores of one block: s[i] = sum_d q[d] * kt[d*bs + i] for i < bs, each a
+ * sequential sum over d (the same order for every i, block and batch). */
+static inline void block_scores(float *s, const float *q, const float *kt, int hd, int bs)
 {
-	v8f acc = { 0 };
-	int k = 0;
-	for (; k + 8 <= n; k += 8)
-		acc += ld8(a + k) * ld8(b + k);
-	float s = hsum8(acc);
-	for (; k < n; k++)
-		s += a[k] * b[k];
-	return s;
+	if (bs == 16) {
+		v8f a0 = { 0 }, a1 = { 0 };
+		for (int d = 0; d < hd; d++) {
+			a0 += q[d] * ld8(kt + (size_t)d * 16);
+			a1 += q[d] * ld8(kt + (size_t)d * 16 + 8);
+		}
+		memcpy(s, &a0, sizeof(a0));
+		memcpy(s + 8, &a1, sizeof(a1));
+		return;
+	}
+	for (int i = 0; i < bs; i++) {
+		float acc = 0;
+		for (int d = 0; d < hd; d++)
+			acc += q[d] * kt[(size_t)d * bs + i];
+		s[i] = acc;
+	}
 }
 
-/* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos]. */
+/* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos].
+ * sc has room for pos+1 rounded up to a whole block. */
 static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 {
 	const struct kt_kv *kv = j->kv;
@@ -174,15 +187,13 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 	const int32_t *tab = j->rows[t].block_table;
 	int n = j->rows[t].pos + 1;
 	float scale = 1.0f / sqrtf((float)hd);
+	for (int p0 = 0; p0 < n; p0 += bs)
+		block_scores(sc + p0, q, kt_kv_kt(kv, tab[p0 / bs], j->layer) + (size_t)kvh * hd * bs,
+			     hd, bs);
 	float mx = -INFINITY;
-	for (int p0 = 0; p0 < n; p0 += bs) {
-		int m = n - p0 < bs ? n - p0 : bs;
-		const float *kb = kt_kv_row(kv, tab[p0 / bs], j->layer, 0, 0) + (size_t)kvh * hd;
-		for (int i = 0; i < m; i++) {
-			float s = attn_dot(q, kb + (size_t)i * kv->kv_dim, hd) * scale;
-			sc[p0 + i] = s;
-			mx = s > mx ? s : mx;
-		}
+	for (int p = 0; p < n; p++) {
+		sc[p] *= scale;
+		mx = sc[p] > mx ? sc[p] : mx;
 	}
 	for (int p = 0; p < n; p++)
 		sc[p] = vexpf(sc[p] - mx);
@@ -190,25 +201,37 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 	for (int p = 0; p < n; p++)
 		sum += sc[p];
 	float inv = 1.0f / sum;
-	/* out = sum_p a_p v_p, eight dims at a time so the partial sums stay in
-	 * a register across positions; the tail (hd % 8) one by one */
+	/* out = sum_p a_p v_p: up to 64 dims at a time in eight registers held
+	 * across positions; each output a sequential sum over p */
 	int d0 = 0;
-	for (; d0 + 8 <= hd; d0 += 8) {
-		v8f acc = { 0 };
+	for (; d0 + 8 <= hd; d0 += 64) {
+		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
+		v8f acc[8] = { { 0 } };
 		for (int p0 = 0; p0 < n; p0 += bs) {
 			int m = n - p0 < bs ? n - p0 : bs;
-			const float *vb = kt_kv_row(kv, tab[p0 / bs], j->layer, 1, 0) +
-					  (size_t)kvh * hd + d0;
-			for (int i = 0; i < m; i++)
-				acc += (sc[p0 + i] * inv) * ld8(vb + (size_t)i * kv->kv_dim);
+			for (int i = 0; i < m; i++) {
+				float a = sc[p0 + i] * inv;
+				const float *v = kt_kv_v(kv, tab[p0 / bs], j->layer, i) +
+						 (size_t)kvh * hd + d0;
+				if (nv == 8) {
+					for (int k = 0; k < 8; k++)
+						acc[k] += a * ld8(v + 8 * k);
+				} else {
+					for (int k = 0; k < nv; k++)
+						acc[k] += a * ld8(v + 8 * k);
+				}
+			}
 		}
-		memcpy(out + d0, &acc, sizeof(acc));
+		memcpy(out + d0, acc, (size_t)nv * sizeof(v8f));
+		if (nv < 8) {
+			d0 += nv * 8;
+			break;
+		}
 	}
 	for (; d0 < hd; d0++) {
 		float acc = 0;
 		for (int p = 0; p < n; p++)
-			acc += sc[p] * inv *
-			       kt_kv_row(kv, tab[p / bs], j->layer, 1, p % bs)[(size_t)kvh * hd + d0];
+			acc += sc[p] * inv * kt_kv_v(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
 		out[d0] = acc;
 	}
 }
@@ -252,7 +275,7 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 	}
 	/* fwd_new() reserved room for the model's context; a caller that goes
 	 * past it without reserving is a bug, not a run-time condition */
-	if (ensure_scratch(cb, maxlen) != 0)
+	if (ensure_scratch(cb, maxlen + (size_t)kv->block_size) != 0)
 		abort();
 	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
 			      cb->scratch };
@@ -319,7 +342,8 @@ static void cpu_embed(struct backend *be, float *y, const struct kt_weight *tabl
 static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
 {
 	(void)max_tokens;
-	return ensure_scratch((struct cpu_backend *)be, (size_t)(max_pos > 0 ? max_pos : 1));
+	/* scores are computed a whole block at a time: room for the last one */
+	return ensure_scratch((struct cpu_backend *)be, (size_t)(max_pos > 0 ? max_pos : 1) + 64);
 }
 
 static void cpu_free(struct backend *be)

@@ -631,11 +631,20 @@ struct attn_cfg {
 };
 
 /* Layout per kernels/backend.h, computed here independently. */
-static float *kv_addr(const struct kt_kv *kv, int b, int l, int which, int row)
+/* Start of the K (which 0, transposed [kv_dim][block_size]) or V (which 1,
+ * row-major) span of (block, layer), computed independently of the code. */
+static float *kv_span_addr(const struct kt_kv *kv, int b, int l, int which)
 {
 	size_t span = (size_t)kv->block_size * kv->kv_dim;
-	return kv->base + (((size_t)b * kv->n_layers + l) * 2 + which) * span +
-	       (size_t)row * kv->kv_dim;
+	return kv->base + (((size_t)b * kv->n_layers + l) * 2 + which) * span;
+}
+
+/* K row of (block, layer, row), gathered from the transposed span. */
+static void k_row(const struct kt_kv *kv, int b, int l, int row, float *out)
+{
+	const float *kt = kv_span_addr(kv, b, l, 0);
+	for (int c = 0; c < kv->kv_dim; c++)
+		out[c] = kt[(size_t)c * kv->block_size + row];
 }
 
 static void attn_case(const struct attn_cfg *cfg)
@@ -672,11 +681,16 @@ static void attn_case(const struct attn_cfg *cfg)
 	for (int t = 0; t < T; t++) {
 		const int32_t *tab = rows[t].block_table;
 		int p = rows[t].pos, bs = cfg->block_size;
-		float *ka = kv_addr(&kv, tab[p / bs], cfg->layer, 0, p % bs);
-		float *va = kv_addr(&kv, tab[p / bs], cfg->layer, 1, p % bs);
-		assert_ptr_equal(ka, kt_kv_row(&kv, tab[p / bs], cfg->layer, 0, p % bs));
-		assert_ptr_equal(va, kt_kv_row(&kv, tab[p / bs], cfg->layer, 1, p % bs));
+		float ka[1024], kb[1024];
+		assert_true(kvd <= 1024);
+		k_row(&kv, tab[p / bs], cfg->layer, p % bs, ka);
+		kt_kv_get_k(&kv, tab[p / bs], cfg->layer, p % bs, kb);
+		float *va = kv_span_addr(&kv, tab[p / bs], cfg->layer, 1) + (size_t)(p % bs) * kvd;
+		assert_ptr_equal(kt_kv_kt(&kv, tab[p / bs], cfg->layer),
+				 kv_span_addr(&kv, tab[p / bs], cfg->layer, 0));
+		assert_ptr_equal(va, kt_kv_v(&kv, tab[p / bs], cfg->layer, p % bs));
 		assert_memory_equal(ka, k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
+		assert_memory_equal(kb, ka, (size_t)kvd * sizeof(float));
 		assert_memory_equal(va, v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
 	}
 	size_t written = 0;
@@ -1124,12 +1138,15 @@ static void test_kv_helpers(void **state)
 	float base[4];
 	struct kt_kv kv = { base, 9, 16, 5, 32 };
 	assert_int_equal(kt_kv_block_bytes(&kv), (size_t)5 * 2 * 16 * 32 * 4);
-	for (int b = 0; b < 9; b++)
-		for (int l = 0; l < 5; l++)
-			for (int w = 0; w < 2; w++)
-				for (int r = 0; r < 16; r += 5)
-					assert_ptr_equal(kt_kv_row(&kv, b, l, w, r),
-							 kv_addr(&kv, b, l, w, r));
+	for (int b = 0; b < 9; b++) {
+		assert_ptr_equal(kt_kv_block(&kv, b), kv_span_addr(&kv, b, 0, 0));
+		for (int l = 0; l < 5; l++) {
+			assert_ptr_equal(kt_kv_kt(&kv, b, l), kv_span_addr(&kv, b, l, 0));
+			for (int r = 0; r < 16; r += 5)
+				assert_ptr_equal(kt_kv_v(&kv, b, l, r),
+						 kv_span_addr(&kv, b, l, 1) + (size_t)r * 32);
+		}
+	}
 }
 
 /* ---- main --------------------------------------------------------------- */

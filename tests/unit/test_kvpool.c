@@ -36,7 +36,7 @@ static struct kvpool *pool_new(void)
 
 static float *block_ptr(struct kvpool *p, int32_t b)
 {
-	return kt_kv_row(&p->kv, b, 0, 0, 0);
+	return kt_kv_block(&p->kv, b);
 }
 
 static size_t block_floats(struct kvpool *p)

@@ -1,0 +1,364 @@
+/*
+ * tests/bench/daemon_bench.c — llamad-bench-daemon: what a client sees of a
+ * running daemon, over its socket.
+ *
+ *   llamad-bench-daemon SOCKET turn      [--history N] [--turn N] [--others K]
+ *   llamad-bench-daemon SOCKET fork      [--history N]
+ *   llamad-bench-daemon SOCKET aggregate [--sessions N] [--tokens N]
+ *   llamad-bench-daemon SOCKET stream    [--tokens N]
+ *
+ * turn:      time from sending a turn of --turn tokens (default 20) appended
+ *            to a session of --history tokens (default 1500) until its first
+ *            generated token arrives, against the same turn on an empty
+ *            session; repeated with --others sessions of the same size held.
+ * fork:      round trip of Fork on a --history token session (default 1000),
+ *            with the block counts that show no KV was copied.
+ * aggregate: --sessions sessions generating --tokens tokens each at once on
+ *            one connection (pipelined Generate requests): total tok/s.
+ * stream:    one session generating --tokens tokens: tok/s seen by the client.
+ * Output: key=value lines.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/frame.h"
+
+static int fd;
+static uint64_t next_id = 1;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what)
+{
+	fprintf(stderr, "llamad-bench-daemon: %s\n", what);
+	exit(1);
+}
+
+static uint64_t send_req(Llamad__Request *q)
+{
+	q->has_id = 1;
+	q->id = next_id++;
+	if (frame_send(fd, &q->base) != 0)
+		die("send failed");
+	return q->id;
+}
+
+static Llamad__Response *recv_resp(void)
+{
+	int err = 0;
+	Llamad__Response *r = frame_recv_response(fd, 1u << 26, &err);
+	if (!r)
+		die("connection lost");
+	if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
+		fprintf(stderr, "llamad-bench-daemon: error %s: %s\n",
+			frame_error_name(r->error->code), r->error->message);
+		exit(1);
+	}
+	return r;
+}
+
+/* Send q and return its single reply. */
+static Llamad__Response *call(Llamad__Request *q)
+{
+	send_req(q);
+	return recv_resp();
+}
+
+static void open_session(const char *name, int raw)
+{
+	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
+	o.session = (char *)name;
+	o.has_template_ = 1;
+	o.template_ = raw ? LLAMAD__TEMPLATE__TEMPLATE_RAW : LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_OPEN;
+	q.open = &o;
+	llamad__response__free_unpacked(call(&q), NULL);
+}
+
+static void drop_session(const char *name)
+{
+	Llamad__Drop d = LLAMAD__DROP__INIT;
+	d.session = (char *)name;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_DROP;
+	q.drop = &d;
+	llamad__response__free_unpacked(call(&q), NULL);
+}
+
+/* Append text as a raw turn; returns the SessionInfo reply. */
+static Llamad__Response *append(const char *name, const char *text)
+{
+	Llamad__Append a = LLAMAD__APPEND__INIT;
+	a.session = (char *)name;
+	a.text = (char *)text;
+	a.has_role = 1;
+	a.role = LLAMAD__ROLE__ROLE_RAW;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_APPEND;
+	q.append = &a;
+	return call(&q);
+}
+
+static Llamad__SamplerOptions greedy = LLAMAD__SAMPLER_OPTIONS__INIT;
+
+/* Generate; returns seconds until the first token event and fills *done. */
+static double generate(const char *name, const char *prompt, int max_tokens, int *n_tok,
+		       double *total_s)
+{
+	Llamad__Generate g = LLAMAD__GENERATE__INIT;
+	g.session = (char *)name;
+	g.prompt = (char *)prompt;
+	if (prompt) {
+		g.has_role = 1;
+		g.role = LLAMAD__ROLE__ROLE_RAW;
+	}
+	g.has_max_tokens = 1;
+	g.max_tokens = (uint32_t)max_tokens;
+	g.sampler = &greedy;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_GENERATE;
+	q.generate = &g;
+	double t0 = now_s(), first = 0;
+	send_req(&q);
+	int n = 0;
+	for (;;) {
+		Llamad__Response *r = recv_resp();
+		int end = r->body_case == LLAMAD__RESPONSE__BODY_DONE;
+		if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN && r->token->n_tokens) {
+			if (n++ == 0)
+				first = now_s() - t0;
+		}
+		llamad__response__free_unpacked(r, NULL);
+		if (end)
+			break;
+	}
+	if (n_tok)
+		*n_tok = n;
+	if (total_s)
+		*total_s = now_s() - t0;
+	return first;
+}
+
+/* Text of about n tokens (Llama tokenizer: ~1.3 tokens per word here). */
+static char *text_of(int n_tokens, int salt)
+{
+	static const char *const words[] = { "the", "river", "ran", "past", "old", "mill",
+		"where", "children", "played", "every", "summer", "and", "stories", "grew" };
+	size_t cap = (size_t)n_tokens * 12 + 64, len = 0;
+	char *s = malloc(cap);
+	if (!s)
+		die("out of memory");
+	unsigned x = 12345u + (unsigned)salt;
+	for (int i = 0; i < n_tokens; i++) {
+		x = x * 1103515245u + 12345u;
+		len += (size_t)snprintf(s + len, cap - len, "%s%s", i ? " " : "",
+					words[(x >> 16) % (sizeof(words) / sizeof(words[0]))]);
+	}
+	return s;
+}
+
+static uint32_t tokens_of(const char *name)
+{
+	Llamad__GetInfo gi = LLAMAD__GET_INFO__INIT;
+	gi.session = (char *)name;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_INFO;
+	q.info = &gi;
+	Llamad__Response *r = call(&q);
+	uint32_t n = r->session->tokens;
+	llamad__response__free_unpacked(r, NULL);
+	return n;
+}
+
+/* A session of about `hist` tokens, fully cached. */
+static void make_history(const char *name, int hist, int salt)
+{
+	open_session(name, 1);
+	char *t = text_of(hist, salt);
+	llamad__response__free_unpacked(append(name, t), NULL);
+	free(t);
+	/* trim/extend is not needed: report the real count */
+}
+
+static void bench_turn(int hist, int turn, int others, int reps)
+{
+	char *tt = text_of(turn, 999);
+	double best_empty = 1e9, best_long = 1e9, best_long_others = 1e9;
+	for (int r = 0; r < reps; r++) {
+		char name[32];
+		snprintf(name, sizeof(name), "bench-empty-%d", r);
+		open_session(name, 1);
+		double t = generate(name, tt, 1, NULL, NULL);
+		best_empty = t < best_empty ? t : best_empty;
+		drop_session(name);
+	}
+	make_history("bench-long", hist, 1);
+	uint32_t hist_tokens = tokens_of("bench-long");
+	for (int r = 0; r < reps; r++) {
+		double t = generate("bench-long", tt, 1, NULL, NULL);
+		best_long = t < best_long ? t : best_long;
+	}
+	for (int k = 0; k < others; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "bench-other-%d", k);
+		make_history(name, hist, 100 + k);
+	}
+	for (int r = 0; r < reps; r++) {
+		double t = generate("bench-long", tt, 1, NULL, NULL);
+		best_long_others = t < best_long_others ? t : best_long_others;
+	}
+	printf("bench=turn history_tokens=%u turn_words=%d empty_ms=%.2f long_ms=%.2f "
+	       "long_with_%d_others_ms=%.2f ratio=%.2f ratio_with_others=%.2f\n",
+	       hist_tokens, turn, best_empty * 1e3, best_long * 1e3, others,
+	       best_long_others * 1e3, best_long / best_empty, best_long_others / best_empty);
+	for (int k = 0; k < others; k++) {
+		char name[32];
+		snprintf(name, sizeof(name), "bench-other-%d", k);
+		drop_session(name);
+	}
+	drop_session("bench-long");
+	free(tt);
+}
+
+static void bench_fork(int hist)
+{
+	make_history("bench-src", hist, 7);
+	double best = 1e9;
+	uint32_t blocks = 0, shared = 0;
+	for (int r = 0; r < 5; r++) {
+		Llamad__Fork f = LLAMAD__FORK__INIT;
+		f.session = (char *)"bench-src";
+		f.target = (char *)"bench-dst";
+		Llamad__Request q = LLAMAD__REQUEST__INIT;
+		q.op_case = LLAMAD__REQUEST__OP_FORK;
+		q.fork = &f;
+		double t0 = now_s();
+		Llamad__Response *resp = call(&q);
+		double t = now_s() - t0;
+		best = t < best ? t : best;
+		blocks = resp->session->kv_blocks;
+		shared = resp->session->shared_blocks;
+		llamad__response__free_unpacked(resp, NULL);
+		drop_session("bench-dst");
+	}
+	printf("bench=fork history_tokens=%u fork_roundtrip_ms=%.3f kv_blocks=%u shared_blocks=%u "
+	       "copied_blocks=%u\n", tokens_of("bench-src"), best * 1e3, blocks, shared,
+	       blocks - shared);
+	drop_session("bench-src");
+}
+
+static void bench_aggregate(int n, int tokens)
+{
+	char names[64][32];
+	if (n > 64)
+		n = 64;
+	for (int i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "bench-agg-%d", i);
+		open_session(names[i], 1);
+	}
+	Llamad__Generate g[64];
+	double t0 = now_s();
+	for (int i = 0; i < n; i++) {
+		llamad__generate__init(&g[i]);
+		g[i].session = names[i];
+		g[i].prompt = (char *)"Once upon a time";
+		g[i].has_role = 1;
+		g[i].role = LLAMAD__ROLE__ROLE_RAW;
+		g[i].has_max_tokens = 1;
+		g[i].max_tokens = (uint32_t)tokens;
+		g[i].sampler = &greedy;
+		Llamad__Request q = LLAMAD__REQUEST__INIT;
+		q.op_case = LLAMAD__REQUEST__OP_GENERATE;
+		q.generate = &g[i];
+		send_req(&q);
+	}
+	int done = 0;
+	long total = 0;
+	while (done < n) {
+		Llamad__Response *r = recv_resp();
+		if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN)
+			total += (long)r->token->n_tokens;
+		if (r->body_case == LLAMAD__RESPONSE__BODY_DONE)
+			done++;
+		llamad__response__free_unpacked(r, NULL);
+	}
+	double t = now_s() - t0;
+	printf("bench=aggregate sessions=%d tokens=%ld seconds=%.3f tok_s=%.1f\n", n, total, t,
+	       total / t);
+	for (int i = 0; i < n; i++)
+		drop_session(names[i]);
+}
+
+static void bench_stream(int tokens)
+{
+	open_session("bench-stream", 1);
+	int n = 0;
+	double total = 0;
+	double first = generate("bench-stream", "Once upon a time", tokens, &n, &total);
+	printf("bench=stream tokens=%d first_token_ms=%.2f tok_s=%.1f\n", n, first * 1e3,
+	       n > 1 ? (n - 1) / (total - first) : 0.0);
+	drop_session("bench-stream");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: llamad-bench-daemon SOCKET turn|fork|aggregate|stream "
+			"[--history N] [--turn N] [--others K] [--sessions N] [--tokens N]\n");
+		return 2;
+	}
+	int hist = -1, turn = 20, others = 8, sessions = 4, tokens = 128;
+	for (int i = 3; i + 1 < argc; i += 2) {
+		int v = atoi(argv[i + 1]);
+		if (!strcmp(argv[i], "--history"))
+			hist = v;
+		else if (!strcmp(argv[i], "--turn"))
+			turn = v;
+		else if (!strcmp(argv[i], "--others"))
+			others = v;
+		else if (!strcmp(argv[i], "--sessions"))
+			sessions = v;
+		else if (!strcmp(argv[i], "--tokens"))
+			tokens = v;
+		else {
+			fprintf(stderr, "llamad-bench-daemon: unknown option %s\n", argv[i]);
+			return 2;
+		}
+	}
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", argv[1]);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+		fprintf(stderr, "llamad-bench-daemon: cannot connect to %s: %s\n", argv[1],
+			strerror(errno));
+		return 3;
+	}
+	greedy.has_temperature = 1;
+	greedy.temperature = 0;
+	if (!strcmp(argv[2], "turn"))
+		bench_turn(hist < 0 ? 1500 : hist, turn, others, 5);
+	else if (!strcmp(argv[2], "fork"))
+		bench_fork(hist < 0 ? 1000 : hist);
+	else if (!strcmp(argv[2], "aggregate"))
+		bench_aggregate(sessions, tokens);
+	else if (!strcmp(argv[2], "stream"))
+		bench_stream(tokens);
+	else {
+		fprintf(stderr, "llamad-bench-daemon: unknown benchmark %s\n", argv[2]);
+		return 2;
+	}
+	close(fd);
+	return 0;
+}
