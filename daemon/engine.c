@@ -293,9 +293,14 @@ static void job_remove(struct engine *e, struct job *j)
 			break;
 		}
 	}
-	j->s->busy = 0;
-	j->s->last_use_ms = unix_ms();
+	struct session *s = j->s;
+	s->busy = 0;
+	s->last_use_ms = unix_ms();
 	job_free(j);
+	/* an ephemeral session whose connection went away while it was busy
+	 * (see handle_disconnect) goes with its last job */
+	if (s->ephemeral && s->owner_conn == 0)
+		sess_drop(&e->st, s);
 }
 
 static void emit_text(void *ctx, const char *text, size_t len)
@@ -471,7 +476,12 @@ static int encode_turn(struct engine *e, struct session *s, int role, const char
 	const struct tok *tk = e->m->tok;
 	*ids = NULL;
 	if (s->tmpl == SESS_TMPL_RAW || role == SESS_RAW) {
-		int n = tok_encode(tk, text, strlen(text), s->n_tokens == 0, ids);
+		/* SentencePiece puts a space before every text it encodes; a
+		 * continuation that starts with its own space gives that one */
+		int first = s->n_tokens == 0;
+		if (!first && text[0] == ' ')
+			text++;
+		int n = tok_encode(tk, text, strlen(text), first, ids);
 		return n < 0 ? -LLAMAD__ERROR_CODE__INTERNAL : n;
 	}
 	if ((role == SESS_USER || role == SESS_SYSTEM) && chat_has_tags(text, strlen(text)))
@@ -1073,7 +1083,11 @@ struct drop_ctx {
 static void collect_ephemeral(struct session *s, void *ctx)
 {
 	struct drop_ctx *d = ctx;
-	if (s->ephemeral && s->owner_conn == d->conn && !s->busy && d->n < 64)
+	if (!s->ephemeral || s->owner_conn != d->conn)
+		return;
+	if (s->busy)
+		s->owner_conn = 0;  /* orphaned: job_remove drops it */
+	else if (d->n < 64)
 		d->victims[d->n++] = s;
 }
 
@@ -1082,8 +1096,8 @@ static void handle_disconnect(struct engine *e, uint64_t conn)
 	for (struct job *j = e->jobs; j; j = j->next)
 		if (j->conn == conn)
 			j->cancelled = 2;
-	/* ephemeral sessions of this connection go once idle; busy ones are
-	 * dropped when their (now cancelled) job ends, see step() */
+	/* ephemeral sessions of this connection go now if idle; busy ones
+	 * (whoever's job runs on them) when their job ends, see job_remove() */
 	struct drop_ctx d = { e, conn, { 0 }, 0 };
 	do {
 		d.n = 0;
@@ -1094,12 +1108,6 @@ static void handle_disconnect(struct engine *e, uint64_t conn)
 }
 
 /* ---- the step ----------------------------------------------------------- */
-
-static void drop_if_orphan(struct engine *e, struct session *s, int cancelled)
-{
-	if (cancelled == 2 && s->ephemeral)
-		sess_drop(&e->st, s);
-}
 
 /* Sample from j->logits, append the token, stream its text. */
 static void after_logits(struct engine *e, struct job *j)
@@ -1144,14 +1152,11 @@ static void step(struct engine *e)
 	for (struct job *j = e->jobs, *nx; j; j = nx) {
 		nx = j->next;
 		if (j->cancelled) {
-			struct session *s = j->s;
-			int c = j->cancelled;
 			if (j->kind == JOB_GENERATE)
 				finish_generate(e, j, LLAMAD__STOP_REASON__STOP_CANCELLED);
 			else
 				fail_job(e, j, LLAMAD__ERROR_CODE__CANCELLED,
 					 "cancelled; the turn stays and is prefilled later");
-			drop_if_orphan(e, s, c);
 			continue;
 		}
 		if (j->kind == JOB_APPEND && j->s->n_tokens - j->s->n_cached <= 1) {

@@ -33,7 +33,8 @@ float cpu_dot(const float *a, const float *b, int n)
  * reduction by ln 2 and a degree-6 minimax polynomial (Cephes' expf). */
 static inline float vexpf(float x)
 {
-	x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+	x = fmaxf(x, -87.0f);
+	x = fminf(x, 88.0f);
 	const float magic = 12582912.0f;  /* 1.5 * 2^23: round to integer */
 	float fn = x * 1.44269504088896341f + magic;
 	union { float f; int32_t i; } u = { .f = fn };
@@ -175,6 +176,30 @@ static inline void block_scores(float *s, const float *q, const float *kt, int h
 	}
 }
 
+/* out[d0, d0+8*NV) = sum_p sc[p]*inv * V[p][off, off+8*NV): NV registers
+ * (a compile-time count, so they stay in registers) held across positions. */
+static inline __attribute__((always_inline)) void
+v_accum(float *out, const float *sc, float inv, const struct kt_kv *kv, const int32_t *tab,
+	int layer, int n, size_t off, const int NV, int d0)
+{
+	int bs = kv->block_size;
+	size_t kd = (size_t)kv->kv_dim;
+	v8f acc[8] = { { 0 } };
+	for (int p0 = 0; p0 < n; p0 += bs) {
+		int m = n - p0 < bs ? n - p0 : bs;
+		const float *vb = kt_kv_v(kv, tab[p0 / bs], layer, 0) + off;
+		for (int i = 0; i < m; i++) {
+			float a = sc[p0 + i] * inv;
+#pragma GCC unroll 8
+			for (int k = 0; k < NV; k++)
+				acc[k] += a * ld8(vb + (size_t)i * kd + 8 * k);
+		}
+	}
+#pragma GCC unroll 8
+	for (int k = 0; k < NV; k++)
+		memcpy(out + d0 + 8 * k, &acc[k], sizeof(v8f));
+}
+
 /* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos].
  * sc has room for pos+1 rounded up to a whole block. */
 static void attn_one(const struct attn_job *j, int t, int h, float *sc)
@@ -201,37 +226,28 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 	for (int p = 0; p < n; p++)
 		sum += sc[p];
 	float inv = 1.0f / sum;
-	/* out = sum_p a_p v_p: up to 64 dims at a time in eight registers held
+	/* out = sum_p a_p v_p: up to 64 dims at a time in registers held
 	 * across positions; each output a sequential sum over p */
 	int d0 = 0;
-	for (; d0 + 8 <= hd; d0 += 64) {
+	while (hd - d0 >= 8) {
 		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
-		v8f acc[8] = { { 0 } };
-		for (int p0 = 0; p0 < n; p0 += bs) {
-			int m = n - p0 < bs ? n - p0 : bs;
-			for (int i = 0; i < m; i++) {
-				float a = sc[p0 + i] * inv;
-				const float *v = kt_kv_v(kv, tab[p0 / bs], j->layer, i) +
-						 (size_t)kvh * hd + d0;
-				if (nv == 8) {
-					for (int k = 0; k < 8; k++)
-						acc[k] += a * ld8(v + 8 * k);
-				} else {
-					for (int k = 0; k < nv; k++)
-						acc[k] += a * ld8(v + 8 * k);
-				}
-			}
+		switch (nv) {
+		case 1: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 1, d0); break;
+		case 2: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 2, d0); break;
+		case 3: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 3, d0); break;
+		case 4: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 4, d0); break;
+		case 5: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 5, d0); break;
+		case 6: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 6, d0); break;
+		case 7: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 7, d0); break;
+		default: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 8, d0); break;
 		}
-		memcpy(out + d0, acc, (size_t)nv * sizeof(v8f));
-		if (nv < 8) {
-			d0 += nv * 8;
-			break;
-		}
+		d0 += nv * 8;
 	}
 	for (; d0 < hd; d0++) {
 		float acc = 0;
 		for (int p = 0; p < n; p++)
-			acc += sc[p] * inv * kt_kv_v(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
+			acc += sc[p] * inv *
+			       kt_kv_v(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
 		out[d0] = acc;
 	}
 }
