@@ -150,9 +150,16 @@ demo: deps
 # ---- install -----------------------------------------------------------------
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man8
-	install -m 0755 $(BUILD)/llamad $(DESTDIR)$(PREFIX)/bin/llamad
-	install -m 0644 man/llamad.8 $(DESTDIR)$(PREFIX)/share/man/man8/llamad.8
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/llamad
+	install -m 0755 $(BUILD)/llamad $(BUILD)/llamactl $(DESTDIR)$(PREFIX)/bin/
+	install -m 0644 proto/llamad.proto $(DESTDIR)$(PREFIX)/share/llamad/
+	for s in 1 5 7 8; do \
+	    for p in man/*.$$s; do [ -f "$$p" ] || continue; \
+	        install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
+	        install -m 0644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man$$s/; done; done
+	install -d $(DESTDIR)/etc/llamad $(DESTDIR)$(PREFIX)/lib/systemd/system
+	install -m 0644 etc/llamad.service etc/llamad.socket $(DESTDIR)$(PREFIX)/lib/systemd/system/
+	[ -f $(DESTDIR)/etc/llamad/llamad.conf ] || install -m 0644 etc/llamad.conf $(DESTDIR)/etc/llamad/
 
 clean:
 	rm -rf $(BUILD) build-asan

@@ -37,7 +37,7 @@ static const struct key keys[] = {
 	{ "max_frame", K_INT, O(max_frame), 1024, 1 << 30, 1, "largest request frame in bytes" },
 	{ "max_text", K_INT, O(max_text), 1, 1 << 30, 1, "largest text field in bytes" },
 	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 1, "tokens per forward step, all sessions together" },
-	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 24, 1, "default reply length in tokens" },
+	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 1, "default reply length in tokens" },
 	{ "template", K_TEMPLATE, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw" },
 	{ "context_policy", K_POLICY, O(context_policy), 0, 0, 1, "when a session is full: error or shift" },
 	{ "temperature", K_FLOAT, O(temperature), 0, 100, 1, "default sampling temperature (0: greedy)" },
@@ -309,9 +309,13 @@ void config_dump(const struct config *c, FILE *f)
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		const struct key *k = &keys[i];
 		const void *p = (const char *)c + k->off;
+		if (k->type == K_STR && !*(char *const *)p) {
+			fprintf(f, "# %s =\n", k->name);  /* unset */
+			continue;
+		}
 		fprintf(f, "%s = ", k->name);
 		switch (k->type) {
-		case K_STR: fprintf(f, "%s", *(char *const *)p ? *(char *const *)p : ""); break;
+		case K_STR: fprintf(f, "%s", *(char *const *)p); break;
 		case K_INT:
 			if (k->off == offsetof(struct config, max_frame) ||
 			    k->off == offsetof(struct config, max_text))

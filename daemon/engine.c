@@ -420,9 +420,11 @@ static int make_room(struct engine *e, struct session *s, int need, int keep_fro
 	int removed = 0;
 	for (int guard = 0; guard < 4; guard++) {
 		while (s->n_tokens + need > limit) {
-			/* the first exchange: turn 0 up to the next user turn */
+			/* the first exchange: turn 0 up to the next user turn
+			 * (raw sessions: any turn boundary) */
 			int k = 1;
-			while (k < s->n_turns && s->turns[k].role != SESS_USER)
+			while (s->tmpl == SESS_TMPL_LLAMA2 && k < s->n_turns &&
+			       s->turns[k].role != SESS_USER)
 				k++;
 			if (k > keep_from || k >= s->n_turns)
 				return -ENOSPC;

@@ -304,6 +304,7 @@ int main(int argc, char **argv)
 	struct engine *e = engine_new(m, &cfg, &cause);
 	if (!e) {
 		log_msg(LL_ERROR, "%s", cause ? cause : "cannot start the engine");
+		sd_notifyf(0, "STATUS=%s", cause ? cause : "cannot start the engine");
 		free(cause);
 		model_free(m);
 		config_done(&cfg);

@@ -214,6 +214,8 @@ static int validate(const struct server *s, const Llamad__Request *q, const char
 	const char *bad_id = "session ids are 1-128 characters of A-Z a-z 0-9 . _ : -";
 	switch (q->op_case) {
 	case LLAMAD__REQUEST__OP_HELLO:
+		if (q->hello->client && strlen(q->hello->client) > 256)
+			return (*why = "client name is longer than 256 bytes", big);
 		if (!text_ok(q->hello->client, 256, why))
 			return bad;
 		return 0;
@@ -437,6 +439,8 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 				conn_close(c);
 			} else {
 				bufferevent_write(c->bev, o->data, o->len);
+				if (s->cfg->idle_timeout > 0)
+					set_timeouts(s, c);  /* a reply is activity too */
 			}
 		}
 		free(o);
@@ -576,10 +580,16 @@ static int bind_socket(struct server *s, const char *path, char **cause)
 		return -EADDRINUSE;
 	}
 	close(fd);
+	struct stat st;
+	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+		if (asprintf(cause, "%s exists and is not a socket; not replacing it", path) < 0)
+			*cause = NULL;
+		return -EEXIST;
+	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
-	unlink(path);
+	unlink(path);  /* a stale socket: nobody answered on it */
 	mode_t old = umask(0177);
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);

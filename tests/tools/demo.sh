@@ -1,8 +1,39 @@
 #!/bin/sh
-# make demo: the main job on the small default model (stories260K).
+# make demo: the main job. Starts llamad on the small default model
+# (stories260K) on a private socket, runs real generations through llamactl
+# (a raw story continuation, then a two-turn session with a fork), and stops
+# the daemon.
 set -e
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
-echo "llamad one-shot: stories260K, prompt \"Once upon a time\", 200 tokens, temperature 0.8, seed 42" >&2
-exec "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --prompt "Once upon a time" --echo --max-tokens 200 --temperature 0.8 --seed 42 --verbose
+dir=$(mktemp -d)
+sock=$dir/llamad.sock
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$dir"
+}
+trap cleanup EXIT INT TERM
+
+"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+    --socket "$sock" --log-level warning &
+pid=$!
+i=0
+until [ -S "$sock" ]; do
+    i=$((i + 1)); [ $i -gt 100 ] && { echo "demo: llamad did not start" >&2; exit 1; }
+    sleep 0.1
+done
+ctl() { "$BUILD/llamactl" --socket "$sock" "$@"; }
+
+echo "== llamactl generate --raw (greedy): a story from stories260K"
+ctl generate --session story --raw --temperature 0 --max-tokens 120 "Once upon a time"
+echo
+echo "== the same session continues where it stopped (only new tokens are computed)"
+ctl generate --session story --temperature 0.8 --seed 7 --max-tokens 60
+echo
+echo "== fork it and take the copy elsewhere; the original is untouched"
+ctl fork story story-b
+ctl generate --session story-b --raw --seed 3 --max-tokens 50 " Then a dragon"
+echo
+ctl sessions
+echo
+ctl status
