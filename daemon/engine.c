@@ -172,12 +172,10 @@ static void send_error(struct engine *e, uint64_t conn, uint64_t id, int code,
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	Llamad__Error err = LLAMAD__ERROR__INIT;
-	err.has_code = 1;
-	err.code = code;
+	PB_SET(&err, code, code);
 	err.message = msg;
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_ERROR;
 	r.error = &err;
 	e->n_errors++;
@@ -188,8 +186,7 @@ static void send_ok(struct engine *e, uint64_t conn, uint64_t id)
 {
 	Llamad__Ok ok = LLAMAD__OK__INIT;
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_OK;
 	r.ok = &ok;
 	send_response(e, conn, &r);
@@ -207,37 +204,22 @@ static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *
 {
 	llamad__session_info__init(i);
 	i->session = s->id;
-	i->has_tokens = 1;
-	i->tokens = (uint32_t)s->n_tokens;
-	i->has_cached_tokens = 1;
-	i->cached_tokens = (uint32_t)s->n_cached;
-	i->has_kv_blocks = 1;
-	i->kv_blocks = (uint32_t)s->kv.n_blocks;
-	i->has_kv_bytes = 1;
-	i->kv_bytes = (uint64_t)s->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv);
-	i->has_shared_blocks = 1;
-	i->shared_blocks = (uint32_t)sess_shared_blocks(&e->st, s);
-	i->has_last_use_ms = 1;
-	i->last_use_ms = s->last_use_ms;
-	i->has_template_ = 1;
-	i->template_ = s->tmpl;
-	i->has_context_policy = 1;
-	i->context_policy = s->policy;
-	i->has_turns = 1;
-	i->turns = (uint32_t)s->n_turns;
-	i->has_busy = 1;
-	i->busy = s->busy;
-	i->has_prefilled_tokens = 1;
-	i->prefilled_tokens = s->prefilled;
-	i->has_generated_tokens = 1;
-	i->generated_tokens = s->generated;
+	PB_SET(i, tokens, (uint32_t)s->n_tokens);
+	PB_SET(i, cached_tokens, (uint32_t)s->n_cached);
+	PB_SET(i, kv_blocks, (uint32_t)s->kv.n_blocks);
+	PB_SET(i, kv_bytes, (uint64_t)s->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
+	PB_SET(i, shared_blocks, (uint32_t)sess_shared_blocks(&e->st, s));
+	PB_SET(i, last_use_ms, s->last_use_ms);
+	PB_SET(i, template_, s->tmpl);
+	PB_SET(i, context_policy, s->policy);
+	PB_SET(i, turns, (uint32_t)s->n_turns);
+	PB_SET(i, busy, s->busy);
+	PB_SET(i, prefilled_tokens, s->prefilled);
+	PB_SET(i, generated_tokens, s->generated);
 	i->system = s->system;
-	i->has_owner_uid = 1;
-	i->owner_uid = (uint32_t)s->uid;
-	i->has_ephemeral = 1;
-	i->ephemeral = s->ephemeral;
-	i->has_context_length = 1;
-	i->context_length = (uint32_t)session_limit(e);
+	PB_SET(i, owner_uid, (uint32_t)s->uid);
+	PB_SET(i, ephemeral, s->ephemeral);
+	PB_SET(i, context_length, (uint32_t)session_limit(e));
 }
 
 static void send_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s,
@@ -246,16 +228,13 @@ static void send_info(struct engine *e, uint64_t conn, uint64_t id, struct sessi
 	Llamad__SessionInfo info;
 	fill_info(e, s, &info);
 	if (created >= 0) {
-		info.has_created = 1;
-		info.created = created;
+		PB_SET(&info, created, created);
 	}
 	if (tokens_added >= 0) {
-		info.has_tokens_added = 1;
-		info.tokens_added = (uint32_t)tokens_added;
+		PB_SET(&info, tokens_added, (uint32_t)tokens_added);
 	}
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_SESSION;
 	r.session = &info;
 	send_response(e, conn, &r);
@@ -332,8 +311,7 @@ static void send_token_event(struct engine *e, struct job *j, const int32_t *tok
 		ev.tokens = ids;
 	}
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = j->req_id;
+	PB_SET(&r, id, j->req_id);
 	r.body_case = LLAMAD__RESPONSE__BODY_TOKEN;
 	r.token = &ev;
 	if (j->cancelled != 2)
@@ -356,23 +334,16 @@ static void finish_generate(struct engine *e, struct job *j, int reason)
 		send_token_event(e, j, NULL, 0);
 	double t = now_s();
 	Llamad__Done d = LLAMAD__DONE__INIT;
-	d.has_reason = 1;
-	d.reason = reason;
-	d.has_prompt_tokens = 1;
-	d.prompt_tokens = (uint32_t)j->prompt_tokens;
-	d.has_generated_tokens = 1;
-	d.generated_tokens = (uint32_t)j->generated;
-	d.has_prefill_ms = 1;
-	d.prefill_ms = ((j->t_first > 0 ? j->t_first : t) - j->t0) * 1e3;
-	d.has_generate_ms = 1;
-	d.generate_ms = j->t_first > 0 ? (t - j->t_first) * 1e3 : 0;
-	d.has_session_tokens = 1;
-	d.session_tokens = (uint32_t)j->s->n_tokens;
+	PB_SET(&d, reason, reason);
+	PB_SET(&d, prompt_tokens, (uint32_t)j->prompt_tokens);
+	PB_SET(&d, generated_tokens, (uint32_t)j->generated);
+	PB_SET(&d, prefill_ms, ((j->t_first > 0 ? j->t_first : t) - j->t0) * 1e3);
+	PB_SET(&d, generate_ms, j->t_first > 0 ? (t - j->t_first) * 1e3 : 0);
+	PB_SET(&d, session_tokens, (uint32_t)j->s->n_tokens);
 	if (reason == LLAMAD__STOP_REASON__STOP_STRING && j->stop.hit >= 0)
 		d.stop = j->stop.stops[j->stop.hit];
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = j->req_id;
+	PB_SET(&r, id, j->req_id);
 	r.body_case = LLAMAD__RESPONSE__BODY_DONE;
 	r.done = &d;
 	if (j->cancelled != 2)
@@ -621,17 +592,13 @@ static void on_hello(struct engine *e, uint64_t conn, uint64_t id, const Llamad_
 		return;
 	}
 	Llamad__HelloReply hr = LLAMAD__HELLO_REPLY__INIT;
-	hr.has_protocol_version = 1;
-	hr.protocol_version = LLAMAD_PROTOCOL_VERSION;
+	PB_SET(&hr, protocol_version, LLAMAD_PROTOCOL_VERSION);
 	hr.server = (char *)"llamad " LLAMAD_VERSION;
 	hr.model = e->model_desc;
-	hr.has_max_frame = 1;
-	hr.max_frame = e->cfg.max_frame;
-	hr.has_context_length = 1;
-	hr.context_length = (uint32_t)session_limit(e);
+	PB_SET(&hr, max_frame, e->cfg.max_frame);
+	PB_SET(&hr, context_length, (uint32_t)session_limit(e));
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_HELLO;
 	r.hello = &hr;
 	send_response(e, conn, &r);
@@ -861,8 +828,7 @@ static void on_list(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 	sl.n_sessions = l.n;
 	sl.sessions = l.ptrs;
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_SESSIONS;
 	r.sessions = &sl;
 	send_response(e, conn, &r);
@@ -909,8 +875,7 @@ static void on_tokenize(struct engine *e, uint64_t conn, uint64_t id, const Llam
 	tk.n_pieces = (size_t)n;
 	tk.pieces = pieces;
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_TOKENS;
 	r.tokens = &tk;
 	send_response(e, conn, &r);
@@ -947,8 +912,7 @@ static void on_detokenize(struct engine *e, uint64_t conn, uint64_t id,
 	Llamad__Text t = LLAMAD__TEXT__INIT;
 	t.text = text;
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_TEXT;
 	r.text = &t;
 	send_response(e, conn, &r);
@@ -984,31 +948,22 @@ static uint64_t rss_bytes(void)
 static void on_status(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 {
 	Llamad__Counters c = LLAMAD__COUNTERS__INIT;
-	c.has_requests = 1;
-	c.requests = e->n_requests;
-	c.has_errors = 1;
-	c.errors = e->n_errors;
-	c.has_prefilled_tokens = 1;
-	c.prefilled_tokens = e->n_prefilled;
-	c.has_generated_tokens = 1;
-	c.generated_tokens = e->n_generated;
-	c.has_forward_passes = 1;
-	c.forward_passes = e->n_forward;
-	c.has_cow_copies = 1;
-	c.cow_copies = e->pool->cow_copies;
+	PB_SET(&c, requests, e->n_requests);
+	PB_SET(&c, errors, e->n_errors);
+	PB_SET(&c, prefilled_tokens, e->n_prefilled);
+	PB_SET(&c, generated_tokens, e->n_generated);
+	PB_SET(&c, forward_passes, e->n_forward);
+	PB_SET(&c, cow_copies, e->pool->cow_copies);
 	pthread_mutex_lock(&e->mu);
-	c.has_connections = 1;
-	c.connections = e->conns_accepted;
+	PB_SET(&c, connections, e->conns_accepted);
 	int open = e->conns_open;
 	pthread_mutex_unlock(&e->mu);
 	Llamad__Status st = LLAMAD__STATUS__INIT;
 	st.server = (char *)"llamad " LLAMAD_VERSION;
 	st.model = e->model_desc;
 	st.backend = e->backend_name;
-	st.has_threads = 1;
-	st.threads = (uint32_t)e->be->n_threads;
-	st.has_uptime_s = 1;
-	st.uptime_s = now_s() - e->t_start;
+	PB_SET(&st, threads, (uint32_t)e->be->n_threads);
+	PB_SET(&st, uptime_s, now_s() - e->t_start);
 	/* a non-root client sees only the count of its own sessions */
 	int mine = 0, active = 0;
 	for (int b = 0; b < e->st.n_buckets; b++)
@@ -1017,30 +972,19 @@ static void on_status(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 				mine++;
 				active += s->busy;
 			}
-	st.has_sessions = 1;
-	st.sessions = (uint32_t)mine;
-	st.has_active = 1;
-	st.active = (uint32_t)active;
-	st.has_connections = 1;
-	st.connections = (uint32_t)open;
-	st.has_kv_blocks_total = 1;
-	st.kv_blocks_total = (uint32_t)e->pool->kv.n_blocks;
-	st.has_kv_blocks_free = 1;
-	st.kv_blocks_free = (uint32_t)kvpool_n_free(e->pool);
-	st.has_kv_block_tokens = 1;
-	st.kv_block_tokens = KV_BLOCK_TOKENS;
-	st.has_kv_bytes_total = 1;
-	st.kv_bytes_total = (uint64_t)e->pool->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv);
-	st.has_weight_bytes = 1;
-	st.weight_bytes = e->m->weight_bytes;
-	st.has_context_length = 1;
-	st.context_length = (uint32_t)session_limit(e);
+	PB_SET(&st, sessions, (uint32_t)mine);
+	PB_SET(&st, active, (uint32_t)active);
+	PB_SET(&st, connections, (uint32_t)open);
+	PB_SET(&st, kv_blocks_total, (uint32_t)e->pool->kv.n_blocks);
+	PB_SET(&st, kv_blocks_free, (uint32_t)kvpool_n_free(e->pool));
+	PB_SET(&st, kv_block_tokens, KV_BLOCK_TOKENS);
+	PB_SET(&st, kv_bytes_total, (uint64_t)e->pool->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
+	PB_SET(&st, weight_bytes, e->m->weight_bytes);
+	PB_SET(&st, context_length, (uint32_t)session_limit(e));
 	st.counters = &c;
-	st.has_rss_bytes = 1;
-	st.rss_bytes = rss_bytes();
+	PB_SET(&st, rss_bytes, rss_bytes());
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
+	PB_SET(&r, id, id);
 	r.body_case = LLAMAD__RESPONSE__BODY_STATUS;
 	r.status = &st;
 	send_response(e, conn, &r);

@@ -19,6 +19,10 @@
 #define FRAME_MAX_DEFAULT (16u << 20)   /* 16 MiB */
 #define LLAMAD_PROTOCOL_VERSION 1
 
+/* Set an optional (proto2) scalar field of a protobuf-c message and its
+ * has_ flag: PB_SET(&hello, protocol_version, 1). */
+#define PB_SET(msg, field, value) ((msg)->has_##field = 1, (msg)->field = (value))
+
 /* Length stored in a 4-byte header. */
 static inline uint32_t frame_get_len(const uint8_t *p)
 {
