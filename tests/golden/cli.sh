@@ -19,9 +19,11 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 # ---- --help mentions every long option of daemon/main.c -------------------
-# The names are taken from the long_opts table: lines like
-#   { "max-tokens", required_argument, NULL, 'n' },
-opts=$(sed -n 's/^[[:space:]]*{[[:space:]]*"\([a-z][a-z0-9-]*\)",[[:space:]]*[a-z]*_argument.*/\1/p' "$SRC")
+# The names are taken from the settings table of daemon/config.c (every
+# config key is a flag: max_tokens -> --max-tokens) and from the one-shot
+# flags main.c compares by name (!strcmp(name, "echo")).
+opts=$( (sed -n 's/^[[:space:]]*{[[:space:]]*"\([a-z][a-z0-9_]*\)",[[:space:]]*K_.*/\1/p' daemon/config.c | tr _ -;
+        sed -n 's/.*!strcmp(name, "\([a-z][a-z-]*\)").*/\1/p' "$SRC") | sort -u)
 nopts=$(printf '%s\n' "$opts" | grep -c .)
 [ "$nopts" -ge 15 ] || bad "found only $nopts long options in $SRC: the extraction is broken"
 "$LLAMAD" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
@@ -53,7 +55,8 @@ usage_err "max-tokens"        $M --prompt hi --max-tokens 0
 usage_err "max-tokens"        $M --prompt hi --max-tokens -5
 usage_err "max-tokens"        $M --prompt hi --max-tokens 12x
 usage_err "max-tokens"        $M --prompt hi --max-tokens 99999999999999999999
-usage_err "threads"           $M --prompt hi --threads 0
+usage_err "threads"           $M --prompt hi --threads -1
+usage_err "threads"           $M --prompt hi --threads 1025
 usage_err "temperature"       $M --prompt hi --temperature warm
 usage_err "temperature"       $M --prompt hi --temperature nan
 usage_err "temperature"       $M --prompt hi --temperature inf
@@ -72,7 +75,8 @@ usage_err "seed"              $M --prompt hi --seed 0x10
 usage_err "bogus"             $M --prompt hi --bogus
 usage_err "unexpected"        $M --prompt hi stray
 usage_err "model"             --prompt hi
-usage_err "prompt"            $M
+usage_err "need --prompt"     $M --echo
+usage_err "need --prompt"     $M --seed 3
 usage_err "system"            $M --prompt hi --system "be brief"
 usage_err "stop"              $M --prompt hi --stop a --stop b --stop c --stop d --stop e \
     --stop f --stop g --stop h --stop i --stop j --stop k --stop l --stop m --stop n \

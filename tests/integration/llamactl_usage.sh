@@ -1,0 +1,163 @@
+#!/bin/sh
+# tests/integration/llamactl_usage.sh — llamactl's command line without a
+# daemon: --help lists every command, each command's --help works, usage
+# errors exit 2 (and are found before connecting), a socket nobody serves
+# exits 3 with a message naming the path.
+# Env: BUILD (build folder).
+BUILD=${BUILD:-build}
+CTL=$BUILD/llamactl
+SRC=client/llamactl.c
+for f in "$CTL" "$SRC"; do
+    [ -e "$f" ] || { echo "missing $f"; exit 1; }
+done
+
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+NOSOCK=$tmp/none/llamad.sock      # nothing listens there
+unset LLAMAD_SOCKET
+
+# The commands the brief requires, plus whatever the command table holds:
+# lines like   { "chat", "[--session NAME] ...",
+want="chat summarize generate sessions show fork drop tokenize status"
+table=$(sed -n 's/^[[:space:]]*{ "\([a-z][a-z-]*\)", ".*/\1/p' "$SRC")
+# shellcheck disable=SC2086  # split into words on purpose
+cmds=$(printf '%s\n' $want $table | sort -u)
+ncmds=$(printf '%s\n' "$table" | grep -c .)
+[ "$ncmds" -ge 9 ] || bad "found only $ncmds commands in $SRC: the extraction is broken"
+
+# ---- global --help, --version ------------------------------------------------
+"$CTL" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
+[ "$rc" -eq 0 ] || bad "--help exited $rc"
+[ -s "$tmp/err" ] && bad "--help wrote to stderr: $(cat "$tmp/err")"
+for c in $cmds; do
+    grep -Eq "^  $c( |\$)" "$tmp/help" || bad "--help does not list command $c"
+done
+for o in --socket --json --verbose --help --version; do
+    grep -q -- "$o" "$tmp/help" || bad "--help does not mention $o"
+done
+"$CTL" -h >"$tmp/h" 2>&1
+cmp -s "$tmp/h" "$tmp/help" || bad "-h differs from --help"
+"$CTL" --version >"$tmp/v" 2>&1 || bad "--version failed"
+grep -q '^llamactl [0-9]' "$tmp/v" || bad "--version printed: $(cat "$tmp/v")"
+echo "ok   --help lists every command; --version"
+
+# ---- each command's --help ---------------------------------------------------
+for c in $cmds; do
+    "$CTL" "$c" --help >"$tmp/ch" 2>"$tmp/err"; rc=$?
+    if [ "$rc" -ne 0 ]; then
+        bad "$c --help exited $rc: $(cat "$tmp/err")"; continue
+    fi
+    [ -s "$tmp/err" ] && bad "$c --help wrote to stderr"
+    grep -q "^usage: llamactl $c" "$tmp/ch" || bad "$c --help lacks 'usage: llamactl $c'"
+    "$CTL" help "$c" >"$tmp/ch2" 2>&1 || bad "help $c failed"
+    cmp -s "$tmp/ch" "$tmp/ch2" || bad "'help $c' differs from '$c --help'"
+    "$CTL" "$c" -h >"$tmp/ch3" 2>&1
+    cmp -s "$tmp/ch" "$tmp/ch3" || bad "$c -h differs"
+done
+# Options each command must document.
+need() {  # command options...
+    c=$1; shift
+    "$CTL" "$c" --help >"$tmp/ch" 2>&1
+    for o in "$@"; do
+        grep -q -- "$o" "$tmp/ch" || bad "$c --help does not mention $o"
+    done
+}
+# shellcheck disable=SC2086  # $SAMPLER: a list of words
+SAMPLER="--temperature --top-k --top-p --min-p --repeat-penalty --seed --max-tokens --stop"
+# shellcheck disable=SC2086
+need chat --session --system --template $SAMPLER /fork /drop /system /regen /history /quit /help
+# shellcheck disable=SC2086
+need summarize --max-tokens --session $SAMPLER
+# shellcheck disable=SC2086
+need generate --session --raw $SAMPLER
+echo "ok   every command's --help (and 'help CMD', '-h')"
+
+# ---- usage errors: exit 2, message + hint on stderr, nothing on stdout -------
+# --socket points nowhere: a usage error must be found before connecting
+# (else the exit would be 3).
+usage_err() {  # expected-substring args...
+    want=$1; shift
+    "$CTL" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    if [ "$rc" -ne 2 ]; then
+        bad "llamactl $*: exit $rc, expected 2 ($(cat "$tmp/err"))"
+    elif ! grep -q -e "$want" "$tmp/err"; then
+        bad "llamactl $*: stderr lacks '$want': $(cat "$tmp/err")"
+    elif ! grep -q -e "--help" "$tmp/err"; then
+        bad "llamactl $*: no hint to --help: $(cat "$tmp/err")"
+    elif [ -s "$tmp/out" ]; then
+        bad "llamactl $*: wrote to stdout"
+    fi
+}
+usage_err "missing command"
+usage_err "missing command" --socket "$NOSOCK"
+usage_err "unknown command" --socket "$NOSOCK" frobnicate
+usage_err "unrecognized option" --frobnicate status
+usage_err "unrecognized option" --socket "$NOSOCK" status --frobnicate
+usage_err "unrecognized option" --socket "$NOSOCK" chat --bogus
+usage_err "unrecognized option" --socket "$NOSOCK" tokenize --temperature 1 hi
+usage_err "requires an argument" --socket "$NOSOCK" generate --max-tokens
+usage_err "not a number" --socket "$NOSOCK" generate --temperature warm hi
+usage_err "out of range" --socket "$NOSOCK" generate --max-tokens 0 hi
+usage_err "not a number" --socket "$NOSOCK" generate --max-tokens -5 hi
+usage_err "out of range" --socket "$NOSOCK" chat --top-p 1.5
+usage_err "not a number" --socket "$NOSOCK" summarize --seed 1x
+usage_err "llama2 or raw" --socket "$NOSOCK" chat --template chatml
+usage_err "missing argument" --socket "$NOSOCK" show
+usage_err "missing argument" --socket "$NOSOCK" fork a
+usage_err "missing argument" --socket "$NOSOCK" drop
+usage_err "unexpected argument" --socket "$NOSOCK" fork a b c
+usage_err "unexpected argument" --socket "$NOSOCK" sessions extra
+usage_err "unexpected argument" --socket "$NOSOCK" status extra
+usage_err "unexpected argument" --socket "$NOSOCK" generate two words
+usage_err "unexpected argument" --socket "$NOSOCK" summarize file.txt
+usage_err "unknown command" help frobnicate
+i=0; stops=""
+while [ $i -le 16 ]; do stops="$stops --stop s$i"; i=$((i + 1)); done
+# $stops: 17 options, split on purpose
+# shellcheck disable=SC2086
+usage_err "at most 16" --socket "$NOSOCK" generate $stops hi
+echo "ok   usage errors exit 2 before connecting"
+
+# ---- cannot connect: exit 3 naming the socket --------------------------------
+no_conn() {  # expected-path args...   (stdin: a line of text)
+    path=$1; shift
+    echo "some text" | "$CTL" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    if [ "$rc" -ne 3 ]; then
+        bad "llamactl $*: exit $rc, expected 3 ($(cat "$tmp/err"))"
+    elif ! grep -q "cannot connect to $path: " "$tmp/err"; then
+        bad "llamactl $*: stderr does not name $path: $(cat "$tmp/err")"
+    elif [ -s "$tmp/out" ]; then
+        bad "llamactl $*: wrote to stdout"
+    fi
+}
+for args in "status" "sessions" "show x" "fork a b" "drop x" "tokenize hello" \
+            "generate hello" "generate -" "summarize" "chat --session x"; do
+    # shellcheck disable=SC2086
+    no_conn "$NOSOCK" --socket "$NOSOCK" $args
+done
+no_conn "$NOSOCK" status --socket "$NOSOCK"            # option after the command
+grep -q "No such file or directory" "$tmp/err" || bad "no errno text: $(cat "$tmp/err")"
+LLAMAD_SOCKET=$tmp/env.sock no_conn "$tmp/env.sock" status
+LLAMAD_SOCKET=$tmp/env.sock no_conn "$tmp/cli.sock" --socket "$tmp/cli.sock" status
+# a file that is not a listening socket
+: >"$tmp/plain.sock"
+no_conn "$tmp/plain.sock" --socket "$tmp/plain.sock" status
+# the default path
+if [ "$(id -u)" -ne 0 ]; then
+    mkdir -p "$tmp/xdg"
+    XDG_RUNTIME_DIR=$tmp/xdg no_conn "$tmp/xdg/llamad/llamad.sock" status
+fi
+if [ ! -e /run/llamad/llamad.sock ]; then
+    if [ "$(id -u)" -eq 0 ]; then
+        XDG_RUNTIME_DIR=$tmp/xdg no_conn /run/llamad/llamad.sock status
+    else
+        env -u XDG_RUNTIME_DIR "$CTL" status >/dev/null 2>"$tmp/err"
+        grep -q "cannot connect to /run/llamad/llamad.sock" "$tmp/err" ||
+            bad "without XDG_RUNTIME_DIR: $(cat "$tmp/err")"
+    fi
+fi
+echo "ok   no daemon: exit 3 naming the socket"
+
+exit $fail

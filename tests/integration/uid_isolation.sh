@@ -1,0 +1,183 @@
+#!/bin/sh
+# tests/integration/uid_isolation.sh — sessions belong to the uid that made
+# them. The daemon runs as root on a socket anyone may use (--socket-mode
+# 0666, in a world-readable folder); uid 65534 (nobody) makes a session;
+# uid 65533 cannot list, show, fork or drop it (UNKNOWN_SESSION: its name
+# simply does not exist for that uid), and making its own session of the
+# same name leaves nobody's alone; root sees both.
+#
+# Needs root (to switch uids with setpriv). Not root: skipped.
+# Client: $BUILD/llamactl when it works, else tests/tools/protoclient.c,
+# compiled here with proto/frame.c and $BUILD's generated llamad.pb-c.c
+# (TEST_CLIENT=protoclient forces it).
+# Env: BUILD (build folder), MODELS.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+
+if [ "$(id -u)" -ne 0 ]; then
+    command -v setpriv >/dev/null 2>&1 || { echo "skipped: no setpriv"; exit 0; }
+    echo "skipped: not root (cannot switch uids)"
+    exit 0
+fi
+command -v setpriv >/dev/null 2>&1 || { echo "FAIL: setpriv (util-linux) is missing"; exit 1; }
+for f in "$BUILD/llamad" "$MODELS/stories260K.bin" "$MODELS/tok512.model"; do
+    [ -e "$f" ] || { echo "FAIL: missing $f"; exit 1; }
+done
+
+tmp=$(mktemp -d /tmp/llamad-iso.XXXXXX) || exit 1
+chmod 755 "$tmp"
+SOCK=$tmp/llamad.sock
+pid=
+cleanup() {
+    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail=0
+ok()  { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+
+# run "$@" as uid $1 (0: as we are)
+as_uid() {
+    u=$1; shift
+    if [ "$u" -eq 0 ]; then "$@"; else setpriv --reuid="$u" --regid="$u" --clear-groups "$@"; fi
+}
+
+"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+    --socket "$SOCK" --socket-mode 0666 --max-tokens 8 --log-level debug 2>"$tmp/llamad.log" &
+pid=$!
+i=0
+while [ ! -S "$SOCK" ]; do
+    i=$((i + 1))
+    if [ $i -gt 300 ] || ! kill -0 "$pid" 2>/dev/null; then
+        echo "FAIL: llamad did not start"; cat "$tmp/llamad.log"; exit 1
+    fi
+    sleep 0.1
+done
+mode=$(stat -c %a "$SOCK")
+[ "$mode" = 666 ] && ok "socket mode 0666" || bad "socket mode is $mode, not 666"
+
+# ---- the client ------------------------------------------------------------
+CLIENT=
+if [ "${TEST_CLIENT:-}" != protoclient ] && [ -x "$BUILD/llamactl" ]; then
+    cp "$BUILD/llamactl" "$tmp/llamactl" && chmod 755 "$tmp/llamactl"
+    out=$("$tmp/llamactl" --socket "$SOCK" sessions --json 2>&1)
+    case $out in
+        \[*) CLIENT=llamactl ;;
+        *) echo "note: $BUILD/llamactl does not work here ($out); using protoclient" ;;
+    esac
+fi
+if [ -z "$CLIENT" ]; then
+    cc -std=c11 -D_GNU_SOURCE -I. -I"$BUILD/proto" tests/tools/protoclient.c \
+        proto/frame.c "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$tmp/protoclient" ||
+        { echo "FAIL: cannot build tests/tools/protoclient.c"; exit 1; }
+    chmod 755 "$tmp/protoclient"
+    CLIENT=protoclient
+fi
+echo "client: $CLIENT"
+
+# c UID OP ARGS: one client command as UID; output (stdout + stderr) in $out,
+# exit status in $rc
+c() {
+    u=$1 op=$2; shift 2
+    if [ "$CLIENT" = llamactl ]; then
+        L="$tmp/llamactl --socket $SOCK"
+        case $op in
+            generate) out=$(as_uid "$u" $L generate --session "$1" -n 8 --temperature 0 "$2" 2>&1) ;;
+            list) out=$(as_uid "$u" $L sessions --json 2>&1) ;;
+            show) out=$(as_uid "$u" $L show "$1" 2>&1) ;;
+            fork) out=$(as_uid "$u" $L fork "$1" "$2" 2>&1) ;;
+            drop) out=$(as_uid "$u" $L drop "$1" 2>&1) ;;
+        esac
+    else
+        P="$tmp/protoclient $SOCK"
+        case $op in
+            generate) out=$(as_uid "$u" $P generate "$1" "$2" 8 2>&1) ;;
+            list) out=$(as_uid "$u" $P list 2>&1) ;;
+            show) out=$(as_uid "$u" $P info "$1" 2>&1) ;;
+            fork) out=$(as_uid "$u" $P fork "$1" "$2" 2>&1) ;;
+            drop) out=$(as_uid "$u" $P drop "$1" 2>&1) ;;
+        esac
+    fi
+    rc=$?
+}
+
+# what show printed, less the time of last use (it reads "3s ago")
+shown() { printf '%s\n' "$out" | grep -vi 'last.use'; }
+
+# expect: the last command failed with UNKNOWN_SESSION
+unknown() {
+    if [ "$rc" -eq 1 ] && printf '%s\n' "$out" | grep -qi "unknown session"; then
+        ok "$1: unknown session"
+    else
+        bad "$1: expected an unknown-session error, got rc $rc: $out"
+    fi
+}
+
+NAME=iso-secret
+NOBODY=65534 OTHER=65533
+
+# ---- nobody makes a session --------------------------------------------------
+c $NOBODY generate $NAME "Once upon a time"
+[ "$rc" -eq 0 ] && ok "uid $NOBODY made session $NAME" || bad "uid $NOBODY generate: rc $rc: $out"
+c $NOBODY list
+printf '%s\n' "$out" | grep -q "$NAME" && ok "uid $NOBODY lists $NAME" || bad "uid $NOBODY list: $out"
+c $NOBODY show $NAME
+[ "$rc" -eq 0 ] && ok "uid $NOBODY shows $NAME" || bad "uid $NOBODY show: rc $rc: $out"
+before=$(shown)
+
+# ---- another uid sees nothing -------------------------------------------------
+c $OTHER list
+if [ "$rc" -eq 0 ] && ! printf '%s\n' "$out" | grep -q "$NAME"; then
+    ok "uid $OTHER: list does not show it"
+else
+    bad "uid $OTHER list: rc $rc: $out"
+fi
+c $OTHER show $NAME;         unknown "uid $OTHER show"
+c $OTHER fork $NAME stolen;  unknown "uid $OTHER fork"
+c $OTHER drop $NAME;         unknown "uid $OTHER drop"
+c $OTHER show stolen;        unknown "uid $OTHER: no fork was made"
+if [ "$CLIENT" = protoclient ]; then
+    out=$(as_uid $OTHER "$tmp/protoclient" "$SOCK" status 2>&1)
+    printf '%s\n' "$out" | grep -q "^status sessions=0 " &&
+        ok "uid $OTHER: status counts none of it" || bad "uid $OTHER status: $out"
+fi
+
+# nothing changed for nobody
+c $NOBODY show $NAME
+[ "$rc" -eq 0 ] && [ "$(shown)" = "$before" ] && ok "uid $NOBODY: $NAME unchanged" ||
+    bad "uid $NOBODY show after: rc $rc: $out (before: $before)"
+
+# ---- the same name for another uid is another session -------------------------
+c $OTHER generate $NAME "The little dog"
+[ "$rc" -eq 0 ] && ok "uid $OTHER made its own $NAME" || bad "uid $OTHER generate: rc $rc: $out"
+
+# ---- root sees both ----------------------------------------------------------
+c 0 list
+n=$(printf '%s\n' "$out" | grep -o "$NAME" | wc -l)
+if printf '%s\n' "$out" | grep -Eq "owner(_uid\")?[=:]$NOBODY" &&
+   printf '%s\n' "$out" | grep -Eq "owner(_uid\")?[=:]$OTHER" && [ "$n" -eq 2 ]; then
+    ok "root lists both sessions named $NAME (uids $NOBODY and $OTHER)"
+else
+    bad "root list: $out"
+fi
+
+# ---- each drops its own ---------------------------------------------------------
+c $OTHER drop $NAME
+[ "$rc" -eq 0 ] && ok "uid $OTHER dropped its own $NAME" || bad "uid $OTHER drop own: rc $rc: $out"
+c $NOBODY show $NAME
+[ "$rc" -eq 0 ] && [ "$(shown)" = "$before" ] && ok "uid $NOBODY: $NAME still there" ||
+    bad "uid $NOBODY show after the other's drop: rc $rc: $out"
+c $NOBODY drop $NAME
+[ "$rc" -eq 0 ] && ok "uid $NOBODY dropped $NAME" || bad "uid $NOBODY drop: rc $rc: $out"
+c 0 list
+printf '%s\n' "$out" | grep -q "$NAME" && bad "root still lists $NAME: $out" || ok "all gone"
+
+# ---- stop -----------------------------------------------------------------------
+kill -TERM "$pid"
+wait "$pid"; st=$?
+pid=
+[ "$st" -eq 0 ] && ok "llamad exited 0 on SIGTERM" || { bad "llamad exited $st"; cat "$tmp/llamad.log"; }
+exit $fail
