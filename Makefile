@@ -24,7 +24,7 @@ MODELS  ?= $(SHARED)/models
 # Debian packages needed to build and test (checked by `make deps`).
 DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
             libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev \
-            libedit-dev libxxhash-dev mandoc
+            libedit-dev libxxhash-dev mandoc python3 systemd util-linux
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
 # found, unless CUDA=0.

@@ -1,0 +1,548 @@
+/*
+ * client/cli.c — see cli.h.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "client/cli.h"
+
+void gen_opts_init(struct gen_opts *g)
+{
+	memset(g, 0, sizeof(*g));
+	Llamad__SamplerOptions init = LLAMAD__SAMPLER_OPTIONS__INIT;
+	g->sampler = init;
+}
+
+const char *cli_prog(const struct cli *cli)
+{
+	static char buf[64];
+	if (!cli || !cli->cmd)
+		return "llamactl";
+	snprintf(buf, sizeof(buf), "llamactl %s", cli->cmd->name);
+	return buf;
+}
+
+noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "%s: ", cli_prog(cli));
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help'.\n", cli_prog(cli));
+	exit(EXIT_USAGE);
+}
+
+uint64_t cli_parse_u64(const struct cli *cli, const char *what, const char *arg,
+		       uint64_t min, uint64_t max)
+{
+	char *end;
+	errno = 0;
+	if (!arg || !*arg || *arg == '-' || *arg == '+')
+		cli_usage_error(cli, "%s: '%s' is not a number", what, arg ? arg : "");
+	unsigned long long v = strtoull(arg, &end, 10);
+	if (errno || *end)
+		cli_usage_error(cli, "%s: '%s' is not a number", what, arg);
+	if (v < min || v > max)
+		cli_usage_error(cli, "%s: %s is out of range [%llu, %llu]", what, arg,
+				(unsigned long long)min, (unsigned long long)max);
+	return v;
+}
+
+static int64_t parse_i32(const struct cli *cli, const char *what, const char *arg,
+			 long min, long max)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(arg, &end, 10);
+	if (errno || end == arg || *end)
+		cli_usage_error(cli, "%s: '%s' is not a number", what, arg);
+	if (v < min || v > max)
+		cli_usage_error(cli, "%s: %s is out of range [%ld, %ld]", what, arg, min, max);
+	return v;
+}
+
+static float parse_float(const struct cli *cli, const char *what, const char *arg,
+			 double min, double max)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(arg, &end);
+	if (errno || end == arg || *end || !isfinite(v))
+		cli_usage_error(cli, "%s: '%s' is not a number", what, arg);
+	if (v < min || v > max)
+		cli_usage_error(cli, "%s: %s is out of range [%g, %g]", what, arg, min, max);
+	return (float)v;
+}
+
+/* Returns true if o was a sampler option (and applies it). */
+static bool sampler_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
+{
+	Llamad__SamplerOptions *s = &g->sampler;
+	switch (o) {
+	case OPT_TEMP:
+		s->has_temperature = 1;
+		s->temperature = parse_float(cli, "--temperature", arg, 0, 100);
+		return true;
+	case OPT_TOPK:
+		s->has_top_k = 1;
+		s->top_k = (int32_t)parse_i32(cli, "--top-k", arg, 0, 1 << 30);
+		return true;
+	case OPT_TOPP:
+		s->has_top_p = 1;
+		s->top_p = parse_float(cli, "--top-p", arg, 1e-6, 1);
+		return true;
+	case OPT_MINP:
+		s->has_min_p = 1;
+		s->min_p = parse_float(cli, "--min-p", arg, 0, 0.999);
+		return true;
+	case OPT_REPEAT:
+		s->has_repeat_penalty = 1;
+		s->repeat_penalty = parse_float(cli, "--repeat-penalty", arg, 1e-3, 10);
+		return true;
+	case OPT_LASTN:
+		s->has_repeat_last_n = 1;
+		s->repeat_last_n = (int32_t)parse_i32(cli, "--repeat-last-n", arg, -1, 1 << 30);
+		return true;
+	case OPT_PRESENCE:
+		s->has_presence_penalty = 1;
+		s->presence_penalty = parse_float(cli, "--presence-penalty", arg, -10, 10);
+		return true;
+	case OPT_FREQ:
+		s->has_frequency_penalty = 1;
+		s->frequency_penalty = parse_float(cli, "--frequency-penalty", arg, -10, 10);
+		return true;
+	case OPT_SEED:
+		s->has_seed = 1;
+		s->seed = cli_parse_u64(cli, "--seed", arg, 0, UINT64_MAX);
+		return true;
+	case OPT_MAXTOK:
+		g->has_max_tokens = true;
+		g->max_tokens = (uint32_t)cli_parse_u64(cli, "--max-tokens", arg, 1, 1u << 20);
+		return true;
+	case OPT_STOP:
+		if (!*arg)
+			cli_usage_error(cli, "--stop: empty stop string");
+		if (g->n_stop >= GEN_MAX_STOP)
+			cli_usage_error(cli, "--stop: at most %d stop strings", GEN_MAX_STOP);
+		g->stop[g->n_stop++] = (char *)arg;
+		return true;
+	}
+	return false;
+}
+
+void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
+{
+	switch (o) {
+	case 'h':
+		cli_print_help(cli, stdout);
+		cli_flush_stdout();
+		exit(EXIT_OK);
+	case 'v':
+		cli->verbose = true;
+		return;
+	case OPT_JSON:
+		cli->json = true;
+		return;
+	case OPT_SOCKET:
+		if (!*arg)
+			cli_usage_error(cli, "--socket: empty path");
+		cli->socket = arg;
+		return;
+	}
+	if (g && sampler_opt(cli, g, o, arg))
+		return;
+	if (o == 'n' && g) {   /* -n is --max-tokens */
+		sampler_opt(cli, g, OPT_MAXTOK, arg);
+		return;
+	}
+	/* '?', ':' or an option this command does not take: getopt has
+	 * already said what was wrong. */
+	fprintf(stderr, "Try '%s --help'.\n", cli_prog(cli));
+	exit(EXIT_USAGE);
+}
+
+void cli_connect(struct cli *cli)
+{
+	int rc = conn_connect(&cli->conn, cli->socket);
+	if (rc) {
+		bool hint = rc == -ENOENT || rc == -ECONNREFUSED;
+		fprintf(stderr, "llamactl: cannot connect to %s: %s%s\n", cli->socket,
+			strerror(-rc), hint ? " (is llamad running?)" : "");
+		exit(EXIT_CONNECT);
+	}
+	Llamad__Response *r;
+	rc = conn_hello(&cli->conn, &r);
+	if (rc)
+		cli_die_conn(cli, rc);
+	cli_expect(r, LLAMAD__RESPONSE__BODY_HELLO);
+	llamad__response__free_unpacked(r, NULL);
+}
+
+noreturn void cli_die_conn(const struct cli *cli, int err)
+{
+	if (err == -EMSGSIZE)
+		fprintf(stderr, "llamactl: request too large for the daemon (it accepts "
+			"frames of at most %u bytes)\n", cli->conn.max_frame);
+	else
+		fprintf(stderr, "llamactl: connection to %s lost: %s\n", cli->socket,
+			conn_strerror(err));
+	exit(EXIT_DAEMON);
+}
+
+void cli_print_error(const Llamad__Response *r)
+{
+	const Llamad__Error *e = r->error;
+	int code = e && e->has_code ? (int)e->code : 0;
+	const char *msg = e && e->message && *e->message ? e->message : "(no message)";
+	fprintf(stderr, "llamactl: %s: %s\n", frame_error_name(code), msg);
+}
+
+Llamad__Response *cli_expect(Llamad__Response *r, Llamad__Response__BodyCase want)
+{
+	if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
+		cli_print_error(r);
+		llamad__response__free_unpacked(r, NULL);   /* clean for LeakSanitizer */
+		exit(EXIT_DAEMON);
+	}
+	if (r->body_case != want) {
+		fprintf(stderr, "llamactl: unexpected reply from the daemon (body %d, "
+			"expected %d)\n", (int)r->body_case, (int)want);
+		llamad__response__free_unpacked(r, NULL);
+		exit(EXIT_DAEMON);
+	}
+	return r;
+}
+
+Llamad__Response *cli_call_any(struct cli *cli, Llamad__Request *req)
+{
+	Llamad__Response *r;
+	int rc = conn_call(&cli->conn, req, &r);
+	if (rc)
+		cli_die_conn(cli, rc);
+	return r;
+}
+
+Llamad__Response *cli_call(struct cli *cli, Llamad__Request *req,
+			   Llamad__Response__BodyCase want)
+{
+	return cli_expect(cli_call_any(cli, req), want);
+}
+
+void cli_flush_stdout(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		fprintf(stderr, "llamactl: write error on stdout: %s\n", strerror(errno));
+		exit(EXIT_DAEMON);
+	}
+}
+
+char *cli_read_all(int fd, size_t *len)
+{
+	size_t n = 0, cap = 65536;
+	char *buf = malloc(cap);
+	if (!buf)
+		goto nomem;
+	for (;;) {
+		if (cap - n < 4096) {
+			char *b = realloc(buf, cap * 2);
+			if (!b)
+				goto nomem;
+			buf = b;
+			cap *= 2;
+		}
+		ssize_t k = read(fd, buf + n, cap - n - 1);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			fprintf(stderr, "llamactl: cannot read stdin: %s\n", strerror(errno));
+			exit(EXIT_DAEMON);
+		}
+		if (k == 0)
+			break;
+		n += (size_t)k;
+	}
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+nomem:
+	fprintf(stderr, "llamactl: out of memory reading stdin\n");
+	exit(EXIT_DAEMON);
+}
+
+void cli_ephemeral_name(char *buf, size_t n)
+{
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != (ssize_t)sizeof(r)) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
+	}
+	snprintf(buf, n, "llamactl-%ld-%016llx", (long)getpid(), (unsigned long long)r);
+}
+
+Llamad__Response *cli_open_session(struct cli *cli, const char *session,
+				   const char *system, Llamad__Template tmpl,
+				   bool ephemeral, bool create_only, bool errors_ok)
+{
+	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
+	o.session = (char *)session;
+	o.system = (char *)system;
+	if (tmpl != LLAMAD__TEMPLATE__TEMPLATE_DEFAULT) {
+		o.has_template_ = 1;
+		o.template_ = tmpl;
+	}
+	if (ephemeral) {
+		o.has_ephemeral = 1;
+		o.ephemeral = 1;
+	}
+	if (create_only) {
+		o.has_create_only = 1;
+		o.create_only = 1;
+	}
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_OPEN;
+	req.open = &o;
+	Llamad__Response *r = cli_call_any(cli, &req);
+	if (errors_ok && r->body_case == LLAMAD__RESPONSE__BODY_ERROR)
+		return r;
+	return cli_expect(r, LLAMAD__RESPONSE__BODY_SESSION);
+}
+
+void cli_drop_session(struct cli *cli, const char *session, bool quiet)
+{
+	Llamad__Drop d = LLAMAD__DROP__INIT;
+	d.session = (char *)session;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_DROP;
+	req.drop = &d;
+	Llamad__Response *r = cli_call_any(cli, &req);
+	if (!quiet)
+		cli_expect(r, LLAMAD__RESPONSE__BODY_OK);
+	llamad__response__free_unpacked(r, NULL);
+}
+
+/* ---- generation ------------------------------------------------------------ */
+
+struct gen_ctx {
+	const struct gen_req *g;
+	struct gen_result *res;
+	int write_errno;
+};
+
+static int on_token(void *ctx, const Llamad__Response *r)
+{
+	struct gen_ctx *x = ctx;
+	const char *t = r->token ? r->token->text : NULL;
+	size_t n = t ? strlen(t) : 0;
+	if (n == 0)
+		return 0;
+	x->res->last = t[n - 1];
+	if (x->g->echo) {
+		/* One event, one write: the daemon sends whole characters. */
+		if (fwrite(t, 1, n, x->g->echo) != n || fflush(x->g->echo) != 0) {
+			x->write_errno = errno ? errno : EIO;
+			return -EIO;
+		}
+	}
+	if (x->g->collect) {
+		struct gen_result *res = x->res;
+		if (res->len + n + 1 > res->cap) {
+			size_t cap = res->cap ? res->cap : 1024;
+			while (cap < res->len + n + 1)
+				cap *= 2;
+			char *b = realloc(res->text, cap);
+			if (!b)
+				return -ENOMEM;
+			res->text = b;
+			res->cap = cap;
+		}
+		memcpy(res->text + res->len, t, n);
+		res->len += n;
+		res->text[res->len] = '\0';
+	}
+	return 0;
+}
+
+void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *res)
+{
+	memset(res, 0, sizeof(*res));
+	Llamad__Generate gen = LLAMAD__GENERATE__INIT;
+	gen.session = (char *)g->session;
+	if (g->prompt) {
+		gen.prompt = (char *)g->prompt;
+		gen.has_role = 1;
+		gen.role = g->role;
+	}
+	if (g->opts) {
+		const Llamad__SamplerOptions *so = &g->opts->sampler;
+		if (so->has_temperature || so->has_top_k || so->has_top_p || so->has_min_p ||
+		    so->has_repeat_penalty || so->has_repeat_last_n ||
+		    so->has_presence_penalty || so->has_frequency_penalty || so->has_seed)
+			gen.sampler = (Llamad__SamplerOptions *)so;
+		if (g->opts->has_max_tokens) {
+			gen.has_max_tokens = 1;
+			gen.max_tokens = g->opts->max_tokens;
+		}
+		gen.n_stop = g->opts->n_stop;
+		gen.stop = (char **)g->opts->stop;
+	}
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_GENERATE;
+	req.generate = &gen;
+
+	uint64_t id;
+	int rc = conn_send(&cli->conn, &req, &id);
+	if (rc)
+		cli_die_conn(cli, rc);
+	struct gen_ctx x = { g, res, 0 };
+	rc = conn_wait(&cli->conn, id, on_token, &x, &res->term, &res->cancelled);
+	if (rc == -EINTR) {
+		res->interrupted = true;
+		res->term = NULL;
+		return;
+	}
+	if (rc && rc != -EIO && g->echo && res->last && res->last != '\n' &&
+	    isatty(fileno(g->echo))) {
+		fputc('\n', g->echo);   /* the message below on a line of its own */
+		fflush(g->echo);
+	}
+	if (rc == -EIO && x.write_errno) {
+		fprintf(stderr, "llamactl: write error on stdout: %s\n", strerror(x.write_errno));
+		exit(EXIT_DAEMON);
+	}
+	if (rc == -ENOMEM) {
+		fprintf(stderr, "llamactl: out of memory\n");
+		exit(EXIT_DAEMON);
+	}
+	if (rc)
+		cli_die_conn(cli, rc);
+}
+
+void gen_result_done(struct gen_result *res)
+{
+	free(res->text);
+	if (res->term)
+		llamad__response__free_unpacked(res->term, NULL);
+	memset(res, 0, sizeof(*res));
+}
+
+/* ---- names and reports --------------------------------------------------- */
+
+const char *cli_reason_name(int reason)
+{
+	switch (reason) {
+	case LLAMAD__STOP_REASON__STOP_EOS: return "eos";
+	case LLAMAD__STOP_REASON__STOP_MAX_TOKENS: return "max_tokens";
+	case LLAMAD__STOP_REASON__STOP_STRING: return "stop";
+	case LLAMAD__STOP_REASON__STOP_CONTEXT_FULL: return "context_full";
+	case LLAMAD__STOP_REASON__STOP_CANCELLED: return "cancelled";
+	}
+	return "unspecified";
+}
+
+const char *cli_template_name(int tmpl)
+{
+	switch (tmpl) {
+	case LLAMAD__TEMPLATE__TEMPLATE_LLAMA2: return "llama2";
+	case LLAMAD__TEMPLATE__TEMPLATE_RAW: return "raw";
+	}
+	return "default";
+}
+
+const char *cli_policy_name(int policy)
+{
+	switch (policy) {
+	case LLAMAD__CONTEXT_POLICY__CONTEXT_ERROR: return "error";
+	case LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT: return "shift";
+	}
+	return "default";
+}
+
+void cli_json_done(struct json *j, const Llamad__Done *d)
+{
+	json_key(j, "reason");
+	json_str(j, cli_reason_name(d->has_reason ? (int)d->reason : 0));
+	json_key(j, "prompt_tokens");
+	json_u64(j, d->prompt_tokens);
+	json_key(j, "generated_tokens");
+	json_u64(j, d->generated_tokens);
+	json_key(j, "prefill_ms");
+	json_double(j, round(d->prefill_ms * 1e3) / 1e3);
+	json_key(j, "generate_ms");
+	json_double(j, round(d->generate_ms * 1e3) / 1e3);
+	json_key(j, "session_tokens");
+	json_u64(j, d->session_tokens);
+	json_key(j, "stop");
+	json_str(j, d->stop);
+}
+
+void cli_report_done(const struct cli *cli, const Llamad__Done *d)
+{
+	int reason = d->has_reason ? (int)d->reason : 0;
+	if (cli->verbose) {
+		double gs = d->generate_ms > 0 ? d->generated_tokens * 1e3 / d->generate_ms : 0;
+		double ps = d->prefill_ms > 0 ? d->prompt_tokens * 1e3 / d->prefill_ms : 0;
+		fprintf(stderr, "llamactl: prompt %u tokens in %.1f ms (%.1f tok/s); generated "
+			"%u tokens in %.1f ms (%.1f tok/s); stop: %s; session %u tokens\n",
+			d->prompt_tokens, d->prefill_ms, ps, d->generated_tokens,
+			d->generate_ms, gs, cli_reason_name(reason), d->session_tokens);
+	} else if (reason == LLAMAD__STOP_REASON__STOP_CONTEXT_FULL) {
+		fprintf(stderr, "llamactl: the session's context is full; the answer was cut\n");
+	}
+}
+
+void cli_json_session(struct json *j, const Llamad__SessionInfo *s)
+{
+	json_obj_begin(j);
+	json_key(j, "session");
+	json_str(j, s->session);
+	json_key(j, "tokens");
+	json_u64(j, s->tokens);
+	json_key(j, "cached_tokens");
+	json_u64(j, s->cached_tokens);
+	json_key(j, "kv_bytes");
+	json_u64(j, s->kv_bytes);
+	json_key(j, "kv_blocks");
+	json_u64(j, s->kv_blocks);
+	json_key(j, "shared_blocks");
+	json_u64(j, s->shared_blocks);
+	json_key(j, "last_use_ms");
+	json_i64(j, s->last_use_ms);
+	json_key(j, "template");
+	json_str(j, cli_template_name(s->template_));
+	json_key(j, "context_policy");
+	json_str(j, cli_policy_name(s->context_policy));
+	json_key(j, "turns");
+	json_u64(j, s->turns);
+	json_key(j, "busy");
+	json_bool(j, s->busy);
+	json_key(j, "prefilled_tokens");
+	json_u64(j, s->prefilled_tokens);
+	json_key(j, "generated_tokens");
+	json_u64(j, s->generated_tokens);
+	json_key(j, "system");
+	json_str(j, s->system);
+	json_key(j, "owner_uid");
+	json_u64(j, s->owner_uid);
+	json_key(j, "ephemeral");
+	json_bool(j, s->ephemeral);
+	json_key(j, "context_length");
+	json_u64(j, s->context_length);
+	if (s->has_created) {
+		json_key(j, "created");
+		json_bool(j, s->created);
+	}
+	if (s->has_tokens_added) {
+		json_key(j, "tokens_added");
+		json_u64(j, s->tokens_added);
+	}
+	json_obj_end(j);
+}

@@ -1,0 +1,226 @@
+/*
+ * client/cli.h — what llamactl's command files share: option tables and
+ * parsing, exit codes, error reporting, and the generation helper.
+ *
+ * Unlike conn.c, these helpers print and exit: they are the program's
+ * front end. A function documented as "exits" never returns on failure.
+ */
+#ifndef LLAMACTL_CLI_H
+#define LLAMACTL_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdnoreturn.h>
+
+#include "client/conn.h"
+#include "client/json.h"
+
+/* Exit status. */
+enum {
+	EXIT_OK = 0,
+	EXIT_DAEMON = 1,      /* the daemon answered an error, or the link broke */
+	EXIT_USAGE = 2,
+	EXIT_CONNECT = 3,     /* cannot connect to the socket */
+	EXIT_INTERRUPTED = 130,
+};
+
+#define GEN_MAX_STOP 16
+
+/* Long-option codes shared by the commands (command-specific ones start at
+ * OPT_CMD). */
+enum {
+	OPT_SOCKET = 256, OPT_JSON, OPT_VERSION,
+	OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN,
+	OPT_PRESENCE, OPT_FREQ, OPT_SEED, OPT_MAXTOK, OPT_STOP,
+	OPT_CMD = 320,
+};
+
+/* Accepted by every command (and before it). */
+#define CLI_COMMON_OPTS \
+	{ "socket", required_argument, NULL, OPT_SOCKET }, \
+	{ "json", no_argument, NULL, OPT_JSON }, \
+	{ "verbose", no_argument, NULL, 'v' }, \
+	{ "help", no_argument, NULL, 'h' }
+
+/* Accepted by every command that generates. */
+#define CLI_SAMPLER_OPTS \
+	{ "temperature", required_argument, NULL, OPT_TEMP }, \
+	{ "top-k", required_argument, NULL, OPT_TOPK }, \
+	{ "top-p", required_argument, NULL, OPT_TOPP }, \
+	{ "min-p", required_argument, NULL, OPT_MINP }, \
+	{ "repeat-penalty", required_argument, NULL, OPT_REPEAT }, \
+	{ "repeat-last-n", required_argument, NULL, OPT_LASTN }, \
+	{ "presence-penalty", required_argument, NULL, OPT_PRESENCE }, \
+	{ "frequency-penalty", required_argument, NULL, OPT_FREQ }, \
+	{ "seed", required_argument, NULL, OPT_SEED }, \
+	{ "max-tokens", required_argument, NULL, OPT_MAXTOK }, \
+	{ "stop", required_argument, NULL, OPT_STOP }
+
+/* Help text lines for CLI_SAMPLER_OPTS, shared by the commands' help. */
+#define CLI_SAMPLER_HELP \
+"Sampling (unset: the daemon's defaults; temperature 0 = greedy):\n" \
+"      --temperature T     --top-k K      --top-p P      --min-p P\n" \
+"      --repeat-penalty R  --repeat-last-n N\n" \
+"      --presence-penalty X  --frequency-penalty X\n" \
+"      --seed S            fixed seed (unset: random)\n" \
+"  -n, --max-tokens N      generate at most N tokens\n" \
+"      --stop TEXT         stop before TEXT (repeatable, up to 16)\n"
+
+#define CLI_COMMON_HELP \
+"Common options: --socket PATH, --json, -v/--verbose, -h/--help\n"
+
+struct command;
+
+/* Program state: global options and the connection. */
+struct cli {
+	const struct command *cmd;   /* the command running, NULL before */
+	const char *socket;          /* socket path to use */
+	char socket_buf[512];        /* storage for the default path */
+	bool json;
+	bool verbose;
+	struct conn conn;
+};
+
+/* One llamactl command. */
+struct command {
+	const char *name;
+	const char *args;            /* synopsis after the name */
+	const char *summary;         /* one line for the global help */
+	const char *help;            /* body of `llamactl NAME --help` */
+	int (*run)(struct cli *cli, int argc, char **argv);
+};
+
+/* Sampling and length options of a generation. */
+struct gen_opts {
+	Llamad__SamplerOptions sampler;
+	bool has_max_tokens;
+	uint32_t max_tokens;
+	char *stop[GEN_MAX_STOP];
+	size_t n_stop;
+};
+
+/* Initialise g with nothing set. */
+void gen_opts_init(struct gen_opts *g);
+
+/* Prefix for messages: "llamactl" or "llamactl CMD". */
+const char *cli_prog(const struct cli *cli);
+
+/* Print "PROG: message" and a hint to --help on stderr; exit 2. */
+noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Print the current command's help (or the global help) to f. */
+void cli_print_help(const struct cli *cli, FILE *f);
+
+/* Handle option o (from getopt_long) that the command itself did not:
+ * the common options, the sampler options when g is not NULL, and getopt's
+ * '?' (usage error). Exits for --help (0) and for bad values or unknown
+ * options (2). */
+void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg);
+
+/* Parse a whole unsigned number for option `what` in [min, max]; exits 2
+ * on a bad value. */
+uint64_t cli_parse_u64(const struct cli *cli, const char *what, const char *arg,
+		       uint64_t min, uint64_t max);
+
+/* Connect to cli->socket and shake hands. Exits 3 if the socket cannot be
+ * reached, 1 if the daemon refuses the handshake or the link breaks. */
+void cli_connect(struct cli *cli);
+
+/* Report a transport failure (err < 0 from conn_*) and exit 1. */
+noreturn void cli_die_conn(const struct cli *cli, int err);
+
+/* Report a daemon Error reply as "llamactl: <code name>: <message>"; does
+ * not exit. */
+void cli_print_error(const Llamad__Response *r);
+
+/* If r is an Error, report it, free r and exit 1; if its body is not `want`,
+ * report an unexpected reply and exit 1. Otherwise return r. */
+Llamad__Response *cli_expect(Llamad__Response *r, Llamad__Response__BodyCase want);
+
+/* Send req and wait for its reply; exits 1 on a transport failure or a
+ * daemon error, or if the reply is not `want`. Caller frees the reply. */
+Llamad__Response *cli_call(struct cli *cli, Llamad__Request *req,
+			   Llamad__Response__BodyCase want);
+
+/* Send req and wait for its reply, which may be an Error (returned, not
+ * reported). Exits 1 on a transport failure only. */
+Llamad__Response *cli_call_any(struct cli *cli, Llamad__Request *req);
+
+/* Flush stdout; on a write error report it and exit 1. */
+void cli_flush_stdout(void);
+
+/* Read all of fd into a NUL-terminated malloc'd buffer; *len gets its size.
+ * Exits 1 on a read error or out of memory. */
+char *cli_read_all(int fd, size_t *len);
+
+/* Write a fresh session name for a throw-away session into buf (n >= 48). */
+void cli_ephemeral_name(char *buf, size_t n);
+
+/* OpenSession. system, tmpl (TEMPLATE_DEFAULT: leave unset) as given;
+ * returns the SessionInfo reply (caller frees), or, if the daemon refuses,
+ * the Error reply when errors_ok, else exits 1. */
+Llamad__Response *cli_open_session(struct cli *cli, const char *session,
+				   const char *system, Llamad__Template tmpl,
+				   bool ephemeral, bool create_only, bool errors_ok);
+
+/* Drop a session; exits 1 on failure unless quiet (then errors are
+ * ignored, transport failures still exit). */
+void cli_drop_session(struct cli *cli, const char *session, bool quiet);
+
+/* One generation. */
+struct gen_req {
+	const char *session;
+	const char *prompt;          /* NULL: continue without a new turn */
+	Llamad__Role role;           /* role of prompt */
+	const struct gen_opts *opts; /* may be NULL */
+	FILE *echo;                  /* stream text here as it comes, or NULL */
+	bool collect;                /* keep the text in the result */
+};
+
+struct gen_result {
+	char *text;                  /* collected text, NUL-terminated, or NULL */
+	size_t len, cap;
+	Llamad__Response *term;      /* the Done or Error reply (owned) */
+	bool cancelled;              /* a Cancel was sent (interrupt) */
+	bool interrupted;            /* a second interrupt abandoned the wait */
+	char last;                   /* last byte of text received, or 0 */
+};
+
+/* Run a Generate and wait for its end. Token text is written to g->echo
+ * (one fwrite + fflush per event, so a character is never split) and/or
+ * kept. Exits 1 on a transport failure or a write error on g->echo. On
+ * return res->term is the terminal reply, or NULL when interrupted (then
+ * the connection is unusable). Free with gen_result_done. */
+void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *res);
+
+/* Free what res holds. */
+void gen_result_done(struct gen_result *res);
+
+/* Short names of enum values ("eos", "llama2", ...). */
+const char *cli_reason_name(int reason);
+const char *cli_template_name(int tmpl);
+const char *cli_policy_name(int policy);
+
+/* Write a Done reply's fields as members of the current JSON object. */
+void cli_json_done(struct json *j, const Llamad__Done *d);
+
+/* With --verbose, print a Done reply's counts and timings on stderr; always
+ * note a context-full stop there. */
+void cli_report_done(const struct cli *cli, const Llamad__Done *d);
+
+/* Write a SessionInfo as a JSON object. */
+void cli_json_session(struct json *j, const Llamad__SessionInfo *s);
+
+/* The commands in their own files. Each parses its options from argv
+ * (argv[0] is "llamactl NAME", getopt's optind reset by the caller),
+ * connects, runs, and returns the exit status; fatal errors exit. */
+int cmd_chat(struct cli *cli, int argc, char **argv);
+int cmd_summarize(struct cli *cli, int argc, char **argv);
+
+extern const char chat_help[];
+extern const char summarize_help[];
+
+#endif

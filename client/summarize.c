@@ -1,0 +1,469 @@
+/*
+ * client/summarize.c — `llamactl summarize`: summarize stdin, in pieces when
+ * it does not fit the context.
+ *
+ * The request is a llama2 chat turn: system "Summarize the user's text
+ * concisely.", user "Summarize the following text:\n\n" + text. When the
+ * text's tokens plus the template, the instruction and the answer budget
+ * exceed the context length, the text is cut into pieces that fit (on
+ * paragraph, then line, sentence, word, and finally character boundaries;
+ * sizes measured with the daemon's Tokenize), each piece is summarized in its
+ * own throw-away session, and the joined summaries are summarized again, in
+ * rounds, until they fit one request. A round whose summaries are not shorter
+ * than its input ends the command with an error instead of looping.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client/cli.h"
+
+#define SUM_SYSTEM "Summarize the user's text concisely."
+#define SUM_PREFIX "Summarize the following text:\n\n"
+#define SUM_MAX_ROUNDS 16
+#define SUM_DEFAULT_BUDGET 256
+/* Tokens kept free beyond the measured template, for BOS/EOS and the
+ * tokenizer's merges across piece boundaries. */
+#define SUM_MARGIN 8
+
+const char summarize_help[] =
+"Summarize the text on stdin and print the summary. A text too long for the\n"
+"model's context is cut into pieces (on paragraph and line boundaries where\n"
+"possible); each piece is summarized, then the summaries are summarized.\n"
+"--max-tokens is the length budget of each summary (default: 256 tokens, or a\n"
+"quarter of the context length if less).\n"
+"\n"
+"  -s, --session NAME      give the final summary in session NAME (created if\n"
+"                          missing), so you can go on chatting about it;\n"
+"                          default: a throw-away session\n"
+"\n"
+CLI_SAMPLER_HELP
+"\n"
+"With --json, print one object: summary, parts, rounds, and the counts of the\n"
+"final request.\n";
+
+struct summ {
+	struct cli *cli;
+	struct gen_opts g;      /* max_tokens is the answer budget */
+	uint32_t ctx;           /* context length */
+	uint32_t budget;        /* answer tokens */
+	uint32_t overhead;      /* template + system + instruction tokens */
+	uint32_t limit;         /* text tokens per request in a fresh session */
+	uint32_t final_limit;   /* text tokens of the final request */
+	size_t max_bytes;       /* bytes of text we send in one Tokenize */
+	unsigned parts;         /* pieces summarized so far */
+};
+
+struct piece {
+	size_t off, len;
+	uint32_t ntok;
+};
+
+struct pieces {
+	struct piece *v;
+	size_t n, cap;
+};
+
+static noreturn void nomem(void)
+{
+	fprintf(stderr, "llamactl: out of memory\n");
+	exit(EXIT_DAEMON);
+}
+
+static void pieces_push(struct pieces *p, size_t off, size_t len, uint32_t ntok)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 64;
+		struct piece *v = realloc(p->v, cap * sizeof(*v));
+		if (!v)
+			nomem();
+		p->v = v;
+		p->cap = cap;
+	}
+	p->v[p->n++] = (struct piece){ off, len, ntok };
+}
+
+/* Tokens of text[0..len) without BOS, per the daemon; UINT32_MAX when the
+ * text is too large to send in one request. */
+static uint32_t count_tokens(struct summ *s, const char *text, size_t len)
+{
+	if (len > s->max_bytes)
+		return UINT32_MAX;
+	char *t = malloc(len + 1);
+	if (!t)
+		nomem();
+	memcpy(t, text, len);
+	t[len] = '\0';
+	Llamad__Tokenize tk = LLAMAD__TOKENIZE__INIT;
+	tk.text = t;
+	tk.has_add_bos = 1;
+	tk.add_bos = 0;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_TOKENIZE;
+	req.tokenize = &tk;
+	Llamad__Response *r = cli_call(s->cli, &req, LLAMAD__RESPONSE__BODY_TOKENS);
+	uint32_t n = r->tokens ? (uint32_t)r->tokens->n_tokens : 0;
+	llamad__response__free_unpacked(r, NULL);
+	free(t);
+	return n;
+}
+
+/* End of the segment starting at text[i] (exclusive, separator included)
+ * for a split level: 0 paragraphs, 1 lines, 2 sentences, 3 words. */
+static size_t segment_end(const char *text, size_t len, size_t i, int level)
+{
+	for (size_t k = i; k < len; k++) {
+		char c = text[k];
+		switch (level) {
+		case 0:
+			if (c == '\n' && k + 1 < len && text[k + 1] == '\n') {
+				k += 2;
+				while (k < len && text[k] == '\n')
+					k++;
+				return k;
+			}
+			break;
+		case 1:
+			if (c == '\n')
+				return k + 1;
+			break;
+		case 2:
+			if ((c == '.' || c == '!' || c == '?') && k + 1 < len &&
+			    (text[k + 1] == ' ' || text[k + 1] == '\t'))
+				return k + 2;
+			break;
+		default:
+			if (c == ' ' || c == '\t')
+				return k + 1;
+			break;
+		}
+	}
+	return len;
+}
+
+/* A cut at about byte `want` of text[0..len) (0 < want < len) that does not
+ * split a UTF-8 character; never 0 or len. */
+static size_t utf8_cut(const char *text, size_t len, size_t want)
+{
+	size_t m = want;
+	while (m > 0 && ((unsigned char)text[m] & 0xc0) == 0x80)
+		m--;
+	if (m == 0) {
+		m = 1;
+		while (m < len && ((unsigned char)text[m] & 0xc0) == 0x80)
+			m++;
+	}
+	return m;
+}
+
+/* Cut text[off..off+len) (of base) into pieces of at most s->limit tokens,
+ * appended in order to out. ntok is the span's token count if known
+ * (UINT32_MAX: unknown or too large). */
+static void split_span(struct summ *s, const char *base, size_t off, size_t len,
+		       int level, struct pieces *out)
+{
+	if (len == 0)
+		return;
+	if (level >= 4) {
+		/* No boundary left: cut by bytes, in proportion to the tokens. */
+		uint32_t n = count_tokens(s, base + off, len);
+		if (n <= s->limit || len <= 1) {
+			pieces_push(out, off, len, n == UINT32_MAX ? s->limit : n);
+			return;
+		}
+		size_t want = n == UINT32_MAX ? len / 2
+			: (size_t)((double)len * s->limit * 0.9 / n);
+		if (want == 0)
+			want = 1;
+		size_t m = utf8_cut(base + off, len, want < len ? want : len / 2);
+		split_span(s, base, off, m, 4, out);
+		split_span(s, base, off + m, len - m, 4, out);
+		return;
+	}
+	const char *text = base + off;
+	size_t i = 0;
+	while (i < len) {
+		size_t e = segment_end(text, len, i, level);
+		if (i == 0 && e == len) {   /* no separator of this level */
+			split_span(s, base, off, len, level + 1, out);
+			return;
+		}
+		uint32_t n = count_tokens(s, text + i, e - i);
+		if (n <= s->limit)
+			pieces_push(out, off + i, e - i, n);
+		else
+			split_span(s, base, off + i, e - i, level + 1, out);
+		i = e;
+	}
+}
+
+/* Strip leading and trailing white space in place; returns the new start. */
+static char *trim(char *t, size_t *len)
+{
+	size_t a = 0, b = *len;
+	while (a < b && strchr(" \t\r\n", t[a]))
+		a++;
+	while (b > a && strchr(" \t\r\n", t[b - 1]))
+		b--;
+	*len = b - a;
+	memmove(t, t + a, *len);
+	t[*len] = '\0';
+	return t;
+}
+
+/* Summarize text[0..len) in session (NULL: a fresh throw-away one). The
+ * answer streams to echo when not NULL; res gets the collected text and the
+ * Done reply. Exits 1 on a daemon error. */
+static void summarize_one(struct summ *s, const char *text, size_t len,
+			  const char *session, FILE *echo, struct gen_result *res)
+{
+	struct cli *cli = s->cli;
+	char eph[64];
+	if (!session) {
+		cli_ephemeral_name(eph, sizeof(eph));
+		llamad__response__free_unpacked(
+			cli_open_session(cli, eph, SUM_SYSTEM, LLAMAD__TEMPLATE__TEMPLATE_LLAMA2,
+					 true, true, false), NULL);
+	}
+	size_t pl = strlen(SUM_PREFIX);
+	char *prompt = malloc(pl + len + 1);
+	if (!prompt)
+		nomem();
+	memcpy(prompt, SUM_PREFIX, pl);
+	memcpy(prompt + pl, text, len);
+	prompt[pl + len] = '\0';
+	struct gen_req req = {
+		.session = session ? session : eph,
+		.prompt = prompt,
+		.role = LLAMAD__ROLE__ROLE_USER,
+		.opts = &s->g,
+		.echo = echo,
+		.collect = true,
+	};
+	cli_generate(cli, &req, res);
+	free(prompt);
+	if (res->term->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
+		if (echo && res->last)
+			fputc('\n', echo);
+		cli_flush_stdout();
+		cli_print_error(res->term);
+		gen_result_done(res);
+		exit(EXIT_DAEMON);
+	}
+	cli_expect(res->term, LLAMAD__RESPONSE__BODY_DONE);
+	if (!session)
+		cli_drop_session(cli, eph, true);
+	s->parts++;
+}
+
+/* One round: cut text into pieces, summarize each, return the joined
+ * summaries (malloc'd, *out_len bytes). */
+static char *summarize_round(struct summ *s, const char *text, size_t len, int round,
+			     size_t *out_len)
+{
+	struct pieces pc = { 0 };
+	split_span(s, text, 0, len, 0, &pc);
+
+	/* Greedy packing of consecutive pieces into chunks of <= limit. */
+	struct pieces chunks = { 0 };
+	for (size_t i = 0; i < pc.n;) {
+		size_t off = pc.v[i].off, end = off + pc.v[i].len;
+		uint64_t sum = pc.v[i].ntok;
+		size_t k = i + 1;
+		while (k < pc.n && sum + pc.v[k].ntok <= s->limit) {
+			sum += pc.v[k].ntok;
+			end = pc.v[k].off + pc.v[k].len;
+			k++;
+		}
+		pieces_push(&chunks, off, end - off, (uint32_t)sum);
+		i = k;
+	}
+	free(pc.v);
+	if (s->cli->verbose)
+		fprintf(stderr, "llamactl: round %d: %zu parts of at most %u tokens\n",
+			round, chunks.n, s->limit);
+
+	char *out = NULL;
+	size_t olen = 0;
+	for (size_t i = 0; i < chunks.n; i++) {
+		struct gen_result res;
+		summarize_one(s, text + chunks.v[i].off, chunks.v[i].len, NULL, NULL, &res);
+		size_t n = res.len;
+		char *t = res.text ? trim(res.text, &n) : "";
+		char *o = realloc(out, olen + n + 3);
+		if (!o)
+			nomem();
+		out = o;
+		if (olen) {
+			memcpy(out + olen, "\n\n", 2);
+			olen += 2;
+		}
+		memcpy(out + olen, t, n);
+		olen += n;
+		out[olen] = '\0';
+		if (s->cli->verbose)
+			fprintf(stderr, "llamactl: round %d: part %zu/%zu: %u tokens -> %u\n",
+				round, i + 1, chunks.n, chunks.v[i].ntok,
+				res.term->done->generated_tokens);
+		gen_result_done(&res);
+	}
+	free(chunks.v);
+	if (!out) {
+		out = strdup("");
+		if (!out)
+			nomem();
+	}
+	*out_len = olen;
+	return out;
+}
+
+static uint32_t context_from_status(struct cli *cli)
+{
+	Llamad__GetStatus gs = LLAMAD__GET_STATUS__INIT;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_STATUS;
+	req.status = &gs;
+	Llamad__Response *r = cli_call_any(cli, &req);
+	uint32_t n = 0;
+	if (r->body_case == LLAMAD__RESPONSE__BODY_STATUS && r->status)
+		n = r->status->context_length;
+	llamad__response__free_unpacked(r, NULL);
+	return n;
+}
+
+int cmd_summarize(struct cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
+		{ "session", required_argument, NULL, 's' },
+		{ 0 },
+	};
+	struct summ s;
+	memset(&s, 0, sizeof(s));
+	s.cli = cli;
+	gen_opts_init(&s.g);
+	const char *session = NULL;
+	int o;
+	while ((o = getopt_long(argc, argv, "hvn:s:", opts, NULL)) != -1) {
+		if (o == 's')
+			session = optarg;
+		else
+			cli_opt(cli, &s.g, o, optarg);
+	}
+	if (optind < argc)
+		cli_usage_error(cli, "unexpected argument '%s' (the text comes on stdin)",
+				argv[optind]);
+
+	cli_connect(cli);   /* first: no daemon, no need to read stdin */
+	size_t len;
+	char *input = cli_read_all(STDIN_FILENO, &len);
+	if (input[strspn(input, " \t\r\n")] == '\0') {
+		free(input);
+		cli_usage_error(cli, "nothing to summarize on stdin");
+	}
+
+	s.ctx = cli->conn.context_length;
+	if (s.ctx == 0)
+		s.ctx = context_from_status(cli);
+	s.max_bytes = cli->conn.max_frame > 4096 ? cli->conn.max_frame - 1024 : 3072;
+
+	if (s.g.has_max_tokens) {
+		s.budget = s.g.max_tokens;
+	} else {
+		s.budget = SUM_DEFAULT_BUDGET;
+		if (s.ctx && s.budget > s.ctx / 4)
+			s.budget = s.ctx / 4 ? s.ctx / 4 : 1;
+		s.g.has_max_tokens = true;
+		s.g.max_tokens = s.budget;
+	}
+	const char skeleton[] = "[INST] <<SYS>>\n" SUM_SYSTEM "\n<</SYS>>\n\n" SUM_PREFIX " [/INST]";
+	s.overhead = count_tokens(&s, skeleton, strlen(skeleton)) + SUM_MARGIN;
+
+	if (s.ctx == 0) {
+		s.limit = UINT32_MAX;   /* the daemon did not say: no splitting */
+	} else {
+		uint64_t fixed = (uint64_t)s.budget + s.overhead;
+		if (fixed + 16 > s.ctx)
+			cli_usage_error(cli, "--max-tokens %u leaves no room for the text "
+					"(the context holds %u tokens)", s.budget, s.ctx);
+		s.limit = (uint32_t)(s.ctx - fixed);
+	}
+	s.final_limit = s.limit;
+
+	if (session) {
+		Llamad__Response *r = cli_open_session(cli, session, SUM_SYSTEM,
+						       LLAMAD__TEMPLATE__TEMPLATE_LLAMA2,
+						       false, false, false);
+		uint32_t have = r->session ? r->session->tokens : 0;
+		llamad__response__free_unpacked(r, NULL);
+		if (s.ctx) {
+			if ((uint64_t)have + s.budget + s.overhead + 16 > s.ctx) {
+				fprintf(stderr, "llamactl: session %s holds %u tokens: no room "
+					"left for a summary (context %u)\n", session, have, s.ctx);
+				return EXIT_DAEMON;
+			}
+			s.final_limit = s.ctx - have - s.budget - s.overhead;
+		}
+	}
+
+	/* Rounds until the text fits one final request. */
+	char *text = input;
+	size_t tlen = len;
+	uint32_t n = count_tokens(&s, text, tlen);
+	uint32_t n_input = n;
+	if (cli->verbose)
+		fprintf(stderr, "llamactl: input %u tokens; context %u, summary budget %u, "
+			"overhead %u\n", n, s.ctx, s.budget, s.overhead);
+	int round = 0;
+	while (n > s.final_limit) {
+		if (++round > SUM_MAX_ROUNDS) {
+			fprintf(stderr, "llamactl: the text does not get short enough in %d "
+				"rounds\n", SUM_MAX_ROUNDS);
+			return EXIT_DAEMON;
+		}
+		size_t nlen;
+		char *next = summarize_round(&s, text, tlen, round, &nlen);
+		uint32_t m = count_tokens(&s, next, nlen);
+		if (m >= n) {
+			fprintf(stderr, "llamactl: the summaries (%u tokens) are no shorter than "
+				"the text (%u tokens); try a smaller --max-tokens\n", m, n);
+			return EXIT_DAEMON;
+		}
+		free(text);
+		text = next;
+		tlen = nlen;
+		n = m;
+	}
+
+	struct gen_result res;
+	summarize_one(&s, text, tlen, session, cli->json ? NULL : stdout, &res);
+	if (cli->json) {
+		size_t sl = res.len;
+		char *sum = res.text ? trim(res.text, &sl) : "";
+		struct json j;
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_key(&j, "summary");
+		json_strn(&j, sum, sl);
+		json_key(&j, "session");
+		json_str(&j, session);
+		json_key(&j, "parts");
+		json_u64(&j, s.parts);
+		json_key(&j, "rounds");
+		json_u64(&j, (uint64_t)round + 1);
+		json_key(&j, "input_tokens");
+		json_u64(&j, n_input);
+		cli_json_done(&j, res.term->done);
+		json_obj_end(&j);
+		json_end(&j);
+	} else {
+		fputc('\n', stdout);
+	}
+	cli_flush_stdout();
+	cli_report_done(cli, res.term->done);
+	gen_result_done(&res);
+	free(text);
+	return EXIT_OK;
+}
