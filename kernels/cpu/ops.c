@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu.h"
 
+
 float cpu_dot(const float *a, const float *b, int n)
 {
 	float acc[16] = { 0 };
@@ -29,27 +30,27 @@ float cpu_dot(const float *a, const float *b, int n)
 	return acc[0];
 }
 
-/* exp(x) to ~1 ulp without a libm call, so that loops vectorize: range
- * reduction by ln 2 and a degree-6 minimax polynomial (Cephes' expf). */
-static inline float vexpf(float x)
+/* Eight floats as one value: GCC/clang vector extension, an AVX register
+ * where the target has one. Loads and stores go through memcpy (unaligned). */
+typedef float v8f __attribute__((vector_size(32)));
+
+static inline v8f ld8(const float *p)
 {
-	x = fmaxf(x, -87.0f);
-	x = fminf(x, 88.0f);
-	const float magic = 12582912.0f;  /* 1.5 * 2^23: round to integer */
-	float fn = x * 1.44269504088896341f + magic;
-	union { float f; int32_t i; } u = { .f = fn };
-	int32_t n = u.i - 0x4b400000;
-	fn -= magic;
-	float r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
-	float p = 1.9875691500e-4f;
-	p = p * r + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	union { int32_t i; float f; } sc = { .i = (n + 127) << 23 };
-	return p * sc.f;
+	v8f v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline float hsum8(v8f v)
+{
+	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+static inline void st8(float *p, v8f v)
+{
+	memcpy(p, &v, sizeof(v));
 }
 
 static void cpu_rmsnorm(struct backend *be, float *y, const float *x,
@@ -138,20 +139,35 @@ struct attn_job {
 	float **scratch;
 };
 
-/* Eight floats as one value: GCC/clang vector extension, an AVX register
- * where the target has one. Loads and stores go through memcpy (unaligned). */
-typedef float v8f __attribute__((vector_size(32)));
+/* From here on (attention, SiLU) multiply-adds may fuse (FMA): the same
+ * binary always fuses the same way, so results stay deterministic and
+ * batch-invariant. RoPE above stays unfused so that its two pair layouts
+ * give identical bits. */
+#pragma GCC optimize("fp-contract=fast")
 
-static inline v8f ld8(const float *p)
+/* exp of eight floats to ~1 ulp in vector arithmetic: range reduction by
+ * ln 2 and a degree-6 minimax polynomial (Cephes' expf). Every lane runs the
+ * same instructions, so a value's result never depends on its neighbours. */
+static inline v8f vexp8(v8f x)
 {
-	v8f v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static inline float hsum8(v8f v)
-{
-	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+	const v8f lo = { -87, -87, -87, -87, -87, -87, -87, -87 };
+	const v8f hi = { 88, 88, 88, 88, 88, 88, 88, 88 };
+	v8i m = x < lo;
+	x = (v8f)(((v8i)x & ~m) | ((v8i)lo & m));
+	m = x > hi;
+	x = (v8f)(((v8i)x & ~m) | ((v8i)hi & m));
+	const float magic = 12582912.0f;  /* 1.5 * 2^23: round to integer */
+	v8f fn = x * 1.44269504088896341f + magic;
+	v8i n = (v8i)fn - 0x4b400000;
+	fn -= magic;
+	v8f r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+	v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+	p = p * r + 8.3334519073e-3f;
+	p = p * r + 4.1665795894e-2f;
+	p = p * r + 1.6666665459e-1f;
+	p = p * r + 5.0000001201e-1f;
+	p = p * r * r + r + 1.0f;
+	return p * (v8f)((n + 127) << 23);
 }
 
 /* Scores of one block: s[i] = sum_d q[d] * kt[d*bs + i] for i < bs, each a
@@ -220,8 +236,8 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 		sc[p] *= scale;
 		mx = sc[p] > mx ? sc[p] : mx;
 	}
-	for (int p = 0; p < n; p++)
-		sc[p] = vexpf(sc[p] - mx);
+	for (int p = 0; p < n; p += 8)  /* sc has room up to a whole block */
+		st8(sc + p, vexp8(ld8(sc + p) - mx));
 	float sum = 0;
 	for (int p = 0; p < n; p++)
 		sum += sc[p];
@@ -258,8 +274,10 @@ static void attn_worker(void *ctx, int ith, int nth)
 	int total = j->n_tok * j->n_heads;
 	int per = (total + nth - 1) / nth;
 	int a = ith * per, b = a + per < total ? a + per : total;
+	/* head-major: consecutive items are the rows of one head, which read
+	 * the same K/V blocks while they are still in cache */
 	for (int i = a; i < b; i++)
-		attn_one(j, i / j->n_heads, i % j->n_heads, j->scratch[ith]);
+		attn_one(j, i % j->n_tok, i / j->n_tok, j->scratch[ith]);
 }
 
 static int ensure_scratch(struct cpu_backend *cb, size_t len)
@@ -313,8 +331,19 @@ static void silu_worker(void *ctx, int ith, int nth)
 	size_t a = (size_t)ith * per, b = a + per < j->n ? a + per : j->n;
 	float *g = j->g;
 	const float *u = j->u;
-	for (size_t i = a; i < b; i++)
-		g[i] = g[i] / (1.0f + vexpf(-g[i])) * u[i];
+	size_t i = a;
+	for (; i + 8 <= b; i += 8) {
+		v8f x = ld8(g + i);
+		st8(g + i, x / (1.0f + vexp8(-x)) * ld8(u + i));
+	}
+	if (i < b) {  /* the tail through the same vector code */
+		float tg[8] = { 0 }, tu[8] = { 0 };
+		memcpy(tg, g + i, (b - i) * sizeof(float));
+		memcpy(tu, u + i, (b - i) * sizeof(float));
+		v8f x = ld8(tg);
+		st8(tg, x / (1.0f + vexp8(-x)) * ld8(tu));
+		memcpy(g + i, tg, (b - i) * sizeof(float));
+	}
 }
 
 static void cpu_silu_mul(struct backend *be, float *g, const float *u, size_t n)

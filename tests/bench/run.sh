@@ -28,9 +28,51 @@ for s in $SHAPES; do
     "$BUILD/llamad-bench" --model "$dir" --threads "$THREADS" | tee -a "$log"
 done
 
+# ---- the daemon, seen through its socket -----------------------------------
+start_daemon() {  # model-args...
+    sock=$BUILD/bench.sock
+    "$BUILD/llamad" "$@" --socket "$sock" --threads "$THREADS" --log-level warning &
+    dpid=$!
+    i=0
+    while [ ! -S "$sock" ]; do i=$((i + 1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done
+}
+stop_daemon() { kill "$dpid"; wait "$dpid" || true; }
+D=$BUILD/llamad-bench-daemon
+ctx4k=$OUT/stories110M-f16-ctx4k
+if [ ! -f "$ctx4k/config.json" ]; then   # the 110M shape with a 4096-token context
+    mkdir -p "$ctx4k"
+    ln -sf ../stories110M-f16/model.safetensors "$ctx4k/model.safetensors"
+    ln -sf ../stories110M-f16/tokenizer.model "$ctx4k/tokenizer.model"
+    sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 4096/' \
+        "$OUT/stories110M-f16/config.json" > "$ctx4k/config.json"
+fi
+echo "== daemon: stories110M shape f16, 20-word turn after 1,500 tokens; fork of 1,000 tokens"
+start_daemon --model "$ctx4k" --kv-memory 4G
+"$D" "$sock" turn --history 1500 --turn 20 --others 8 | tee -a "$log"
+"$D" "$sock" fork --history 1000 | tee -a "$log"
+stop_daemon
+echo "== daemon: stories15M shape f32, aggregate decode"
+start_daemon --model "$OUT/stories15M-f32" --kv-memory 1G
+for n in 1 4 16; do "$D" "$sock" aggregate --sessions $n --tokens 128 | tee -a "$log"; done
+stop_daemon
+echo "== daemon: stories260K, one stream through the socket and through llamactl vs one-shot"
+start_daemon --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model"
+"$D" "$sock" stream --tokens 450 | tee -a "$log"
+t0=$(date +%s.%N)
+"$BUILD/llamactl" --socket "$sock" generate --raw --temperature 0 --max-tokens 450 "Once upon a time" > /dev/null
+t1=$(date +%s.%N)
+stop_daemon
+oneshot=$("$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+    --threads "$THREADS" --prompt "Once upon a time" --temperature 0 --max-tokens 450 -v 2>&1 >/dev/null |
+    sed -n 's/.*generated \([0-9]*\) tokens in \([0-9.]*\) ms.*/\1 \2/p')
+echo "$oneshot $t0 $t1" | awk '{ os = $1 / ($2 / 1000); ctl = 450 / ($4 - $3);
+    printf "bench=protocol oneshot_tok_s=%.1f llamactl_wall_tok_s=%.1f ratio=%.2f\n", os, ctl, ctl / os }' | tee -a "$log"
+
+echo
+grep '^bench=' "$log"
 echo
 printf '%-22s %-5s %12s %12s %9s %10s %7s\n' model dtype "prefill t/s" "decode t/s" "bw GB/s" "roof t/s" "% roof"
-sed 's/[a-z_]*=/ &/g' "$log" | awk '{
+grep '^model=' "$log" | sed 's/[a-z_]*=/ &/g' | awk '{
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n = split(v["model"], parts, "/")
     printf "%-22s %-5s %12s %12s %9s %10s %7s\n", parts[n], v["dtype"], v["prefill_tok_s"], v["decode_tok_s"], v["bw_GB_s"], v["roof_tok_s"], v["roof_pct"] }'
