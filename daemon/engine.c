@@ -124,13 +124,14 @@ static int64_t unix_ms(void)
 static void queue_out(struct engine *e, struct engine_out *o)
 {
 	pthread_mutex_lock(&e->mu);
-	if (e->out_tail)
-		e->out_tail->next = o;
-	else
+	if (e->out_tail) {
+		e->out_tail->next = o;  /* the event thread has a wake-up coming */
+	} else {
 		e->out_head = o;
+		e->out_pending = 1;
+	}
 	e->out_tail = o;
 	pthread_mutex_unlock(&e->mu);
-	e->out_pending = 1;
 }
 
 static void flush_notify(struct engine *e)

@@ -218,6 +218,7 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 	struct mm_job j = { y, x, w, n_tok, cb->have_avx512 };
 	size_t work = (size_t)w->rows * w->cols * kt_dtype_size(w->dtype) +
 		      (size_t)n_tok * w->rows * w->cols / 4;
-	int nth = work < (64u << 10) ? 1 : tpool_size(cb->pool);
+	/* below ~256 KiB of weights a second thread costs more than it gives */
+	int nth = work < (256u << 10) ? 1 : tpool_size(cb->pool);
 	tpool_run(cb->pool, mm_worker, &j, nth);
 }

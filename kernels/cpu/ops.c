@@ -314,7 +314,7 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
 			      cb->scratch };
 	work *= (size_t)n_heads * hd;
-	int nth = work < 32768 ? 1 : tpool_size(cb->pool);
+	int nth = work < 262144 ? 1 : tpool_size(cb->pool);
 	tpool_run(cb->pool, attn_worker, &j, nth);
 }
 
