@@ -54,10 +54,11 @@ AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype d
 	size_t esz = dt == KT_F32 ? 4 : 2;
 	for (; k + 16 <= K; k += 16) {
 		__m512 wv[8];
-		if (NT == 1) {
-			/* batch-1 decode is bound by memory latency: fetch the rows
-			 * of the next tile (the next NR*K elements) while this one
-			 * is computed, one cache line per row and step */
+		if (t0 == 0) {
+			/* fetch the rows of the next row block (the next NR*K
+			 * elements) while this one is computed, one cache line per
+			 * row and step; once per row block (its first token tile).
+			 * Batch-1 decode is bound by memory latency without it. */
 #pragma GCC unroll 8
 			for (int r = 0; r < NR; r++)
 				_mm_prefetch(wb + ((size_t)(r0 + NR + r) * K + k) * esz, _MM_HINT_T0);
