@@ -38,6 +38,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/testutil.h"
+
 #include "proto/frame.h"
 
 #define CTX 512                  /* stories260K's context length */
@@ -483,11 +485,6 @@ static void assert_same_gen(const struct gen *a, const struct gen *b)
 
 /* ---- the daemon ------------------------------------------------------------ */
 
-static const char *env_or(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : def;
-}
 
 /* Block k (0-based) of the reference, without the prompt and run.c's final
  * newline; NULL if absent. */

@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/testutil.h"
+
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -44,46 +46,6 @@ struct fixture {
 
 static struct fixture *fx;
 
-static const char *env_or(const char *name, const char *def)
-{
-	const char *v = getenv(name);
-	return v && *v ? v : def;
-}
-
-/* malloc'd "dir/name" */
-static char *path_join(const char *dir, const char *name)
-{
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = malloc(n);
-	assert_non_null(p);
-	snprintf(p, n, "%s/%s", dir, name);
-	return p;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	assert_non_null(buf);
-	for (;;) {
-		if (n + 1 >= cap) {
-			cap *= 2;
-			buf = realloc(buf, cap);
-			assert_non_null(buf);
-		}
-		size_t r = fread(buf + n, 1, cap - n - 1, f);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	fclose(f);
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
 
 static float *logits_new(int rows)
 {

@@ -20,6 +20,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/testutil.h"
+
 #include "model/tokenizer.h"
 
 struct fixture {
@@ -36,39 +38,9 @@ static const char *models_dir(void)
 /* malloc'd "$MODELS/name" */
 static char *model_path(const char *name)
 {
-	const char *dir = models_dir();
-	size_t n = strlen(dir) + strlen(name) + 2;
-	char *p = malloc(n);
-	assert_non_null(p);
-	snprintf(p, n, "%s/%s", dir, name);
-	return p;
+	return path_join(models_dir(), name);
 }
 
-/* Read a whole file; malloc'd, NUL-terminated, length in *len. */
-static char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	assert_non_null(buf);
-	for (;;) {
-		if (n + 1 >= cap) {
-			cap *= 2;
-			buf = realloc(buf, cap);
-			assert_non_null(buf);
-		}
-		size_t r = fread(buf + n, 1, cap - n - 1, f);
-		if (r == 0)
-			break;
-		n += r;
-	}
-	fclose(f);
-	buf[n] = '\0';
-	*len = n;
-	return buf;
-}
 
 static int group_setup(void **state)
 {
