@@ -40,9 +40,9 @@ ifneq ($(NVCC),)
 endif
 
 # pkg-config is evaluated lazily: `make deps` may be what installs it.
-PKG_LIBS = jansson sentencepiece libprotobuf-c libevent libsystemd libedit
+PKG_LIBS = jansson sentencepiece libxxhash libprotobuf-c libevent libsystemd libedit
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKG_LIBS) 2>/dev/null)
-CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson sentencepiece 2>/dev/null)
+CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson sentencepiece libxxhash 2>/dev/null)
 PROTO_LDLIBS = $(shell pkg-config --libs libprotobuf-c 2>/dev/null)
 DAEMON_LDLIBS = $(shell pkg-config --libs libevent libsystemd 2>/dev/null)
 CLIENT_LDLIBS = $(shell pkg-config --libs libedit 2>/dev/null)

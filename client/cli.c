@@ -499,6 +499,15 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 	}
 }
 
+const char *cli_location_name(int loc)
+{
+	switch (loc) {
+	case LLAMAD__LOCATION__LOCATION_RAM: return "ram";
+	case LLAMAD__LOCATION__LOCATION_DISK: return "disk";
+	default: return "pool";
+	}
+}
+
 void cli_json_session(struct json *j, const Llamad__SessionInfo *s)
 {
 	json_obj_begin(j);
@@ -536,6 +545,12 @@ void cli_json_session(struct json *j, const Llamad__SessionInfo *s)
 	json_bool(j, s->ephemeral);
 	json_key(j, "context_length");
 	json_u64(j, s->context_length);
+	json_key(j, "location");
+	json_str(j, cli_location_name(s->location));
+	json_key(j, "saved");
+	json_bool(j, s->saved);
+	json_key(j, "file_bytes");
+	json_u64(j, s->file_bytes);
 	if (s->has_created) {
 		json_key(j, "created");
 		json_bool(j, s->created);

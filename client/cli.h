@@ -212,6 +212,9 @@ void cli_json_done(struct json *j, const Llamad__Done *d);
 void cli_report_done(const struct cli *cli, const Llamad__Done *d);
 
 /* Write a SessionInfo as a JSON object. */
+/* "pool", "ram" or "disk" for a Location value. */
+const char *cli_location_name(int loc);
+
 void cli_json_session(struct json *j, const Llamad__SessionInfo *s);
 
 /* The commands in their own files. Each parses its options from argv

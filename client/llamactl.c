@@ -51,7 +51,9 @@ CLI_SAMPLER_HELP
 "With --json, print one object at the end: session, text, and the counts.\n";
 
 static const char sessions_help[] =
-"List the daemon's sessions: name, tokens, KV cache size, last use, busy.\n"
+"List the daemon's sessions: name, tokens, KV cache size, where the cache is\n"
+"(pool: ready; ram: evicted to host memory; disk: in the state directory),\n"
+"whether the state file is current, last use, busy.\n"
 "With --json, an array of session objects (the fields of `show`).\n";
 
 static const char show_help[] =
@@ -292,15 +294,17 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 			if (len > w)
 				w = len;
 		}
-		printf("%-*s  %8s  %10s  %-9s  %s\n", w, "SESSION", "TOKENS", "KV",
-		       "LAST USE", "BUSY");
+		printf("%-*s  %8s  %10s  %-5s  %-5s  %-9s  %s\n", w, "SESSION", "TOKENS", "KV",
+		       "WHERE", "SAVED", "LAST USE", "BUSY");
 		for (size_t i = 0; i < n; i++) {
 			const Llamad__SessionInfo *s = l->sessions[i];
 			char kv[32], age[32];
 			human_bytes(kv, sizeof(kv), s->kv_bytes);
 			human_age(age, sizeof(age), s->last_use_ms);
-			printf("%-*s  %8u  %10s  %-9s  %s\n", w, s->session ? s->session : "?",
-			       s->tokens, kv, age, s->busy ? "yes" : "no");
+			printf("%-*s  %8u  %10s  %-5s  %-5s  %-9s  %s\n", w,
+			       s->session ? s->session : "?", s->tokens, kv,
+			       cli_location_name(s->location), s->saved ? "yes" : "no", age,
+			       s->busy ? "yes" : "no");
 		}
 	}
 	cli_flush_stdout();
@@ -339,6 +343,14 @@ static void print_session(const Llamad__SessionInfo *s)
 		fputc('\n', stdout);
 	}
 	printf("last use:         %s (%s)\n", when, age);
+	printf("location:         %s\n", cli_location_name(s->location));
+	if (s->file_bytes) {
+		char fb[32];
+		human_bytes(fb, sizeof(fb), s->file_bytes);
+		printf("state file:       %s (%s)\n", fb, s->saved ? "current" : "older");
+	} else {
+		printf("state file:       none\n");
+	}
 	printf("busy:             %s\n", s->busy ? "yes" : "no");
 	printf("ephemeral:        %s\n", s->ephemeral ? "yes" : "no");
 	if (s->has_owner_uid)
@@ -408,6 +420,60 @@ static int cmd_drop(struct cli *cli, int argc, char **argv)
 		json_end(&j);
 		cli_flush_stdout();
 	}
+	return EXIT_OK;
+}
+
+static const char save_help[] =
+"Write session NAME (or, with --all, every session you own; root: all) to\n"
+"the daemon's state directory now, instead of waiting for it to go idle.\n"
+"\n"
+"      --all               every session\n";
+
+static int cmd_save(struct cli *cli, int argc, char **argv)
+{
+	enum { O_ALL = OPT_CMD };
+	static const struct option opts[] = {
+		CLI_COMMON_OPTS,
+		{ "all", no_argument, NULL, O_ALL },
+		{ 0 },
+	};
+	bool all = false;
+	int o;
+	while ((o = getopt_long(argc, argv, "hv", opts, NULL)) != -1) {
+		if (o == O_ALL)
+			all = true;
+		else
+			cli_opt(cli, NULL, o, optarg);
+	}
+	want_args_at(cli, argc, argv, all ? 0 : 1, all ? 0 : 1);
+	cli_connect(cli);
+	Llamad__Save sv = LLAMAD__SAVE__INIT;
+	if (all)
+		PB_SET(&sv, all, 1);
+	else
+		sv.session = argv[optind];
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_SAVE;
+	req.save = &sv;
+	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_SAVED);
+	char b[32];
+	human_bytes(b, sizeof(b), r->saved->bytes);
+	if (cli->json) {
+		struct json j;
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_key(&j, "sessions");
+		json_u64(&j, r->saved->sessions);
+		json_key(&j, "bytes");
+		json_u64(&j, r->saved->bytes);
+		json_obj_end(&j);
+		json_end(&j);
+		cli_flush_stdout();
+	} else if (cli->verbose || all) {
+		fprintf(stderr, "llamactl: saved %u session%s (%s)\n", r->saved->sessions,
+			r->saved->sessions == 1 ? "" : "s", b);
+	}
+	llamad__response__free_unpacked(r, NULL);
 	return EXIT_OK;
 }
 
@@ -526,6 +592,11 @@ static void json_status(const Llamad__Status *s)
 	json_key(&j, "weight_bytes"); json_u64(&j, s->weight_bytes);
 	json_key(&j, "context_length"); json_u64(&j, s->context_length);
 	json_key(&j, "rss_bytes"); json_u64(&j, s->rss_bytes);
+	json_key(&j, "state_dir"); json_str(&j, s->state_dir);
+	json_key(&j, "sessions_in_ram"); json_u64(&j, s->sessions_in_ram);
+	json_key(&j, "sessions_on_disk"); json_u64(&j, s->sessions_on_disk);
+	json_key(&j, "ram_bytes_used"); json_u64(&j, s->ram_bytes_used);
+	json_key(&j, "ram_bytes_total"); json_u64(&j, s->ram_bytes_total);
 	json_key(&j, "counters");
 	if (s->counters) {
 		const Llamad__Counters *c = s->counters;
@@ -537,6 +608,11 @@ static void json_status(const Llamad__Status *s)
 		json_key(&j, "generated_tokens"); json_u64(&j, c->generated_tokens);
 		json_key(&j, "forward_passes"); json_u64(&j, c->forward_passes);
 		json_key(&j, "cow_copies"); json_u64(&j, c->cow_copies);
+		json_key(&j, "evictions_ram"); json_u64(&j, c->evictions_ram);
+		json_key(&j, "evictions_disk"); json_u64(&j, c->evictions_disk);
+		json_key(&j, "restores"); json_u64(&j, c->restores);
+		json_key(&j, "saves"); json_u64(&j, c->saves);
+		json_key(&j, "save_errors"); json_u64(&j, c->save_errors);
 		json_obj_end(&j);
 	} else {
 		json_null(&j);
@@ -571,10 +647,17 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 			printf(", %u threads", s->threads);
 		printf("\nuptime:       %s\n", up);
 		printf("context:      %u tokens\n", s->context_length);
-		printf("sessions:     %u (%u active)\n", s->sessions, s->active);
+		printf("sessions:     %u (%u active, %u in host memory, %u on disk)\n", s->sessions,
+		       s->active, s->sessions_in_ram, s->sessions_on_disk);
+		char ru[32], rt[32];
+		human_bytes(ru, sizeof(ru), s->ram_bytes_used);
+		human_bytes(rt, sizeof(rt), s->ram_bytes_total);
+		printf("state dir:    %s\n", s->state_dir && *s->state_dir ? s->state_dir
+							    : "none (sessions are not saved)");
 		printf("connections:  %u open\n", s->connections);
 		printf("kv cache:     %u of %u blocks free (%u tokens each), %s\n",
 		       s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens, kv);
+		printf("evicted K/V:  %s of %s host memory\n", ru, rt);
 		printf("weights:      %s\n", w);
 		if (s->has_rss_bytes)
 			printf("rss:          %s\n", rss);
@@ -589,6 +672,12 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 			printf("passes:       %llu forward, %llu copy-on-write copies\n",
 			       (unsigned long long)c->forward_passes,
 			       (unsigned long long)c->cow_copies);
+			printf("evictions:    %llu to host memory, %llu to disk; %llu restores\n",
+			       (unsigned long long)c->evictions_ram,
+			       (unsigned long long)c->evictions_disk,
+			       (unsigned long long)c->restores);
+			printf("state files:  %llu written, %llu failed\n",
+			       (unsigned long long)c->saves, (unsigned long long)c->save_errors);
 		}
 	}
 	cli_flush_stdout();
@@ -635,6 +724,8 @@ static const struct command commands[] = {
 	{ "show", "NAME", "show a session's info", show_help, cmd_show },
 	{ "fork", "SRC DST", "fork a session", fork_help, cmd_fork },
 	{ "drop", "NAME", "drop a session", drop_help, cmd_drop },
+	{ "save", "NAME | --all", "write sessions to the state directory now", save_help,
+	  cmd_save },
 	{ "tokenize", "[--bos] [TEXT | -]", "show the tokens of a text", tokenize_help,
 	  cmd_tokenize },
 	{ "status", "", "show the daemon's status", status_help, cmd_status },

@@ -12,7 +12,8 @@
 #include "daemon/config.h"
 #include "session/session.h"
 
-enum ktype { K_STR, K_INT, K_BYTES, K_MODE, K_FLOAT, K_TEMPLATE, K_POLICY, K_LOGLEVEL };
+enum ktype { K_STR, K_INT, K_BYTES, K_MODE, K_FLOAT, K_TEMPLATE, K_POLICY, K_LOGLEVEL,
+	     K_FOREIGN };
 
 struct key {
 	const char *name;
@@ -31,7 +32,16 @@ static const struct key keys[] = {
 	{ "socket", K_STR, O(socket), 0, 0, 0, "listening socket path" },
 	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0, "socket permissions, octal (0660)" },
 	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, "group owning the socket" },
-	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 0, "bytes of KV cache (suffix K, M, G)" },
+	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 0,
+	  "KV cache: bytes (suffix K, M, G) or N% of available memory" },
+	{ "ram_cache", K_BYTES, O(ram_cache), 0, 1e15, 0,
+	  "host memory for K/V evicted from the cache (0: evict straight to disk)" },
+	{ "state_dir", K_STR, O(state_dir), 0, 0, 0,
+	  "folder of saved sessions (\"none\": no persistence)" },
+	{ "save_delay", K_INT, O(save_delay), 0, 86400, 1, "seconds idle before a changed session is saved" },
+	{ "foreign_cache", K_FOREIGN, O(foreign_cache), 0, 0, 1,
+	  "sessions saved under another model: recompute or refuse" },
+	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 1, "sessions per user (0: no quota)" },
 	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1, "most sessions held at once" },
 	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 1, "tokens per session (0: the model's context)" },
 	{ "max_frame", K_INT, O(max_frame), 1024, 1 << 30, 1, "largest request frame in bytes" },
@@ -57,6 +67,7 @@ static const struct key keys[] = {
 static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw" };
 static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
 static const char *const level_names[] = { "error", "warning", "info", "debug" };
+static const char *const foreign_names[] = { "recompute", "refuse" };
 
 void config_defaults(struct config *c)
 {
@@ -78,6 +89,8 @@ void config_defaults(struct config *c)
 	c->repeat_last_n = 64;
 	c->max_connections = 1024;
 	c->log_level = 2;
+	c->save_delay = 5;
+	c->ram_cache = 256ull << 20;
 }
 
 void config_done(struct config *c)
@@ -117,8 +130,32 @@ static int parse_enum(const char *v, const char *const *names, int n)
 	return -1;
 }
 
+/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
+static uint64_t mem_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	char line[128];
+	unsigned long long kb = 0;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (uint64_t)kb * 1024;
+}
+
 static int parse_bytes(const char *v, uint64_t *out)
 {
+	size_t vl = strlen(v);
+	if (vl > 1 && v[vl - 1] == '%') {  /* a share of the available memory */
+		char *end;
+		errno = 0;
+		double pct = strtod(v, &end);
+		if (errno || end != v + vl - 1 || !(pct > 0 && pct <= 100))
+			return -1;
+		*out = (uint64_t)(mem_available() * (pct / 100));
+		return 0;
+	}
 	char *end;
 	errno = 0;
 	double d = strtod(v, &end);
@@ -183,7 +220,7 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 	case K_BYTES: {
 		uint64_t x;
 		if (parse_bytes(v, &x) || x < k->min || x > k->max) {
-			*why = "expected a size such as 512M or 4G (at least 1M)";
+			*why = "expected a size such as 512M, 4G or 25% (see llamad.conf(5))";
 			return -EINVAL;
 		}
 		*(uint64_t *)p = x;
@@ -231,6 +268,15 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		int x = parse_enum(v, level_names, 4);
 		if (x < 0) {
 			*why = "expected error, warning, info or debug";
+			return -EINVAL;
+		}
+		*(int *)p = x;
+		return 0;
+	}
+	case K_FOREIGN: {
+		int x = parse_enum(v, foreign_names, 2);
+		if (x < 0) {
+			*why = "expected recompute or refuse";
 			return -EINVAL;
 		}
 		*(int *)p = x;
@@ -329,6 +375,7 @@ void config_dump(const struct config *c, FILE *f)
 		case K_TEMPLATE: fprintf(f, "%s", tmpl_names[*(const int *)p]); break;
 		case K_POLICY: fprintf(f, "%s", policy_names[*(const int *)p]); break;
 		case K_LOGLEVEL: fprintf(f, "%s", level_names[*(const int *)p]); break;
+		case K_FOREIGN: fprintf(f, "%s", foreign_names[*(const int *)p]); break;
 		}
 		fputc('\n', f);
 	}

@@ -31,6 +31,11 @@ struct config {
 	int max_connections;
 	int idle_timeout;        /* seconds; 0: none */
 	int log_level;           /* 0 error, 1 warning, 2 info, 3 debug */
+	char *state_dir;         /* NULL: the default; "none": no persistence */
+	int save_delay;          /* seconds idle before a changed session is saved */
+	int foreign_cache;       /* 0: recompute from the tokens, 1: refuse */
+	uint64_t ram_cache;      /* bytes of host memory for evicted K/V */
+	int max_sessions_per_uid;/* 0: no quota */
 };
 
 /* Fill with defaults. */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@
 #include "model/stop.h"
 #include "proto/frame.h"
 #include "session/session.h"
+#include "session/store.h"
 
 #define KV_BLOCK_TOKENS 16
 #define MAX_STOPS 16
@@ -103,6 +105,12 @@ struct engine {
 
 	double t_start;
 	uint64_t n_requests, n_errors, n_prefilled, n_generated, n_forward;
+
+	/* persistence and eviction */
+	char *state_dir;         /* NULL: persistence off */
+	size_t ram_used;         /* bytes of evicted K/V in host memory */
+	double last_idle_scan;
+	uint64_t n_evict_ram, n_evict_disk, n_restores, n_saves, n_save_errors;
 };
 
 static double now_s(void)
@@ -205,7 +213,10 @@ static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *
 {
 	llamad__session_info__init(i);
 	i->session = s->id;
-	PB_SET(i, tokens, (uint32_t)s->n_tokens);
+	PB_SET(i, tokens, s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens);
+	PB_SET(i, location, s->loc);
+	PB_SET(i, saved, !s->dirty && s->file_bytes > 0);
+	PB_SET(i, file_bytes, s->file_bytes);
 	PB_SET(i, cached_tokens, (uint32_t)s->n_cached);
 	PB_SET(i, kv_blocks, (uint32_t)s->kv.n_blocks);
 	PB_SET(i, kv_bytes, (uint64_t)s->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
@@ -275,6 +286,7 @@ static void job_remove(struct engine *e, struct job *j)
 	}
 	struct session *s = j->s;
 	s->busy = 0;
+	s->dirty = 1;
 	s->last_use_ms = unix_ms();
 	job_free(j);
 	/* an ephemeral session whose connection went away while it was busy
@@ -563,6 +575,337 @@ static int append_turn(struct engine *e, struct session *s, int role, const char
 	return n;
 }
 
+/* ---- persistence and eviction ----------------------------------------------
+ *
+ * A session's K/V lives in the pool (SESS_POOL), in host memory after an
+ * eviction (SESS_RAM, bounded by ram_cache), or only in its state file
+ * (SESS_DISK: the table keeps a stub with the header's counts). Eviction
+ * takes the least recently used idle session; a session comes back on its
+ * next use. Changed sessions are saved after save_delay idle seconds, before
+ * they leave memory, on Save requests and at shutdown. All of it runs on
+ * the engine thread, between steps.
+ */
+
+static size_t block_bytes(const struct engine *e)
+{
+	return kt_kv_block_bytes(&e->pool->kv);
+}
+
+/* The reason in a session/store.c cause ("state file PATH: reason") of
+ * session s, for the wire, which never carries a path; strerror(-rc) if the
+ * cause is not of that form. */
+static const char *store_reason(const struct engine *e, const struct session *s,
+				const char *cause, int rc)
+{
+	char *path = store_path(e->state_dir, s->uid, s->id);
+	const char *r = NULL;
+	size_t n = path ? strlen(path) : 0;
+	if (path && cause && !strncmp(cause, "state file ", 11) && !strncmp(cause + 11, path, n) &&
+	    !strncmp(cause + 11 + n, ": ", 2))
+		r = cause + 13 + n;
+	free(path);
+	return r ? r : strerror(-rc);
+}
+
+/* Write s's state file. 0, 1 if there is nothing to write (persistence off,
+ * ephemeral, not in the pool), or -errno with *cause. */
+static int save_session(struct engine *e, struct session *s, char **cause)
+{
+	if (!e->state_dir || s->ephemeral || s->loc != SESS_POOL)
+		return 1;
+	int rc = store_save(e->state_dir, s, e->pool, e->m->fingerprint, cause);
+	if (rc) {
+		e->n_save_errors++;
+		return rc;
+	}
+	char *p = store_path(e->state_dir, s->uid, s->id);
+	struct stat st;
+	s->file_bytes = p && stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+	free(p);
+	s->dirty = 0;
+	s->foreign = 0;
+	e->n_saves++;
+	return 0;
+}
+
+/* Turn a session into a disk stub: free its history and blocks. */
+static void to_stub(struct engine *e, struct session *s)
+{
+	s->disk_tokens = (uint32_t)s->n_tokens;
+	kvseq_release(e->pool, &s->kv);
+	for (int i = 0; i < s->n_turns; i++)
+		free(s->turns[i].text);
+	free(s->turns);
+	free(s->tokens);
+	free(s->system);
+	free(s->next_system);
+	s->turns = NULL;
+	s->tokens = NULL;
+	s->system = s->next_system = NULL;
+	s->n_turns = s->turns_cap = s->n_tokens = s->cap = s->n_cached = 0;
+	if (s->ram_kv) {
+		e->ram_used -= s->ram_bytes;
+		free(s->ram_kv);
+		s->ram_kv = NULL;
+		s->ram_bytes = 0;
+		s->ram_blocks = 0;
+	}
+	s->loc = SESS_DISK;
+}
+
+struct lru_ctx {
+	const struct session *keep;
+	int loc;
+	struct session *best;
+};
+
+static void lru_pick(struct session *s, void *ctx)
+{
+	struct lru_ctx *l = ctx;
+	if (s == l->keep || s->busy || s->loc != l->loc || s->ephemeral)
+		return;
+	if (l->loc == SESS_POOL && s->kv.n_blocks == 0)
+		return;
+	if (!l->best || s->last_use_ms < l->best->last_use_ms)
+		l->best = s;
+}
+
+static struct session *lru(struct engine *e, const struct session *keep, int loc)
+{
+	struct lru_ctx l = { keep, loc, NULL };
+	sess_foreach(&e->st, 0, lru_pick, &l);
+	return l.best;
+}
+
+/* Move the least recently used idle pool session out (to RAM if it fits,
+ * else to disk). Returns 1 if something was moved, 0 if nothing could be. */
+static int evict_one(struct engine *e, const struct session *keep)
+{
+	struct session *v = lru(e, keep, SESS_POOL);
+	if (!v)
+		return 0;
+	size_t bytes = (size_t)v->kv.n_blocks * block_bytes(e);
+	/* make room in RAM by pushing the oldest RAM sessions to disk */
+	while (e->ram_used + bytes > e->cfg.ram_cache && e->state_dir) {
+		struct session *r = lru(e, keep, SESS_RAM);
+		if (!r || r->dirty)
+			break;
+		to_stub(e, r);  /* RAM sessions are saved before they get there */
+		e->n_evict_disk++;
+	}
+	char *cause = NULL;
+	if (v->dirty || !v->file_bytes) {
+		int rc = save_session(e, v, &cause);
+		if (rc < 0) {
+			log_msg(LL_ERROR, "cannot evict session %s: %s", v->id, cause);
+			free(cause);
+			if (e->ram_used + bytes > e->cfg.ram_cache)
+				return 0;  /* nowhere safe to put it */
+		}
+	}
+	if (e->ram_used + bytes <= e->cfg.ram_cache && (v->ram_kv = malloc(bytes ? bytes : 1))) {
+		for (int i = 0; i < v->kv.n_blocks; i++)
+			memcpy((char *)v->ram_kv + (size_t)i * block_bytes(e),
+			       kt_kv_block(&e->pool->kv, v->kv.blocks[i]), block_bytes(e));
+		v->ram_bytes = bytes;
+		v->ram_blocks = v->kv.n_blocks;
+		e->ram_used += bytes;
+		kvseq_release(e->pool, &v->kv);
+		v->loc = SESS_RAM;
+		e->n_evict_ram++;
+		log_msg(LL_DEBUG, "session %s moved to host memory (%zu bytes)", v->id, bytes);
+		return 1;
+	}
+	if (!e->state_dir || v->dirty)
+		return 0;
+	to_stub(e, v);
+	e->n_evict_disk++;
+	log_msg(LL_DEBUG, "session %s moved to the state directory", v->id);
+	return 1;
+}
+
+/* Evict until n blocks are free. 0 or -ENOSPC. */
+static int free_blocks(struct engine *e, int n, const struct session *keep)
+{
+	while (kvpool_n_free(e->pool) < n)
+		if (!evict_one(e, keep))
+			return -ENOSPC;
+	return 0;
+}
+
+/* Bring s back into the pool. 0, or -1 after sending the error. */
+static int ensure_resident(struct engine *e, struct session *s, uint64_t conn, uint64_t id)
+{
+	if (s->loc == SESS_POOL)
+		return 0;
+	if (s->loc == SESS_RAM) {
+		if (free_blocks(e, s->ram_blocks, s) != 0) {
+			send_error(e, conn, id, LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED,
+				   "the KV cache is full and nothing can be evicted");
+			return -1;
+		}
+		struct kvseq kv = { 0 };
+		int nb = s->ram_blocks;
+		kv.blocks = malloc((size_t)(nb ? nb : 1) * sizeof(int32_t));
+		if (!kv.blocks) {
+			send_error(e, conn, id, LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+			return -1;
+		}
+		kv.cap = nb ? nb : 1;
+		for (int i = 0; i < nb; i++) {
+			kv.blocks[i] = kvpool_alloc(e->pool);
+			memcpy(kt_kv_block(&e->pool->kv, kv.blocks[i]),
+			       (char *)s->ram_kv + (size_t)i * block_bytes(e), block_bytes(e));
+		}
+		kv.n_blocks = nb;
+		free(s->kv.blocks);
+		s->kv = kv;
+		e->ram_used -= s->ram_bytes;
+		free(s->ram_kv);
+		s->ram_kv = NULL;
+		s->ram_bytes = 0;
+		s->ram_blocks = 0;
+		s->loc = SESS_POOL;
+		e->n_restores++;
+		return 0;
+	}
+	/* SESS_DISK */
+	char *path = store_path(e->state_dir, s->uid, s->id);
+	char *cause = NULL;
+	int allow_foreign = e->cfg.foreign_cache == 0;
+	int rc = path ? store_load(path, s, e->pool, e->m->fingerprint, allow_foreign, &cause)
+		      : -ENOMEM;
+	if (rc == -ENOSPC) {
+		free(cause);
+		cause = NULL;
+		int need = (int)((s->disk_tokens + e->pool->kv.block_size - 1) / e->pool->kv.block_size);
+		if (free_blocks(e, need, s) == 0)
+			rc = store_load(path, s, e->pool, e->m->fingerprint, allow_foreign, &cause);
+	}
+	free(path);
+	if (rc) {
+		int code = rc == -ENOSPC ? LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED
+					 : LLAMAD__ERROR_CODE__STORAGE;
+		log_msg(LL_WARN, "cannot restore session %s: %s", s->id, cause ? cause : strerror(-rc));
+		if (rc == -ESTALE)
+			send_error(e, conn, id, code, "session '%s' was saved under a different model "
+				   "(foreign_cache = refuse)", s->id);
+		else if (rc == -ENOSPC)
+			send_error(e, conn, id, code, "cannot restore session '%s': the KV cache is "
+				   "full", s->id);
+		else
+			send_error(e, conn, id, code, "cannot restore session '%s': %s", s->id,
+				   store_reason(e, s, cause, rc));
+		free(cause);
+		return -1;
+	}
+	s->loc = SESS_POOL;
+	s->dirty = s->foreign;  /* a rebuilt cache is worth saving again */
+	if (s->foreign)
+		log_msg(LL_INFO, "session %s was saved under another model: its cache is rebuilt "
+			"from its %d tokens", s->id, s->n_tokens);
+	e->n_restores++;
+	return 0;
+}
+
+struct idle_ctx {
+	struct engine *e;
+	int64_t before;
+};
+
+static void save_if_idle(struct session *s, void *ctx)
+{
+	struct idle_ctx *c = ctx;
+	if (!s->dirty || s->busy || s->ephemeral || s->loc != SESS_POOL ||
+	    s->last_use_ms > c->before)
+		return;
+	char *cause = NULL;
+	if (save_session(c->e, s, &cause) < 0) {
+		log_msg(LL_ERROR, "cannot save session %s: %s", s->id, cause);
+		s->last_use_ms = unix_ms();  /* retry after another delay */
+	}
+	free(cause);
+}
+
+/* At most once a second: save sessions idle for save_delay seconds. */
+static void save_idle(struct engine *e)
+{
+	if (!e->state_dir)
+		return;
+	double t = now_s();
+	if (t - e->last_idle_scan < 1.0)
+		return;
+	e->last_idle_scan = t;
+	struct idle_ctx c = { e, unix_ms() - (int64_t)e->cfg.save_delay * 1000 };
+	sess_foreach(&e->st, 0, save_if_idle, &c);
+}
+
+struct save_all_ctx {
+	struct engine *e;
+	uid_t uid;
+	int only_dirty;
+	int n, errors;
+	uint64_t bytes;
+	char *first_error;
+};
+
+static void save_one_of_all(struct session *s, void *ctx)
+{
+	struct save_all_ctx *c = ctx;
+	if ((c->uid != 0 && s->uid != c->uid) || (c->only_dirty && !s->dirty))
+		return;
+	char *cause = NULL;
+	int rc = save_session(c->e, s, &cause);
+	if (rc == 0) {
+		c->n++;
+		c->bytes += s->file_bytes;
+	} else if (rc < 0) {
+		c->errors++;
+		log_msg(LL_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
+		/* for the wire: the reason without the file's path */
+		if (!c->first_error && asprintf(&c->first_error, "session '%s': %s", s->id,
+						store_reason(c->e, s, cause, rc)) < 0)
+			c->first_error = NULL;
+		free(cause);
+	}
+}
+
+static void report_bad_file(void *ctx, const char *path, const char *reason)
+{
+	(void)ctx;
+	log_msg(LL_WARN, "state file %s: %s", path, reason);
+}
+
+/* Table stubs for the sessions in the state directory. */
+static void list_saved(struct engine *e)
+{
+	struct store_entry *ents = NULL;
+	int n = store_list(e->state_dir, &ents, report_bad_file, NULL);
+	if (n < 0) {
+		log_msg(LL_ERROR, "cannot read the state directory %s: %s", e->state_dir,
+			strerror(-n));
+		return;
+	}
+	int foreign = 0;
+	for (int i = 0; i < n; i++) {
+		if (sess_find(&e->st, ents[i].uid, ents[i].id) || e->st.count >= e->cfg.max_sessions)
+			continue;
+		struct session *s = sess_create(&e->st, ents[i].uid, ents[i].id);
+		if (!s)
+			break;
+		s->loc = SESS_DISK;
+		s->disk_tokens = ents[i].n_tokens;
+		s->last_use_ms = ents[i].last_use_ms;
+		s->file_bytes = ents[i].file_bytes;
+		s->foreign = ents[i].fingerprint != e->m->fingerprint;
+		foreign += s->foreign;
+	}
+	if (n > 0)
+		log_msg(LL_INFO, "%d saved session%s in %s%s", n, n == 1 ? "" : "s", e->state_dir,
+			foreign ? " (some saved under another model)" : "");
+	store_entries_free(ents, n);
+}
+
 /* ---- request handlers ------------------------------------------------ */
 
 static struct session *find_session(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
@@ -605,6 +948,72 @@ static void on_hello(struct engine *e, uint64_t conn, uint64_t id, const Llamad_
 	send_response(e, conn, &r);
 }
 
+struct count_ctx {
+	uid_t uid;
+	int n;
+};
+
+static void count_uid(struct session *s, void *ctx)
+{
+	struct count_ctx *c = ctx;
+	c->n += s->uid == c->uid;
+}
+
+/* 1 (after sending the error) if uid holds its quota of sessions. */
+static int quota_full(struct engine *e, uint64_t conn, uint64_t id, uid_t uid)
+{
+	if (e->cfg.max_sessions_per_uid <= 0)
+		return 0;
+	struct count_ctx c = { uid, 0 };
+	sess_foreach(&e->st, uid, count_uid, &c);
+	if (c.n < e->cfg.max_sessions_per_uid)
+		return 0;
+	send_error(e, conn, id, LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED,
+		   "uid %u holds its quota of %d sessions", (unsigned)uid, e->cfg.max_sessions_per_uid);
+	return 1;
+}
+
+static void on_save(struct engine *e, uint64_t conn, uid_t uid, uint64_t id, const Llamad__Save *sv)
+{
+	if (!e->state_dir) {
+		send_error(e, conn, id, LLAMAD__ERROR_CODE__STORAGE,
+			   "persistence is off (state_dir = none)");
+		return;
+	}
+	struct save_all_ctx c = { e, uid, 0, 0, 0, 0, NULL };
+	if (sv->all) {
+		sess_foreach(&e->st, uid, save_one_of_all, &c);
+	} else {
+		struct session *s = find_session(e, conn, uid, id, sv->session);
+		if (!s)
+			return;
+		if (s->ephemeral) {
+			send_error(e, conn, id, LLAMAD__ERROR_CODE__BAD_REQUEST,
+				   "session '%s' is ephemeral: it is never saved", s->id);
+			return;
+		}
+		save_one_of_all(s, &c);
+		if (c.n == 0 && c.errors == 0) {  /* in RAM or on disk: already saved */
+			c.n = 1;
+			c.bytes = s->file_bytes;
+		}
+	}
+	if (c.errors) {
+		send_error(e, conn, id, LLAMAD__ERROR_CODE__STORAGE, "%d session%s not saved: %s",
+			   c.errors, c.errors == 1 ? "" : "s", c.first_error ? c.first_error : "");
+		free(c.first_error);
+		return;
+	}
+	Llamad__Saved sd = LLAMAD__SAVED__INIT;
+	PB_SET(&sd, sessions, (uint32_t)c.n);
+	PB_SET(&sd, bytes, c.bytes);
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	PB_SET(&r, id, id);
+	r.body_case = LLAMAD__RESPONSE__BODY_SAVED;
+	r.saved = &sd;
+	send_response(e, conn, &r);
+}
+
 static void on_open(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		    const Llamad__OpenSession *o)
 {
@@ -631,6 +1040,8 @@ static void on_open(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 			   "the daemon holds its maximum of %d sessions", e->cfg.max_sessions);
 		return;
 	}
+	if (quota_full(e, conn, id, uid))
+		return;
 	s = sess_create(&e->st, uid, o->session);
 	if (!s || (o->system && !(s->system = strdup(o->system)))) {
 		if (s)
@@ -643,6 +1054,7 @@ static void on_open(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 								: e->cfg.context_policy;
 	s->ephemeral = o->ephemeral;
 	s->owner_conn = conn;
+	s->dirty = 1;
 	s->last_use_ms = unix_ms();
 	log_msg(LL_DEBUG, "session %s created by uid %u", s->id, (unsigned)uid);
 	send_info(e, conn, id, s, 1, -1);
@@ -669,7 +1081,7 @@ static void on_append(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		      const Llamad__Append *a)
 {
 	struct session *s = find_session(e, conn, uid, id, a->session);
-	if (!s || refuse_busy(e, conn, id, s))
+	if (!s || refuse_busy(e, conn, id, s) || ensure_resident(e, s, conn, id))
 		return;
 	char msg[200];
 	int n = append_turn(e, s, a->has_role ? (int)a->role : SESS_USER, a->text ? a->text : "",
@@ -704,7 +1116,7 @@ static void on_generate(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 			const Llamad__Generate *g)
 {
 	struct session *s = find_session(e, conn, uid, id, g->session);
-	if (!s || refuse_busy(e, conn, id, s))
+	if (!s || refuse_busy(e, conn, id, s) || ensure_resident(e, s, conn, id))
 		return;
 	struct sampler_params sp;
 	fill_sampler(e, g->sampler, &sp);
@@ -765,7 +1177,7 @@ static void on_fork(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		    const Llamad__Fork *f)
 {
 	struct session *src = find_session(e, conn, uid, id, f->session);
-	if (!src)
+	if (!src || quota_full(e, conn, id, uid) || ensure_resident(e, src, conn, id))
 		return;
 	struct session *dst = sess_find(&e->st, uid, f->target);
 	if (dst && dst->uid == uid) {
@@ -784,6 +1196,7 @@ static void on_fork(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		return;
 	}
 	dst->ephemeral = 0;
+	dst->dirty = 1;
 	dst->last_use_ms = unix_ms();
 	send_info(e, conn, id, dst, 1, -1);
 }
@@ -794,6 +1207,10 @@ static void on_drop(struct engine *e, uint64_t conn, uid_t uid, uint64_t id, con
 	if (!s || refuse_busy(e, conn, id, s))
 		return;
 	log_msg(LL_DEBUG, "session %s dropped", s->id);
+	if (e->state_dir && store_remove(e->state_dir, s->uid, s->id) != 0)
+		log_msg(LL_WARN, "session %s: cannot remove its state file", s->id);
+	if (s->ram_kv)
+		e->ram_used -= s->ram_bytes;
 	sess_drop(&e->st, s);
 	send_ok(e, conn, id);
 }
@@ -841,7 +1258,7 @@ static void on_rewind(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		      const Llamad__Rewind *rw)
 {
 	struct session *s = find_session(e, conn, uid, id, rw->session);
-	if (!s || refuse_busy(e, conn, id, s))
+	if (!s || refuse_busy(e, conn, id, s) || ensure_resident(e, s, conn, id))
 		return;
 	if (sess_rewind(&e->st, s) < 0) {
 		send_error(e, conn, id, LLAMAD__ERROR_CODE__BAD_REQUEST,
@@ -849,6 +1266,7 @@ static void on_rewind(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		return;
 	}
 	s->last_use_ms = unix_ms();
+	s->dirty = 1;
 	send_info(e, conn, id, s, -1, -1);
 }
 
@@ -955,6 +1373,11 @@ static void on_status(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 	PB_SET(&c, generated_tokens, e->n_generated);
 	PB_SET(&c, forward_passes, e->n_forward);
 	PB_SET(&c, cow_copies, e->pool->cow_copies);
+	PB_SET(&c, evictions_ram, e->n_evict_ram);
+	PB_SET(&c, evictions_disk, e->n_evict_disk);
+	PB_SET(&c, restores, e->n_restores);
+	PB_SET(&c, saves, e->n_saves);
+	PB_SET(&c, save_errors, e->n_save_errors);
 	pthread_mutex_lock(&e->mu);
 	PB_SET(&c, connections, e->conns_accepted);
 	int open = e->conns_open;
@@ -966,14 +1389,21 @@ static void on_status(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 	PB_SET(&st, threads, (uint32_t)e->be->n_threads);
 	PB_SET(&st, uptime_s, now_s() - e->t_start);
 	/* a non-root client sees only the count of its own sessions */
-	int mine = 0, active = 0;
+	int mine = 0, active = 0, in_ram = 0, on_disk = 0;
 	for (int b = 0; b < e->st.n_buckets; b++)
 		for (struct session *s = e->st.buckets[b]; s; s = s->hnext)
 			if (uid == 0 || s->uid == uid) {
 				mine++;
 				active += s->busy;
+				in_ram += s->loc == SESS_RAM;
+				on_disk += s->loc == SESS_DISK;
 			}
 	PB_SET(&st, sessions, (uint32_t)mine);
+	PB_SET(&st, sessions_in_ram, (uint32_t)in_ram);
+	PB_SET(&st, sessions_on_disk, (uint32_t)on_disk);
+	st.state_dir = e->state_dir ? e->state_dir : (char *)"";
+	PB_SET(&st, ram_bytes_used, (uint64_t)e->ram_used);
+	PB_SET(&st, ram_bytes_total, e->cfg.ram_cache);
 	PB_SET(&st, active, (uint32_t)active);
 	PB_SET(&st, connections, (uint32_t)open);
 	PB_SET(&st, kv_blocks_total, (uint32_t)e->pool->kv.n_blocks);
@@ -1014,6 +1444,7 @@ static void handle_request(struct engine *e, uint64_t conn, uid_t uid, Llamad__R
 	case LLAMAD__REQUEST__OP_DETOKENIZE: on_detokenize(e, conn, id, q->detokenize); break;
 	case LLAMAD__REQUEST__OP_CANCEL: on_cancel(e, conn, id, q->cancel); break;
 	case LLAMAD__REQUEST__OP_STATUS: on_status(e, conn, uid, id); break;
+	case LLAMAD__REQUEST__OP_SAVE: on_save(e, conn, uid, id, q->save); break;
 	default:
 		send_error(e, conn, id, LLAMAD__ERROR_CODE__UNKNOWN_OP, "unknown operation");
 		break;
@@ -1152,6 +1583,8 @@ static void step(struct engine *e)
 			if (take <= 0)
 				continue;
 			int rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
+			while (rc == -ENOSPC && evict_one(e, s))
+				rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
 			if (rc) {
 				fail_job(e, j, LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED,
 					 "the KV cache is full (raise kv_memory or drop sessions)");
@@ -1207,8 +1640,18 @@ static void *engine_main(void *arg)
 	struct engine *e = arg;
 	for (;;) {
 		pthread_mutex_lock(&e->mu);
-		while (!e->cmd_head && e->n_jobs == 0 && !e->shutdown && !e->have_pending_cfg)
-			pthread_cond_wait(&e->cv, &e->mu);
+		while (!e->cmd_head && e->n_jobs == 0 && !e->shutdown && !e->have_pending_cfg) {
+			if (!e->state_dir) {
+				pthread_cond_wait(&e->cv, &e->mu);
+				continue;
+			}
+			/* wake up once a second to save idle sessions */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_sec += 1;
+			if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+				break;
+		}
 		struct cmd *c = e->cmd_head;
 		e->cmd_head = e->cmd_tail = NULL;
 		int shut = e->shutdown;
@@ -1216,6 +1659,9 @@ static void *engine_main(void *arg)
 			/* reloadable keys only (config_set with reload_only) */
 			struct config *n = &e->pending_cfg;
 			e->cfg.max_sessions = n->max_sessions;
+			e->cfg.max_sessions_per_uid = n->max_sessions_per_uid;
+			e->cfg.save_delay = n->save_delay;
+			e->cfg.foreign_cache = n->foreign_cache;
 			e->cfg.max_session_tokens = n->max_session_tokens;
 			e->cfg.max_frame = n->max_frame;
 			e->cfg.max_text = n->max_text;
@@ -1251,6 +1697,14 @@ static void *engine_main(void *arg)
 		}
 		if (shut) {
 			end_all(e);
+			if (e->state_dir) {
+				struct save_all_ctx sa = { e, 0, 1, 0, 0, 0, NULL };
+				sess_foreach(&e->st, 0, save_one_of_all, &sa);
+				free(sa.first_error);
+				log_msg(sa.errors ? LL_ERROR : LL_INFO, "saved %d session%s at shutdown%s",
+					sa.n, sa.n == 1 ? "" : "s",
+					sa.errors ? "; some could not be saved (see above)" : "");
+			}
 			pthread_mutex_lock(&e->mu);
 			e->finished = 1;
 			pthread_mutex_unlock(&e->mu);
@@ -1260,8 +1714,68 @@ static void *engine_main(void *arg)
 		}
 		if (e->n_jobs)
 			step(e);
+		save_idle(e);
 		flush_notify(e);
 	}
+}
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int mkdirs(const char *path)
+{
+	char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	for (char *q = p + 1; ; q++) {
+		if (*q == '/' || !*q) {
+			char c = *q;
+			*q = 0;
+			if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+				int e = errno;
+				free(p);
+				return -e;
+			}
+			*q = c;
+			if (!c)
+				break;
+		}
+	}
+	free(p);
+	return 0;
+}
+
+/* The state directory: the setting, else $STATE_DIRECTORY (systemd), else
+ * /var/lib/llamad for root, else $XDG_STATE_HOME/llamad or
+ * ~/.local/state/llamad. "none" turns persistence off. */
+static int resolve_state_dir(struct engine *e, const char *setting)
+{
+	char *d = NULL;
+	if (setting && !strcmp(setting, "none"))
+		return 0;
+	if (setting) {
+		d = strdup(setting);
+	} else if (getenv("STATE_DIRECTORY") && *getenv("STATE_DIRECTORY")) {
+		d = strndup(getenv("STATE_DIRECTORY"), strcspn(getenv("STATE_DIRECTORY"), ":"));
+	} else if (geteuid() == 0) {
+		d = strdup("/var/lib/llamad");
+	} else if (getenv("XDG_STATE_HOME") && *getenv("XDG_STATE_HOME")) {
+		if (asprintf(&d, "%s/llamad", getenv("XDG_STATE_HOME")) < 0)
+			d = NULL;
+	} else if (getenv("HOME")) {
+		if (asprintf(&d, "%s/.local/state/llamad", getenv("HOME")) < 0)
+			d = NULL;
+	}
+	if (!d) {
+		log_msg(LL_WARN, "no state directory: sessions will not be saved");
+		return -ENOENT;
+	}
+	int rc = mkdirs(d);
+	if (rc)
+		log_msg(LL_ERROR, "state directory %s: %s; sessions cannot be saved until it "
+			"can be written", d, strerror(-rc));
+	else
+		log_msg(LL_INFO, "state directory %s", d);
+	e->state_dir = d;
+	return 0;
 }
 
 struct engine *engine_new(struct model *m, const struct config *cfg, char **cause)
@@ -1304,6 +1818,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	}
 	snprintf(e->backend_name, sizeof(e->backend_name), "%s", e->be->desc);
 	model_describe(m, e->model_desc, sizeof(e->model_desc));
+	if (resolve_state_dir(e, cfg->state_dir) == 0 && e->state_dir)
+		list_saved(e);
 	return e;
 }
 
@@ -1433,6 +1949,7 @@ void engine_free(struct engine *e)
 	backend_free(e->be);
 	free(e->seqs);
 	free(e->batch);
+	free(e->state_dir);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e);

@@ -278,6 +278,10 @@ static int validate(const struct server *s, const Llamad__Request *q, const char
 		if (q->detokenize->n_tokens > mt)
 			return (*why = "too many tokens", big);
 		return 0;
+	case LLAMAD__REQUEST__OP_SAVE:
+		if (!q->save->all && !id_ok(q->save->session))
+			return (*why = bad_id, bad);
+		return 0;
 	case LLAMAD__REQUEST__OP_CANCEL:
 	case LLAMAD__REQUEST__OP_LIST:
 	case LLAMAD__REQUEST__OP_STATUS:

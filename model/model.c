@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "model/model.h"
 
 void model_set_cause(char **cause, const char *fmt, ...)
@@ -175,6 +177,45 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 	return 0;
 }
 
+static void hash_weight(XXH64_state_t *st, const struct kt_weight *w)
+{
+	uint32_t dt = (uint32_t)w->dtype;
+	XXH64_update(st, &dt, sizeof(dt));
+	XXH64_update(st, w->data, (size_t)w->rows * w->cols * kt_dtype_size(w->dtype));
+}
+
+uint64_t model_fingerprint(const struct model *m)
+{
+	const struct model_config *c = &m->cfg;
+	XXH64_state_t *st = XXH64_createState();
+	if (!st)
+		return 0;
+	XXH64_reset(st, 0);
+	int32_t hp[] = { c->dim, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+			 c->ffn_dim, c->vocab, c->max_ctx, (int32_t)c->rope_layout };
+	XXH64_update(st, hp, sizeof(hp));
+	XXH64_update(st, &c->rms_eps, sizeof(c->rms_eps));
+	XXH64_update(st, &c->rope_theta, sizeof(c->rope_theta));
+	hash_weight(st, &m->embed);
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		XXH64_update(st, L->att_norm, (size_t)c->dim * sizeof(float));
+		XXH64_update(st, L->ffn_norm, (size_t)c->dim * sizeof(float));
+		hash_weight(st, &L->wq);
+		hash_weight(st, &L->wk);
+		hash_weight(st, &L->wv);
+		hash_weight(st, &L->wo);
+		hash_weight(st, &L->w1);
+		hash_weight(st, &L->w2);
+		hash_weight(st, &L->w3);
+	}
+	XXH64_update(st, m->final_norm, (size_t)c->dim * sizeof(float));
+	hash_weight(st, &m->cls);
+	uint64_t h = XXH64_digest(st);
+	XXH64_freeState(st);
+	return h;
+}
+
 struct model *model_load(const char *path, const char *tokenizer, char **cause)
 {
 	struct model *m = calloc(1, sizeof(*m));
@@ -196,6 +237,7 @@ struct model *model_load(const char *path, const char *tokenizer, char **cause)
 		model_free(m);
 		return NULL;
 	}
+	m->fingerprint = model_fingerprint(m);
 	return m;
 }
 

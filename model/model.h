@@ -59,6 +59,7 @@ struct model {
 	float *inv_freq;         /* (head_dim/2) RoPE inverse frequencies */
 	struct tok *tok;
 	size_t weight_bytes;     /* bytes of all weights read per token */
+	uint64_t fingerprint;    /* XXH64 of hyper-parameters and all weights */
 	/* resources */
 	struct model_map *maps;
 	int n_maps;
@@ -85,6 +86,11 @@ static inline int model_kv_dim(const struct model_config *c)
 
 /* Format a one-line description ("llama2.c dim 64 layers 5 ...") into buf. */
 void model_describe(const struct model *m, char *buf, size_t cap);
+
+/* XXH64 over the hyper-parameters and every weight byte (embedding, norms,
+ * matrices, classifier), as loaded: the identity of a model for saved KV
+ * caches. model_load() computes it once into m->fingerprint. */
+uint64_t model_fingerprint(const struct model *m);
 
 /* Validate hyper-parameters; returns NULL if fine, else a static reason. */
 const char *model_config_check(const struct model_config *c);

@@ -126,6 +126,7 @@ const char *frame_error_name(int code)
 	case LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED: return "resource exhausted";
 	case LLAMAD__ERROR_CODE__INTERNAL: return "internal error";
 	case LLAMAD__ERROR_CODE__SHUTTING_DOWN: return "shutting down";
+	case LLAMAD__ERROR_CODE__STORAGE: return "storage error";
 	}
 	return "error";
 }

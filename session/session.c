@@ -47,6 +47,7 @@ static void sess_free(struct sess_table *t, struct session *s)
 	free(s->tokens);
 	free(s->system);
 	free(s->next_system);
+	free(s->ram_kv);
 	free(s);
 }
 
@@ -196,7 +197,8 @@ int sess_append(struct session *s, const int32_t *ids, int n, int role,
 		s->turns[s->n_turns].text = copy;
 		s->n_turns++;
 	}
-	memcpy(s->tokens + s->n_tokens, ids, (size_t)n * sizeof(int32_t));
+	if (n > 0)
+		memcpy(s->tokens + s->n_tokens, ids, (size_t)n * sizeof(int32_t));
 	s->n_tokens += n;
 	return 0;
 }

@@ -22,6 +22,8 @@
 enum sess_role { SESS_USER = 0, SESS_SYSTEM = 1, SESS_ASSISTANT = 2, SESS_RAW = 3 };
 enum sess_template { SESS_TMPL_LLAMA2 = 1, SESS_TMPL_RAW = 2 };
 enum sess_policy { SESS_CTX_ERROR = 1, SESS_CTX_SHIFT = 2 };
+/* Where a session's K/V is (values match proto Location). */
+enum sess_loc { SESS_POOL = 0, SESS_RAM = 1, SESS_DISK = 2 };
 
 struct sess_turn {
 	int start;            /* index of its first token */
@@ -48,6 +50,15 @@ struct session {
 	int busy;             /* a job (append or generate) runs on it */
 	int ephemeral;
 	uint64_t owner_conn;  /* connection that opened an ephemeral session */
+	/* persistence and eviction */
+	int loc;              /* enum sess_loc */
+	int dirty;            /* changed since its state file was written */
+	int foreign;          /* its state file was written under another model */
+	uint64_t file_bytes;  /* size of its state file (0: none) */
+	void *ram_kv;         /* SESS_RAM: its blocks, kv_block_bytes each */
+	size_t ram_bytes;
+	int ram_blocks;
+	uint32_t disk_tokens; /* SESS_DISK: history length from the file header */
 	struct session *hnext;
 };
 

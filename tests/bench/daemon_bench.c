@@ -6,6 +6,9 @@
  *   llamad-bench-daemon SOCKET fork      [--history N]
  *   llamad-bench-daemon SOCKET aggregate [--sessions N] [--tokens N]
  *   llamad-bench-daemon SOCKET stream    [--tokens N]
+ *   llamad-bench-daemon SOCKET persist-save    [--history N] [--turn N]
+ *   llamad-bench-daemon SOCKET persist-restore [--history N] [--turn N]
+ *   llamad-bench-daemon SOCKET churn     [--sessions N] [--rounds N] [--tokens N]
  *
  * turn:      time from sending a turn of --turn tokens (default 20) appended
  *            to a session of --history tokens (default 1500) until its first
@@ -16,6 +19,18 @@
  * aggregate: --sessions sessions generating --tokens tokens each at once on
  *            one connection (pipelined Generate requests): total tok/s.
  * stream:    one session generating --tokens tokens: tok/s seen by the client.
+ * persist-save: a --history token session "bench-persist" (default 1000):
+ *            Save round trip and file bytes, and a --turn word turn (default
+ *            32) on a resident fork of it. Leaves the session saved.
+ * persist-restore: run after restarting the daemon on the same state
+ *            directory: the same turn on the restored session (restore +
+ *            turn), then the whole history + turn prefilled on an empty
+ *            session (the alternative to restoring).
+ * churn:     --sessions sessions (default 16), each with a different
+ *            prompt, then --rounds rounds (default 3) in which every session
+ *            in turn gets a short turn and --tokens tokens (default 16):
+ *            aggregate tok/s of the rounds (run it with a pool that holds
+ *            all of them and with one that holds a quarter).
  * Output: key=value lines.
  */
 #include <errno.h>
@@ -312,6 +327,102 @@ static void bench_stream(int tokens)
 	drop_session("bench-stream");
 }
 
+static Llamad__Response *save(const char *name)
+{
+	Llamad__Save sv = LLAMAD__SAVE__INIT;
+	sv.session = (char *)name;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_SAVE;
+	q.save = &sv;
+	return call(&q);
+}
+
+static void bench_persist_save(int hist, int turn)
+{
+	make_history("bench-persist", hist, 11);
+	int n;
+	generate("bench-persist", NULL, 1, &n, NULL);  /* everything cached */
+	double best = 1e9;
+	uint64_t bytes = 0;
+	for (int r = 0; r < 3; r++) {
+		double t0 = now_s();
+		Llamad__Response *resp = save("bench-persist");
+		double t = now_s() - t0;
+		best = t < best ? t : best;
+		bytes = resp->saved->bytes;
+		llamad__response__free_unpacked(resp, NULL);
+	}
+	char *tt = text_of(turn, 555);
+	double resident = 1e9;
+	for (int r = 0; r < 3; r++) {
+		Llamad__Fork f = LLAMAD__FORK__INIT;
+		f.session = (char *)"bench-persist";
+		f.target = (char *)"bench-persist-fork";
+		Llamad__Request q = LLAMAD__REQUEST__INIT;
+		q.op_case = LLAMAD__REQUEST__OP_FORK;
+		q.fork = &f;
+		llamad__response__free_unpacked(call(&q), NULL);
+		double t = generate("bench-persist-fork", tt, 1, NULL, NULL);
+		resident = t < resident ? t : resident;
+		drop_session("bench-persist-fork");
+	}
+	printf("bench=persist_save history_tokens=%u save_ms=%.2f file_bytes=%llu "
+	       "resident_turn_ms=%.2f\n", tokens_of("bench-persist"), best * 1e3,
+	       (unsigned long long)bytes, resident * 1e3);
+	free(tt);
+}
+
+static void bench_persist_restore(int hist, int turn)
+{
+	char *tt = text_of(turn, 555);
+	uint32_t before = tokens_of("bench-persist");
+	double restore_turn = generate("bench-persist", tt, 1, NULL, NULL);
+	/* the alternative: the whole history again, on an empty session */
+	char *ht = text_of(hist, 11);
+	size_t n = strlen(ht) + strlen(tt) + 2;
+	char *all = malloc(n);
+	if (!all)
+		die("out of memory");
+	snprintf(all, n, "%s %s", ht, tt);
+	open_session("bench-reprefill", 1);
+	double reprefill = generate("bench-reprefill", all, 1, NULL, NULL);
+	printf("bench=persist_restore history_tokens=%u restore_turn_ms=%.2f reprefill_ms=%.2f "
+	       "speedup_vs_reprefill=%.1f\n", before, restore_turn * 1e3, reprefill * 1e3,
+	       reprefill / restore_turn);
+	drop_session("bench-reprefill");
+	drop_session("bench-persist");
+	free(all);
+	free(ht);
+	free(tt);
+}
+
+static void bench_churn(int n, int rounds, int tokens)
+{
+	char names[256][32];
+	if (n > 256)
+		n = 256;
+	for (int i = 0; i < n; i++) {
+		snprintf(names[i], sizeof(names[i]), "bench-churn-%d", i);
+		open_session(names[i], 1);
+		char *t = text_of(40, 1000 + i);
+		generate(names[i], t, tokens, NULL, NULL);
+		free(t);
+	}
+	long total = 0;
+	double t0 = now_s();
+	for (int r = 0; r < rounds; r++)
+		for (int i = 0; i < n; i++) {
+			int k = 0;
+			generate(names[i], " and then", tokens, &k, NULL);
+			total += k;
+		}
+	double t = now_s() - t0;
+	printf("bench=churn sessions=%d rounds=%d tokens=%ld seconds=%.3f tok_s=%.1f\n", n,
+	       rounds, total, t, total / t);
+	for (int i = 0; i < n; i++)
+		drop_session(names[i]);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -319,7 +430,7 @@ int main(int argc, char **argv)
 			"[--history N] [--turn N] [--others K] [--sessions N] [--tokens N]\n");
 		return 2;
 	}
-	int hist = -1, turn = 20, others = 8, sessions = 4, tokens = 128;
+	int hist = -1, turn = -1, others = 8, sessions = -1, tokens = -1, rounds = 3;
 	for (int i = 3; i + 1 < argc; i += 2) {
 		int v = atoi(argv[i + 1]);
 		if (!strcmp(argv[i], "--history"))
@@ -332,6 +443,8 @@ int main(int argc, char **argv)
 			sessions = v;
 		else if (!strcmp(argv[i], "--tokens"))
 			tokens = v;
+		else if (!strcmp(argv[i], "--rounds"))
+			rounds = v;
 		else {
 			fprintf(stderr, "llamad-bench-daemon: unknown option %s\n", argv[i]);
 			return 2;
@@ -348,13 +461,19 @@ int main(int argc, char **argv)
 	greedy.has_temperature = 1;
 	greedy.temperature = 0;
 	if (!strcmp(argv[2], "turn"))
-		bench_turn(hist < 0 ? 1500 : hist, turn, others, 5);
+		bench_turn(hist < 0 ? 1500 : hist, turn < 0 ? 20 : turn, others, 5);
+	else if (!strcmp(argv[2], "persist-save"))
+		bench_persist_save(hist < 0 ? 1000 : hist, turn < 0 ? 32 : turn);
+	else if (!strcmp(argv[2], "persist-restore"))
+		bench_persist_restore(hist < 0 ? 1000 : hist, turn < 0 ? 32 : turn);
+	else if (!strcmp(argv[2], "churn"))
+		bench_churn(sessions < 0 ? 16 : sessions, rounds, tokens < 0 ? 16 : tokens);
 	else if (!strcmp(argv[2], "fork"))
 		bench_fork(hist < 0 ? 1000 : hist);
 	else if (!strcmp(argv[2], "aggregate"))
-		bench_aggregate(sessions, tokens);
+		bench_aggregate(sessions < 0 ? 4 : sessions, tokens < 0 ? 128 : tokens);
 	else if (!strcmp(argv[2], "stream"))
-		bench_stream(tokens);
+		bench_stream(tokens < 0 ? 128 : tokens);
 	else {
 		fprintf(stderr, "llamad-bench-daemon: unknown benchmark %s\n", argv[2]);
 		return 2;

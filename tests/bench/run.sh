@@ -31,7 +31,7 @@ done
 # ---- the daemon, seen through its socket -----------------------------------
 start_daemon() {  # model-args...
     sock=$BUILD/bench.sock
-    "$BUILD/llamad" "$@" --socket "$sock" --threads "$THREADS" --log-level warning &
+    "$BUILD/llamad" --state-dir none "$@" --socket "$sock" --threads "$THREADS" --log-level warning &
     dpid=$!
     i=0
     while [ ! -S "$sock" ]; do i=$((i + 1)); [ $i -gt 300 ] && exit 1; sleep 0.1; done
@@ -55,6 +55,27 @@ echo "== daemon: stories15M shape f32, aggregate decode"
 start_daemon --model "$OUT/stories15M-f32" --kv-memory 1G
 for n in 1 4 16; do "$D" "$sock" aggregate --sessions $n --tokens 128 | tee -a "$log"; done
 stop_daemon
+echo "== daemon: stories110M shape f16, save and restore a 1,000-token session"
+state=$BUILD/bench-state
+rm -rf "$state"
+start_daemon --model "$ctx4k" --kv-memory 4G --state-dir "$state"
+"$D" "$sock" persist-save --history 1000 --turn 32 | tee -a "$log"
+stop_daemon
+start_daemon --model "$ctx4k" --kv-memory 4G --state-dir "$state"
+"$D" "$sock" persist-restore --history 1000 --turn 32 | tee -a "$log"
+stop_daemon
+rm -rf "$state"
+echo "== daemon: stories15M shape f32, 16 sessions round-robin: pool for all / for a quarter"
+start_daemon --model "$OUT/stories15M-f32" --kv-memory 64M
+"$D" "$sock" churn --sessions 16 --rounds 3 --tokens 16 | sed 's/$/ pool=all/' | tee -a "$log"
+stop_daemon
+start_daemon --model "$OUT/stories15M-f32" --kv-memory 6M --state-dir "$state"
+"$D" "$sock" churn --sessions 16 --rounds 3 --tokens 16 | sed 's/$/ pool=quarter evict=ram/' | tee -a "$log"
+stop_daemon
+start_daemon --model "$OUT/stories15M-f32" --kv-memory 6M --ram-cache 0 --state-dir "$state"
+"$D" "$sock" churn --sessions 16 --rounds 3 --tokens 16 | sed 's/$/ pool=quarter evict=disk/' | tee -a "$log"
+stop_daemon
+rm -rf "$state"
 echo "== daemon: stories260K, one stream through the socket and through llamactl vs one-shot"
 start_daemon --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model"
 "$D" "$sock" stream --tokens 450 | tee -a "$log"

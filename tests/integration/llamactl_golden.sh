@@ -16,7 +16,7 @@ fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --socket "$sock" --log-level warning 2>"$dir/log" &
+    --socket "$sock" --state-dir "$dir/state" --log-level warning 2>"$dir/log" &
 pid=$!
 i=0
 while [ ! -S "$sock" ]; do

@@ -20,7 +20,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 LLAMAD=$BUILD/llamad
-MODEL="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model"
+MODEL="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model --state-dir none"
 
 for f in "$LLAMAD" "$MODELS/stories260K.bin" "$MODELS/tok512.model"; do
     [ -e "$f" ] || { echo "FAIL: missing $f"; exit 1; }

@@ -46,7 +46,7 @@ as_uid() {
 }
 
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --socket "$SOCK" --socket-mode 0666 --max-tokens 8 --log-level debug 2>"$tmp/llamad.log" &
+    --socket "$SOCK" --state-dir none --socket-mode 0666 --max-tokens 8 --log-level debug 2>"$tmp/llamad.log" &
 pid=$!
 i=0
 while [ ! -S "$SOCK" ]; do

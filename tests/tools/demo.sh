@@ -15,7 +15,7 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --socket "$sock" --log-level warning &
+    --socket "$sock" --state-dir "$dir/state" --log-level warning &
 pid=$!
 i=0
 until [ -S "$sock" ]; do

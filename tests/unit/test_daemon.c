@@ -638,7 +638,7 @@ static int group_setup(void **state)
 		unsetenv("LISTEN_PID");
 		unsetenv("WATCHDOG_USEC");
 		execl(D.llamad, "llamad", "--model", model, "--tokenizer", tok, "--socket", D.sock,
-		      "--threads", "2", "--log-level", "debug", (char *)NULL);
+		      "--threads", "2", "--log-level", "debug", "--state-dir", "none", (char *)NULL);
 		_exit(127);
 	}
 	/* ready once the socket accepts */

@@ -1,0 +1,110 @@
+/*
+ * session/store.h — sessions on disk: one file per session in the state
+ * directory, written atomically, read back whole or header-only.
+ *
+ * File layout (all integers little-endian, written field by field, no
+ * struct padding):
+ *   header, fixed size STORE_HEADER_BYTES:
+ *     magic "LLAMADS1" (8), version u32, header_bytes u32,
+ *     fingerprint u64, kv_dtype u32 (0: f32), block_size u32, n_layers u32,
+ *     kv_dim u32, n_tokens u32, n_cached u32, n_turns u32, uid u32, tmpl u32,
+ *     policy u32, flags u32 (0), last_use_ms i64, prefilled u64,
+ *     generated u64, body_bytes u64, id (129 bytes, NUL-padded),
+ *     checksum u64 (XXH64 of the body), header_sum u64 (XXH64 of every
+ *     header byte before it), zero padding (must be zero)
+ *   body:
+ *     tokens      n_tokens x i32
+ *     turns       n_turns x { start i32; role u8; text_len u32 (0xffffffff:
+ *                 no text); text bytes }
+ *     system      len u32 (0xffffffff: none) + bytes
+ *     next_system len u32 (same) + bytes
+ *     kv          ceil(n_cached / block_size) blocks of kt_kv_block_bytes
+ *                 each, in the session's block-table order (the KV layout of
+ *                 kernels/backend.h)
+ * Writes go to a temporary file in the same folder, are fsynced, renamed
+ * over the final name, and the folder is fsynced: a reader sees the old
+ * file or the new one, never a torn one. Files are created mode 0600.
+ * The module knows nothing of sockets or the model beyond a fingerprint.
+ */
+#ifndef LLAMAD_SESSION_STORE_H
+#define LLAMAD_SESSION_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "session/session.h"
+
+#define STORE_MAGIC "LLAMADS1"
+#define STORE_VERSION 1
+
+#define STORE_HEADER_BYTES 256  /* the fields above, zero-padded */
+
+/* What a directory listing yields for each readable session file. */
+struct store_entry {
+	char id[SESSION_ID_MAX + 1];
+	uid_t uid;
+	uint64_t fingerprint;
+	uint32_t n_tokens, n_cached;
+	int64_t last_use_ms;
+	uint64_t file_bytes;
+	char *path;                 /* malloc'd */
+};
+
+/* The file name of session (uid, id) inside dir, "<dir>/<uid>-<id>.session";
+ * malloc'd. NULL (errno EINVAL) if !sess_id_valid(id), or on ENOMEM. */
+char *store_path(const char *dir, uid_t uid, const char *id);
+
+/*
+ * Write s (history, turns, and the K/V of its first n_cached positions from
+ * pool) to its file in dir, atomically. fingerprint identifies the model.
+ * Returns 0 or -errno (e.g. -ENOSPC, -EROFS, -EACCES; -EINVAL or -E2BIG for
+ * a session that cannot be written) with *cause set to a malloc'd message
+ * naming the file; on error the previous file, if any, is untouched and no
+ * temporary file is left behind (except when only the final fsync of the
+ * folder fails: the new file is then in place, and the error is returned).
+ */
+int store_save(const char *dir, const struct session *s, const struct kvpool *pool,
+	       uint64_t fingerprint, char **cause);
+
+/*
+ * Read the session file at path into s (an empty session from
+ * sess_create(); its id and uid must match the file's). If the file's
+ * fingerprint equals `fingerprint` and the KV shape matches the pool's, the
+ * K/V blocks are loaded into newly allocated pool blocks (n_cached kept);
+ * otherwise, if allow_foreign, only the history is loaded (n_cached = 0:
+ * the cache is rebuilt from the tokens on next use). The whole body is
+ * checksummed before anything is stored into s. Token ids are only checked
+ * to be >= 0: the caller checks them against its vocabulary. Returns 0, or
+ * -errno with *cause naming the file and the reason: -EBADMSG (corrupt,
+ * checksum, truncated), -EPROTO (wrong magic or version, unknown flags or KV
+ * type), -ESTALE (foreign model, or another KV shape, and !allow_foreign),
+ * -ENOSPC (pool full), -EINVAL (s not empty, or the file holds another
+ * (uid, id)), -ENOMEM, -EIO. On error s is left as it was (empty) and no
+ * pool block is kept.
+ */
+int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
+	       int allow_foreign, char **cause);
+
+/*
+ * List dir's session files, reading headers only. *entries (malloc'd array,
+ * free with store_entries_free) gets the valid ones; for each file that
+ * cannot be used (bad header, truncated, name not matching its (uid, id),
+ * not a regular file), report(ctx, path, reason) is called (may be NULL).
+ * Temporary files of interrupted writes (".tmp-*") are removed, whatever
+ * their age, and reported: call it when no save into dir is running (at
+ * startup). Entries are sorted by path. Other files are skipped. Returns the
+ * count or -errno if dir cannot be read.
+ */
+int store_list(const char *dir, struct store_entry **entries,
+	       void (*report)(void *ctx, const char *path, const char *reason), void *ctx);
+void store_entries_free(struct store_entry *e, int n);
+
+/* Remove the file of (uid, id) if present (absent is 0); the folder is
+ * synced, best effort. 0 or -errno (-EINVAL for an invalid id). */
+int store_remove(const char *dir, uid_t uid, const char *id);
+
+/* Model fingerprint: XXH64 over the hyper-parameters and every weight byte
+ * (see model/fingerprint.c). Declared here for the callers that compare. */
+
+#endif

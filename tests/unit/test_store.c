@@ -1,0 +1,1203 @@
+/*
+ * tests/unit/test_store.c — session files (session/store.c): save/load round
+ * trips with K/V, file mode and atomic replacement, listing, and rejection of
+ * every kind of bad file (corrupt, truncated, other version, other model,
+ * other KV shape, wrong owner, full pool) without leaks or crashes.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <xxhash.h>
+
+#include "session/store.h"
+#include "testutil.h"
+
+#define NB 64   /* blocks */
+#define BS 16   /* positions per block */
+#define NL 2    /* layers */
+#define KVD 8   /* kv_dim */
+#define FP 0x0123456789abcdefULL
+#define HB STORE_HEADER_BYTES
+
+/* Header offsets used to forge files (see store.h for the order). */
+#define OFF_VERSION 8
+#define OFF_N_TOKENS 40
+#define OFF_N_CACHED 44
+#define OFF_N_TURNS 48
+#define OFF_BODY_BYTES 92
+#define OFF_CHECKSUM 229
+#define OFF_HEADER_SUM 237
+
+/* ---- helpers ------------------------------------------------------------ */
+
+struct env {
+	struct kvpool *pool;
+	struct sess_table t;
+};
+
+static void env_init(struct env *e, int nb, int bs, int nl, int kvd)
+{
+	e->pool = kvpool_new(nb, bs, nl, kvd);
+	assert_non_null(e->pool);
+	assert_int_equal(sess_table_init(&e->t, e->pool), 0);
+}
+
+static void env_done(struct env *e)
+{
+	sess_table_done(&e->t);
+	kvpool_free(e->pool);
+}
+
+static char *tmpdir_new(void)
+{
+	char t[] = "/tmp/test_store.XXXXXX";
+	assert_non_null(mkdtemp(t));
+	char *d = strdup(t);
+	assert_non_null(d);
+	return d;
+}
+
+/* Remove dir and the files in it. */
+static void tmpdir_free(char *dir)
+{
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+			    unlinkat(dirfd(d), de->d_name, 0) != 0)
+				unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+		closedir(d);
+	}
+	rmdir(dir);
+	free(dir);
+}
+
+/* Files in dir whose name starts with prefix. */
+static int count_prefix(const char *dir, const char *prefix)
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	int n = 0;
+	struct dirent *de;
+	while ((de = readdir(d)))
+		n += !strncmp(de->d_name, prefix, strlen(prefix));
+	closedir(d);
+	return n;
+}
+
+static void write_file(const char *path, const void *buf, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, buf, n), (ssize_t)n);
+	close(fd);
+}
+
+static unsigned char *read_file(const char *path, size_t *n)
+{
+	unsigned char *b = (unsigned char *)slurp(path, n);
+	assert_non_null(b);
+	return b;
+}
+
+static void put32(unsigned char *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static void put64(unsigned char *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* Recompute the header checksum after editing header bytes. */
+static void fix_header_sum(unsigned char *b)
+{
+	put64(b + OFF_HEADER_SUM, XXH64(b, OFF_HEADER_SUM, 0));
+}
+
+/* Recompute both checksums after editing the body. */
+static void fix_sums(unsigned char *b, size_t n)
+{
+	put64(b + OFF_CHECKSUM, XXH64(b + HB, n - HB, 0));
+	fix_header_sum(b);
+}
+
+static float kv_value(int seq_block, size_t i)
+{
+	return (float)(((uint32_t)seq_block * 7919u + (uint32_t)i * 2654435761u) % 1000003u) * 0.25f;
+}
+
+/* Put a hole pattern into the pool's free list so that a sequence gets
+ * non-consecutive block ids (exercising both single and coalesced runs). */
+static void scramble_pool(struct kvpool *p)
+{
+	int32_t b[6];
+	for (int i = 0; i < 6; i++)
+		b[i] = kvpool_alloc(p);
+	kvpool_unref(p, b[1]);
+	kvpool_unref(p, b[4]);
+	kvpool_unref(p, b[0]);  /* next allocations: 0, 4, 1, 6, 7, ... */
+	/* b[2], b[3], b[5] stay taken */
+}
+
+/*
+ * A session with n_tokens tokens in turns: an empty system turn at 0, then
+ * user/assistant turns of up to 13 tokens, and (when tokens exist) an empty
+ * system turn at the end; system prompts set; the first n_cached positions
+ * cached in blocks filled with distinct values. text_len > 0 makes the user
+ * texts that long.
+ */
+static struct session *make_session(struct env *e, uid_t uid, const char *id, int n_tokens,
+				    int n_cached, size_t text_len)
+{
+	struct session *s = sess_create(&e->t, uid, id);
+	assert_non_null(s);
+	char *big = NULL;
+	if (text_len) {
+		big = malloc(text_len + 1);
+		assert_non_null(big);
+		for (size_t i = 0; i < text_len; i++)
+			big[i] = (char)('a' + i % 26);
+		big[text_len] = '\0';
+	}
+	int32_t ids[13] = { 0 };
+	/* sess_append() of 0 ids into a session without a token array memcpy()s
+	 * to NULL (UBSan); give it one */
+	s->tokens = malloc(256 * sizeof(int32_t));
+	assert_non_null(s->tokens);
+	s->cap = 256;
+	if (n_tokens > 0)
+		assert_int_equal(sess_append(s, ids, 0, SESS_SYSTEM, "be brief", 1), 0);
+	for (int at = 0, k = 0; at < n_tokens; k++) {
+		int n = n_tokens - at < 13 ? n_tokens - at : 13;
+		for (int i = 0; i < n; i++)
+			ids[i] = (at + i) * 7 + 3;
+		int role = k % 2 ? SESS_ASSISTANT : SESS_USER;
+		char text[64];
+		snprintf(text, sizeof(text), "user text %d ü", k);
+		assert_int_equal(sess_append(s, ids, n, role, role == SESS_USER ? (big ? big : text)
+							 : NULL, 1), 0);
+		at += n;
+	}
+	if (n_tokens > 0)
+		assert_int_equal(sess_append(s, ids, 0, SESS_SYSTEM, "later", 1), 0);
+	free(big);
+	s->system = strdup("You are a test.");
+	s->next_system = n_tokens ? strdup("next system") : NULL;
+	s->tmpl = SESS_TMPL_RAW;
+	s->policy = SESS_CTX_SHIFT;
+	s->last_use_ms = 1700000000123LL;
+	s->prefilled = 123456789012ULL;
+	s->generated = 4242;
+	if (n_cached > 0) {
+		assert_int_equal(kvseq_prepare(e->pool, &s->kv, n_cached, 0), 0);
+		size_t nf = kt_kv_block_bytes(&e->pool->kv) / sizeof(float);
+		for (int b = 0; b < s->kv.n_blocks; b++) {
+			float *f = kt_kv_block(&e->pool->kv, s->kv.blocks[b]);
+			for (size_t i = 0; i < nf; i++)
+				f[i] = kv_value(b, i);
+		}
+	}
+	s->n_cached = n_cached;
+	return s;
+}
+
+static void assert_str_eq_or_null(const char *a, const char *b)
+{
+	if (!a || !b)
+		assert_ptr_equal(a, b);
+	else
+		assert_string_equal(a, b);
+}
+
+/* b (loaded into pool pb) equals a (in pool pa), K/V included when
+ * with_kv; else b has no cache. */
+static void assert_same(const struct session *a, const struct kvpool *pa, const struct session *b,
+			const struct kvpool *pb, int with_kv)
+{
+	assert_string_equal(a->id, b->id);
+	assert_int_equal(a->uid, b->uid);
+	assert_int_equal(a->n_tokens, b->n_tokens);
+	if (a->n_tokens)
+		assert_memory_equal(a->tokens, b->tokens, (size_t)a->n_tokens * sizeof(int32_t));
+	assert_int_equal(a->n_turns, b->n_turns);
+	for (int i = 0; i < a->n_turns; i++) {
+		assert_int_equal(a->turns[i].start, b->turns[i].start);
+		assert_int_equal(a->turns[i].role, b->turns[i].role);
+		assert_str_eq_or_null(a->turns[i].text, b->turns[i].text);
+	}
+	assert_str_eq_or_null(a->system, b->system);
+	assert_str_eq_or_null(a->next_system, b->next_system);
+	assert_int_equal(a->tmpl, b->tmpl);
+	assert_int_equal(a->policy, b->policy);
+	assert_true(a->last_use_ms == b->last_use_ms);
+	assert_true(a->prefilled == b->prefilled);
+	assert_true(a->generated == b->generated);
+	if (!with_kv) {
+		assert_int_equal(b->n_cached, 0);
+		assert_int_equal(b->kv.n_blocks, 0);
+		return;
+	}
+	assert_int_equal(a->n_cached, b->n_cached);
+	int bs = pa->kv.block_size;
+	int nb = (a->n_cached + bs - 1) / bs;
+	assert_int_equal(b->kv.n_blocks, nb);
+	size_t bb = kt_kv_block_bytes(&pa->kv);
+	assert_int_equal(bb, kt_kv_block_bytes(&pb->kv));
+	for (int i = 0; i < nb; i++) {
+		assert_true(b->kv.blocks[i] >= 0 && b->kv.blocks[i] < pb->kv.n_blocks);
+		assert_int_equal(pb->refs[b->kv.blocks[i]], 1);
+		assert_memory_equal(kt_kv_block(&pa->kv, a->kv.blocks[i]),
+				    kt_kv_block(&pb->kv, b->kv.blocks[i]), bb);
+	}
+}
+
+static void assert_empty(const struct session *s)
+{
+	assert_int_equal(s->n_tokens, 0);
+	assert_int_equal(s->n_turns, 0);
+	assert_int_equal(s->n_cached, 0);
+	assert_int_equal(s->kv.n_blocks, 0);
+	assert_null(s->system);
+	assert_null(s->next_system);
+}
+
+/* Save a, load it into a fresh pool of the same shape, compare. */
+static void round_trip(int n_tokens, int n_cached, size_t text_len)
+{
+	char *dir = tmpdir_new();
+	struct env e1, e2;
+	env_init(&e1, NB, BS, NL, KVD);
+	scramble_pool(e1.pool);
+	struct session *a = make_session(&e1, 1000, "work", n_tokens, n_cached, text_len);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, a, e1.pool, FP, &cause), 0);
+	assert_null(cause);
+
+	env_init(&e2, NB, BS, NL, KVD);
+	scramble_pool(e2.pool);
+	int free0 = kvpool_n_free(e2.pool);
+	struct session *b = sess_create(&e2.t, 1000, "work");
+	char *path = store_path(dir, 1000, "work");
+	assert_int_equal(store_load(path, b, e2.pool, FP, 0, &cause), 0);
+	assert_null(cause);
+	assert_same(a, e1.pool, b, e2.pool, 1);
+	assert_int_equal(kvpool_n_free(e2.pool), free0 - (n_cached + BS - 1) / BS);
+
+	/* the loaded session works like any other: it grows and drops cleanly */
+	int32_t more[3] = { 1, 2, 3 };
+	assert_int_equal(sess_append(b, more, 3, SESS_USER, "more", 1), 0);
+	sess_drop(&e2.t, b);
+	assert_int_equal(kvpool_n_free(e2.pool), free0);
+
+	free(path);
+	env_done(&e1);
+	env_done(&e2);
+	tmpdir_free(dir);
+}
+
+/* Save a standard session (uid 0, "work"): returns its path; *bytes the size. */
+static char *save_std(const char *dir, struct env *e, struct session **out)
+{
+	struct session *s = make_session(e, 0, "work", 75, 75, 0);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, s, e->pool, FP, &cause), 0);
+	assert_null(cause);
+	if (out)
+		*out = s;
+	char *path = store_path(dir, 0, "work");
+	assert_non_null(path);
+	return path;
+}
+
+/* Load path into a fresh (uid, id) session of e; returns rc, checks that a
+ * failure changes nothing, and drops the session. *cause kept if asked. */
+static int try_load(struct env *e, const char *path, uid_t uid, const char *id, uint64_t fp,
+		    int allow_foreign, char **cause_out)
+{
+	int free0 = kvpool_n_free(e->pool);
+	struct session *s = sess_create(&e->t, uid, id);
+	assert_non_null(s);
+	char *cause = NULL;
+	int rc = store_load(path, s, e->pool, fp, allow_foreign, &cause);
+	if (rc) {
+		assert_true(rc < 0);
+		assert_non_null(cause);
+		assert_non_null(strstr(cause, path));
+		assert_empty(s);
+		assert_int_equal(kvpool_n_free(e->pool), free0);
+	} else {
+		assert_null(cause);
+	}
+	sess_drop(&e->t, s);
+	assert_int_equal(kvpool_n_free(e->pool), free0);
+	if (cause_out)
+		*cause_out = cause;
+	else
+		free(cause);
+	return rc;
+}
+
+/* ---- round trips ---------------------------------------------------------- */
+
+static void test_round_trip(void **state)
+{
+	(void)state;
+	round_trip(75, 75, 0);    /* 5 blocks, the last partial */
+	round_trip(64, 64, 0);    /* whole blocks */
+}
+
+static void test_round_trip_empty(void **state)
+{
+	(void)state;
+	round_trip(0, 0, 0);
+}
+
+static void test_round_trip_partial_cache(void **state)
+{
+	(void)state;
+	round_trip(100, 33, 0);   /* 3 blocks saved, 4 more in the table not */
+	round_trip(100, 0, 0);
+	round_trip(1, 1, 0);
+}
+
+static void test_round_trip_long_texts(void **state)
+{
+	(void)state;
+	/* texts of 5 MiB: longer than the I/O buffer, read around it */
+	round_trip(40, 20, (size_t)5 << 20);
+	round_trip(30, 30, 100000);
+}
+
+/* Blocks of 8 MiB: KV written and read straight from/to the pool. */
+static void test_round_trip_big_blocks(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e1, e2;
+	env_init(&e1, 4, 256, 8, 512);
+	struct session *a = make_session(&e1, 7, "big", 800, 700, 0);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, a, e1.pool, FP, &cause), 0);
+	env_init(&e2, 5, 256, 8, 512);
+	(void)kvpool_alloc(e2.pool);  /* blocks 1..3: one run of three */
+	struct session *b = sess_create(&e2.t, 7, "big");
+	char *path = store_path(dir, 7, "big");
+	assert_int_equal(store_load(path, b, e2.pool, FP, 0, &cause), 0);
+	assert_same(a, e1.pool, b, e2.pool, 1);
+	assert_int_equal(kvpool_n_free(e2.pool), 1);
+	free(path);
+	env_done(&e1);
+	env_done(&e2);
+	tmpdir_free(dir);
+}
+
+/* Saving again replaces the file; mode 0600; nothing temporary left. */
+static void test_mode_and_replace(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	struct session *s;
+	mode_t old = umask(0277);  /* the mode must not depend on the umask */
+	char *path = save_std(dir, &e, &s);
+	umask(old);
+	struct stat st;
+	assert_int_equal(stat(path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+
+	int32_t more[5] = { 9, 9, 9, 9, 9 };
+	assert_int_equal(sess_append(s, more, 5, SESS_USER, "again", 1), 0);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), 0);
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(dir, "0-work"), 1);
+
+	struct env e2;
+	env_init(&e2, NB, BS, NL, KVD);
+	struct session *b = sess_create(&e2.t, 0, "work");
+	assert_int_equal(store_load(path, b, e2.pool, FP, 0, &cause), 0);
+	assert_same(s, e.pool, b, e2.pool, 1);
+	assert_int_equal(b->n_tokens, 80);
+	free(path);
+	env_done(&e);
+	env_done(&e2);
+	tmpdir_free(dir);
+}
+
+static void test_store_path(void **state)
+{
+	(void)state;
+	char *p = store_path("/d", 0, "work");
+	assert_string_equal(p, "/d/0-work.session");
+	free(p);
+	p = store_path("/var/lib/llamad", 4294967294u, "..");
+	assert_string_equal(p, "/var/lib/llamad/4294967294-...session");
+	free(p);
+	assert_null(store_path("/d", 0, "a/b"));
+	assert_null(store_path("/d", 0, ""));
+}
+
+static void test_remove(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	assert_int_equal(access(path, F_OK), 0);
+	assert_int_equal(store_remove(dir, 0, "work"), 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_int_equal(store_remove(dir, 0, "work"), 0);     /* already gone */
+	assert_int_equal(store_remove(dir, 0, "../x"), -EINVAL);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+/* ---- listing ------------------------------------------------------------ */
+
+struct reports {
+	int n;
+	char path[8][512];
+	char reason[8][512];
+};
+
+static void on_report(void *ctx, const char *path, const char *reason)
+{
+	struct reports *r = ctx;
+	assert_true(r->n < 8);
+	snprintf(r->path[r->n], sizeof(r->path[0]), "%s", path);
+	snprintf(r->reason[r->n], sizeof(r->reason[0]), "%s", reason);
+	r->n++;
+}
+
+/* The report for a path ending in name, or NULL. */
+static const char *reason_of(const struct reports *r, const char *name)
+{
+	for (int i = 0; i < r->n; i++) {
+		size_t a = strlen(r->path[i]), b = strlen(name);
+		if (a >= b && !strcmp(r->path[i] + a - b, name))
+			return r->reason[i];
+	}
+	return NULL;
+}
+
+static void test_list(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *cause = NULL;
+	struct session *a = make_session(&e, 0, "work", 75, 40, 0);
+	struct session *b = make_session(&e, 1001, "chat.1", 10, 0, 0);
+	b->last_use_ms = -5;
+	assert_int_equal(store_save(dir, a, e.pool, FP, &cause), 0);
+	assert_int_equal(store_save(dir, b, e.pool, FP ^ 1, &cause), 0);
+
+	char *p = path_join(dir, ".tmp-0-work.session.123.0");
+	write_file(p, "partial", 7);
+	free(p);
+	p = path_join(dir, "junk.session");
+	write_file(p, "not a session file at all", 25);
+	free(p);
+	p = path_join(dir, "notes.txt");
+	write_file(p, "skipped", 7);
+	free(p);
+	/* a valid file under another name */
+	size_t n;
+	char *src = store_path(dir, 0, "work");
+	unsigned char *buf = read_file(src, &n);
+	p = path_join(dir, "5-other.session");
+	write_file(p, buf, n);
+	free(p);
+	free(buf);
+	p = path_join(dir, "7-dir.session");
+	assert_int_equal(mkdir(p, 0700), 0);
+	free(p);
+
+	struct reports r = { 0 };
+	struct store_entry *ents = NULL;
+	int cnt = store_list(dir, &ents, on_report, &r);
+	assert_int_equal(cnt, 2);
+	/* sorted by path: "0-work" before "1001-chat.1" */
+	assert_string_equal(ents[0].id, "work");
+	assert_int_equal(ents[0].uid, 0);
+	assert_true(ents[0].fingerprint == FP);
+	assert_int_equal(ents[0].n_tokens, 75);
+	assert_int_equal(ents[0].n_cached, 40);
+	assert_true(ents[0].last_use_ms == 1700000000123LL);
+	struct stat st;
+	assert_int_equal(stat(src, &st), 0);
+	assert_true(ents[0].file_bytes == (uint64_t)st.st_size);
+	assert_string_equal(ents[0].path, src);
+	assert_string_equal(ents[1].id, "chat.1");
+	assert_int_equal(ents[1].uid, 1001);
+	assert_true(ents[1].fingerprint == (FP ^ 1));
+	assert_int_equal(ents[1].n_tokens, 10);
+	assert_int_equal(ents[1].n_cached, 0);
+	assert_true(ents[1].last_use_ms == -5);
+	store_entries_free(ents, cnt);
+
+	assert_int_equal(r.n, 4);
+	assert_non_null(reason_of(&r, "/.tmp-0-work.session.123.0"));
+	assert_non_null(strstr(reason_of(&r, "/.tmp-0-work.session.123.0"), "removed"));
+	assert_non_null(strstr(reason_of(&r, "/junk.session"), "bad magic"));
+	assert_non_null(strstr(reason_of(&r, "/5-other.session"), "file name"));
+	assert_non_null(strstr(reason_of(&r, "/7-dir.session"), "not a regular file"));
+	assert_null(reason_of(&r, "notes.txt"));
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+
+	/* a second listing has nothing more to remove */
+	r.n = 0;
+	cnt = store_list(dir, &ents, NULL, NULL);
+	assert_int_equal(cnt, 2);
+	store_entries_free(ents, cnt);
+
+	/* an empty folder, a missing one */
+	char *empty = tmpdir_new();
+	assert_int_equal(store_list(empty, &ents, on_report, &r), 0);
+	assert_null(ents);
+	store_entries_free(NULL, 0);
+	tmpdir_free(empty);
+	assert_int_equal(store_list("/nonexistent/llamad-state", &ents, NULL, NULL), -ENOENT);
+
+	free(src);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+/* Headers that store_list reports: corrupt, other version, truncated. */
+static void test_list_bad_headers(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	unsigned char *m = malloc(n);
+	assert_non_null(m);
+
+	struct reports r = { 0 };
+	struct store_entry *ents;
+	memcpy(m, buf, n);
+	m[OFF_N_TOKENS] ^= 1;
+	write_file(path, m, n);
+	assert_int_equal(store_list(dir, &ents, on_report, &r), 0);
+	assert_int_equal(r.n, 1);
+	assert_string_equal(r.path[0], path);
+	assert_non_null(strstr(r.reason[0], "corrupt header"));
+
+	r.n = 0;
+	memcpy(m, buf, n);
+	put32(m + OFF_VERSION, 7);
+	fix_header_sum(m);
+	write_file(path, m, n);
+	assert_int_equal(store_list(dir, &ents, on_report, &r), 0);
+	assert_int_equal(r.n, 1);
+	assert_non_null(strstr(r.reason[0], "format version 7"));
+
+	r.n = 0;
+	write_file(path, buf, n - 1);
+	assert_int_equal(store_list(dir, &ents, on_report, &r), 0);
+	assert_int_equal(r.n, 1);
+	assert_non_null(strstr(r.reason[0], "truncated"));
+
+	free(m);
+	free(buf);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+/* ---- bad files ------------------------------------------------------------ */
+
+static void test_corrupt_body(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	/* one byte in the tokens, one in a text, one in the last K/V block */
+	size_t offs[] = { HB + 1, HB + 75 * 4 + 12, n - 3 };
+	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+		buf[offs[i]] ^= 0x40;
+		write_file(path, buf, n);
+		char *cause;
+		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_non_null(strstr(cause, "checksum mismatch"));
+		free(cause);
+		buf[offs[i]] ^= 0x40;
+	}
+	write_file(path, buf, n);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), 0);
+	free(buf);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+static void test_corrupt_header(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	/* any byte after the version: a field, the id, a checksum, padding */
+	size_t offs[] = { 12, 16, 40, 92, 100, 150, 229, 240, 250, 255 };
+	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+		buf[offs[i]] ^= 0x01;
+		write_file(path, buf, n);
+		char *cause;
+		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_non_null(strstr(cause, "corrupt"));
+		free(cause);
+		buf[offs[i]] ^= 0x01;
+	}
+	/* consistent header sums but impossible counts */
+	struct { int off; uint32_t v; } bad[] = {
+		{ OFF_N_CACHED, 76 },           /* more cached than tokens */
+		{ OFF_N_TOKENS, (1u << 24) + 1 },
+		{ OFF_N_TURNS, 0xffffffffu },
+		{ OFF_N_TURNS, 1000 },          /* body too small */
+		{ 28, 0 },                      /* block_size 0 */
+		{ 56, 9 },                      /* template */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		unsigned char *m = malloc(n);
+		memcpy(m, buf, n);
+		put32(m + bad[i].off, bad[i].v);
+		fix_header_sum(m);
+		write_file(path, m, n);
+		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -EBADMSG);
+		free(m);
+	}
+	free(buf);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+/* Body fields that pass the checksums (a forged file) are still checked. */
+static void test_forged_body(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	unsigned char *m = malloc(n);
+	assert_non_null(m);
+	size_t turn0 = HB + 75 * 4;   /* the empty system turn at 0, text "be brief" */
+	struct { size_t off; uint32_t v; int u8; const char *why; } bad[] = {
+		{ HB, 0x80000000u, 0, "negative token" },
+		{ turn0, 76, 0, "bad turn" },               /* start past the end */
+		{ turn0 + 4, 4, 1, "bad turn" },             /* role */
+		{ turn0 + 5, 0xfffffff0u, 0, "text length" },
+		{ turn0 + 5, 9, 0, NULL },                   /* text runs into the next turn */
+		{ turn0 + 9, 0, 1, "NUL byte" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memcpy(m, buf, n);
+		if (bad[i].u8)
+			m[bad[i].off] = (unsigned char)bad[i].v;
+		else
+			put32(m + bad[i].off, bad[i].v);
+		fix_sums(m, n);
+		write_file(path, m, n);
+		char *cause;
+		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		if (bad[i].why)
+			assert_non_null(strstr(cause, bad[i].why));
+		free(cause);
+	}
+	/* a larger body_bytes than the file: truncated */
+	memcpy(m, buf, n);
+	put64(m + OFF_BODY_BYTES, n - HB + 1);
+	fix_header_sum(m);
+	write_file(path, m, n);
+	char *cause;
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+	assert_non_null(strstr(cause, "truncated"));
+	free(cause);
+	/* trailing bytes */
+	unsigned char *longer = calloc(1, n + 3);
+	memcpy(longer, buf, n);
+	write_file(path, longer, n + 3);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -EBADMSG);
+	free(longer);
+	free(m);
+	free(buf);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+static void test_truncated(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	size_t lens[] = { 0, 5, 10, HB - 1, HB, HB + 5, n / 2, n - 1 };
+	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
+		write_file(path, buf, lens[i]);
+		char *cause;
+		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_non_null(strstr(cause, "truncated"));
+		free(cause);
+	}
+	/* "truncated: N bytes, header says M" */
+	write_file(path, buf, HB + 5);
+	char *cause, want[64];
+	try_load(&e, path, 0, "work", FP, 0, &cause);
+	snprintf(want, sizeof(want), "truncated: %d bytes, header says %zu", HB + 5, n);
+	assert_non_null(strstr(cause, want));
+	free(cause);
+	/* a file that does not exist */
+	unlink(path);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -ENOENT);
+	free(buf);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+static void test_version_and_magic(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	unsigned char *m = malloc(n);
+	assert_non_null(m);
+	char *cause;
+
+	memcpy(m, buf, n);
+	put32(m + OFF_VERSION, 7);
+	fix_header_sum(m);
+	write_file(path, m, n);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EPROTO);
+	assert_non_null(strstr(cause, "newer"));
+	assert_non_null(strstr(cause, "format version 7"));
+	free(cause);
+
+	memcpy(m, buf, n);
+	put32(m + OFF_VERSION, 0);
+	write_file(path, m, n);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EPROTO);
+	assert_non_null(strstr(cause, "older"));
+	assert_non_null(strstr(cause, "format version 0"));
+	free(cause);
+
+	memcpy(m, buf, n);
+	m[0] = 'X';
+	write_file(path, m, n);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EPROTO);
+	assert_non_null(strstr(cause, "magic"));
+	free(cause);
+	write_file(path, "GGUF....", 8);
+	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -EPROTO);
+
+	free(m);
+	free(buf);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+static void test_foreign_model(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	struct session *a;
+	char *path = save_std(dir, &e, &a);
+	struct env e2;
+	env_init(&e2, NB, BS, NL, KVD);
+	char *cause;
+	assert_int_equal(try_load(&e2, path, 0, "work", FP + 1, 0, &cause), -ESTALE);
+	assert_non_null(strstr(cause, "saved under a different model"));
+	free(cause);
+
+	struct session *b = sess_create(&e2.t, 0, "work");
+	assert_int_equal(store_load(path, b, e2.pool, FP + 1, 1, &cause), 0);
+	assert_same(a, e.pool, b, e2.pool, 0);
+	assert_int_equal(kvpool_n_free(e2.pool), NB);
+	/* history only: the body is still verified */
+	sess_drop(&e2.t, b);
+	size_t n;
+	unsigned char *buf = read_file(path, &n);
+	buf[n - 1] ^= 1;
+	write_file(path, buf, n);
+	assert_int_equal(try_load(&e2, path, 0, "work", FP + 1, 1, NULL), -EBADMSG);
+	free(buf);
+	free(path);
+	env_done(&e);
+	env_done(&e2);
+	tmpdir_free(dir);
+}
+
+static void test_kv_shape_mismatch(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	struct session *a;
+	char *path = save_std(dir, &e, &a);
+	int shapes[][3] = { { BS * 2, NL, KVD }, { BS, NL + 1, KVD }, { BS, NL, KVD * 2 } };
+	for (int i = 0; i < 3; i++) {
+		struct env e2;
+		env_init(&e2, NB, shapes[i][0], shapes[i][1], shapes[i][2]);
+		char *cause;
+		assert_int_equal(try_load(&e2, path, 0, "work", FP, 0, &cause), -ESTALE);
+		assert_non_null(strstr(cause, "KV layout"));
+		free(cause);
+		/* allowed: the history without the cache */
+		struct session *b = sess_create(&e2.t, 0, "work");
+		assert_int_equal(store_load(path, b, e2.pool, FP, 1, &cause), 0);
+		assert_same(a, e.pool, b, e2.pool, 0);
+		assert_int_equal(kvpool_n_free(e2.pool), NB);
+		env_done(&e2);
+	}
+	/* nothing cached: the shape does not matter */
+	struct session *c = make_session(&e, 0, "nocache", 20, 0, 0);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, c, e.pool, FP, &cause), 0);
+	char *p2 = store_path(dir, 0, "nocache");
+	struct env e3;
+	env_init(&e3, NB, BS * 2, NL, KVD);
+	assert_int_equal(try_load(&e3, p2, 0, "nocache", FP, 0, NULL), 0);
+	env_done(&e3);
+	free(p2);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+static void test_owner_mismatch(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	char *cause;
+	assert_int_equal(try_load(&e, path, 0, "other", FP, 0, &cause), -EINVAL);
+	assert_non_null(strstr(cause, "'work'"));
+	free(cause);
+	assert_int_equal(try_load(&e, path, 1000, "work", FP, 0, NULL), -EINVAL);
+	/* a session that is not empty */
+	struct session *s = sess_create(&e.t, 0, "work");
+	int32_t t = 1;
+	assert_int_equal(sess_append(s, &t, 1, SESS_USER, NULL, 1), 0);
+	assert_int_equal(store_load(path, s, e.pool, FP, 0, &cause), -EINVAL);
+	assert_int_equal(s->n_tokens, 1);
+	free(cause);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+static void test_pool_full(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);   /* 5 blocks */
+	struct env small;
+	env_init(&small, 4, BS, NL, KVD);
+	char *cause;
+	assert_int_equal(try_load(&small, path, 0, "work", FP, 0, &cause), -ENOSPC);
+	assert_non_null(strstr(cause, "the KV cache is full"));
+	free(cause);
+	env_done(&small);
+	/* exactly enough free */
+	struct env tight;
+	env_init(&tight, 8, BS, NL, KVD);
+	int32_t held[3];
+	for (int i = 0; i < 3; i++)
+		held[i] = kvpool_alloc(tight.pool);
+	assert_int_equal(try_load(&tight, path, 0, "work", FP, 0, NULL), 0);
+	kvpool_unref(tight.pool, held[0]);
+	kvpool_unref(tight.pool, held[1]);
+	held[0] = kvpool_alloc(tight.pool);
+	held[1] = kvpool_alloc(tight.pool);
+	(void)kvpool_alloc(tight.pool);   /* 4 free: one short */
+	assert_int_equal(try_load(&tight, path, 0, "work", FP, 0, NULL), -ENOSPC);
+	env_done(&tight);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+/* ---- failed saves ----------------------------------------------------------- */
+
+/* The file at path still loads as the standard session. */
+static void assert_std_intact(const char *path)
+{
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	struct session *s = sess_create(&e.t, 0, "work");
+	char *cause = NULL;
+	assert_int_equal(store_load(path, s, e.pool, FP, 0, &cause), 0);
+	assert_int_equal(s->n_tokens, 75);
+	assert_int_equal(s->n_cached, 75);
+	env_done(&e);
+}
+
+static void test_save_errors(void **state)
+{
+	(void)state;
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	struct session *s = make_session(&e, 0, "work", 75, 75, 0);
+	char *cause = NULL;
+
+	/* the folder does not exist */
+	assert_int_equal(store_save("/nonexistent/llamad-state", s, e.pool, FP, &cause), -ENOENT);
+	assert_non_null(strstr(cause, "state file /nonexistent/llamad-state/0-work.session: "));
+	assert_non_null(strstr(cause, strerror(ENOENT)));
+	free(cause);
+
+	/* a session whose block table does not cover its cache */
+	char *dir = tmpdir_new();
+	s->n_cached = 75;
+	struct kvseq saved = s->kv;
+	s->kv.n_blocks = 2;
+	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), -EINVAL);
+	assert_non_null(cause);
+	free(cause);
+	s->kv = saved;
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+
+	/* the final name is taken by a folder: rename fails, the temp goes */
+	char *path = store_path(dir, 0, "work");
+	assert_int_equal(mkdir(path, 0700), 0);
+	int rc = store_save(dir, s, e.pool, FP, &cause);
+	assert_true(rc == -EISDIR || rc == -EEXIST || rc == -ENOTEMPTY);
+	assert_non_null(strstr(cause, path));
+	free(cause);
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(rmdir(path), 0);
+
+	/* a read-only folder (only stops non-root) */
+	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), 0);
+	if (geteuid() != 0) {
+		assert_int_equal(chmod(dir, 0500), 0);
+		int32_t t = 5;
+		assert_int_equal(sess_append(s, &t, 1, SESS_USER, NULL, 1), 0);
+		assert_int_equal(store_save(dir, s, e.pool, FP, &cause), -EACCES);
+		free(cause);
+		assert_int_equal(chmod(dir, 0700), 0);
+		assert_std_intact(path);
+	}
+	free(path);
+	tmpdir_free(dir);
+	env_done(&e);
+}
+
+/* A full filesystem (a 64 KiB tmpfs; needs root and mount rights, else
+ * skipped): -ENOSPC, the old file intact, no temporary left. */
+static void test_save_enospc(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	if (geteuid() != 0 || mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700") != 0) {
+		print_message("tmpfs mount not possible (%s): ENOSPC case skipped\n",
+			      strerror(errno));
+		tmpdir_free(dir);
+		skip();
+	}
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	assert_std_intact(path);
+
+	struct env e2;
+	env_init(&e2, NB, BS, NL, KVD);
+	struct session *big = make_session(&e2, 0, "work", 75, 75, 200000);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, big, e2.pool, FP, &cause), -ENOSPC);
+	assert_non_null(strstr(cause, path));
+	assert_non_null(strstr(cause, strerror(ENOSPC)));
+	free(cause);
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_std_intact(path);
+
+	/* a full disk: even a small session does not fit */
+	char *filler = path_join(dir, "filler");
+	int fd = open(filler, O_WRONLY | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	char chunk[4096] = { 0 };
+	while (write(fd, chunk, sizeof(chunk)) > 0)
+		;
+	close(fd);
+	struct session *s2 = make_session(&e2, 0, "small", 5, 5, 0);
+	assert_true(store_save(dir, s2, e2.pool, FP, &cause) == -ENOSPC);
+	free(cause);
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_std_intact(path);
+	free(filler);
+
+	env_done(&e);
+	env_done(&e2);
+	free(path);
+	assert_int_equal(umount(dir), 0);
+	tmpdir_free(dir);
+}
+
+/* ---- garbage ------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint32_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (uint32_t)(rng_state >> 16);
+}
+
+static void test_garbage(void **state)
+{
+	(void)state;
+	char *dir = tmpdir_new();
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	char *path = save_std(dir, &e, NULL);
+	size_t n0;
+	unsigned char *valid = read_file(path, &n0);
+	unsigned char *m = malloc(n0 + 4096);
+	assert_non_null(m);
+	uint32_t header_fields[] = { 12, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 92, 96 };
+	int loaded = 0;
+	for (int it = 0; it < 200; it++) {
+		size_t n;
+		switch (it % 6) {
+		case 0:  /* random bytes */
+			n = rnd() % 2048;
+			for (size_t i = 0; i < n; i++)
+				m[i] = (unsigned char)rnd();
+			break;
+		case 1:  /* our magic and version, random rest */
+			n = rnd() % 1024;
+			for (size_t i = 0; i < n; i++)
+				m[i] = (unsigned char)rnd();
+			memcpy(m, valid, n < 12 ? n : 12);
+			break;
+		case 2:  /* header bytes changed, header sum fixed */
+			n = n0;
+			memcpy(m, valid, n);
+			for (int k = 1 + rnd() % 4; k > 0; k--)
+				m[rnd() % OFF_HEADER_SUM] ^= (unsigned char)(1 + rnd() % 255);
+			fix_header_sum(m);
+			break;
+		case 3:  /* body bytes changed, both sums fixed: the parser sees it all */
+			n = n0;
+			memcpy(m, valid, n);
+			for (int k = 1 + rnd() % 4; k > 0; k--)
+				m[HB + rnd() % (n - HB)] ^= (unsigned char)(1 + rnd() % 255);
+			fix_sums(m, n);
+			break;
+		case 4:  /* truncated or extended */
+			n = rnd() % (n0 + 64);
+			memcpy(m, valid, n < n0 ? n : n0);
+			if (n > n0)
+				memset(m + n0, 0, n - n0);
+			break;
+		default: /* a count or size field set to an extreme value */
+			n = n0;
+			memcpy(m, valid, n);
+			{
+				uint32_t v[] = { 0, 1, 0x7fffffffu, 0x80000000u, 0xffffffffu,
+						 rnd(), rnd() % 200 };
+				put32(m + header_fields[rnd() % 14], v[rnd() % 7]);
+			}
+			fix_sums(m, n);
+			break;
+		}
+		write_file(path, m, n);
+		int rc = try_load(&e, path, 0, "work", FP, it % 2, NULL);
+		assert_true(rc <= 0);
+		loaded += rc == 0;
+		struct store_entry *ents;
+		int cnt = store_list(dir, &ents, NULL, NULL);
+		assert_true(cnt == 0 || cnt == 1);
+		store_entries_free(ents, cnt);
+	}
+	print_message("garbage: %d of 200 files loaded (forged, consistent)\n", loaded);
+	free(m);
+	free(valid);
+	free(path);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_round_trip),
+		cmocka_unit_test(test_round_trip_empty),
+		cmocka_unit_test(test_round_trip_partial_cache),
+		cmocka_unit_test(test_round_trip_long_texts),
+		cmocka_unit_test(test_round_trip_big_blocks),
+		cmocka_unit_test(test_mode_and_replace),
+		cmocka_unit_test(test_store_path),
+		cmocka_unit_test(test_remove),
+		cmocka_unit_test(test_list),
+		cmocka_unit_test(test_list_bad_headers),
+		cmocka_unit_test(test_corrupt_body),
+		cmocka_unit_test(test_corrupt_header),
+		cmocka_unit_test(test_forged_body),
+		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_version_and_magic),
+		cmocka_unit_test(test_foreign_model),
+		cmocka_unit_test(test_kv_shape_mismatch),
+		cmocka_unit_test(test_owner_mismatch),
+		cmocka_unit_test(test_pool_full),
+		cmocka_unit_test(test_save_errors),
+		cmocka_unit_test(test_save_enospc),
+		cmocka_unit_test(test_garbage),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
