@@ -109,6 +109,7 @@ struct engine {
 	/* persistence and eviction */
 	char *state_dir;         /* NULL: persistence off */
 	size_t ram_used;         /* bytes of evicted K/V in host memory */
+	unsigned evict_scan;     /* current eviction pass (see evict_one) */
 	double last_idle_scan;
 	uint64_t n_evict_ram, n_evict_disk, n_restores, n_saves, n_save_errors;
 };
@@ -624,6 +625,7 @@ static int save_session(struct engine *e, struct session *s, char **cause)
 	free(p);
 	s->dirty = 0;
 	s->foreign = 0;
+	s->save_failed = 0;
 	e->n_saves++;
 	return 0;
 }
@@ -656,72 +658,95 @@ static void to_stub(struct engine *e, struct session *s)
 struct lru_ctx {
 	const struct session *keep;
 	int loc;
+	unsigned scan;
 	struct session *best;
 };
 
 static void lru_pick(struct session *s, void *ctx)
 {
 	struct lru_ctx *l = ctx;
-	if (s == l->keep || s->busy || s->loc != l->loc || s->ephemeral)
+	if (s == l->keep || s->busy || s->loc != l->loc || s->ephemeral ||
+	    s->evict_scan == l->scan)
 		return;
 	if (l->loc == SESS_POOL && s->kv.n_blocks == 0)
 		return;
+	if (l->loc == SESS_RAM && s->dirty)
+		return;  /* only saved sessions may leave host memory for disk */
 	if (!l->best || s->last_use_ms < l->best->last_use_ms)
 		l->best = s;
 }
 
+/* Least recently used idle session in loc not yet tried in this scan. */
 static struct session *lru(struct engine *e, const struct session *keep, int loc)
 {
-	struct lru_ctx l = { keep, loc, NULL };
+	struct lru_ctx l = { keep, loc, e->evict_scan, NULL };
 	sess_foreach(&e->st, 0, lru_pick, &l);
 	return l.best;
 }
 
-/* Move the least recently used idle pool session out (to RAM if it fits,
- * else to disk). Returns 1 if something was moved, 0 if nothing could be. */
+/* Move v's blocks to host memory. 1 on success. */
+static int to_ram(struct engine *e, struct session *v)
+{
+	size_t bytes = (size_t)v->kv.n_blocks * block_bytes(e);
+	if (e->ram_used + bytes > e->cfg.ram_cache || !(v->ram_kv = malloc(bytes ? bytes : 1)))
+		return 0;
+	for (int i = 0; i < v->kv.n_blocks; i++)
+		memcpy((char *)v->ram_kv + (size_t)i * block_bytes(e),
+		       kt_kv_block(&e->pool->kv, v->kv.blocks[i]), block_bytes(e));
+	v->ram_bytes = bytes;
+	v->ram_blocks = v->kv.n_blocks;
+	e->ram_used += bytes;
+	kvseq_release(e->pool, &v->kv);
+	v->loc = SESS_RAM;
+	e->n_evict_ram++;
+	log_msg(LL_DEBUG, "session %s moved to host memory (%zu bytes)", v->id, bytes);
+	return 1;
+}
+
+/*
+ * Move the least recently used idle pool session that can move out: to host
+ * memory if it fits in ram_cache (making room there by sending saved RAM
+ * sessions to disk), else to disk. With a state directory a session leaves
+ * the pool only once its state file is current, so nothing unsaved ever
+ * sits outside the pool. Returns 1 if a session moved, 0 if none could.
+ */
 static int evict_one(struct engine *e, const struct session *keep)
 {
-	struct session *v = lru(e, keep, SESS_POOL);
-	if (!v)
-		return 0;
-	size_t bytes = (size_t)v->kv.n_blocks * block_bytes(e);
-	/* make room in RAM by pushing the oldest RAM sessions to disk */
-	while (e->ram_used + bytes > e->cfg.ram_cache && e->state_dir) {
-		struct session *r = lru(e, keep, SESS_RAM);
-		if (!r || r->dirty)
-			break;
-		to_stub(e, r);  /* RAM sessions are saved before they get there */
-		e->n_evict_disk++;
-	}
-	char *cause = NULL;
-	if (v->dirty || !v->file_bytes) {
-		int rc = save_session(e, v, &cause);
-		if (rc < 0) {
-			log_msg(LL_ERROR, "cannot evict session %s: %s", v->id, cause);
-			free(cause);
-			if (e->ram_used + bytes > e->cfg.ram_cache)
-				return 0;  /* nowhere safe to put it */
+	e->evict_scan++;
+	struct session *v;
+	while ((v = lru(e, keep, SESS_POOL))) {
+		v->evict_scan = e->evict_scan;  /* try each candidate once */
+		if (e->state_dir && (v->dirty || !v->file_bytes)) {
+			char *cause = NULL;
+			if (save_session(e, v, &cause) < 0) {
+				if (!v->save_failed)
+					log_msg(LL_ERROR, "cannot save session %s to evict it: %s",
+						v->id, cause);
+				v->save_failed = 1;
+				free(cause);
+				continue;  /* keep it in the pool; try another */
+			}
+		}
+		size_t bytes = (size_t)v->kv.n_blocks * block_bytes(e);
+		if (bytes <= e->cfg.ram_cache) {
+			while (e->ram_used + bytes > e->cfg.ram_cache && e->state_dir) {
+				struct session *r = lru(e, keep, SESS_RAM);
+				if (!r)
+					break;
+				to_stub(e, r);
+				e->n_evict_disk++;
+			}
+			if (to_ram(e, v))
+				return 1;
+		}
+		if (e->state_dir) {
+			to_stub(e, v);
+			e->n_evict_disk++;
+			log_msg(LL_DEBUG, "session %s moved to the state directory", v->id);
+			return 1;
 		}
 	}
-	if (e->ram_used + bytes <= e->cfg.ram_cache && (v->ram_kv = malloc(bytes ? bytes : 1))) {
-		for (int i = 0; i < v->kv.n_blocks; i++)
-			memcpy((char *)v->ram_kv + (size_t)i * block_bytes(e),
-			       kt_kv_block(&e->pool->kv, v->kv.blocks[i]), block_bytes(e));
-		v->ram_bytes = bytes;
-		v->ram_blocks = v->kv.n_blocks;
-		e->ram_used += bytes;
-		kvseq_release(e->pool, &v->kv);
-		v->loc = SESS_RAM;
-		e->n_evict_ram++;
-		log_msg(LL_DEBUG, "session %s moved to host memory (%zu bytes)", v->id, bytes);
-		return 1;
-	}
-	if (!e->state_dir || v->dirty)
-		return 0;
-	to_stub(e, v);
-	e->n_evict_disk++;
-	log_msg(LL_DEBUG, "session %s moved to the state directory", v->id);
-	return 1;
+	return 0;
 }
 
 /* Evict until n blocks are free. 0 or -ENOSPC. */
@@ -799,8 +824,26 @@ static int ensure_resident(struct engine *e, struct session *s, uint64_t conn, u
 		free(cause);
 		return -1;
 	}
+	/* checksums prove the file intact, not that this model can run it (a
+	 * foreign file may come from a bigger vocabulary or context): a token
+	 * fwd_run refuses would fail every job batched with this session */
+	const char *unfit = NULL;
+	if (s->n_tokens > e->ctx)
+		unfit = "its history is longer than this model's context";
+	for (int i = 0; i < s->n_tokens && !unfit; i++)
+		if (s->tokens[i] < 0 || s->tokens[i] >= e->m->cfg.vocab)
+			unfit = "its history holds token ids outside this model's vocabulary";
+	if (unfit) {
+		log_msg(LL_WARN, "cannot restore session %s: %s", s->id, unfit);
+		send_error(e, conn, id, LLAMAD__ERROR_CODE__STORAGE, "cannot restore session '%s': %s",
+			   s->id, unfit);
+		to_stub(e, s);
+		return -1;
+	}
 	s->loc = SESS_POOL;
-	s->dirty = s->foreign;  /* a rebuilt cache is worth saving again */
+	/* a cache rebuilt from the tokens (another model or KV shape) is worth
+	 * saving again once it exists */
+	s->dirty = s->foreign || (s->n_cached == 0 && s->n_tokens > 0);
 	if (s->foreign)
 		log_msg(LL_INFO, "session %s was saved under another model: its cache is rebuilt "
 			"from its %d tokens", s->id, s->n_tokens);
@@ -821,7 +864,9 @@ static void save_if_idle(struct session *s, void *ctx)
 		return;
 	char *cause = NULL;
 	if (save_session(c->e, s, &cause) < 0) {
-		log_msg(LL_ERROR, "cannot save session %s: %s", s->id, cause);
+		if (!s->save_failed)  /* once until it works again */
+			log_msg(LL_ERROR, "cannot save session %s: %s", s->id, cause);
+		s->save_failed = 1;
 		s->last_use_ms = unix_ms();  /* retry after another delay */
 	}
 	free(cause);
@@ -886,23 +931,33 @@ static void list_saved(struct engine *e)
 			strerror(-n));
 		return;
 	}
-	int foreign = 0;
+	int foreign = 0, listed = 0;
 	for (int i = 0; i < n; i++) {
-		if (sess_find(&e->st, ents[i].uid, ents[i].id) || e->st.count >= e->cfg.max_sessions)
+		if (sess_get(&e->st, ents[i].uid, ents[i].id))
 			continue;
+		if (e->st.count >= e->cfg.max_sessions) {
+			log_msg(LL_WARN, "state file %s: not listed: max_sessions (%d) reached",
+				ents[i].path, e->cfg.max_sessions);
+			continue;
+		}
 		struct session *s = sess_create(&e->st, ents[i].uid, ents[i].id);
 		if (!s)
 			break;
 		s->loc = SESS_DISK;
 		s->disk_tokens = ents[i].n_tokens;
+		s->tmpl = (int)ents[i].tmpl;
+		s->policy = (int)ents[i].policy;
+		s->prefilled = ents[i].prefilled;
+		s->generated = ents[i].generated;
 		s->last_use_ms = ents[i].last_use_ms;
 		s->file_bytes = ents[i].file_bytes;
 		s->foreign = ents[i].fingerprint != e->m->fingerprint;
 		foreign += s->foreign;
+		listed++;
 	}
-	if (n > 0)
-		log_msg(LL_INFO, "%d saved session%s in %s%s", n, n == 1 ? "" : "s", e->state_dir,
-			foreign ? " (some saved under another model)" : "");
+	if (listed > 0)
+		log_msg(LL_INFO, "%d saved session%s in %s%s", listed, listed == 1 ? "" : "s",
+			e->state_dir, foreign ? " (some saved under another model)" : "");
 	store_entries_free(ents, n);
 }
 

@@ -68,14 +68,20 @@ void sess_table_done(struct sess_table *t)
 	t->count = 0;
 }
 
-struct session *sess_find(struct sess_table *t, uid_t uid, const char *id)
+struct session *sess_get(struct sess_table *t, uid_t uid, const char *id)
 {
 	uint32_t b = hash_id(uid, id) % (uint32_t)t->n_buckets;
 	for (struct session *s = t->buckets[b]; s; s = s->hnext)
 		if (s->uid == uid && !strcmp(s->id, id))
 			return s;
-	if (uid != 0)
-		return NULL;
+	return NULL;
+}
+
+struct session *sess_find(struct sess_table *t, uid_t uid, const char *id)
+{
+	struct session *s = sess_get(t, uid, id);
+	if (s || uid != 0)
+		return s;
 	/* root: another uid's session of that name */
 	for (int i = 0; i < t->n_buckets; i++)
 		for (struct session *s = t->buckets[i]; s; s = s->hnext)

@@ -59,6 +59,8 @@ struct session {
 	size_t ram_bytes;
 	int ram_blocks;
 	uint32_t disk_tokens; /* SESS_DISK: history length from the file header */
+	int save_failed;      /* the last save failed (logged once) */
+	unsigned evict_scan;  /* eviction pass that found it unmovable */
 	struct session *hnext;
 };
 
@@ -82,6 +84,8 @@ void sess_table_done(struct sess_table *t);
 struct session *sess_find(struct sess_table *t, uid_t uid, const char *id);
 /* New empty session; NULL on ENOMEM. The id must be valid and free for uid. */
 struct session *sess_create(struct sess_table *t, uid_t uid, const char *id);
+/* The session (uid, id) exactly, no root fallback. NULL if none. */
+struct session *sess_get(struct sess_table *t, uid_t uid, const char *id);
 /* Remove and free a session, releasing its blocks. */
 void sess_drop(struct sess_table *t, struct session *s);
 /* New session dst_id for uid sharing all of src's history and KV blocks

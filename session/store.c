@@ -1071,6 +1071,10 @@ static int list_one(int dfd, const char *name, struct store_entry *e, char *why,
 	e->fingerprint = h.fingerprint;
 	e->n_tokens = h.n_tokens;
 	e->n_cached = h.n_cached;
+	e->tmpl = h.tmpl;
+	e->policy = h.policy;
+	e->prefilled = h.prefilled;
+	e->generated = h.generated;
 	e->last_use_ms = h.last_use_ms;
 	e->file_bytes = (uint64_t)st.st_size;
 	return 0;

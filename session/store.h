@@ -46,7 +46,9 @@ struct store_entry {
 	uid_t uid;
 	uint64_t fingerprint;
 	uint32_t n_tokens, n_cached;
+	uint32_t tmpl, policy;
 	int64_t last_use_ms;
+	uint64_t prefilled, generated;
 	uint64_t file_bytes;
 	char *path;                 /* malloc'd */
 };
