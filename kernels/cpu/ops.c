@@ -41,6 +41,19 @@ static inline v8f ld8(const float *p)
 	return v;
 }
 
+typedef float v16f __attribute__((vector_size(64)));
+
+/* Sixteen-float values never cross a real call (everything using them is
+ * inlined), so the ABI note GCC gives for them does not apply. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+static inline __attribute__((always_inline)) v16f ld16(const float *p)
+{
+	v16f v;
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
 static inline float hsum8(v8f v)
 {
 	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
@@ -137,6 +150,7 @@ struct attn_job {
 	const struct kt_attn_row *rows;
 	int n_tok, n_heads, n_kv_heads, hd;
 	float **scratch;
+	size_t scratch_len;      /* floats in each thread's scratch */
 };
 
 /* From here on (attention, SiLU) multiply-adds may fuse (FMA): the same
@@ -172,16 +186,14 @@ static inline v8f vexp8(v8f x)
 
 /* Scores of one block: s[i] = sum_d q[d] * kt[d*bs + i] for i < bs, each a
  * sequential sum over d (the same order for every i, block and batch). */
-static inline void block_scores(float *s, const float *q, const float *kt, int hd, int bs)
+static inline __attribute__((always_inline)) void
+block_scores(float *s, const float *q, const float *kt, int hd, int bs)
 {
 	if (bs == 16) {
-		v8f a0 = { 0 }, a1 = { 0 };
-		for (int d = 0; d < hd; d++) {
-			a0 += q[d] * ld8(kt + (size_t)d * 16);
-			a1 += q[d] * ld8(kt + (size_t)d * 16 + 8);
-		}
-		memcpy(s, &a0, sizeof(a0));
-		memcpy(s + 8, &a1, sizeof(a1));
+		v16f a = { 0 };
+		for (int d = 0; d < hd; d++)
+			a += q[d] * ld16(kt + (size_t)d * 16);
+		memcpy(s, &a, sizeof(a));
 		return;
 	}
 	for (int i = 0; i < bs; i++) {
@@ -190,6 +202,78 @@ static inline void block_scores(float *s, const float *q, const float *kt, int h
 			acc += q[d] * kt[(size_t)d * bs + i];
 		s[i] = acc;
 	}
+}
+
+/* In place: sc[p] = exp(sc[p]*scale - max) for p < n; returns 1 / their sum.
+ * Works on whole groups of 8 (sc has room up to a whole block; the
+ * positions past n are set to -inf first), in an order that depends only on
+ * n. */
+static inline __attribute__((always_inline)) float softmax_row(float *sc, int n, float scale)
+{
+	int n8 = (n + 7) & ~7;
+	for (int p = n; p < n8; p++)
+		sc[p] = -INFINITY;
+	v8f vmx = { -INFINITY, -INFINITY, -INFINITY, -INFINITY,
+		    -INFINITY, -INFINITY, -INFINITY, -INFINITY };
+	for (int p = 0; p < n8; p += 8) {
+		v8f x = ld8(sc + p) * scale;
+		st8(sc + p, x);
+		v8i gt = x > vmx;
+		vmx = (v8f)(((v8i)x & gt) | ((v8i)vmx & ~gt));
+	}
+	float mx = vmx[0];
+	for (int k = 1; k < 8; k++)
+		mx = vmx[k] > mx ? vmx[k] : mx;
+	v8f vs = { 0 };
+	for (int p = 0; p < n8; p += 8) {
+		v8f x = vexp8(ld8(sc + p) - mx);
+		st8(sc + p, x);
+		vs += x;
+	}
+	return 1.0f / hsum8(vs);
+}
+
+/* block_scores() of four blocks at once (block size 16). */
+static inline __attribute__((always_inline)) void
+block_scores4(float *s, const float *q, const float *k0, const float *k1, const float *k2,
+	      const float *k3, int hd)
+{
+	v16f a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
+	for (int d = 0; d < hd; d++) {
+		float qd = q[d];
+		a0 += qd * ld16(k0 + (size_t)d * 16);
+		a1 += qd * ld16(k1 + (size_t)d * 16);
+		a2 += qd * ld16(k2 + (size_t)d * 16);
+		a3 += qd * ld16(k3 + (size_t)d * 16);
+	}
+	memcpy(s, &a0, sizeof(a0));
+	memcpy(s + 16, &a1, sizeof(a1));
+	memcpy(s + 32, &a2, sizeof(a2));
+	memcpy(s + 48, &a3, sizeof(a3));
+}
+
+/* out[d0, d0+16*NV) = sum_p sc[p]*inv * V[p][off, off+16*NV), the same with
+ * sixteen-float vectors (one AVX-512 register, or two AVX ones). */
+static inline __attribute__((always_inline)) void
+v_accum16(float *out, const float *sc, float inv, const struct kt_kv *kv, const int32_t *tab,
+	  int layer, int n, size_t off, const int NV, int d0)
+{
+	int bs = kv->block_size;
+	size_t kd = (size_t)kv->kv_dim;
+	v16f acc[4] = { { 0 } };
+	for (int p0 = 0; p0 < n; p0 += bs) {
+		int m = n - p0 < bs ? n - p0 : bs;
+		const float *vb = kt_kv_v(kv, tab[p0 / bs], layer, 0) + off;
+		for (int i = 0; i < m; i++) {
+			float a = sc[p0 + i] * inv;
+#pragma GCC unroll 4
+			for (int k = 0; k < NV; k++)
+				acc[k] += a * ld16(vb + (size_t)i * kd + 16 * k);
+		}
+	}
+#pragma GCC unroll 4
+	for (int k = 0; k < NV; k++)
+		memcpy(out + d0 + 16 * k, &acc[k], sizeof(v16f));
 }
 
 /* out[d0, d0+8*NV) = sum_p sc[p]*inv * V[p][off, off+8*NV): NV registers
@@ -217,7 +301,12 @@ v_accum(float *out, const float *sc, float inv, const struct kt_kv *kv, const in
 }
 
 /* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos].
- * sc has room for pos+1 rounded up to a whole block. */
+ * sc has room for pos+1 rounded up to a whole block. Built twice: for
+ * AVX-512 (sixteen-float vectors in one register) and for the baseline; each
+ * lane does the same arithmetic in both, so the results are identical. */
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "default")))
+#endif
 static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 {
 	const struct kt_kv *kv = j->kv;
@@ -228,23 +317,34 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 	const int32_t *tab = j->rows[t].block_table;
 	int n = j->rows[t].pos + 1;
 	float scale = 1.0f / sqrtf((float)hd);
-	for (int p0 = 0; p0 < n; p0 += bs)
-		block_scores(sc + p0, q, kt_kv_kt(kv, tab[p0 / bs], j->layer) + (size_t)kvh * hd * bs,
-			     hd, bs);
-	float mx = -INFINITY;
-	for (int p = 0; p < n; p++) {
-		sc[p] *= scale;
-		mx = sc[p] > mx ? sc[p] : mx;
+	size_t hoff = (size_t)kvh * hd * bs;
+	int nb = (n + bs - 1) / bs, b = 0;
+	if (bs == 16) {
+		/* four blocks at a time: four independent FMA chains, each block's
+		 * scores still a sequential sum over d */
+		for (; b + 4 <= nb; b += 4)
+			block_scores4(sc + b * 16, q, kt_kv_kt(kv, tab[b], j->layer) + hoff,
+				      kt_kv_kt(kv, tab[b + 1], j->layer) + hoff,
+				      kt_kv_kt(kv, tab[b + 2], j->layer) + hoff,
+				      kt_kv_kt(kv, tab[b + 3], j->layer) + hoff, hd);
 	}
-	for (int p = 0; p < n; p += 8)  /* sc has room up to a whole block */
-		st8(sc + p, vexp8(ld8(sc + p) - mx));
-	float sum = 0;
-	for (int p = 0; p < n; p++)
-		sum += sc[p];
-	float inv = 1.0f / sum;
+	for (; b < nb; b++)
+		block_scores(sc + b * bs, q, kt_kv_kt(kv, tab[b], j->layer) + hoff, hd, bs);
+	float inv = softmax_row(sc, n, scale);
 	/* out = sum_p a_p v_p: up to 64 dims at a time in registers held
 	 * across positions; each output a sequential sum over p */
 	int d0 = 0;
+	while (hd - d0 >= 16) {
+		int nv = (hd - d0) / 16 < 4 ? (hd - d0) / 16 : 4;
+		size_t off = (size_t)kvh * hd + d0;
+		switch (nv) {
+		case 1: v_accum16(out, sc, inv, kv, tab, j->layer, n, off, 1, d0); break;
+		case 2: v_accum16(out, sc, inv, kv, tab, j->layer, n, off, 2, d0); break;
+		case 3: v_accum16(out, sc, inv, kv, tab, j->layer, n, off, 3, d0); break;
+		default: v_accum16(out, sc, inv, kv, tab, j->layer, n, off, 4, d0); break;
+		}
+		d0 += nv * 16;
+	}
 	while (hd - d0 >= 8) {
 		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
 		switch (nv) {
@@ -268,16 +368,100 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 	}
 }
 
+/*
+ * Four rows t0..t0+3 of one sequence, head h, together: each K^T and V load
+ * serves the four rows (a quarter of the cache traffic of attn_one), and the
+ * four rows' sums are independent chains. Every row's scores, softmax and
+ * output are computed with exactly the operations attn_one uses, so the
+ * results are identical. Needs block size 16 and hd a multiple of 64.
+ */
+#if defined(__x86_64__)
+__attribute__((target_clones("avx512f", "default")))
+#endif
+static void attn_group4(const struct attn_job *j, int t0, int h, float *scratch, size_t stride)
+{
+	const struct kt_kv *kv = j->kv;
+	int hd = j->hd;
+	int kvh = h / (j->n_heads / j->n_kv_heads);
+	const int32_t *tab = j->rows[t0].block_table;
+	const float *q[4];
+	float *out[4], *sc[4], inv[4];
+	int n[4], nmin = INT32_MAX, nmax = 0;
+	for (int r = 0; r < 4; r++) {
+		q[r] = j->q + ((size_t)(t0 + r) * j->n_heads + h) * hd;
+		out[r] = j->out + ((size_t)(t0 + r) * j->n_heads + h) * hd;
+		sc[r] = scratch + (size_t)r * stride;
+		n[r] = j->rows[t0 + r].pos + 1;
+		nmin = n[r] < nmin ? n[r] : nmin;
+		nmax = n[r] > nmax ? n[r] : nmax;
+	}
+	size_t hoff = (size_t)kvh * hd * 16;
+	int nb = (nmax + 15) / 16;
+	for (int b = 0; b < nb; b++) {
+		const float *kt = kt_kv_kt(kv, tab[b], j->layer) + hoff;
+		v16f a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
+		for (int d = 0; d < hd; d++) {
+			v16f k = ld16(kt + (size_t)d * 16);
+			a0 += q[0][d] * k;
+			a1 += q[1][d] * k;
+			a2 += q[2][d] * k;
+			a3 += q[3][d] * k;
+		}
+		memcpy(sc[0] + b * 16, &a0, sizeof(a0));
+		memcpy(sc[1] + b * 16, &a1, sizeof(a1));
+		memcpy(sc[2] + b * 16, &a2, sizeof(a2));
+		memcpy(sc[3] + b * 16, &a3, sizeof(a3));
+	}
+	float scale = 1.0f / sqrtf((float)hd);
+	for (int r = 0; r < 4; r++)
+		inv[r] = softmax_row(sc[r], n[r], scale);
+	size_t kd = (size_t)kv->kv_dim;
+	for (int d0 = 0; d0 < hd; d0 += 64) {
+		size_t off = (size_t)kvh * hd + d0;
+		v16f acc[4][4] = { { { 0 } } };
+		for (int p = 0; p < nmax; p++) {
+			const float *v = kt_kv_v(kv, tab[p / 16], j->layer, p % 16) + off;
+			v16f v0 = ld16(v), v1 = ld16(v + 16), v2 = ld16(v + 32), v3 = ld16(v + 48);
+			(void)kd;
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++) {
+				if (p >= nmin && p >= n[r])
+					continue;
+				float a = sc[r][p] * inv[r];
+				acc[r][0] += a * v0;
+				acc[r][1] += a * v1;
+				acc[r][2] += a * v2;
+				acc[r][3] += a * v3;
+			}
+		}
+		for (int r = 0; r < 4; r++)
+			memcpy(out[r] + d0, acc[r], sizeof(acc[r]));
+	}
+}
+
 static void attn_worker(void *ctx, int ith, int nth)
 {
 	const struct attn_job *j = ctx;
 	int total = j->n_tok * j->n_heads;
 	int per = (total + nth - 1) / nth;
 	int a = ith * per, b = a + per < total ? a + per : total;
+	int group_ok = j->kv->block_size == 16 && j->hd % 64 == 0;
+	size_t stride = j->scratch_len / 4;
 	/* head-major: consecutive items are the rows of one head, which read
 	 * the same K/V blocks while they are still in cache */
-	for (int i = a; i < b; i++)
-		attn_one(j, i % j->n_tok, i / j->n_tok, j->scratch[ith]);
+	for (int i = a; i < b;) {
+		int t = i % j->n_tok, h = i / j->n_tok;
+		if (group_ok && i + 4 <= b && t + 4 <= j->n_tok &&
+		    j->rows[t + 1].block_table == j->rows[t].block_table &&
+		    j->rows[t + 2].block_table == j->rows[t].block_table &&
+		    j->rows[t + 3].block_table == j->rows[t].block_table) {
+			attn_group4(j, t, h, j->scratch[ith], stride);
+			i += 4;
+		} else {
+			attn_one(j, t, h, j->scratch[ith]);
+			i++;
+		}
+	}
 }
 
 static int ensure_scratch(struct cpu_backend *cb, size_t len)
@@ -309,10 +493,10 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 	}
 	/* fwd_new() reserved room for the model's context; a caller that goes
 	 * past it without reserving is a bug, not a run-time condition */
-	if (ensure_scratch(cb, maxlen + (size_t)kv->block_size) != 0)
+	if (ensure_scratch(cb, 4 * (maxlen + 64)) != 0)
 		abort();
 	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
-			      cb->scratch };
+			      cb->scratch, cb->scratch_len };
 	work *= (size_t)n_heads * hd;
 	int nth = work < 262144 ? 1 : tpool_size(cb->pool);
 	tpool_run(cb->pool, attn_worker, &j, nth);
@@ -388,7 +572,8 @@ static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
 {
 	(void)max_tokens;
 	/* scores are computed a whole block at a time: room for the last one */
-	return ensure_scratch((struct cpu_backend *)be, (size_t)(max_pos > 0 ? max_pos : 1) + 64);
+	/* room for four rows' scores, each up to a whole block past max_pos */
+	return ensure_scratch((struct cpu_backend *)be, 4 * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
 }
 
 static void cpu_free(struct backend *be)

@@ -802,6 +802,29 @@ static void test_attention_threads(void **state)
 	attn_case(&cfg2);
 }
 
+/* Head sizes 64 and 128 with blocks of 16: rows of one sequence are taken
+ * four at a time (attn_group4) in a batch and one at a time alone; the
+ * alone-vs-batch check above requires identical bits. Sequence lengths that
+ * are not multiples of 4 leave groups that straddle two sequences (which
+ * must not be grouped) and single leftover rows. */
+static void test_attention_row_groups(void **state)
+{
+	(void)state;
+	rng_seed(23);
+	struct attn_cfg cfg = {
+		.block_size = 16, .n_blocks = 10, .n_layers = 2, .layer = 1,
+		.n_heads = 4, .n_kv_heads = 2, .hd = 64, .n_seqs = 2,
+		.seqs = { { 5, { 8, 1, 6, 3, 0 }, 71 }, { 3, { 2, 9, 4 }, 38 } },
+	};
+	attn_case(&cfg);
+	struct attn_cfg cfg2 = {
+		.block_size = 16, .n_blocks = 4, .n_layers = 1, .layer = 0,
+		.n_heads = 2, .n_kv_heads = 1, .hd = 128, .n_seqs = 1,
+		.seqs = { { 4, { 3, 0, 2, 1 }, 50 } },
+	};
+	attn_case(&cfg2);
+}
+
 /* ---- element-wise ------------------------------------------------------- */
 
 static void test_silu_mul(void **state)
@@ -1185,6 +1208,7 @@ int main(void)
 		cmocka_unit_test(test_rope_layouts_equivalent),
 		cmocka_unit_test(test_attention_paged),
 		cmocka_unit_test(test_attention_threads),
+		cmocka_unit_test(test_attention_row_groups),
 		cmocka_unit_test(test_silu_mul),
 		cmocka_unit_test(test_add),
 		cmocka_unit_test(test_embed),
