@@ -1,8 +1,8 @@
 #!/bin/sh
 # make demo: the main job. Starts llamad on the small default model
 # (stories260K) on a private socket, runs real generations through llamactl
-# (a raw story continuation, then a two-turn session with a fork), and stops
-# the daemon.
+# (a raw story continuation, its continuation, a fork), restarts the daemon
+# to show the sessions survive, and stops it.
 set -e
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -14,14 +14,17 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --socket "$sock" --state-dir "$dir/state" --log-level warning &
-pid=$!
-i=0
-until [ -S "$sock" ]; do
-    i=$((i + 1)); [ $i -gt 100 ] && { echo "demo: llamad did not start" >&2; exit 1; }
-    sleep 0.1
-done
+start() {
+    "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+        --socket "$sock" --state-dir "$dir/state" --log-level warning &
+    pid=$!
+    i=0
+    until [ -S "$sock" ]; do
+        i=$((i + 1)); [ $i -gt 100 ] && { echo "demo: llamad did not start" >&2; exit 1; }
+        sleep 0.1
+    done
+}
+start
 ctl() { "$BUILD/llamactl" --socket "$sock" "$@"; }
 
 echo "== llamactl generate --raw (greedy): a story from stories260K"
@@ -35,5 +38,11 @@ ctl fork story story-b
 ctl generate --session story-b --raw --seed 3 --max-tokens 50 " Then a dragon"
 echo
 ctl sessions
+echo
+echo "== restart the daemon: the sessions were saved at shutdown and come back on use"
+kill "$pid"; wait "$pid"; pid=
+start
+ctl sessions
+ctl generate --session story --temperature 0 --max-tokens 40
 echo
 ctl status
