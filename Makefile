@@ -42,7 +42,7 @@ endif
 # pkg-config is evaluated lazily: `make deps` may be what installs it.
 PKG_LIBS = jansson sentencepiece libxxhash libprotobuf-c libevent libsystemd libedit
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKG_LIBS) 2>/dev/null)
-CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson sentencepiece libxxhash 2>/dev/null)
+CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson sentencepiece libxxhash libprotobuf-c 2>/dev/null)
 PROTO_LDLIBS = $(shell pkg-config --libs libprotobuf-c 2>/dev/null)
 DAEMON_LDLIBS = $(shell pkg-config --libs libevent libsystemd 2>/dev/null)
 CLIENT_LDLIBS = $(shell pkg-config --libs libedit 2>/dev/null)
@@ -57,7 +57,8 @@ LDLIBS   += -lm
 
 CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c model/*.c session/*.c)
 CORE_CXX := $(wildcard model/*.cc)
-CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o)
+CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o) \
+            $(BUILD)/proto/sentencepiece_model.pb-c.o
 CORE_LIB := $(BUILD)/libllamad-core.a
 CORE_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
 
@@ -65,12 +66,16 @@ CORE_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
 PROTO_GEN := $(BUILD)/proto/llamad.pb-c.c $(BUILD)/proto/llamad.pb-c.h
 PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o
 PROTO_LIB := $(BUILD)/libllamad-proto.a
+# SentencePiece's ModelProto (the subset model/gguf.c writes): part of the
+# core library, which therefore links libprotobuf-c
+SPM_GEN   := $(BUILD)/proto/sentencepiece_model.pb-c.c $(BUILD)/proto/sentencepiece_model.pb-c.h
 
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
-TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench $(BUILD)/llamad-bench-daemon
+TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-quantize $(BUILD)/llamad-bench \
+              $(BUILD)/llamad-bench-daemon
 
 BINS := $(BUILD)/llamad $(TOOL_BINS)
 ifneq ($(CLIENT_OBJ),)
@@ -90,11 +95,18 @@ $(PROTO_GEN): proto/llamad.proto
 $(BUILD)/proto/llamad.pb-c.o: $(BUILD)/proto/llamad.pb-c.c
 	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
 
+$(SPM_GEN) &: proto/sentencepiece_model.proto
+	@mkdir -p $(BUILD)/proto
+	protoc-c --proto_path=proto --c_out=$(BUILD)/proto proto/sentencepiece_model.proto
+
+$(BUILD)/proto/sentencepiece_model.pb-c.o: $(BUILD)/proto/sentencepiece_model.pb-c.c
+	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
+
 $(PROTO_LIB): $(PROTO_OBJ)
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/%.o: %.c | $(PROTO_GEN)
+$(BUILD)/%.o: %.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
 
@@ -113,6 +125,9 @@ $(BUILD)/llamactl: $(CLIENT_OBJ) $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS) $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(CORE_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-quantize: $(BUILD)/tests/tools/quantize.o $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)

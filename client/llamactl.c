@@ -593,6 +593,7 @@ static void json_status(const Llamad__Status *s)
 	json_key(&j, "context_length"); json_u64(&j, s->context_length);
 	json_key(&j, "rss_bytes"); json_u64(&j, s->rss_bytes);
 	json_key(&j, "state_dir"); json_str(&j, s->state_dir);
+	json_key(&j, "chat_template"); json_str(&j, s->chat_template);
 	json_key(&j, "sessions_in_ram"); json_u64(&j, s->sessions_in_ram);
 	json_key(&j, "sessions_on_disk"); json_u64(&j, s->sessions_on_disk);
 	json_key(&j, "ram_bytes_used"); json_u64(&j, s->ram_bytes_used);
@@ -652,6 +653,8 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 		char ru[32], rt[32];
 		human_bytes(ru, sizeof(ru), s->ram_bytes_used);
 		human_bytes(rt, sizeof(rt), s->ram_bytes_total);
+		if (s->chat_template && *s->chat_template)
+			printf("template:     %s\n", s->chat_template);
 		printf("state dir:    %s\n", s->state_dir && *s->state_dir ? s->state_dir
 							    : "none (sessions are not saved)");
 		printf("connections:  %u open\n", s->connections);

@@ -1069,6 +1069,15 @@ static void on_save(struct engine *e, uint64_t conn, uid_t uid, uint64_t id, con
 	send_response(e, conn, &r);
 }
 
+/* Template of new sessions that do not choose: the model file's when it
+ * names the Llama 2 format, else the configured one. */
+static int default_template(const struct engine *e)
+{
+	if (e->m->chat_template && !strcmp(e->m->chat_template, "llama2"))
+		return SESS_TMPL_LLAMA2;
+	return e->cfg.tmpl;
+}
+
 static void on_open(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		    const Llamad__OpenSession *o)
 {
@@ -1104,7 +1113,7 @@ static void on_open(struct engine *e, uint64_t conn, uid_t uid, uint64_t id,
 		send_error(e, conn, id, LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	s->tmpl = o->has_template_ && o->template_ ? (int)o->template_ : e->cfg.tmpl;
+	s->tmpl = o->has_template_ && o->template_ ? (int)o->template_ : default_template(e);
 	s->policy = o->has_context_policy && o->context_policy ? (int)o->context_policy
 								: e->cfg.context_policy;
 	s->ephemeral = o->ephemeral;
@@ -1459,6 +1468,12 @@ static void on_status(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 	st.state_dir = e->state_dir ? e->state_dir : (char *)"";
 	PB_SET(&st, ram_bytes_used, (uint64_t)e->ram_used);
 	PB_SET(&st, ram_bytes_total, e->cfg.ram_cache);
+	char tmpl[96];
+	int from_model = e->m->chat_template && !strcmp(e->m->chat_template, "llama2");
+	snprintf(tmpl, sizeof(tmpl), "%s (%s)",
+		 default_template(e) == SESS_TMPL_LLAMA2 ? "llama2" : "raw",
+		 from_model ? "from the model file" : "configured; the model file names no Llama 2 template");
+	st.chat_template = tmpl;
 	PB_SET(&st, active, (uint32_t)active);
 	PB_SET(&st, connections, (uint32_t)open);
 	PB_SET(&st, kv_blocks_total, (uint32_t)e->pool->kv.n_blocks);

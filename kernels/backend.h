@@ -21,12 +21,31 @@ enum kt_dtype {
 	KT_F32 = 0,
 	KT_F16 = 1,
 	KT_BF16 = 2,
+	/* GGML block quantizations: 32 weights per block */
+	KT_Q8_0 = 3,     /* f16 scale d + 32 x int8 q: w = d * q        (34 bytes) */
+	KT_Q4_0 = 4,     /* f16 scale d + 16 bytes of nibbles: w = d * (q - 8)
+			  * (18 bytes; byte i holds weight i in its low nibble
+			  * and weight i+16 in its high nibble) */
 };
 
-/* Bytes per element of a dtype. */
+#define KT_QBLOCK 32     /* weights per quantization block */
+
+/* Bytes per element of a plain dtype; 0 for quantized ones (use
+ * kt_row_bytes). */
 size_t kt_dtype_size(enum kt_dtype t);
-/* Lower-case name ("f32", "f16", "bf16"). */
+/* Bytes of one row of n elements (n a multiple of KT_QBLOCK for quantized
+ * types). */
+size_t kt_row_bytes(enum kt_dtype t, size_t n);
+/* 1 for the block-quantized types. */
+int kt_dtype_is_quant(enum kt_dtype t);
+/* Lower-case name ("f32", "f16", "bf16", "q8_0", "q4_0"). */
 const char *kt_dtype_name(enum kt_dtype t);
+/* Dequantize / convert one row of n elements of any dtype to fp32. */
+void kt_row_to_f32(enum kt_dtype t, const void *row, float *out, size_t n);
+/* Quantize n fp32 values (n a multiple of KT_QBLOCK) to Q8_0 / Q4_0, with
+ * the round-to-nearest scheme of the GGML reference quantizers. */
+void kt_quantize_q8_0(const float *x, void *out, size_t n);
+void kt_quantize_q4_0(const float *x, void *out, size_t n);
 
 /* A weight matrix W of shape (rows, cols), row-major, rows contiguous
  * (row stride == cols). Used as y = x W^T: cols is the input width. */

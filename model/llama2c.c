@@ -28,10 +28,8 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 	int rc = model_map_file(m, path, &data, &len, cause);
 	if (rc)
 		return rc;
-	if (len >= 4 && memcmp(data, "GGUF", 4) == 0) {
-		model_set_cause(cause, "%s: GGUF files are not supported yet", path);
-		return -ENOTSUP;
-	}
+	if (len >= 4 && memcmp(data, "GGUF", 4) == 0)
+		return model_load_gguf(m, path, tokenizer, cause);  /* model_load dispatches these first */
 	if (len >= 4 && memcmp(data, "24ka", 4) == 0) {  /* uint32 0x616b3432 ("ak42") little-endian */
 		model_set_cause(cause, "%s: llama2.c export format v1/v2 is not supported "
 				"(only the legacy 7-int32 header)", path);

@@ -129,9 +129,21 @@ static int has_suffix(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
+/* 1 if the file at p starts with the GGUF magic. */
+static int has_gguf_magic(const char *p)
+{
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	char b[4];
+	ssize_t r = read(fd, b, sizeof b);
+	close(fd);
+	return r == 4 && memcmp(b, "GGUF", 4) == 0;
+}
+
 static size_t weight_bytes(const struct kt_weight *w)
 {
-	return (size_t)w->rows * w->cols * kt_dtype_size(w->dtype);
+	return (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
 }
 
 int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
@@ -154,8 +166,15 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 	}
 	m->weight_bytes = wb;
 
-	const char *tp = tokenizer ? tokenizer : default_tok;
-	m->tok = tok_load(tp, cause);
+	/* a tokenizer the loader built from the model file's own metadata
+	 * (GGUF) is kept unless --tokenizer overrides it */
+	const char *tp = tokenizer ? tokenizer : m->tok ? m->path : default_tok;
+	if (m->tok && tokenizer) {
+		tok_free(m->tok);
+		m->tok = NULL;
+	}
+	if (!m->tok)
+		m->tok = tok_load(tp, cause);
 	if (!m->tok) {
 		if (!tokenizer && cause && *cause) {
 			char *inner = *cause;
@@ -181,7 +200,7 @@ static void hash_weight(XXH64_state_t *st, const struct kt_weight *w)
 {
 	uint32_t dt = (uint32_t)w->dtype;
 	XXH64_update(st, &dt, sizeof(dt));
-	XXH64_update(st, w->data, (size_t)w->rows * w->cols * kt_dtype_size(w->dtype));
+	XXH64_update(st, w->data, weight_bytes(w));
 }
 
 uint64_t model_fingerprint(const struct model *m)
@@ -226,10 +245,13 @@ struct model *model_load(const char *path, const char *tokenizer, char **cause)
 	}
 	m->cfg.bos = 1;
 	m->cfg.eos = 2;
+	m->chat_template = "unknown";
 	int rc;
 	if (is_dir(path) || has_suffix(path, ".safetensors") ||
 	    has_suffix(path, ".safetensors.index.json") || has_suffix(path, "config.json")) {
 		rc = model_load_hf(m, path, tokenizer, cause);
+	} else if (has_suffix(path, ".gguf") || has_gguf_magic(path)) {
+		rc = model_load_gguf(m, path, tokenizer, cause);
 	} else {
 		rc = model_load_llama2c(m, path, tokenizer, cause);
 	}

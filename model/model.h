@@ -2,9 +2,10 @@
  * model/model.h — a loaded Llama-family model: hyper-parameters, weights
  * (mmapped read-only where the file layout allows) and its tokenizer.
  *
- * Formats: llama2.c checkpoints (.bin, legacy 7-int32 header) and Hugging
+ * Formats: llama2.c checkpoints (.bin, legacy 7-int32 header), Hugging
  * Face folders (config.json + model.safetensors or sharded *.safetensors with
- * model.safetensors.index.json; f32/f16/bf16).
+ * model.safetensors.index.json; f32/f16/bf16) and GGUF files (v2/v3, "llama"
+ * architecture; f32/f16/bf16/q8_0/q4_0; tokenizer from the metadata).
  */
 #ifndef LLAMAD_MODEL_MODEL_H
 #define LLAMAD_MODEL_MODEL_H
@@ -50,7 +51,11 @@ struct model_map {
 struct model {
 	struct model_config cfg;
 	char *path;              /* as given */
-	const char *format;      /* "llama2.c", "safetensors" */
+	const char *format;      /* "llama2.c", "safetensors", "gguf" */
+	/* Chat template the model file declares (static string): "llama2" when
+	 * a GGUF's tokenizer.chat_template is Llama 2's [INST] / <<SYS>>
+	 * format, else "unknown" (also for formats that carry none). */
+	const char *chat_template;
 	enum kt_dtype wtype;     /* dtype of the large matrices */
 	struct kt_weight embed;  /* (vocab, dim) */
 	struct model_layer *layers;
@@ -68,15 +73,23 @@ struct model {
 };
 
 /*
- * Load the model at `path` (a llama2.c .bin file, a Hugging Face folder, or
- * a .safetensors file inside one). `tokenizer` overrides the tokenizer file
- * (default: tokenizer.model in the folder / beside the file). Weights are
- * mmapped read-only. Returns NULL on failure with *cause (malloc'd) naming
+ * Load the model at `path` (a llama2.c .bin file, a Hugging Face folder, a
+ * .safetensors file inside one, or a GGUF file: a .gguf name or the GGUF
+ * magic). `tokenizer` overrides the tokenizer file (default: the GGUF's own
+ * vocabulary, else tokenizer.model in the folder / beside the file). Weights
+ * are mmapped read-only. Returns NULL on failure with *cause (malloc'd) naming
  * the file and the reason; never crashes on malformed input.
  */
 struct model *model_load(const char *path, const char *tokenizer, char **cause);
 /* Free a model; accepts NULL. */
 void model_free(struct model *m);
+
+/*
+ * Load only the tokenizer of a GGUF file (tokenizer.ggml.*, which must be
+ * the SentencePiece "llama" kind), e.g. a vocab-only file. Returns NULL with
+ * *cause (malloc'd, naming the file) on error or if the file has none.
+ */
+struct tok *gguf_load_tokenizer(const char *path, char **cause);
 
 /* KV elements per position (n_kv_heads * head_dim). */
 static inline int model_kv_dim(const struct model_config *c)
@@ -106,6 +119,10 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		       char **cause);
 int model_load_hf(struct model *m, const char *path, const char *tokenizer,
 		  char **cause);
+int model_load_gguf(struct model *m, const char *path, const char *tokenizer,
+		    char **cause);
+/* RoPE table, weight size, tokenizer: `tokenizer` if given, else m->tok if
+ * the loader already built one from the file, else default_tok. */
 int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
 		 char **cause);
 

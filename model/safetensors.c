@@ -234,6 +234,10 @@ static int get_vector(struct model *m, const struct st_set *s, const char *name,
 			memcpy(&h, t->data + 2 * (size_t)i, 2);
 			v[i] = kt_bf16_to_f32(h);
 			break;
+		case KT_Q8_0:
+		case KT_Q4_0:  /* parse_dtype never yields these */
+			v[i] = 0;
+			break;
 		}
 	}
 	*out = v;

@@ -370,6 +370,39 @@ int tok_is_control(const struct tok *t, int id)
 	return t->control[id];
 }
 
+/* tok_score — sentencepiece's GetScore(id); 0 out of range. */
+float tok_score(const struct tok *t, int id)
+{
+	if (id < 0 || id >= t->n_vocab)
+		return 0;
+	try {
+		return t->sp.GetScore(id);
+	} catch (...) {
+		return 0;
+	}
+}
+
+/* tok_type — the piece's type from sentencepiece's Is* predicates, in
+ * GGUF's numbering; 0 out of range. */
+int tok_type(const struct tok *t, int id)
+{
+	if (id < 0 || id >= t->n_vocab)
+		return 0;
+	try {
+		if (t->sp.IsUnknown(id))
+			return TOK_TYPE_UNKNOWN;
+		if (t->sp.IsControl(id))
+			return TOK_TYPE_CONTROL;
+		if (t->sp.IsByte(id))
+			return TOK_TYPE_BYTE;
+		if (t->sp.IsUnused(id))
+			return TOK_TYPE_UNUSED;
+		return TOK_TYPE_NORMAL;
+	} catch (...) {
+		return TOK_TYPE_NORMAL;
+	}
+}
+
 /* tok_drops_leading_space — probed at load, see probe_drops_space(). */
 int tok_drops_leading_space(const struct tok *t)
 {

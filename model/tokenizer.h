@@ -51,6 +51,23 @@ int tok_is_byte(const struct tok *t, int id, uint8_t *byte);
 /* 1 if id is a control token (BOS, EOS, ...) or unknown, which decode to
  * no text; else 0. */
 int tok_is_control(const struct tok *t, int id);
+/* SentencePiece score of id (the BPE merge priority / unigram log
+ * probability), 0 if out of range. */
+float tok_score(const struct tok *t, int id);
+
+/* Piece type of id, with GGUF's tokenizer.ggml.token_type numbering. */
+enum tok_type {
+	TOK_TYPE_NORMAL = 1,
+	TOK_TYPE_UNKNOWN = 2,
+	TOK_TYPE_CONTROL = 3,
+	TOK_TYPE_USER_DEFINED = 4,
+	TOK_TYPE_UNUSED = 5,
+	TOK_TYPE_BYTE = 6,
+};
+/* The enum tok_type of id (unknown, control, byte, unused or normal, as
+ * sentencepiece classifies it: user-defined pieces read as normal, the
+ * library has no predicate for them); 0 if out of range. */
+int tok_type(const struct tok *t, int id);
 /* 1 if decoding drops the leading U+2581 of the first piece of a text (the
  * model's normalizer adds a dummy prefix or removes extra whitespace, as
  * Llama's does); else 0. The streaming detokenizer follows this. */

@@ -1,6 +1,6 @@
 /*
  * kernels/cpu/matmul.c — y = x W^T for fp32 activations and f32/f16/bf16
- * weights, multi-threaded over weight rows.
+ * or block-quantized (Q8_0, Q4_0) weights, multi-threaded over weight rows.
  *
  * Batch invariance: every output element is one 16-lane fp32 accumulator
  * running over the input width in steps of 16 (the tail through a masked
@@ -140,6 +140,295 @@ AVX512 static void rows_bf16(float *y, const float *x, const void *w, int K, int
 {
 	rows_avx512(y, x, w, KT_BF16, K, N, n_tok, r0, r1);
 }
+
+/* ---- block-quantized weights (Q8_0, Q4_0) ------------------------------
+ *
+ * The arithmetic of every output element: for each 32-weight block of its
+ * row, in order, the two 16-weight halves (weights 0-15, then 16-31) are
+ * dequantized to fp32 (w = d * q for Q8_0, w = d * (q - 8) for Q4_0, the
+ * f16 scale times a small integer: an fp32 product, exact in fact) and
+ * fused into the same 16-lane accumulator, lane j taking weight j of the
+ * half; then the fixed horizontal sum. That is the f32 loop above run on the
+ * dequantized row, so the portable path (rows_generic_q) matches it bit for
+ * bit, and no tile shape, split or batch size changes it.
+ *
+ * Q4_0 dequantizes through a 16-entry table d * {-8..7} built per block and
+ * indexed by the nibbles (vpermps): the same products in fewer uops.
+ *
+ * Memory: a quantized row is short (Q4_0: 432 bytes at 768 columns), so a
+ * tile of consecutive rows interleaves many rows inside one 4 KiB page,
+ * which the hardware streamer cannot follow (batch-1 decode ran at 60-70 %
+ * of the memory roof that way). Tiles therefore take their rows from
+ * separate streams of consecutive rows: row i of a tile is row j of stream
+ * i, so each stream is read in ascending order, and the rows two further on
+ * in each stream are prefetched.
+ */
+
+#define Q_STREAMS 8     /* rows per batch-1 tile, one per stream */
+#define Q_NBMAX 512     /* blocks per row (K <= 16384) for pipelined scales */
+
+INLINE size_t q_block_bytes(enum kt_dtype dt)
+{
+	return dt == KT_Q8_0 ? 2 + KT_QBLOCK : 2 + KT_QBLOCK / 2;
+}
+
+/* The block's f16 scale, converted and broadcast. */
+AVX512 INLINE __m512 q_scale(const uint8_t *blk)
+{
+	short h;
+	memcpy(&h, blk, 2);
+	return _mm512_cvtph_ps(_mm256_set1_epi16(h));
+}
+
+/* The two dequantized halves of one block; d = its scale, broadcast. */
+AVX512 INLINE void q_deq(const uint8_t *blk, enum kt_dtype dt, __m512 d, __m512 *w0, __m512 *w1)
+{
+	if (dt == KT_Q8_0) {
+		__m512i a = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+		__m512i b = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 18)));
+		*w0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(a));
+		*w1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(b));
+	} else {
+		const __m512 base = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1,
+						   0, 1, 2, 3, 4, 5, 6, 7);
+		__m512 tab = _mm512_mul_ps(d, base);
+		__m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)));
+		*w0 = _mm512_permutexvar_ps(n, tab);                        /* low nibbles */
+		*w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(n, 4), tab);  /* high */
+	}
+}
+
+/*
+ * Batch-1 tile: rows r0, r0 + stride, ..., r0 + (NR-1) * stride of the one
+ * token, dequantized on the fly; each row's bytes `pf` further on are
+ * prefetched.
+ *
+ * Scales: with hcur, this tile's f16 scales ([NR][nbmax], copied with
+ * scalar moves during the previous tile, so long stored) are converted 16
+ * at a time and broadcast from memory, which leaves the shuffle port to the
+ * weights; the tile meanwhile copies the next tile's (the rows one further
+ * on in each stream) into hnext, if not NULL. Without hcur each scale is
+ * converted where it is used.
+ */
+AVX512 INLINE void qtile_1(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
+			   int K, int r0, int stride, size_t pf, const uint16_t *hcur,
+			   uint16_t *hnext, int nbmax, const int NR)
+{
+	const size_t bb = q_block_bytes(dt), rb = (size_t)K / KT_QBLOCK * bb;
+	const int nb = K / KT_QBLOCK;
+	const uint8_t *row[Q_STREAMS];
+	__m512 acc[Q_STREAMS];
+#pragma GCC unroll 8
+	for (int r = 0; r < NR; r++) {
+		row[r] = w + (size_t)(r0 + r * stride) * rb;
+		acc[r] = _mm512_setzero_ps();
+	}
+	for (int c0 = 0; c0 < nb; c0 += 16) {
+		int cn = nb - c0 < 16 ? nb - c0 : 16;
+		float sc[Q_STREAMS][16];
+		if (hcur) {
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++)
+				_mm512_storeu_ps(sc[r], _mm512_cvtph_ps(_mm256_loadu_si256(
+					(const __m256i *)(hcur + (size_t)r * nbmax + c0))));
+		}
+		for (int b = c0; b < c0 + cn; b++) {
+			size_t off = (size_t)b * bb;
+			/* one prefetch per row and cache line or a little more:
+			 * every block of 34 bytes, every third of 18 */
+			if (dt == KT_Q8_0 || b % 3 == 0) {
+#pragma GCC unroll 8
+				for (int r = 0; r < NR; r++)
+					_mm_prefetch((const char *)row[r] + pf + off, _MM_HINT_T0);
+			}
+			if (hnext) {
+#pragma GCC unroll 8
+				for (int r = 0; r < NR; r++)
+					memcpy(hnext + (size_t)r * nbmax + b, row[r] + rb + off, 2);
+			}
+			__m512 x0 = _mm512_loadu_ps(x + (size_t)b * KT_QBLOCK);
+			__m512 x1 = _mm512_loadu_ps(x + (size_t)b * KT_QBLOCK + 16);
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++) {
+				__m512 w0, w1;
+				__m512 d = hcur ? _mm512_set1_ps(sc[r][b - c0]) : q_scale(row[r] + off);
+				q_deq(row[r] + off, dt, d, &w0, &w1);
+				acc[r] = _mm512_fmadd_ps(x0, w0, acc[r]);
+				acc[r] = _mm512_fmadd_ps(x1, w1, acc[r]);
+			}
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < NR; r++)
+		y[r0 + r * stride] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* Batch 1, rows [r0, r1): Q_STREAMS streams of L consecutive rows, then the
+ * rest four and one at a time. */
+AVX512 INLINE void rows_q_1(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
+			    int K, int r0, int r1)
+{
+	const size_t bb = q_block_bytes(dt), rb = (size_t)K / KT_QBLOCK * bb;
+	const int nb = K / KT_QBLOCK, L = (r1 - r0) / Q_STREAMS;
+	if (L > 0 && nb <= Q_NBMAX) {
+		/* the streams' first two rows are not prefetched by any tile */
+		for (int i = 0; i < Q_STREAMS; i++)
+			for (size_t o = 0; o < (size_t)(L < 2 ? L : 2) * rb; o += 64)
+				_mm_prefetch((const char *)w + (size_t)(r0 + i * L) * rb + o,
+					     _MM_HINT_T0);
+		uint16_t h[2][Q_STREAMS * Q_NBMAX];
+		int nb16 = (nb + 15) & ~15;  /* 16-scale loads past nb read zeros */
+		for (int i = 0; i < Q_STREAMS; i++) {
+			for (int b = 0; b < nb; b++)
+				memcpy(&h[0][i * Q_NBMAX + b],
+				       w + (size_t)(r0 + i * L) * rb + (size_t)b * bb, 2);
+			for (int b = nb; b < nb16; b++)
+				h[0][i * Q_NBMAX + b] = h[1][i * Q_NBMAX + b] = 0;
+		}
+		for (int j = 0; j < L; j++)
+			qtile_1(y, x, w, dt, K, r0 + j, L, 2 * rb, h[j & 1],
+				j + 1 < L ? h[(j + 1) & 1] : NULL, Q_NBMAX, Q_STREAMS);
+	} else {
+		for (int j = 0; j < L; j++)
+			qtile_1(y, x, w, dt, K, r0 + j, L, 2 * rb, NULL, NULL, 0, Q_STREAMS);
+	}
+	int r = r0 + Q_STREAMS * L;
+	for (; r + 4 <= r1; r += 4)
+		qtile_1(y, x, w, dt, K, r, 1, 4 * rb, NULL, NULL, 0, 4);
+	for (; r < r1; r++)
+		qtile_1(y, x, w, dt, K, r, 1, rb, NULL, NULL, 0, 1);
+}
+
+/*
+ * Batches: for a block of QR rows and a chunk of QK input columns, the rows
+ * are dequantized once into wbuf (fp32) and every token of the group runs
+ * over them with NT x QR register tiles, its 16-lane accumulators kept in
+ * abuf between chunks (a store and reload of the same fp32 values: the
+ * arithmetic is unchanged). The row blocks are streams, as for batch 1.
+ */
+#define QR 4            /* rows per row block */
+#define QK 512          /* input columns per chunk (16 blocks) */
+#define QT 64           /* tokens per group */
+
+/* Dequantize NR rows (row[]) over columns [k0, k0+kn) into wbuf[r][0..kn);
+ * if pf, prefetch the same columns pf bytes further on. */
+AVX512 INLINE void q_deq_rows(float *wbuf, const uint8_t *const *row, enum kt_dtype dt,
+			      int k0, int kn, size_t pf, const int NR)
+{
+	const size_t bb = q_block_bytes(dt);
+	int b0 = k0 / KT_QBLOCK, nb = kn / KT_QBLOCK;
+	for (int r = 0; r < NR; r++)
+		for (int b = 0; b < nb; b++) {
+			const uint8_t *blk = row[r] + (size_t)(b0 + b) * bb;
+			if (pf)
+				_mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+			__m512 w0, w1;
+			q_deq(blk, dt, q_scale(blk), &w0, &w1);
+			_mm512_storeu_ps(wbuf + (size_t)r * QK + b * KT_QBLOCK, w0);
+			_mm512_storeu_ps(wbuf + (size_t)r * QK + b * KT_QBLOCK + 16, w1);
+		}
+}
+
+/* NT tokens x NR rows over one chunk: acc (abuf[t][r], 16 lanes) +=
+ * x[t][k0..k0+kn) * wbuf[r][0..kn); first: start from zero. */
+AVX512 INLINE void qtile_n(float *abuf, const float *x, const float *wbuf, int K, int k0, int kn,
+			   int first, const int NT, const int NR)
+{
+	__m512 acc[4][QR];
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			acc[t][r] = first ? _mm512_setzero_ps()
+					  : _mm512_loadu_ps(abuf + ((size_t)t * QR + r) * 16);
+	for (int k = 0; k < kn; k += 16) {
+		__m512 wv[QR];
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			wv[r] = _mm512_loadu_ps(wbuf + (size_t)r * QK + k);
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++) {
+			__m512 xv = _mm512_loadu_ps(x + (size_t)t * K + k0 + k);
+#pragma GCC unroll 4
+			for (int r = 0; r < NR; r++)
+				acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			_mm512_storeu_ps(abuf + ((size_t)t * QR + r) * 16, acc[t][r]);
+}
+
+/* Tokens [t0, t0+nt) (nt <= QT) x the NR rows of one row block (row[];
+ * output rows r0, r0 + stride, ...), all chunks; pf as q_deq_rows. */
+AVX512 INLINE void q_block_rows(float *y, const float *x, const uint8_t *const *row,
+				enum kt_dtype dt, size_t pf, int K, int N, int t0, int nt,
+				int r0, int stride, const int NR)
+{
+	float wbuf[QR * QK] __attribute__((aligned(64)));
+	float abuf[QT * QR * 16] __attribute__((aligned(64)));
+	const float *xt = x + (size_t)t0 * K;
+	for (int k0 = 0; k0 < K; k0 += QK) {
+		int kn = K - k0 < QK ? K - k0 : QK, first = k0 == 0;
+		q_deq_rows(wbuf, row, dt, k0, kn, t0 == 0 ? pf : 0, NR);
+		int t = 0;
+		for (; t + 4 <= nt; t += 4)
+			qtile_n(abuf + (size_t)t * QR * 16, xt + (size_t)t * K, wbuf, K, k0, kn,
+				first, 4, NR);
+		float *ab = abuf + (size_t)t * QR * 16;
+		const float *xr = xt + (size_t)t * K;
+		switch (nt - t) {
+		case 3: qtile_n(ab, xr, wbuf, K, k0, kn, first, 3, NR); break;
+		case 2: qtile_n(ab, xr, wbuf, K, k0, kn, first, 2, NR); break;
+		case 1: qtile_n(ab, xr, wbuf, K, k0, kn, first, 1, NR); break;
+		}
+	}
+	for (int t = 0; t < nt; t++)
+		for (int r = 0; r < NR; r++)
+			y[(size_t)(t0 + t) * N + r0 + r * stride] =
+				_mm512_reduce_add_ps(_mm512_loadu_ps(abuf + ((size_t)t * QR + r) * 16));
+}
+
+/* All tokens x rows [r0, r1) of a quantized matrix (dt constant per call). */
+AVX512 INLINE void rows_q_avx512(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
+				 int K, int N, int n_tok, int r0, int r1)
+{
+	if (n_tok == 1) {
+		rows_q_1(y, x, w, dt, K, r0, r1);
+		return;
+	}
+	const size_t rb = kt_row_bytes(dt, (size_t)K);
+	/* QR streams of L consecutive rows each, then the rest one at a time */
+	int L = (r1 - r0) / QR;
+	for (int j = 0; j < L; j++) {
+		const uint8_t *row[QR];
+		for (int i = 0; i < QR; i++)
+			row[i] = w + (size_t)(r0 + j + i * L) * rb;
+		for (int t = 0; t < n_tok; t += QT)
+			q_block_rows(y, x, row, dt, 2 * rb, K, N, t, n_tok - t < QT ? n_tok - t : QT,
+				     r0 + j, L, QR);
+	}
+	for (int r = r0 + QR * L; r < r1; r++) {
+		const uint8_t *row[1] = { w + (size_t)r * rb };
+		for (int t = 0; t < n_tok; t += QT)
+			q_block_rows(y, x, row, dt, rb, K, N, t, n_tok - t < QT ? n_tok - t : QT,
+				     r, 1, 1);
+	}
+}
+
+AVX512 static void rows_q8_0(float *y, const float *x, const void *w, int K, int N,
+			     int n_tok, int r0, int r1)
+{
+	rows_q_avx512(y, x, w, KT_Q8_0, K, N, n_tok, r0, r1);
+}
+
+AVX512 static void rows_q4_0(float *y, const float *x, const void *w, int K, int N,
+			     int n_tok, int r0, int r1)
+{
+	rows_q_avx512(y, x, w, KT_Q4_0, K, N, n_tok, r0, r1);
+}
 #endif /* __x86_64__ */
 
 static float w_at(const void *w, enum kt_dtype dt, size_t i)
@@ -148,6 +437,8 @@ static float w_at(const void *w, enum kt_dtype dt, size_t i)
 	case KT_F32: return ((const float *)w)[i];
 	case KT_F16: return kt_f16_to_f32(((const uint16_t *)w)[i]);
 	case KT_BF16: return kt_bf16_to_f32(((const uint16_t *)w)[i]);
+	case KT_Q8_0:
+	case KT_Q4_0: break;     /* rows_generic_q */
 	}
 	return 0;
 }
@@ -174,6 +465,34 @@ static void rows_generic(float *y, const float *x, const struct kt_weight *w,
 	}
 }
 
+/* Portable path for the quantized dtypes: each block dequantized with
+ * kt_row_to_f32 (the same fp32 products), then the 16-lane FMA order and
+ * reduction tree of rows_generic. */
+static void rows_generic_q(float *y, const float *x, const struct kt_weight *w,
+			   int n_tok, int r0, int r1)
+{
+	int K = w->cols, N = w->rows;
+	size_t rb = kt_row_bytes(w->dtype, (size_t)K), bb = kt_row_bytes(w->dtype, KT_QBLOCK);
+	for (int r = r0; r < r1; r++) {
+		const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+		for (int t = 0; t < n_tok; t++) {
+			const float *xr = x + (size_t)t * K;
+			float acc[16] = { 0 };
+			for (int b = 0; b < K / KT_QBLOCK; b++) {
+				float wq[KT_QBLOCK];
+				kt_row_to_f32(w->dtype, row + (size_t)b * bb, wq, KT_QBLOCK);
+				for (int h = 0; h < KT_QBLOCK; h += 16)
+					for (int j = 0; j < 16; j++)
+						acc[j] = fmaf(xr[b * KT_QBLOCK + h + j], wq[h + j], acc[j]);
+			}
+			for (int s = 8; s >= 1; s /= 2)
+				for (int j = 0; j < s; j++)
+					acc[j] += acc[j + s];
+			y[(size_t)t * N + r] = acc[0];
+		}
+	}
+}
+
 void cpu_matmul_rows(int avx512, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1)
 {
@@ -183,12 +502,17 @@ void cpu_matmul_rows(int avx512, float *y, const float *x,
 		case KT_F32: rows_f32(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		case KT_F16: rows_f16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		case KT_BF16: rows_bf16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q8_0: rows_q8_0(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q4_0: rows_q4_0(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		}
 	}
 #else
 	(void)avx512;
 #endif
-	rows_generic(y, x, w, n_tok, r0, r1);
+	if (kt_dtype_is_quant(w->dtype))
+		rows_generic_q(y, x, w, n_tok, r0, r1);
+	else
+		rows_generic(y, x, w, n_tok, r0, r1);
 }
 
 struct mm_job {
@@ -217,7 +541,7 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	struct mm_job j = { y, x, w, n_tok, cb->have_avx512 };
-	size_t work = (size_t)w->rows * w->cols * kt_dtype_size(w->dtype) +
+	size_t work = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols) +
 		      (size_t)n_tok * w->rows * w->cols / 4;
 	/* below ~256 KiB of weights a second thread costs more than it gives */
 	int nth = work < (256u << 10) ? 1 : tpool_size(cb->pool);

@@ -549,23 +549,10 @@ static void cpu_embed(struct backend *be, float *y, const struct kt_weight *tabl
 {
 	(void)be;
 	int d = table->cols;
-	for (int t = 0; t < n_tok; t++) {
-		float *yr = y + (size_t)t * d;
-		size_t off = (size_t)tok[t] * d;
-		switch (table->dtype) {
-		case KT_F32:
-			memcpy(yr, (const float *)table->data + off, (size_t)d * sizeof(float));
-			break;
-		case KT_F16:
-			for (int i = 0; i < d; i++)
-				yr[i] = kt_f16_to_f32(((const uint16_t *)table->data)[off + i]);
-			break;
-		case KT_BF16:
-			for (int i = 0; i < d; i++)
-				yr[i] = kt_bf16_to_f32(((const uint16_t *)table->data)[off + i]);
-			break;
-		}
-	}
+	size_t rb = kt_row_bytes(table->dtype, (size_t)d);
+	for (int t = 0; t < n_tok; t++)
+		kt_row_to_f32(table->dtype, (const uint8_t *)table->data + (size_t)tok[t] * rb,
+			      y + (size_t)t * d, (size_t)d);
 }
 
 static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)

@@ -109,6 +109,15 @@ static double measure_bw(int threads, int reps)
 	return best;
 }
 
+/* Parameters in the matrices read per token (embedding excluded). */
+static double model_params(const struct model *m)
+{
+	const struct model_config *c = &m->cfg;
+	double qd = (double)c->n_heads * c->head_dim, kv = model_kv_dim(c);
+	double layer = c->dim * (qd + 2 * kv) + qd * c->dim + 3.0 * c->dim * c->ffn_dim;
+	return layer * c->n_layers + (double)c->vocab * c->dim;
+}
+
 int main(int argc, char **argv)
 {
 	const char *model_path = NULL, *tok_path = NULL;
@@ -201,7 +210,7 @@ int main(int argc, char **argv)
 	       "decode=%d decode_tok_s=%.1f weight_MB=%.1f bw_GB_s=%.2f roof_tok_s=%.1f "
 	       "roof_pct=%.1f\n",
 	       model_path, kt_dtype_name(m->wtype),
-	       (double)m->weight_bytes / kt_dtype_size(m->wtype) / 1e6, be->n_threads,
+	       model_params(m) / 1e6, be->n_threads,
 	       n_prompt, pf, n_decode, dec, m->weight_bytes / 1e6, bw / 1e9, roof,
 	       roof > 0 ? 100.0 * dec / roof : 0.0);
 	kvseq_release(pool, &seq);

@@ -239,6 +239,9 @@ static void mm_case_make(struct mm_case *c, enum kt_dtype dt, int rows, int cols
 			((uint16_t *)data)[i] = ref_to_bf16(v);
 			c->wd[i] = ref_bf16(((uint16_t *)data)[i]);
 			break;
+		case KT_Q8_0:
+		case KT_Q4_0:
+			fail_msg("quantized weights are tested in test_quant.c");
 		}
 	}
 	c->w = (struct kt_weight){ data, dt, rows, cols };

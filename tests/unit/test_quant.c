@@ -1,0 +1,689 @@
+/*
+ * tests/unit/test_quant.c — GGML block quantization (kernels/convert.c) and
+ * the CPU backend on Q8_0 / Q4_0 weights (kernels/cpu/matmul.c, embed).
+ *
+ * Checks and their bounds:
+ *   row sizes        kt_row_bytes / kt_dtype_size / names, exact.
+ *   known blocks     hand-computed bytes of kt_quantize_q8_0/q4_0 (zeros,
+ *                    one-hot, exact values, rounding ties, the Q4_0 clamp).
+ *   round trip       random rows; with d = the fp32 scale, d16 the stored
+ *                    f16 one and q the code:
+ *                      Q8_0: |x - d16*q| <= |d|/2 * (1 + 1e-6) + |q|*|d16 - d|
+ *                      Q4_0: the same with |d|/2 for codes below the clamp,
+ *                            |d| for the clamped ones (x * (1/d) + 8.5 >= 16:
+ *                            values opposite in sign to the largest one,
+ *                            within |d|/2 of its magnitude: the scheme's
+ *                            real bound), and |d16 - d| <= |d| * 2^-11.
+ *                    kt_row_to_f32 equals d16 * q (exact: <= 19 bits).
+ *   matmul           against a double loop over the exactly decoded weights:
+ *                    |y - ref| <= 1e-5 * sum_c |x[c] * w[c]|; bit-identity
+ *                    (memcmp) of a row alone vs in a batch, portable vs
+ *                    AVX-512, 1 vs 2 threads.
+ *   embed            quantized tables: exactly kt_row_to_f32 of the row and
+ *                    the independent decode.
+ * Every output buffer is poisoned with NaN first.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu.h"
+
+#define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static void rng_seed(uint64_t s)
+{
+	rng_state = s * 0x9e3779b97f4a7c15ull + 1;
+}
+
+/* splitmix64 */
+static uint64_t rng_u64(void)
+{
+	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* uniform in [lo, hi) */
+static float rng_float(float lo, float hi)
+{
+	double u = (double)(rng_u64() >> 11) * 0x1p-53;
+	return (float)(lo + (hi - lo) * u);
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	assert_non_null(p);
+	return p;
+}
+
+static void poison(float *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = NAN;
+}
+
+/* Independent exact f16 decoder (no code under test). */
+static double ref_f16(uint16_t h)
+{
+	int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+	double v;
+	if (e == 0)
+		v = ldexp(m, -24);
+	else if (e == 31)
+		v = m ? NAN : INFINITY;
+	else
+		v = ldexp(1024 + m, e - 25);
+	return sign ? -v : v;
+}
+
+static uint16_t le16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+/* Weight i of a quantized row, decoded independently in double. */
+static double ref_weight(enum kt_dtype dt, const uint8_t *row, size_t i)
+{
+	size_t b = i / 32, j = i % 32;
+	if (dt == KT_Q8_0) {
+		const uint8_t *blk = row + b * 34;
+		return ref_f16(le16(blk)) * (int8_t)blk[2 + j];
+	}
+	const uint8_t *blk = row + b * 18;
+	int q = j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4;
+	return ref_f16(le16(blk)) * (q - 8);
+}
+
+static int have_avx512(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+static struct backend *g_be1, *g_be2;
+
+/* ---- sizes and names ------------------------------------------------------ */
+
+static void test_row_bytes(void **state)
+{
+	(void)state;
+	assert_int_equal(KT_QBLOCK, 32);
+	assert_int_equal(kt_row_bytes(KT_F32, 768), 3072);
+	assert_int_equal(kt_row_bytes(KT_F16, 768), 1536);
+	assert_int_equal(kt_row_bytes(KT_BF16, 7), 14);
+	assert_int_equal(kt_row_bytes(KT_Q8_0, 32), 34);
+	assert_int_equal(kt_row_bytes(KT_Q8_0, 768), 24 * 34);
+	assert_int_equal(kt_row_bytes(KT_Q4_0, 32), 18);
+	assert_int_equal(kt_row_bytes(KT_Q4_0, 768), 24 * 18);
+	assert_int_equal(kt_row_bytes(KT_Q4_0, 11008), 344 * 18);
+	assert_int_equal(kt_row_bytes(KT_Q8_0, 0), 0);
+	assert_int_equal(kt_dtype_size(KT_Q8_0), 0);
+	assert_int_equal(kt_dtype_size(KT_Q4_0), 0);
+	assert_int_equal(kt_dtype_size(KT_F32), 4);
+	assert_true(kt_dtype_is_quant(KT_Q8_0));
+	assert_true(kt_dtype_is_quant(KT_Q4_0));
+	assert_false(kt_dtype_is_quant(KT_F32));
+	assert_false(kt_dtype_is_quant(KT_F16));
+	assert_false(kt_dtype_is_quant(KT_BF16));
+	assert_string_equal(kt_dtype_name(KT_Q8_0), "q8_0");
+	assert_string_equal(kt_dtype_name(KT_Q4_0), "q4_0");
+}
+
+/* ---- known blocks --------------------------------------------------------- */
+
+static void expect_bytes(const uint8_t *got, const uint8_t *want, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (got[i] != want[i])
+			fail_msg("%s: byte %zu is 0x%02x, want 0x%02x", what, i, got[i], want[i]);
+}
+
+static void test_q8_0_known_blocks(void **state)
+{
+	(void)state;
+	float x[64];
+	uint8_t got[68], want[68];
+
+	/* all zeros: d = 0, q = 0 */
+	memset(x, 0, sizeof(x));
+	memset(got, 0xAA, sizeof(got));
+	kt_quantize_q8_0(x, got, 32);
+	memset(want, 0, 34);
+	expect_bytes(got, want, 34, "q8_0 zeros");
+	assert_int_equal(got[34], 0xAA);   /* nothing past the block */
+
+	/* one-hot: x[5] = -3 -> d = 3/127, stored as f16 0x260C
+	 * (3/127 = 0.0236220 = 2^-6 * 1.511811; mantissa 0.511811 * 1024 =
+	 * 524.09 -> 524 = 0x20C; exponent -6 + 15 = 9 -> 0x2400), q[5] = -127 */
+	memset(x, 0, sizeof(x));
+	x[5] = -3.0f;
+	kt_quantize_q8_0(x, got, 32);
+	memset(want, 0, 34);
+	want[0] = 0x0C;
+	want[1] = 0x26;
+	want[2 + 5] = 0x81;   /* -127 */
+	expect_bytes(got, want, 34, "q8_0 one-hot");
+
+	/* max |x| = 127: d = 1 (f16 0x3C00), q = round half away from zero */
+	static const float v[32] = {
+		-127, 127, 0.5f, -0.5f, 1.49f, 2.5f, -2.5f, 100.4f,
+		3.5f, -3.5f, 0, -0.0f, 126.6f, -126.5f, 7.51f, -7.49f,
+		1, 2, 3, 4, 5, 6, 7, 8, -1, -2, -3, -4, -5, -6, -7, 0.49f,
+	};
+	static const int8_t q[32] = {
+		-127, 127, 1, -1, 1, 3, -3, 100,
+		4, -4, 0, 0, 127, -127, 8, -7,
+		1, 2, 3, 4, 5, 6, 7, 8, -1, -2, -3, -4, -5, -6, -7, 0,
+	};
+	/* two blocks: the second is the first times -2 (d = 2, f16 0x4000) */
+	for (int j = 0; j < 32; j++) {
+		x[j] = v[j];
+		x[32 + j] = -2 * v[j];
+	}
+	kt_quantize_q8_0(x, got, 64);
+	want[0] = 0x00;
+	want[1] = 0x3C;
+	want[34] = 0x00;
+	want[35] = 0x40;
+	for (int j = 0; j < 32; j++) {
+		want[2 + j] = (uint8_t)q[j];
+		want[36 + j] = (uint8_t)(int8_t)-q[j];
+	}
+	expect_bytes(got, want, 68, "q8_0 exact values");
+
+	/* dequantized: d * q */
+	float w[64];
+	poison(w, 64);
+	kt_row_to_f32(KT_Q8_0, got, w, 64);
+	for (int j = 0; j < 32; j++) {
+		assert_true(w[j] == (float)q[j]);
+		assert_true(w[32 + j] == -2.0f * q[j]);
+	}
+}
+
+static void test_q4_0_known_blocks(void **state)
+{
+	(void)state;
+	float x[64];
+	uint8_t got[40], want[36];
+
+	/* all zeros: d = 0 / -8 = -0 (f16 0x8000, as GGML writes it), every
+	 * code trunc(0 + 8.5) = 8 */
+	memset(x, 0, sizeof(x));
+	memset(got, 0xAA, sizeof(got));
+	kt_quantize_q4_0(x, got, 32);
+	want[0] = 0x00;
+	want[1] = 0x80;
+	memset(want + 2, 0x88, 16);
+	expect_bytes(got, want, 18, "q4_0 zeros");
+	assert_int_equal(got[18], 0xAA);
+
+	/* one-hot positive: x[20] = 4 -> m = 4, d = -0.5 (f16 0xB800), id = -2;
+	 * x[20]: 4 * -2 + 8.5 = 0.5 -> 0 (w = -0.5 * -8 = 4); zeros -> 8.
+	 * Weight 20 is the high nibble of byte 4. */
+	memset(x, 0, sizeof(x));
+	x[20] = 4.0f;
+	kt_quantize_q4_0(x, got, 32);
+	want[0] = 0x00;
+	want[1] = 0xB8;
+	memset(want + 2, 0x88, 16);
+	want[2 + 4] = 0x08;
+	expect_bytes(got, want, 18, "q4_0 one-hot");
+
+	/* m = -8 -> d = 1 (f16 0x3C00), id = 1, q = min(15, trunc(x + 8.5)) */
+	static const float v[32] = {
+		-8, 7, 0, 1, -1, 0.5f, -0.5f, 3.49f,
+		3.5f, 7.6f, -7.5f, -7.51f, 6.5f, -0.51f, 2, -3,
+		5, -5, 4, -4, 6, -6, 7.4f, 7.5f, 0.49f, 1.5f, -1.5f, -2.5f, 2.5f, 0, 0, 0,
+	};
+	static const uint8_t q[32] = {
+		0, 15, 8, 9, 7, 9, 8, 11,
+		12, 15, 1, 0, 15, 7, 10, 5,
+		13, 3, 12, 4, 14, 2, 15, 15, 8, 10, 7, 6, 11, 8, 8, 8,
+	};
+	memcpy(x, v, sizeof(v));
+	kt_quantize_q4_0(x, got, 32);
+	want[0] = 0x00;
+	want[1] = 0x3C;
+	for (int j = 0; j < 16; j++)
+		want[2 + j] = (uint8_t)(q[j] | q[j + 16] << 4);
+	expect_bytes(got, want, 18, "q4_0 exact values");
+	float w[32];
+	poison(w, 32);
+	kt_row_to_f32(KT_Q4_0, got, w, 32);
+	for (int j = 0; j < 32; j++)
+		assert_true(w[j] == (float)(q[j] - 8));
+
+	/* the largest magnitude wins with its sign, the first of equals */
+	memset(x, 0, sizeof(x));
+	x[3] = 2;
+	x[9] = -2;
+	kt_quantize_q4_0(x, got, 32);
+	assert_int_equal(le16(got), 0xB400);   /* d = 2 / -8 = -0.25 */
+	assert_int_equal(got[2 + 3] & 15, 0);  /* x[3] = m -> code 0 */
+	assert_int_equal(got[2 + 9] & 15, 15); /* -2 * -4 + 8.5 = 16.5 -> clamp */
+}
+
+/* ---- round trip ------------------------------------------------------------ */
+
+static void round_trip(enum kt_dtype dt)
+{
+	enum { N = 32 * 64 };
+	float *x = xmalloc(N * sizeof(float));
+	uint8_t *qb = xmalloc(kt_row_bytes(dt, N));
+	float *w = xmalloc(N * sizeof(float));
+	rng_seed(dt == KT_Q8_0 ? 7 : 8);
+	for (int rep = 0; rep < 50; rep++) {
+		/* block scales over many magnitudes, a few all-zero blocks and
+		 * blocks with a tiny spread (subnormal f16 scales) */
+		for (int b = 0; b < N / 32; b++) {
+			float mag = ldexpf(1, (int)(rng_u64() % 40) - 30);
+			int kind = (int)(rng_u64() % 16);
+			for (int j = 0; j < 32; j++)
+				x[b * 32 + j] = kind == 0 ? 0 : rng_float(-mag, mag);
+		}
+		size_t bb = kt_row_bytes(dt, 32);
+		if (dt == KT_Q8_0)
+			kt_quantize_q8_0(x, qb, N);
+		else
+			kt_quantize_q4_0(x, qb, N);
+		poison(w, N);
+		kt_row_to_f32(dt, qb, w, N);
+		for (int b = 0; b < N / 32; b++) {
+			const float *xb = x + b * 32;
+			const uint8_t *blk = qb + b * bb;
+			float amax = 0, m = 0;
+			for (int j = 0; j < 32; j++)
+				if (fabsf(xb[j]) > amax) {
+					amax = fabsf(xb[j]);
+					m = xb[j];
+				}
+			double d = dt == KT_Q8_0 ? amax / 127.0 : m / -8.0;
+			double d16 = ref_f16(le16(blk));
+			if (fabs(d16 - d) > fabs(d) * 0x1p-11 + 0x1p-25)
+				fail_msg("%s block %d: scale %.9g stored as %.9g", kt_dtype_name(dt),
+					 b, d, d16);
+			for (int j = 0; j < 32; j++) {
+				double r = ref_weight(dt, qb + (size_t)b * bb, (size_t)j);
+				if (!(w[b * 32 + j] == r))
+					fail_msg("%s: kt_row_to_f32 %.9g, decoded %.9g", kt_dtype_name(dt),
+						 (double)w[b * 32 + j], r);
+				int code = dt == KT_Q8_0 ? (int8_t)blk[2 + j]
+					 : (j < 16 ? blk[2 + j] & 15 : blk[2 + j - 16] >> 4) - 8;
+				double err = fabs(xb[j] - r);
+				double half = fabs(d) / 2 * (1 + 1e-6);
+				/* the clamp only ever yields the top code, 15 - 8 */
+				int clamped = dt == KT_Q4_0 && code == 7;
+				double tol = (clamped ? 2 * half : half) + abs(code) * fabs(d16 - d);
+				if (!(err <= tol))
+					fail_msg("%s block %d weight %d: x %.9g -> %.9g (code %d, d %.9g) "
+						 "err %.3g > %.3g", kt_dtype_name(dt), b, j,
+						 (double)xb[j], r, code, d, err, tol);
+				if (dt == KT_Q8_0 && fabsf(xb[j]) == amax && amax > 0)
+					assert_int_equal(abs(code), 127);
+			}
+		}
+	}
+	free(x);
+	free(qb);
+	free(w);
+}
+
+static void test_q8_0_round_trip(void **state)
+{
+	(void)state;
+	round_trip(KT_Q8_0);
+}
+
+static void test_q4_0_round_trip(void **state)
+{
+	(void)state;
+	round_trip(KT_Q4_0);
+}
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+static const enum kt_dtype q_dtypes[] = { KT_Q8_0, KT_Q4_0 };
+static const int q_cols[] = { 32, 64, 96, 320, 768 };
+/* 130 x 768 crosses the backend's threading threshold for both dtypes and
+ * splits unevenly (72 + 58 rows) over 2 threads; 17 and 37 leave rows
+ * after the 8 (batch 1) and 4 (batches) streams. */
+static const int q_rows[] = { 1, 3, 9, 17, 37, 130 };
+static const int q_ntok[] = { 1, 2, 3, 5, 6, 7, 13 };
+#define MAX_TOK 13
+
+struct q_case {
+	struct kt_weight w;
+	uint8_t *data;
+	float *x;       /* (n_x, cols) */
+};
+
+/* A random quantized matrix: most rows quantized from random values, some
+ * raw random codes under random finite scales (subnormal ones included;
+ * Q8_0 code -128, which the quantizer never writes). */
+static void q_case_make(struct q_case *c, enum kt_dtype dt, int rows, int cols, int n_x)
+{
+	size_t rb = kt_row_bytes(dt, (size_t)cols), bb = kt_row_bytes(dt, 32);
+	c->data = xmalloc(rb * rows);
+	float *tmp = xmalloc((size_t)cols * sizeof(float));
+	for (int r = 0; r < rows; r++) {
+		uint8_t *row = c->data + (size_t)r * rb;
+		if (rng_u64() % 4) {
+			for (int k = 0; k < cols; k++)
+				tmp[k] = rng_float(-1, 1);
+			if (dt == KT_Q8_0)
+				kt_quantize_q8_0(tmp, row, (size_t)cols);
+			else
+				kt_quantize_q4_0(tmp, row, (size_t)cols);
+		} else {
+			for (size_t i = 0; i < rb; i++)
+				row[i] = (uint8_t)rng_u64();
+			for (int b = 0; b < cols / 32; b++) {
+				/* exponent 0..29: zero/subnormal to 2^14, never inf/nan */
+				uint16_t h = (uint16_t)rng_u64() & 0x83ff;
+				h |= (uint16_t)((rng_u64() % 30) << 10);
+				row[b * bb] = (uint8_t)h;
+				row[b * bb + 1] = (uint8_t)(h >> 8);
+			}
+		}
+	}
+	free(tmp);
+	c->w = (struct kt_weight){ c->data, dt, rows, cols };
+	c->x = xmalloc((size_t)n_x * cols * sizeof(float));
+	for (size_t i = 0; i < (size_t)n_x * cols; i++)
+		c->x[i] = rng_float(-1, 1);
+}
+
+static void q_case_done(struct q_case *c)
+{
+	free(c->data);
+	free(c->x);
+}
+
+static void q_check(const struct q_case *c, const float *y, int n_tok, const char *what)
+{
+	int R = c->w.rows, K = c->w.cols;
+	size_t rb = kt_row_bytes(c->w.dtype, (size_t)K);
+	for (int t = 0; t < n_tok; t++)
+		for (int r = 0; r < R; r++) {
+			double s = 0, sa = 0;
+			for (int k = 0; k < K; k++) {
+				double p = (double)c->x[(size_t)t * K + k] *
+					   ref_weight(c->w.dtype, c->data + (size_t)r * rb, (size_t)k);
+				s += p;
+				sa += fabs(p);
+			}
+			double g = y[(size_t)t * R + r];
+			if (!(fabs(g - s) <= 1e-5 * sa + 1e-30))
+				fail_msg("%s %s rows %d cols %d n_tok %d: y[%d][%d] = %.9g, ref %.9g "
+					 "(tol %.3g)", what, kt_dtype_name(c->w.dtype), R, K, n_tok,
+					 t, r, g, s, 1e-5 * sa);
+		}
+}
+
+/* path: 0 rows portable, 1 rows avx512, 2 backend 1 thread, 3 backend 2 */
+static void q_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
+{
+	poison(y, (size_t)n_tok * w->rows);
+	switch (path) {
+	case 0: cpu_matmul_rows(0, y, x, w, n_tok, 0, w->rows); break;
+	case 1: cpu_matmul_rows(1, y, x, w, n_tok, 0, w->rows); break;
+	case 2: g_be1->ops->matmul(g_be1, y, x, w, n_tok); break;
+	case 3: g_be2->ops->matmul(g_be2, y, x, w, n_tok); break;
+	}
+}
+
+static const char *const path_name[] = { "rows(avx512=0)", "rows(avx512=1)",
+					  "backend(1)", "backend(2)" };
+
+static void expect_same(const float *a, const float *b, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void expect_same(const float *a, const float *b, size_t n, const char *fmt, ...)
+{
+	if (memcmp(a, b, n * sizeof(float)) == 0)
+		return;
+	char msg[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	for (size_t i = 0; i < n; i++)
+		if (memcmp(&a[i], &b[i], sizeof(float)))
+			fail_msg("%s: element %zu: %.9g vs %.9g", msg, i, (double)a[i], (double)b[i]);
+}
+
+/* Every shape: each token alone vs the reference, then every n_tok vs the
+ * reference with each row bit-identical to the same row alone. */
+static void q_path_all(int path)
+{
+	rng_seed(200 + (uint64_t)path);
+	for (size_t di = 0; di < N_ELEMS(q_dtypes); di++)
+		for (size_t ci = 0; ci < N_ELEMS(q_cols); ci++)
+			for (size_t ri = 0; ri < N_ELEMS(q_rows); ri++) {
+				struct q_case c;
+				int R = q_rows[ri], K = q_cols[ci];
+				q_case_make(&c, q_dtypes[di], R, K, MAX_TOK);
+				float *y = xmalloc((size_t)MAX_TOK * R * sizeof(float));
+				float *y1 = xmalloc((size_t)MAX_TOK * R * sizeof(float));
+				for (int t = 0; t < MAX_TOK; t++)
+					q_run(path, y1 + (size_t)t * R, c.x + (size_t)t * K, &c.w, 1);
+				q_check(&c, y1, MAX_TOK, path_name[path]);
+				for (size_t ti = 0; ti < N_ELEMS(q_ntok); ti++) {
+					int nt = q_ntok[ti];
+					q_run(path, y, c.x, &c.w, nt);
+					q_check(&c, y, nt, path_name[path]);
+					expect_same(y1, y, (size_t)nt * R,
+						    "%s %s rows %d cols %d: rows alone vs batch of %d",
+						    path_name[path], kt_dtype_name(c.w.dtype), R, K, nt);
+				}
+				free(y);
+				free(y1);
+				q_case_done(&c);
+			}
+}
+
+static void test_matmul_q_portable(void **state)
+{
+	(void)state;
+	q_path_all(0);
+}
+
+static void test_matmul_q_avx512(void **state)
+{
+	(void)state;
+	if (!have_avx512())
+		skip();
+	q_path_all(1);
+}
+
+static void test_matmul_q_backend_1thread(void **state)
+{
+	(void)state;
+	q_path_all(2);
+}
+
+static void test_matmul_q_backend_2threads(void **state)
+{
+	(void)state;
+	q_path_all(3);
+}
+
+/* Portable == AVX-512 == 1 thread == 2 threads, bit for bit, on shapes that
+ * reach every tile: batch-1 streams with pipelined scales (and without:
+ * more than 512 blocks a row), the 4-row and 1-row tails, batches over the
+ * 64-token group and the 512-column chunk; a row range starting mid-matrix
+ * (a thread's share). */
+static void test_matmul_q_paths_identical(void **state)
+{
+	(void)state;
+	static const struct { int rows, cols, ntok; } shapes[] = {
+		{ 64, 768, 1 }, { 67, 768, 1 }, { 1000, 768, 1 }, { 21, 16416, 1 },
+		{ 13, 1024, 2 }, { 19, 544, 70 }, { 300, 768, 4 }, { 9, 16416, 3 },
+		{ 130, 2048, 128 },
+	};
+	int avx = have_avx512();
+	rng_seed(300);
+	for (size_t di = 0; di < N_ELEMS(q_dtypes); di++)
+		for (size_t si = 0; si < N_ELEMS(shapes); si++) {
+			int R = shapes[si].rows, K = shapes[si].cols, T = shapes[si].ntok;
+			struct q_case c;
+			q_case_make(&c, q_dtypes[di], R, K, T);
+			size_t n = (size_t)T * R;
+			float *y[4];
+			for (int p = 0; p < 4; p++) {
+				y[p] = xmalloc(n * sizeof(float));
+				if (p == 1 && !avx)
+					continue;
+				q_run(p, y[p], c.x, &c.w, T);
+			}
+			for (int p = 1; p < 4; p++) {
+				if (p == 1 && !avx)
+					continue;
+				expect_same(y[0], y[p], n, "%s %d x %d, n_tok %d: %s vs %s",
+					    kt_dtype_name(c.w.dtype), R, K, T, path_name[0],
+					    path_name[p]);
+			}
+			if (R * K <= 130 * 2048 && T <= 4)
+				q_check(&c, y[0], T, "portable");
+			/* a sub-range, as a thread would compute it */
+			for (int p = 0; p < 2; p++) {
+				if (p == 1 && !avx)
+					continue;
+				float *ys = xmalloc(n * sizeof(float));
+				poison(ys, n);
+				int r0 = R / 3, r1 = R - R / 5;
+				cpu_matmul_rows(p, ys, c.x, &c.w, T, r0, r1);
+				for (int t = 0; t < T; t++)
+					expect_same(y[0] + (size_t)t * R + r0, ys + (size_t)t * R + r0,
+						    (size_t)(r1 - r0), "%s %d x %d: rows [%d, %d) alone, %s",
+						    kt_dtype_name(c.w.dtype), R, K, r0, r1, path_name[p]);
+				free(ys);
+			}
+			for (int p = 0; p < 4; p++)
+				free(y[p]);
+			q_case_done(&c);
+		}
+}
+
+/* ---- embed ----------------------------------------------------------------- */
+
+static void test_embed_q(void **state)
+{
+	(void)state;
+	static const int32_t tok[] = { 0, 36, 5, 5, 12, 1 };
+	const int NT = (int)N_ELEMS(tok), V = 37;
+	static const int dims[] = { 32, 64, 288 };
+	rng_seed(33);
+	for (size_t di = 0; di < N_ELEMS(q_dtypes); di++)
+		for (size_t wi = 0; wi < N_ELEMS(dims); wi++) {
+			int d = dims[wi];
+			struct q_case c;
+			q_case_make(&c, q_dtypes[di], V, d, 1);
+			size_t rb = kt_row_bytes(c.w.dtype, (size_t)d);
+			float *y = xmalloc((size_t)NT * d * sizeof(float));
+			float *r = xmalloc((size_t)d * sizeof(float));
+			for (int bi = 0; bi < 2; bi++) {
+				struct backend *be = bi ? g_be2 : g_be1;
+				poison(y, (size_t)NT * d);
+				be->ops->embed(be, y, &c.w, tok, NT);
+				for (int t = 0; t < NT; t++) {
+					const uint8_t *row = c.data + (size_t)tok[t] * rb;
+					poison(r, (size_t)d);
+					kt_row_to_f32(c.w.dtype, row, r, (size_t)d);
+					expect_same(r, y + (size_t)t * d, (size_t)d, "embed %s d %d t %d",
+						    kt_dtype_name(c.w.dtype), d, t);
+					for (int i = 0; i < d; i++)
+						if (!(r[i] == ref_weight(c.w.dtype, row, (size_t)i)))
+							fail_msg("embed %s d %d: weight %d", kt_dtype_name(c.w.dtype), d, i);
+				}
+			}
+			free(r);
+			free(y);
+			q_case_done(&c);
+		}
+}
+
+/* kt_row_to_f32 on the plain dtypes: the scalar conversions. */
+static void test_row_to_f32_plain(void **state)
+{
+	(void)state;
+	uint16_t h[40];
+	float f[40], out[40];
+	rng_seed(44);
+	for (int i = 0; i < 40; i++) {
+		h[i] = (uint16_t)rng_u64();
+		f[i] = rng_float(-3, 3);
+	}
+	kt_row_to_f32(KT_F32, f, out, 40);
+	assert_memory_equal(out, f, sizeof(f));
+	kt_row_to_f32(KT_F16, h, out, 40);
+	for (int i = 0; i < 40; i++) {
+		float want = kt_f16_to_f32(h[i]);
+		assert_memory_equal(&out[i], &want, 4);
+	}
+	kt_row_to_f32(KT_BF16, h, out, 40);
+	for (int i = 0; i < 40; i++) {
+		float want = kt_bf16_to_f32(h[i]);
+		assert_memory_equal(&out[i], &want, 4);
+	}
+}
+
+static int group_setup(void **state)
+{
+	(void)state;
+	g_be1 = backend_cpu_new(1);
+	g_be2 = backend_cpu_new(2);
+	if (!g_be1 || !g_be2)
+		return -1;
+	if (g_be1->ops->reserve(g_be1, 64, 128) || g_be2->ops->reserve(g_be2, 64, 128))
+		return -1;
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	backend_free(g_be1);
+	backend_free(g_be2);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_row_bytes),
+		cmocka_unit_test(test_q8_0_known_blocks),
+		cmocka_unit_test(test_q4_0_known_blocks),
+		cmocka_unit_test(test_q8_0_round_trip),
+		cmocka_unit_test(test_q4_0_round_trip),
+		cmocka_unit_test(test_row_to_f32_plain),
+		cmocka_unit_test(test_matmul_q_portable),
+		cmocka_unit_test(test_matmul_q_avx512),
+		cmocka_unit_test(test_matmul_q_backend_1thread),
+		cmocka_unit_test(test_matmul_q_backend_2threads),
+		cmocka_unit_test(test_matmul_q_paths_identical),
+		cmocka_unit_test(test_embed_q),
+	};
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
