@@ -12,6 +12,7 @@
  * --reps runs. Prints one line of key=value pairs per figure.
  */
 #include <errno.h>
+#include <math.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,6 +110,64 @@ static double measure_bw(int threads, int reps)
 	return best;
 }
 
+/* Perplexity of the model on a text file (BOS + its tokens, up to the
+ * context): exp of the mean negative log-likelihood of each next token.
+ * Prints one key=value line. */
+static int perplexity(struct model *m, const char *path, int threads)
+{
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		fprintf(stderr, "llamad-bench: %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	char buf[1 << 16];
+	size_t len = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[len] = 0;
+	int32_t *ids = NULL;
+	int n = tok_encode(m->tok, buf, len, 1, &ids);
+	if (n < 2) {
+		fprintf(stderr, "llamad-bench: %s: too short\n", path);
+		free(ids);
+		return 1;
+	}
+	if (n > m->cfg.max_ctx)
+		n = m->cfg.max_ctx;
+	int V = m->cfg.vocab;
+	struct backend *be = backend_cpu_new(threads);
+	struct kvpool *pool = kvpool_new((n + 15) / 16, 16, m->cfg.n_layers, model_kv_dim(&m->cfg));
+	struct fwd *fw = be ? fwd_new(m, be, n) : NULL;
+	float *logits = malloc((size_t)n * V * sizeof(float));
+	struct kvseq seq = { 0 };
+	if (!be || !pool || !fw || !logits || kvseq_prepare(pool, &seq, n, 0)) {
+		fprintf(stderr, "llamad-bench: out of memory\n");
+		return 1;
+	}
+	struct fwd_seq s = { ids, n, 0, seq.blocks, logits, 1 };
+	fwd_run(fw, &pool->kv, &s, 1);
+	double nll = 0;
+	for (int i = 0; i + 1 < n; i++) {
+		const float *l = logits + (size_t)i * V;
+		float mx = l[0];
+		for (int k = 1; k < V; k++)
+			mx = l[k] > mx ? l[k] : mx;
+		double z = 0;
+		for (int k = 0; k < V; k++)
+			z += exp((double)l[k] - mx);
+		nll += -((double)l[ids[i + 1]] - mx - log(z));
+	}
+	printf("model=%s dtype=%s perplexity=%.4f tokens=%d\n", m->path, kt_dtype_name(m->wtype),
+	       exp(nll / (n - 1)), n - 1);
+	kvseq_release(pool, &seq);
+	free(logits);
+	fwd_free(fw);
+	kvpool_free(pool);
+	backend_free(be);
+	free(ids);
+	model_free(m);
+	return 0;
+}
+
 /* Parameters in the matrices read per token (embedding excluded). */
 static double model_params(const struct model *m)
 {
@@ -122,6 +181,7 @@ int main(int argc, char **argv)
 {
 	const char *model_path = NULL, *tok_path = NULL;
 	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0;
+	const char *ppl_file = NULL;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "tokenizer", required_argument, NULL, 'k' },
@@ -130,6 +190,7 @@ int main(int argc, char **argv)
 		{ "decode-tokens", required_argument, NULL, 'd' },
 		{ "reps", required_argument, NULL, 'r' },
 		{ "no-bandwidth", no_argument, NULL, 'B' },
+		{ "perplexity", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -143,9 +204,11 @@ int main(int argc, char **argv)
 		case 'd': n_decode = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
 		case 'B': skip_bw = 1; break;
+		case 'P': ppl_file = optarg; break;
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
-			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n");
+			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
+			       "       llamad-bench --model PATH --perplexity TEXTFILE\n");
 			return 0;
 		default:
 			return 2;
@@ -163,6 +226,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const struct model_config *cf = &m->cfg;
+	if (ppl_file)
+		return perplexity(m, ppl_file, threads);
 	if (n_prompt + n_decode > cf->max_ctx) {
 		n_decode = cf->max_ctx - n_prompt;
 		if (n_decode < 1) {

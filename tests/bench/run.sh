@@ -28,6 +28,13 @@ for s in $SHAPES; do
     "$BUILD/llamad-bench" --model "$dir" --threads "$THREADS" | tee -a "$log"
 done
 
+# quantized GGUF copies of the 110M shape (llamad-quantize from the f16 folder)
+for t in q8_0 q4_0; do
+    q=$OUT/stories110M-$t.gguf
+    [ -f "$q" ] || "$BUILD/llamad-quantize" --model "$OUT/stories110M-f16" --type $t --out "$q" >/dev/null
+    "$BUILD/llamad-bench" --model "$q" --threads "$THREADS" | tee -a "$log"
+done
+
 # ---- the daemon, seen through its socket -----------------------------------
 start_daemon() {  # model-args...
     sock=$BUILD/bench.sock

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Quantized stories260K made by llamad-quantize: Q8_0 gives the reference
+# greedy text (first golden block); perplexity on a fixed story: Q8_0 within
+# 1 % of f32, Q4_0 within 10 % (a 260K-parameter model loses more to 4 bits
+# than large ones do); the numbers are printed. Env: BUILD, MODELS, SHARED.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+SHARED=${SHARED:-../shared}
+tmp=$(mktemp -d) || exit 1
+trap 'rm -rf "$tmp"' EXIT INT TERM
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+BIN="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model"
+
+cat > "$tmp/story.txt" <<'TXT'
+Once upon a time, there was a little boy named Tom. He liked to play with his red ball in the garden. One day, the ball rolled under a big tree. Tom looked and looked, but he could not find it. His sister Sue came to help. She was very kind. They looked together and found the ball near a small flower. Tom was happy. He said, "Thank you, Sue!" They played with the ball all day and had lots of fun.
+TXT
+for t in q8_0 q4_0; do
+    "$BUILD/llamad-quantize" $BIN --type $t --out "$tmp/$t.gguf" >"$tmp/q.log" 2>&1 ||
+        { bad "llamad-quantize --type $t failed"; cat "$tmp/q.log"; }
+done
+
+awk '/^--- stdout ---$/ { k++; if (k == 1) { on = 1; next } } /^--- end stdout ---$/ { on = 0 } on' \
+    "$SHARED/reference/stories260K_greedy.txt" > "$tmp/want"
+"$BUILD/llamad" --model "$tmp/q8_0.gguf" --prompt "Once upon a time" --temperature 0 \
+    --max-tokens 60 --echo > "$tmp/got" 2>"$tmp/err" || bad "llamad on q8_0.gguf: $(cat "$tmp/err")"
+cmp -s "$tmp/want" "$tmp/got" && echo "ok   Q8_0 greedy text = golden (60 tokens)" ||
+    { bad "Q8_0 greedy text differs"; diff "$tmp/want" "$tmp/got" | head -4; }
+"$BUILD/llamad" --model "$tmp/q4_0.gguf" --prompt "Once upon a time" --temperature 0 \
+    --max-tokens 30 > "$tmp/got4" 2>"$tmp/err" && [ -s "$tmp/got4" ] || bad "Q4_0 generation"
+
+ppl() { "$BUILD/llamad-bench" "$@" --perplexity "$tmp/story.txt" | sed -n 's/.*perplexity=\([0-9.]*\).*/\1/p'; }
+p32=$(ppl $BIN); p8=$(ppl --model "$tmp/q8_0.gguf"); p4=$(ppl --model "$tmp/q4_0.gguf")
+echo "perplexity on a fixed story: f32 $p32, Q8_0 $p8, Q4_0 $p4"
+awk -v a="$p32" -v b="$p8" 'BEGIN { exit !(a > 1 && b <= a * 1.01 && b >= a * 0.99) }' ||
+    bad "Q8_0 perplexity $p8 not within 1 % of f32 $p32"
+awk -v a="$p32" -v b="$p4" 'BEGIN { exit !(a > 1 && b <= a * 1.10) }' ||
+    bad "Q4_0 perplexity $p4 not within 10 % of f32 $p32"
+[ "$fail" -eq 0 ] && echo "quant: all ok"
+exit "$fail"
