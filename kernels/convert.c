@@ -1,6 +1,7 @@
 /*
  * kernels/convert.c — dtype helpers (sizes, names, fp16/bf16 conversions,
- * GGML Q8_0/Q4_0 block quantization and dequantization) and the KV store
+ * GGML Q8_0/Q4_0 and Q4_K/Q5_K/Q6_K block quantization and dequantization)
+ * and the KV store
  * address arithmetic shared by every backend.
  */
 #include <math.h>
@@ -15,7 +16,10 @@ size_t kt_dtype_size(enum kt_dtype t)
 	case KT_F16: return 2;
 	case KT_BF16: return 2;
 	case KT_Q8_0:
-	case KT_Q4_0: return 0;
+	case KT_Q4_0:
+	case KT_Q4_K:
+	case KT_Q5_K:
+	case KT_Q6_K: return 0;
 	}
 	return 0;
 }
@@ -23,6 +27,24 @@ size_t kt_dtype_size(enum kt_dtype t)
 /* Bytes of one quantization block. */
 #define Q8_0_BYTES (2 + KT_QBLOCK)
 #define Q4_0_BYTES (2 + KT_QBLOCK / 2)
+#define Q4_K_BYTES (2 + 2 + 12 + KT_QK_K / 2)
+#define Q5_K_BYTES (2 + 2 + 12 + KT_QK_K / 8 + KT_QK_K / 2)
+#define Q6_K_BYTES (KT_QK_K / 2 + KT_QK_K / 4 + KT_QK_K / 16 + 2)
+
+size_t kt_block_weights(enum kt_dtype t)
+{
+	switch (t) {
+	case KT_F32:
+	case KT_F16:
+	case KT_BF16: return 1;
+	case KT_Q8_0:
+	case KT_Q4_0: return KT_QBLOCK;
+	case KT_Q4_K:
+	case KT_Q5_K:
+	case KT_Q6_K: return KT_QK_K;
+	}
+	return 1;
+}
 
 size_t kt_row_bytes(enum kt_dtype t, size_t n)
 {
@@ -32,13 +54,16 @@ size_t kt_row_bytes(enum kt_dtype t, size_t n)
 	case KT_BF16: return 2 * n;
 	case KT_Q8_0: return n / KT_QBLOCK * Q8_0_BYTES;
 	case KT_Q4_0: return n / KT_QBLOCK * Q4_0_BYTES;
+	case KT_Q4_K: return n / KT_QK_K * Q4_K_BYTES;
+	case KT_Q5_K: return n / KT_QK_K * Q5_K_BYTES;
+	case KT_Q6_K: return n / KT_QK_K * Q6_K_BYTES;
 	}
 	return 0;
 }
 
 int kt_dtype_is_quant(enum kt_dtype t)
 {
-	return t == KT_Q8_0 || t == KT_Q4_0;
+	return t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K;
 }
 
 const char *kt_dtype_name(enum kt_dtype t)
@@ -49,6 +74,9 @@ const char *kt_dtype_name(enum kt_dtype t)
 	case KT_BF16: return "bf16";
 	case KT_Q8_0: return "q8_0";
 	case KT_Q4_0: return "q4_0";
+	case KT_Q4_K: return "q4_k";
+	case KT_Q5_K: return "q5_k";
+	case KT_Q6_K: return "q6_k";
 	}
 	return "?";
 }
@@ -211,6 +239,187 @@ void kt_quantize_q4_0(const float *x, void *out, size_t n)
 	}
 }
 
+/* ---- K-quants ------------------------------------------------------------
+ *
+ * Q4_K / Q5_K: sub-block j (weights 32j..32j+31) has a 6-bit scale sc[j] and
+ * min m[j], packed in 12 bytes s[]: for j < 4, sc[j] = s[j] & 63 and m[j] =
+ * s[j+4] & 63; for j >= 4, sc[j] = (s[j+4] & 15) | (s[j-4] >> 6) << 4 and
+ * m[j] = (s[j+4] >> 4) | (s[j] >> 6) << 4. The nibbles come in four runs of
+ * 32 bytes: run r holds sub-block 2r in its low nibbles and 2r+1 in its
+ * high ones (byte l: weight l of each). Q5_K's fifth bit of weight l of
+ * sub-block j is bit j of qh[l]. Weight = (d*sc) * q - (dmin*m), each
+ * product exact in fp32, one rounding in the difference.
+ *
+ * Q6_K: two halves of 128 weights; in half h, weight 32k + l (k < 4, l <
+ * 32) has its low four bits in ql[64h + l + 32(k&1)] (low nibble for k < 2,
+ * high for k >= 2) and its top two in bits 2k..2k+1 of qh[32h + l]; the
+ * scale of weight i is the int8 sc[i/16]. Weight = (d*sc) * (q - 32).
+ */
+
+static void k_scale_min(const uint8_t *s, int j, int *sc, int *m)
+{
+	if (j < 4) {
+		*sc = s[j] & 63;
+		*m = s[j + 4] & 63;
+	} else {
+		*sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+		*m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+	}
+}
+
+static void k_pack_scale_min(uint8_t *s, const int *sc, const int *m)
+{
+	for (int j = 0; j < 4; j++) {
+		s[j] = (uint8_t)(sc[j] | (sc[j + 4] >> 4) << 6);
+		s[j + 4] = (uint8_t)(m[j] | (m[j + 4] >> 4) << 6);
+		s[j + 8] = (uint8_t)((sc[j + 4] & 15) | (m[j + 4] & 15) << 4);
+	}
+}
+
+/* One Q4_K (qh NULL) or Q5_K super-block to 256 floats. */
+static void deq_q45_k(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, float *out)
+{
+	float d = kt_f16_to_f32(ld_u16(blk)), dmin = kt_f16_to_f32(ld_u16(blk + 2));
+	for (int j = 0; j < 8; j++) {
+		int sc, m;
+		k_scale_min(blk + 4, j, &sc, &m);
+		float d1 = d * (float)sc, m1 = dmin * (float)m;
+		const uint8_t *q = qs + 32 * (j / 2);
+		int shift = 4 * (j & 1);
+		for (int l = 0; l < 32; l++) {
+			int v = (q[l] >> shift) & 15;
+			if (qh)
+				v += ((qh[l] >> j) & 1) << 4;
+			out[32 * j + l] = d1 * (float)v - m1;
+		}
+	}
+}
+
+static void deq_q6_k(const uint8_t *blk, float *out)
+{
+	const uint8_t *ql = blk, *qh = blk + 128;
+	const int8_t *sc = (const int8_t *)(blk + 192);
+	float d = kt_f16_to_f32(ld_u16(blk + 208));
+	for (int h = 0; h < 2; h++)
+		for (int k = 0; k < 4; k++)
+			for (int l0 = 0; l0 < 32; l0 += 16) {
+				int i0 = 128 * h + 32 * k + l0;
+				float d1 = d * (float)sc[i0 / 16];
+				const uint8_t *lq = ql + 64 * h + 32 * (k & 1), *hq = qh + 32 * h;
+				for (int l = l0; l < l0 + 16; l++) {
+					int lo = (lq[l] >> (k < 2 ? 0 : 4)) & 15;
+					int hi = (hq[l] >> (2 * k)) & 3;
+					out[i0 - l0 + l] = d1 * (float)((lo | hi << 4) - 32);
+				}
+			}
+}
+
+/* The f16 scale nearest to top / steps, raised until steps of it cover top. */
+static uint16_t k_super_scale(float top, int steps)
+{
+	uint16_t h = kt_f32_to_f16(top / (float)steps);
+	while (h < 0x7bff && kt_f16_to_f32(h) * (float)steps < top)
+		h++;
+	return h;
+}
+
+/* The sub-block scale code for step s under super-scale d: nearest, raised
+ * until d * code >= s, at most cmax. */
+static int k_sub_scale(float s, float d, int cmax)
+{
+	if (d == 0)
+		return 0;
+	int c = (int)roundf(s / d);
+	if (c < cmax && d * (float)c < s)
+		c++;
+	return c < 0 ? 0 : c > cmax ? cmax : c;
+}
+
+/* Q4_K (nq = 15, qh NULL) or Q5_K (nq = 31): one super-block. */
+static void quant_q45_k(const float *x, uint8_t *blk, uint8_t *qh, uint8_t *qs, int nq)
+{
+	float step[8], mins[8], smax = 0, mmax = 0;
+	for (int j = 0; j < 8; j++) {
+		float lo = 0, hi = x[32 * j];
+		for (int l = 0; l < 32; l++) {
+			lo = fminf(lo, x[32 * j + l]);
+			hi = fmaxf(hi, x[32 * j + l]);
+		}
+		step[j] = (hi - lo) / (float)nq;
+		mins[j] = -lo;
+		smax = fmaxf(smax, step[j]);
+		mmax = fmaxf(mmax, mins[j]);
+	}
+	uint16_t hd = k_super_scale(smax, 63), hm = k_super_scale(mmax, 63);
+	float d = kt_f16_to_f32(hd), dmin = kt_f16_to_f32(hm);
+	int sc[8], m[8];
+	for (int j = 0; j < 8; j++) {
+		sc[j] = k_sub_scale(step[j], d, 63);
+		m[j] = dmin != 0 ? (int)roundf(mins[j] / dmin) : 0;
+		m[j] = m[j] > 63 ? 63 : m[j];
+	}
+	st_u16(blk, hd);
+	st_u16(blk + 2, hm);
+	k_pack_scale_min(blk + 4, sc, m);
+	memset(qs, 0, KT_QK_K / 2);
+	if (qh)
+		memset(qh, 0, KT_QK_K / 8);
+	for (int j = 0; j < 8; j++) {
+		float d1 = d * (float)sc[j], m1 = dmin * (float)m[j];
+		for (int l = 0; l < 32; l++) {
+			int q = d1 != 0 ? (int)roundf((x[32 * j + l] + m1) / d1) : 0;
+			q = q < 0 ? 0 : q > nq ? nq : q;
+			qs[32 * (j / 2) + l] |= (uint8_t)((q & 15) << (4 * (j & 1)));
+			if (qh)
+				qh[l] |= (uint8_t)((q >> 4) << j);
+		}
+	}
+}
+
+void kt_quantize_q4_k(const float *x, void *out, size_t n)
+{
+	uint8_t *o = out;
+	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += Q4_K_BYTES)
+		quant_q45_k(x, o, NULL, o + 16, 15);
+}
+
+void kt_quantize_q5_k(const float *x, void *out, size_t n)
+{
+	uint8_t *o = out;
+	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += Q5_K_BYTES)
+		quant_q45_k(x, o, o + 16, o + 48, 31);
+}
+
+void kt_quantize_q6_k(const float *x, void *out, size_t n)
+{
+	uint8_t *o = out;
+	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += Q6_K_BYTES) {
+		float step[16], smax = 0;
+		for (int j = 0; j < 16; j++) {
+			float amax = 0;
+			for (int l = 0; l < 16; l++)
+				amax = fmaxf(amax, fabsf(x[16 * j + l]));
+			step[j] = amax / 31.0f;
+			smax = fmaxf(smax, step[j]);
+		}
+		uint16_t hd = k_super_scale(smax, 127);
+		float d = kt_f16_to_f32(hd);
+		uint8_t *ql = o, *qh = o + 128;
+		memset(o, 0, Q6_K_BYTES);
+		for (int j = 0; j < 16; j++)
+			o[192 + j] = (uint8_t)(int8_t)k_sub_scale(step[j], d, 127);
+		st_u16(o + 208, hd);
+		for (int i = 0; i < KT_QK_K; i++) {
+			float d1 = d * (float)(int8_t)o[192 + i / 16];
+			int q = d1 != 0 ? (int)roundf(x[i] / d1) : 0;
+			q = (q < -32 ? -32 : q > 31 ? 31 : q) + 32;
+			int h = i / 128, k = i % 128 / 32, l = i % 32;
+			ql[64 * h + l + 32 * (k & 1)] |= (uint8_t)((q & 15) << (k < 2 ? 0 : 4));
+			qh[32 * h + l] |= (uint8_t)((q >> 4) << (2 * k));
+		}
+	}
+}
+
 void kt_row_to_f32(enum kt_dtype t, const void *row, float *out, size_t n)
 {
 	const uint8_t *p = row;
@@ -241,6 +450,18 @@ void kt_row_to_f32(enum kt_dtype t, const void *row, float *out, size_t n)
 				out[j + KT_QBLOCK / 2] = d * (float)((p[2 + j] >> 4) - 8);
 			}
 		}
+		return;
+	case KT_Q4_K:
+		for (size_t b = 0; b < n / KT_QK_K; b++, p += Q4_K_BYTES, out += KT_QK_K)
+			deq_q45_k(p, NULL, p + 16, out);
+		return;
+	case KT_Q5_K:
+		for (size_t b = 0; b < n / KT_QK_K; b++, p += Q5_K_BYTES, out += KT_QK_K)
+			deq_q45_k(p, p + 16, p + 48, out);
+		return;
+	case KT_Q6_K:
+		for (size_t b = 0; b < n / KT_QK_K; b++, p += Q6_K_BYTES, out += KT_QK_K)
+			deq_q6_k(p, out);
 		return;
 	}
 }

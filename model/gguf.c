@@ -73,9 +73,9 @@ static const struct ggml_type ggml_types[] = {
 	[9] = { "Q8_1", -1, 0, 0 },
 	[10] = { "Q2_K", -1, 0, 0 },
 	[11] = { "Q3_K", -1, 0, 0 },
-	[12] = { "Q4_K", -1, 0, 0 },
-	[13] = { "Q5_K", -1, 0, 0 },
-	[14] = { "Q6_K", -1, 0, 0 },
+	[12] = { "Q4_K", KT_Q4_K, KT_QK_K, 144 },
+	[13] = { "Q5_K", KT_Q5_K, KT_QK_K, 176 },
+	[14] = { "Q6_K", KT_Q6_K, KT_QK_K, 210 },
 	[15] = { "Q8_K", -1, 0, 0 },
 	[16] = { "IQ2_XXS", -1, 0, 0 },
 	[17] = { "IQ2_XS", -1, 0, 0 },
@@ -539,7 +539,7 @@ static int parse_tensors(struct gguf *g)
 		}
 		if (gt->kt < 0) {
 			model_set_cause(g->cause, "%s: tensor %s has type %s, which llamad does not "
-					"support yet (F32, F16, BF16, Q8_0 and Q4_0 are)", g->path,
+					"support yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)", g->path,
 					nb, gt->name);
 			return -ENOTSUP;
 		}

@@ -235,7 +235,10 @@ static int get_vector(struct model *m, const struct st_set *s, const char *name,
 			v[i] = kt_bf16_to_f32(h);
 			break;
 		case KT_Q8_0:
-		case KT_Q4_0:  /* parse_dtype never yields these */
+		case KT_Q4_0:
+		case KT_Q4_K:
+		case KT_Q5_K:
+		case KT_Q6_K:  /* parse_dtype never yields these */
 			v[i] = 0;
 			break;
 		}

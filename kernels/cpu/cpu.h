@@ -20,7 +20,7 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 		const struct kt_weight *w, int n_tok);
 
 /* Single-threaded matmul of rows [r0, r1) of w (any dtype; Q8_0/Q4_0 need
- * w->cols a multiple of KT_QBLOCK), for testing and for the pool workers.
+ * w->cols a multiple of kt_block_weights(w->dtype)), for testing and for the pool workers.
  * avx512 selects the AVX-512 kernels; the result is bit-identical either
  * way, and for any row range. */
 void cpu_matmul_rows(int avx512, float *y, const float *x,

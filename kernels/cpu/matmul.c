@@ -1,6 +1,7 @@
 /*
  * kernels/cpu/matmul.c — y = x W^T for fp32 activations and f32/f16/bf16
- * or block-quantized (Q8_0, Q4_0) weights, multi-threaded over weight rows.
+ * or block-quantized (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) weights, multi-threaded
+ * over weight rows.
  *
  * Batch invariance: every output element is one 16-lane fp32 accumulator
  * running over the input width in steps of 16 (the tail through a masked
@@ -311,10 +312,23 @@ AVX512 INLINE void rows_q_1(float *y, const float *x, const uint8_t *w, enum kt_
 #define QT 64           /* tokens per group */
 
 /* Dequantize NR rows (row[]) over columns [k0, k0+kn) into wbuf[r][0..kn);
- * if pf, prefetch the same columns pf bytes further on. */
+ * if pf, prefetch the same columns pf bytes further on. K-quants (k0 and kn
+ * multiples of KT_QK_K) go through kt_row_to_f32: the same fp32 values the
+ * portable path uses. */
 AVX512 INLINE void q_deq_rows(float *wbuf, const uint8_t *const *row, enum kt_dtype dt,
 			      int k0, int kn, size_t pf, const int NR)
 {
+	if (dt == KT_Q4_K || dt == KT_Q5_K || dt == KT_Q6_K) {
+		const size_t bb = kt_row_bytes(dt, KT_QK_K);
+		for (int r = 0; r < NR; r++) {
+			const uint8_t *p = row[r] + (size_t)(k0 / KT_QK_K) * bb;
+			if (pf)
+				for (size_t o = 0; o < (size_t)(kn / KT_QK_K) * bb; o += 64)
+					_mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+			kt_row_to_f32(dt, p, wbuf + (size_t)r * QK, (size_t)kn);
+		}
+		return;
+	}
 	const size_t bb = q_block_bytes(dt);
 	int b0 = k0 / KT_QBLOCK, nb = kn / KT_QBLOCK;
 	for (int r = 0; r < NR; r++)
@@ -391,11 +405,13 @@ AVX512 INLINE void q_block_rows(float *y, const float *x, const uint8_t *const *
 				_mm512_reduce_add_ps(_mm512_loadu_ps(abuf + ((size_t)t * QR + r) * 16));
 }
 
-/* All tokens x rows [r0, r1) of a quantized matrix (dt constant per call). */
+/* All tokens x rows [r0, r1) of a quantized matrix (dt constant per call).
+ * K-quants always take the dequantize-then-tile route (batch 1 included):
+ * rows dequantized a chunk at a time by kt_row_to_f32, then qtile_n. */
 AVX512 INLINE void rows_q_avx512(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
 				 int K, int N, int n_tok, int r0, int r1)
 {
-	if (n_tok == 1) {
+	if (n_tok == 1 && (dt == KT_Q8_0 || dt == KT_Q4_0)) {
 		rows_q_1(y, x, w, dt, K, r0, r1);
 		return;
 	}
@@ -429,6 +445,24 @@ AVX512 static void rows_q4_0(float *y, const float *x, const void *w, int K, int
 {
 	rows_q_avx512(y, x, w, KT_Q4_0, K, N, n_tok, r0, r1);
 }
+
+AVX512 static void rows_q4_k(float *y, const float *x, const void *w, int K, int N,
+			     int n_tok, int r0, int r1)
+{
+	rows_q_avx512(y, x, w, KT_Q4_K, K, N, n_tok, r0, r1);
+}
+
+AVX512 static void rows_q5_k(float *y, const float *x, const void *w, int K, int N,
+			     int n_tok, int r0, int r1)
+{
+	rows_q_avx512(y, x, w, KT_Q5_K, K, N, n_tok, r0, r1);
+}
+
+AVX512 static void rows_q6_k(float *y, const float *x, const void *w, int K, int N,
+			     int n_tok, int r0, int r1)
+{
+	rows_q_avx512(y, x, w, KT_Q6_K, K, N, n_tok, r0, r1);
+}
 #endif /* __x86_64__ */
 
 static float w_at(const void *w, enum kt_dtype dt, size_t i)
@@ -438,7 +472,10 @@ static float w_at(const void *w, enum kt_dtype dt, size_t i)
 	case KT_F16: return kt_f16_to_f32(((const uint16_t *)w)[i]);
 	case KT_BF16: return kt_bf16_to_f32(((const uint16_t *)w)[i]);
 	case KT_Q8_0:
-	case KT_Q4_0: break;     /* rows_generic_q */
+	case KT_Q4_0:
+	case KT_Q4_K:
+	case KT_Q5_K:
+	case KT_Q6_K: break;     /* rows_generic_q */
 	}
 	return 0;
 }
@@ -465,25 +502,25 @@ static void rows_generic(float *y, const float *x, const struct kt_weight *w,
 	}
 }
 
-/* Portable path for the quantized dtypes: each block dequantized with
- * kt_row_to_f32 (the same fp32 products), then the 16-lane FMA order and
- * reduction tree of rows_generic. */
+/* Portable path for the quantized dtypes: each block (32 weights, 256 for
+ * the K-quants) dequantized with kt_row_to_f32 (the same fp32 values), then
+ * the 16-lane FMA order and reduction tree of rows_generic. */
 static void rows_generic_q(float *y, const float *x, const struct kt_weight *w,
 			   int n_tok, int r0, int r1)
 {
-	int K = w->cols, N = w->rows;
-	size_t rb = kt_row_bytes(w->dtype, (size_t)K), bb = kt_row_bytes(w->dtype, KT_QBLOCK);
+	int K = w->cols, N = w->rows, bw = (int)kt_block_weights(w->dtype);
+	size_t rb = kt_row_bytes(w->dtype, (size_t)K), bb = kt_row_bytes(w->dtype, (size_t)bw);
 	for (int r = r0; r < r1; r++) {
 		const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
 		for (int t = 0; t < n_tok; t++) {
 			const float *xr = x + (size_t)t * K;
 			float acc[16] = { 0 };
-			for (int b = 0; b < K / KT_QBLOCK; b++) {
-				float wq[KT_QBLOCK];
-				kt_row_to_f32(w->dtype, row + (size_t)b * bb, wq, KT_QBLOCK);
-				for (int h = 0; h < KT_QBLOCK; h += 16)
+			for (int b = 0; b < K / bw; b++) {
+				float wq[KT_QK_K];
+				kt_row_to_f32(w->dtype, row + (size_t)b * bb, wq, (size_t)bw);
+				for (int h = 0; h < bw; h += 16)
 					for (int j = 0; j < 16; j++)
-						acc[j] = fmaf(xr[b * KT_QBLOCK + h + j], wq[h + j], acc[j]);
+						acc[j] = fmaf(xr[b * bw + h + j], wq[h + j], acc[j]);
 			}
 			for (int s = 8; s >= 1; s /= 2)
 				for (int j = 0; j < s; j++)
@@ -504,6 +541,9 @@ void cpu_matmul_rows(int avx512, float *y, const float *x,
 		case KT_BF16: rows_bf16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		case KT_Q8_0: rows_q8_0(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		case KT_Q4_0: rows_q4_0(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q4_K: rows_q4_k(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q5_K: rows_q5_k(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q6_K: rows_q6_k(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		}
 	}
 #else

@@ -2,7 +2,8 @@
 # Quantized stories260K made by llamad-quantize: Q8_0 gives the reference
 # greedy text (first golden block); perplexity on a fixed story: Q8_0 within
 # 1 % of f32, Q4_0 within 10 % (a 260K-parameter model loses more to 4 bits
-# than large ones do); the numbers are printed. Env: BUILD, MODELS, SHARED.
+# than large ones do); the numbers are printed. Then the K-quants (below).
+# Env: BUILD, MODELS, SHARED.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 SHARED=${SHARED:-../shared}
@@ -36,5 +37,42 @@ awk -v a="$p32" -v b="$p8" 'BEGIN { exit !(a > 1 && b <= a * 1.01 && b >= a * 0.
     bad "Q8_0 perplexity $p8 not within 1 % of f32 $p32"
 awk -v a="$p32" -v b="$p4" 'BEGIN { exit !(a > 1 && b <= a * 1.10) }' ||
     bad "Q4_0 perplexity $p4 not within 10 % of f32 $p32"
+
+# K-quants: stories260K's rows (64, 172) are not whole 256-weight
+# super-blocks, so a random stories110M-shaped model cut to one layer (dim
+# 768, ffn 2048: every matrix K-quantized) stands in. Each K-quant GGUF must
+# give exactly the perplexity and greedy text of its own weights dequantized
+# to f32 (llamad-quantize --type f32 of it): the K-quant matmul is the f32
+# one on the dequantized rows. A Q4_K tensor whose rows are not whole
+# super-blocks is refused, naming the tensor.
+MODELS="$MODELS" "$BUILD/llamad-genmodel" --shape stories110M --layers 1 --out "$tmp/hf" \
+    >/dev/null 2>&1 || bad "llamad-genmodel stories110M failed"
+for t in q4_k q5_k q6_k; do
+    "$BUILD/llamad-quantize" --model "$tmp/hf" --type $t --out "$tmp/$t.gguf" >"$tmp/q.log" 2>&1 &&
+        "$BUILD/llamad-quantize" --model "$tmp/$t.gguf" --type f32 --out "$tmp/$t.f32.gguf" \
+        >"$tmp/q.log" 2>&1 || { bad "llamad-quantize --type $t (or back to f32) failed"; cat "$tmp/q.log"; continue; }
+    pk=$(ppl --model "$tmp/$t.gguf"); pf=$(ppl --model "$tmp/$t.f32.gguf")
+    for f in $t $t.f32; do
+        "$BUILD/llamad" --model "$tmp/$f.gguf" --prompt "Once upon a time" --temperature 0 \
+            --max-tokens 16 > "$tmp/g.$f" 2>"$tmp/err" || bad "llamad on $f.gguf: $(cat "$tmp/err")"
+    done
+    [ -n "$pk" ] && [ "$pk" = "$pf" ] && cmp -s "$tmp/g.$t" "$tmp/g.$t.f32" &&
+        echo "ok   $t: perplexity $pk and greedy text = its dequantized f32 copy" ||
+        bad "$t: perplexity $pk vs dequantized f32 $pf, or greedy text differs"
+done
+python3 - "$tmp/q4_k.gguf" "$tmp/bad.gguf" <<'PY' || bad "could not patch q4_k.gguf"
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+i = b.find(b'token_embd.weight') + len('token_embd.weight')
+struct.pack_into('<Q', b, i + 4, 704)   # ne[0] after u32 n_dims
+open(sys.argv[2], 'wb').write(b)
+PY
+if "$BUILD/llamad" --model "$tmp/bad.gguf" --prompt x --max-tokens 1 >/dev/null 2>"$tmp/err"; then
+    bad "a Q4_K tensor with 704-weight rows was accepted"
+elif grep -q "token_embd.weight.*Q4_K.*704.*multiple of 256" "$tmp/err"; then
+    echo "ok   Q4_K rows of 704 weights refused, naming the tensor"
+else
+    bad "Q4_K 704-weight rows: unexpected message: $(cat "$tmp/err")"
+fi
 [ "$fail" -eq 0 ] && echo "quant: all ok"
 exit "$fail"

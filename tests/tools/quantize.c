@@ -1,9 +1,9 @@
 /*
  * tests/tools/quantize.c — llamad-quantize: write any model llamad loads as
- * a GGUF v3 file with Q8_0, Q4_0, F16 or F32 matrices.
+ * a GGUF v3 file with Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16 or F32 matrices.
  *
- *   llamad-quantize --model PATH [--tokenizer PATH] --type q8_0|q4_0|f16|f32
- *                   --out FILE.gguf
+ *   llamad-quantize --model PATH [--tokenizer PATH]
+ *                   --type q8_0|q4_0|q4_k|q5_k|q6_k|f16|f32 --out FILE.gguf
  *
  * What is written (all integers little-endian):
  *   "GGUF", u32 version 3, u64 tensor count, u64 KV count;
@@ -11,7 +11,8 @@
  *   length + bytes; arrays: u32 element type, u64 count, elements):
  *     general.architecture str "llama", general.name str (the model file or
  *     folder name, extension dropped), general.alignment u32 32,
- *     general.file_type u32 (0 f32, 1 f16, 2 q4_0, 7 q8_0),
+ *     general.file_type u32 (0 f32, 1 f16, 2 q4_0, 7 q8_0, 15 q4_k (GGML's
+ *     Q4_K_M number), 17 q5_k (Q5_K_M), 18 q6_k),
  *     llama.context_length, .embedding_length, .block_count,
  *     .feed_forward_length, .attention.head_count, .attention.head_count_kv,
  *     .rope.dimension_count (= head_dim) u32; llama.attention.key_length and
@@ -22,7 +23,8 @@
  *     .bos_token_id / .eos_token_id / .unknown_token_id u32 (each only if
  *     the tokenizer has one), .add_bos_token bool true;
  *   tensor infos: name, u32 n_dims, u64 dims (ne[0] = the row length first),
- *     u32 ggml type (F32 0, F16 1, Q4_0 2, Q8_0 8), u64 offset from the data
+ *     u32 ggml type (F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K
+ *     14), u64 offset from the data
  *     section; zero padding to 32; the data, each tensor at a multiple of 32
  *     from the data section start, zero padding between.
  * Tensors, in this order: token_embd.weight; per layer blk.N.attn_norm,
@@ -30,7 +32,11 @@
  * (.weight); output_norm.weight; output.weight (written even when the model
  * ties it to the embedding). Norm vectors are F32; every matrix, embedding
  * and output included, gets --type, except that a matrix whose rows are not
- * a whole number of 32-weight blocks falls back to F16 for q8_0/q4_0.
+ * a whole number of 32-weight blocks falls back to F16 for q8_0/q4_0, and
+ * one whose rows are not whole 256-weight super-blocks falls back to Q8_0
+ * (F16 if not whole 32-weight blocks either) for q4_k/q5_k/q6_k. The K-quant
+ * encoders are kt_quantize_q4_k/q5_k/q6_k: a plain min/max scheme, valid
+ * GGML blocks but not GGML's optimized choice of scales.
  * attn_q / attn_k rows are in the interleaved RoPE pair order (llama2.c,
  * Meta, GGUF): a Hugging Face model's rotate_half rows are permuted back
  * (per head, row i + j*hd/2 -> 2i + j). A matrix already in the target type
@@ -73,6 +79,9 @@ enum ggml_type {
 	GT_F16 = 1,
 	GT_Q4_0 = 2,
 	GT_Q8_0 = 8,
+	GT_Q4_K = 12,
+	GT_Q5_K = 13,
+	GT_Q6_K = 14,
 	GT_BF16 = 30,
 };
 
@@ -83,6 +92,9 @@ static const struct {
 } q_types[] = {
 	{ "q8_0", KT_Q8_0, 7 },
 	{ "q4_0", KT_Q4_0, 2 },
+	{ "q4_k", KT_Q4_K, 15 },
+	{ "q5_k", KT_Q5_K, 17 },
+	{ "q6_k", KT_Q6_K, 18 },
 	{ "f16", KT_F16, 1 },
 	{ "f32", KT_F32, 0 },
 };
@@ -95,6 +107,9 @@ static uint32_t ggml_type_of(enum kt_dtype dt)
 	case KT_BF16: return GT_BF16;
 	case KT_Q8_0: return GT_Q8_0;
 	case KT_Q4_0: return GT_Q4_0;
+	case KT_Q4_K: return GT_Q4_K;
+	case KT_Q5_K: return GT_Q5_K;
+	case KT_Q6_K: return GT_Q6_K;
 	}
 	return GT_F32;
 }
@@ -230,8 +245,13 @@ static int plan_add(struct q_plan *p, const char *name, const struct kt_weight *
 		t->out = KT_F32;
 		t->nbytes = (uint64_t)n * 4;
 	} else {
-		/* a row must be whole blocks to be quantized */
-		t->out = kt_dtype_is_quant(out) && w->cols % KT_QBLOCK ? KT_F16 : out;
+		/* a row must be whole blocks to be quantized: K-quants fall
+		 * back to Q8_0, then anything quantized to F16 */
+		t->out = out;
+		if (kt_dtype_is_quant(out) && w->cols % (int)kt_block_weights(out))
+			t->out = KT_Q8_0;
+		if (kt_dtype_is_quant(t->out) && w->cols % KT_QBLOCK)
+			t->out = KT_F16;
 		t->nbytes = (uint64_t)w->rows * kt_row_bytes(t->out, (size_t)w->cols);
 	}
 	return 0;
@@ -432,6 +452,9 @@ static int write_tensor(FILE *f, const struct q_tensor *t, float *tmp, uint8_t *
 			switch (t->out) {
 			case KT_Q8_0: kt_quantize_q8_0(tmp, row_out, K); break;
 			case KT_Q4_0: kt_quantize_q4_0(tmp, row_out, K); break;
+			case KT_Q4_K: kt_quantize_q4_k(tmp, row_out, K); break;
+			case KT_Q5_K: kt_quantize_q5_k(tmp, row_out, K); break;
+			case KT_Q6_K: kt_quantize_q6_k(tmp, row_out, K); break;
 			case KT_F16:
 				for (size_t k = 0; k < K; k++) {
 					uint16_t h = kt_f32_to_f16(tmp[k]);
@@ -564,12 +587,14 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: llamad-quantize --model PATH [--tokenizer PATH]\n"
-		"                       --type q8_0|q4_0|f16|f32 --out FILE.gguf\n"
+		"                       --type q8_0|q4_0|q4_k|q5_k|q6_k|f16|f32 --out FILE.gguf\n"
 		"\n"
 		"Write the model at PATH (anything llamad loads) as a GGUF v3 file:\n"
 		"matrices (embedding and output included) in --type, norms in f32,\n"
 		"the tokenizer in the metadata. Matrices whose rows are not whole\n"
-		"32-weight blocks stay f16 for q8_0/q4_0.\n"
+		"32-weight blocks stay f16 for q8_0/q4_0; for q4_k/q5_k/q6_k rows\n"
+		"that are not whole 256-weight super-blocks are written q8_0 (f16\n"
+		"if not whole 32-weight blocks either).\n"
 		"\n"
 		"Exit status: 0 ok, 1 load or I/O error, 2 usage error.\n");
 }
@@ -606,7 +631,8 @@ int main(int argc, char **argv)
 		if (strcmp(type, q_types[i].flag) == 0)
 			qi = (int)i;
 	if (qi < 0) {
-		fprintf(stderr, "llamad-quantize: unknown --type '%s' (q8_0, q4_0, f16, f32)\n",
+		fprintf(stderr, "llamad-quantize: unknown --type '%s' (q8_0, q4_0, q4_k, q5_k, q6_k, f16, "
+			"f32)\n",
 			type);
 		return 2;
 	}
@@ -643,7 +669,7 @@ int main(int argc, char **argv)
 		printf("llamad-quantize: wrote %s: %d tensors, %s matrices, %.2f MiB", out, plan.n,
 		       q_types[qi].flag, (double)bytes / (1 << 20));
 		if (fallback)
-			printf(" (%d with rows of partial blocks left f16)", fallback);
+			printf(" (%d with rows of partial blocks left q8_0 or f16)", fallback);
 		printf("\n");
 	}
 	free(hdr.p);

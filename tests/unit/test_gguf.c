@@ -1123,12 +1123,19 @@ static void test_variants(void **state)
 	expect_fail("missing.gguf", b, len, "blk.3.attn_v.weight", "missing", NULL);
 	free(b);
 
-	/* a K-quant tensor, and an unknown type */
+	/* an unsupported K-quant tensor, a supported one whose rows are not
+	 * whole 256-weight super-blocks, and an unknown type */
+	variant_init(&v, NULL, NULL);
+	variant_tensor(&v, "blk.0.attn_q.weight")->type = 10;
+	b = variant_bytes(&v, &len);
+	expect_fail("q2k.gguf", b, len, "tensor blk.0.attn_q.weight has type Q2_K",
+		    "does not support", NULL);
+	free(b);
 	variant_init(&v, NULL, NULL);
 	variant_tensor(&v, "blk.0.attn_q.weight")->type = 12;
 	b = variant_bytes(&v, &len);
-	expect_fail("q4k.gguf", b, len, "tensor blk.0.attn_q.weight has type Q4_K",
-		    "does not support", NULL);
+	expect_fail("q4k.gguf", b, len, "tensor blk.0.attn_q.weight of type Q4_K",
+		    "not a multiple of 256", NULL);
 	free(b);
 
 	/* version 2 has the same layout */
@@ -1315,8 +1322,9 @@ static void test_patched(void **state)
 	PATCH(put64(b + q->ne_off, 0x7fffffff); put64(b + q->ne_off + 8, 0x7fffffff),
 	      "blk.0.attn_q.weight", "past the end");
 	PATCH(put64(b + q->ne_off + 8, 65), "blk.0.attn_q.weight", "shape");
-	PATCH(put32(b + q->type_off, 12), "tensor blk.0.attn_q.weight has type Q4_K");
-	PATCH(put32(b + q->type_off, 14), "has type Q6_K");
+	PATCH(put32(b + q->type_off, 10), "tensor blk.0.attn_q.weight has type Q2_K");
+	PATCH(put32(b + q->type_off, 11), "has type Q3_K");
+	PATCH(put32(b + q->type_off, 14), "blk.0.attn_q.weight", "Q6_K", "multiple of 256");
 	PATCH(put32(b + q->type_off, 99), "blk.0.attn_q.weight", "unknown ggml type 99");
 	PATCH(put64(b + q->offset_off, 1ull << 40), "blk.0.attn_q.weight", "past the end");
 	PATCH(put64(b + q->offset_off, UINT64_MAX - 31), "blk.0.attn_q.weight", "past the end");

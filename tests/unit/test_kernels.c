@@ -241,6 +241,9 @@ static void mm_case_make(struct mm_case *c, enum kt_dtype dt, int rows, int cols
 			break;
 		case KT_Q8_0:
 		case KT_Q4_0:
+		case KT_Q4_K:
+		case KT_Q5_K:
+		case KT_Q6_K:
 			fail_msg("quantized weights are tested in test_quant.c");
 		}
 	}

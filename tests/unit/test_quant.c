@@ -21,6 +21,21 @@
  *                    AVX-512, 1 vs 2 threads.
  *   embed            quantized tables: exactly kt_row_to_f32 of the row and
  *                    the independent decode.
+ * K-quants (Q4_K, Q5_K, Q6_K; super-blocks of 256):
+ *   known blocks     blocks built by an encoder written here from the layout
+ *                    (chosen f16 d/dmin, 6-bit scales and mins, codes;
+ *                    extremes and random), kt_row_to_f32 exactly equal to
+ *                    the fp32 rounding of the exact value computed from the
+ *                    chosen parameters; the independent byte decoder
+ *                    (ref_weight) equal to it too.
+ *   round trip       kt_quantize_q4_k/q5_k/q6_k on random rows with
+ *                    sub-block magnitudes over many octaves: with d1 =
+ *                    d*sc of the weight's sub-block (and dmin for Q4_K/Q5_K)
+ *                      |x - w| <= max(d1, dmin)/2 + 2^-20 (|x| + dmin*m + 64 d1)
+ *                    and the scales no coarser than needed: d <= max step /
+ *                    (63 or 127) * (1 + 2^-9) + 2^-24, d1 <= step + d.
+ *   matmul, embed    as for Q8_0/Q4_0 (reference, batch invariance, paths
+ *                    bit-identical), on rows of 256..16384 weights.
  * Every output buffer is poisoned with NaN first.
  */
 #include <math.h>
@@ -96,9 +111,67 @@ static uint16_t le16(const uint8_t *p)
 	return (uint16_t)(p[0] | p[1] << 8);
 }
 
+/* Sub-block j's 6-bit scale and min from the 12 packed bytes of a Q4_K /
+ * Q5_K super-block, bit by bit as the layout states: j < 4 in the low six
+ * bits of bytes j (scale) and j+4 (min); j >= 4 with the low four bits in
+ * byte j+4 (scale low nibble, min high nibble) and the top two in the top
+ * two bits of bytes j-4 (scale) and j (min). */
+static void ref_k_scale(const uint8_t *s, int j, int *sc, int *m)
+{
+	*sc = *m = 0;
+	for (int bit = 0; bit < 6; bit++) {
+		int bs, bm;
+		if (j < 4) {
+			bs = (s[j] >> bit) & 1;
+			bm = (s[j + 4] >> bit) & 1;
+		} else if (bit < 4) {
+			bs = (s[j + 4] >> bit) & 1;
+			bm = (s[j + 4] >> (4 + bit)) & 1;
+		} else {
+			bs = (s[j - 4] >> (6 + bit - 4)) & 1;
+			bm = (s[j] >> (6 + bit - 4)) & 1;
+		}
+		*sc |= bs << bit;
+		*m |= bm << bit;
+	}
+}
+
+/* Weight i (< 256) of one K-quant super-block, decoded in double. */
+static double ref_k_weight(enum kt_dtype dt, const uint8_t *blk, size_t i)
+{
+	if (dt == KT_Q6_K) {
+		int half = (int)i / 128, k = (int)i % 128 / 32, l = (int)i % 32;
+		int lo = blk[64 * half + l + (k % 2) * 32];
+		lo = k < 2 ? lo % 16 : lo / 16;
+		int hi = blk[128 + 32 * half + l] / (1 << (2 * k)) % 4;
+		int8_t sc = (int8_t)blk[192 + i / 16];
+		return ref_f16(le16(blk + 208)) * sc * (lo + 16 * hi - 32);
+	}
+	int j = (int)i / 32, l = (int)i % 32, sc, m;
+	ref_k_scale(blk + 4, j, &sc, &m);
+	const uint8_t *qs = blk + (dt == KT_Q5_K ? 48 : 16);
+	int q = qs[32 * (j / 2) + l];
+	q = j % 2 ? q / 16 : q % 16;
+	if (dt == KT_Q5_K)
+		q += 16 * ((blk[16 + l] >> j) & 1);
+	return ref_f16(le16(blk)) * sc * q - ref_f16(le16(blk + 2)) * m;
+}
+
+static size_t ref_k_bytes(enum kt_dtype dt)
+{
+	return dt == KT_Q4_K ? 144 : dt == KT_Q5_K ? 176 : 210;
+}
+
+static int is_k(enum kt_dtype dt)
+{
+	return dt == KT_Q4_K || dt == KT_Q5_K || dt == KT_Q6_K;
+}
+
 /* Weight i of a quantized row, decoded independently in double. */
 static double ref_weight(enum kt_dtype dt, const uint8_t *row, size_t i)
 {
+	if (is_k(dt))
+		return ref_k_weight(dt, row + i / 256 * ref_k_bytes(dt), i % 256);
 	size_t b = i / 32, j = i % 32;
 	if (dt == KT_Q8_0) {
 		const uint8_t *blk = row + b * 34;
@@ -147,6 +220,26 @@ static void test_row_bytes(void **state)
 	assert_false(kt_dtype_is_quant(KT_BF16));
 	assert_string_equal(kt_dtype_name(KT_Q8_0), "q8_0");
 	assert_string_equal(kt_dtype_name(KT_Q4_0), "q4_0");
+	assert_int_equal(KT_QK_K, 256);
+	assert_int_equal(kt_row_bytes(KT_Q4_K, 256), 144);
+	assert_int_equal(kt_row_bytes(KT_Q5_K, 256), 176);
+	assert_int_equal(kt_row_bytes(KT_Q6_K, 256), 210);
+	assert_int_equal(kt_row_bytes(KT_Q4_K, 4096), 16 * 144);
+	assert_int_equal(kt_row_bytes(KT_Q5_K, 11008), 43 * 176);
+	assert_int_equal(kt_row_bytes(KT_Q6_K, 768), 3 * 210);
+	assert_int_equal(kt_block_weights(KT_F16), 1);
+	assert_int_equal(kt_block_weights(KT_Q8_0), 32);
+	assert_int_equal(kt_block_weights(KT_Q4_0), 32);
+	assert_int_equal(kt_block_weights(KT_Q4_K), 256);
+	assert_int_equal(kt_block_weights(KT_Q5_K), 256);
+	assert_int_equal(kt_block_weights(KT_Q6_K), 256);
+	assert_true(kt_dtype_is_quant(KT_Q4_K));
+	assert_true(kt_dtype_is_quant(KT_Q5_K));
+	assert_true(kt_dtype_is_quant(KT_Q6_K));
+	assert_int_equal(kt_dtype_size(KT_Q6_K), 0);
+	assert_string_equal(kt_dtype_name(KT_Q4_K), "q4_k");
+	assert_string_equal(kt_dtype_name(KT_Q5_K), "q5_k");
+	assert_string_equal(kt_dtype_name(KT_Q6_K), "q6_k");
 }
 
 /* ---- known blocks --------------------------------------------------------- */
@@ -284,6 +377,255 @@ static void test_q4_0_known_blocks(void **state)
 	assert_int_equal(got[2 + 9] & 15, 15); /* -2 * -4 + 8.5 = 16.5 -> clamp */
 }
 
+/* ---- K-quant known blocks ---------------------------------------------------- */
+
+/* The parameters of one K-quant super-block. Q4_K/Q5_K: sc[0..7], m[0..7]
+ * in 0..63, q in 0..15 / 0..31. Q6_K: sc[0..15] in -128..127, q in 0..63
+ * (the weight uses q - 32); dmin unused. */
+struct kparams {
+	uint16_t d, dmin;
+	int sc[16], m[8], q[256];
+};
+
+/* The encoder of this test, from the layout: each field placed bit group by
+ * bit group into a zeroed block. */
+static void kenc(enum kt_dtype dt, const struct kparams *p, uint8_t *blk)
+{
+	memset(blk, 0, ref_k_bytes(dt));
+	if (dt == KT_Q6_K) {
+		for (int i = 0; i < 256; i++) {
+			int half = i / 128, k = i % 128 / 32, l = i % 32;
+			int lo = p->q[i] & 15, hi = p->q[i] >> 4;
+			blk[64 * half + 32 * (k & 1) + l] |= (uint8_t)(lo << (k >= 2 ? 4 : 0));
+			blk[128 + 32 * half + l] |= (uint8_t)(hi << (2 * k));
+		}
+		for (int j = 0; j < 16; j++)
+			blk[192 + j] = (uint8_t)(int8_t)p->sc[j];
+		blk[208] = (uint8_t)p->d;
+		blk[209] = (uint8_t)(p->d >> 8);
+		return;
+	}
+	blk[0] = (uint8_t)p->d;
+	blk[1] = (uint8_t)(p->d >> 8);
+	blk[2] = (uint8_t)p->dmin;
+	blk[3] = (uint8_t)(p->dmin >> 8);
+	uint8_t *s = blk + 4;
+	for (int j = 0; j < 8; j++) {
+		if (j < 4) {
+			s[j] |= (uint8_t)p->sc[j];
+			s[j + 4] |= (uint8_t)p->m[j];
+		} else {
+			s[j + 4] |= (uint8_t)((p->sc[j] & 15) | (p->m[j] & 15) << 4);
+			s[j - 4] |= (uint8_t)((p->sc[j] >> 4) << 6);
+			s[j] |= (uint8_t)((p->m[j] >> 4) << 6);
+		}
+	}
+	uint8_t *qs = blk + (dt == KT_Q5_K ? 48 : 16);
+	for (int i = 0; i < 256; i++) {
+		int j = i / 32, l = i % 32;
+		qs[32 * (j / 2) + l] |= (uint8_t)((p->q[i] & 15) << (j % 2 ? 4 : 0));
+		if (dt == KT_Q5_K)
+			blk[16 + l] |= (uint8_t)((p->q[i] >> 4) << j);
+	}
+}
+
+/* Weight i from the parameters, exactly (double holds every product and
+ * difference for the scales used here). */
+static double kparam_weight(enum kt_dtype dt, const struct kparams *p, int i)
+{
+	if (dt == KT_Q6_K)
+		return ref_f16(p->d) * p->sc[i / 16] * (p->q[i] - 32);
+	return ref_f16(p->d) * p->sc[i / 32] * p->q[i] - ref_f16(p->dmin) * p->m[i / 32];
+}
+
+static const enum kt_dtype k_dtypes[] = { KT_Q4_K, KT_Q5_K, KT_Q6_K };
+
+/* A random finite f16 of exponent field lo..hi (sign random if sgn). */
+static uint16_t rand_f16(int lo, int hi, int sgn)
+{
+	uint16_t h = (uint16_t)(rng_u64() & 0x3ff);
+	h |= (uint16_t)((lo + (int)(rng_u64() % (uint64_t)(hi - lo + 1))) << 10);
+	if (sgn && rng_u64() % 2)
+		h |= 0x8000;
+	return h;
+}
+
+static void test_kquant_known_blocks(void **state)
+{
+	(void)state;
+	rng_seed(77);
+	uint8_t blk[2][256];
+	float out[512];
+	for (size_t di = 0; di < N_ELEMS(k_dtypes); di++) {
+		enum kt_dtype dt = k_dtypes[di];
+		int qmax = dt == KT_Q4_K ? 15 : dt == KT_Q5_K ? 31 : 63;
+		for (int rep = 0; rep < 300; rep++) {
+			struct kparams p[2];
+			for (int b = 0; b < 2; b++) {
+				struct kparams *k = &p[b];
+				int kind = rep < 6 ? rep : 6;
+				/* 0 all zero, 1 all max, 2 max codes under zero scales,
+				 * 3 subnormal scales, 4 one-hot, 5 negative d, 6 random */
+				k->d = kind == 0 ? 0 : kind == 3 ? (uint16_t)(1 + rng_u64() % 1023)
+				     : kind == 5 ? 0xbc00 : rand_f16(1, 24, 0);
+				k->dmin = kind == 0 ? 0 : kind == 3 ? (uint16_t)(rng_u64() % 1024)
+					: rand_f16(1, 24, kind == 6);
+				for (int j = 0; j < 16; j++) {
+					int r = (int)(rng_u64() % 256);
+					k->sc[j] = dt == KT_Q6_K ? r - 128 : r % 64;
+					if (kind == 1)
+						k->sc[j] = dt == KT_Q6_K ? (j % 2 ? 127 : -128) : 63;
+					if (kind == 0 || kind == 2)
+						k->sc[j] = 0;
+				}
+				for (int j = 0; j < 8; j++)
+					k->m[j] = kind == 1 || kind == 2 ? 63 : kind == 0 ? 0
+						: (int)(rng_u64() % 64);
+				for (int i = 0; i < 256; i++) {
+					k->q[i] = (int)(rng_u64() % (uint64_t)(qmax + 1));
+					if (kind == 1 || kind == 2)
+						k->q[i] = qmax;
+					if (kind == 0)
+						k->q[i] = 0;
+					if (kind == 4)
+						k->q[i] = i == (rep * 37) % 256 ? qmax : 0;
+				}
+				kenc(dt, k, blk[b]);
+			}
+			/* two super-blocks in one row */
+			uint8_t row[512];
+			size_t bb = kt_row_bytes(dt, 256);
+			assert_int_equal(bb, ref_k_bytes(dt));
+			memcpy(row, blk[0], bb);
+			memcpy(row + bb, blk[1], bb);
+			poison(out, 512);
+			kt_row_to_f32(dt, row, out, 512);
+			for (int i = 0; i < 512; i++) {
+				double e = kparam_weight(dt, &p[i / 256], i % 256);
+				float want = (float)e;
+				if (memcmp(&out[i], &want, 4) && !(out[i] == 0 && want == 0))
+					fail_msg("%s rep %d weight %d: kt_row_to_f32 %.9g, want %.9g",
+						 kt_dtype_name(dt), rep, i, (double)out[i], (double)want);
+				double r = ref_weight(dt, row, (size_t)i);
+				if (!(r == e))
+					fail_msg("%s rep %d weight %d: test decoder %.17g, params %.17g",
+						 kt_dtype_name(dt), rep, i, r, e);
+			}
+		}
+	}
+}
+
+static void quantize(enum kt_dtype dt, const float *x, void *out, size_t n)
+{
+	switch (dt) {
+	case KT_Q8_0: kt_quantize_q8_0(x, out, n); break;
+	case KT_Q4_0: kt_quantize_q4_0(x, out, n); break;
+	case KT_Q4_K: kt_quantize_q4_k(x, out, n); break;
+	case KT_Q5_K: kt_quantize_q5_k(x, out, n); break;
+	case KT_Q6_K: kt_quantize_q6_k(x, out, n); break;
+	default: fail_msg("not a quantized dtype");
+	}
+}
+
+/* K-quant round trip: the bounds in the header. */
+static void k_round_trip(enum kt_dtype dt)
+{
+	enum { N = 256 * 16 };
+	float *x = xmalloc(N * sizeof(float));
+	uint8_t *qb = xmalloc(kt_row_bytes(dt, N));
+	float *w = xmalloc(N * sizeof(float));
+	int sub = dt == KT_Q6_K ? 16 : 32, nq = dt == KT_Q4_K ? 15 : 31;
+	int smax_codes = dt == KT_Q6_K ? 127 : 63;
+	size_t bb = kt_row_bytes(dt, 256);
+	rng_seed(90 + (uint64_t)dt);
+	double worst = 0;
+	for (int rep = 0; rep < 40; rep++) {
+		/* sub-block magnitudes over many octaves (within a super-block
+		 * too), offsets to all-positive or all-negative sub-blocks,
+		 * all-zero and constant sub-blocks */
+		for (int j = 0; j < N / sub; j++) {
+			int oct = rep % 2 ? (int)(rng_u64() % 40) - 30 : (int)(rng_u64() % 6) - 3;
+			float mag = ldexpf(1, oct);
+			int kind = (int)(rng_u64() % 16);
+			float off = kind == 1 ? mag : kind == 2 ? -mag : 0;
+			float c = rng_float(-mag, mag);
+			for (int l = 0; l < sub; l++)
+				x[j * sub + l] = kind == 0 ? 0 : kind == 3 ? c
+					       : off + rng_float(-mag, mag);
+		}
+		quantize(dt, x, qb, N);
+		poison(w, N);
+		kt_row_to_f32(dt, qb, w, N);
+		for (int b = 0; b < N / 256; b++) {
+			const uint8_t *blk = qb + (size_t)b * bb;
+			const float *xb = x + b * 256;
+			double d = ref_f16(le16(blk + (dt == KT_Q6_K ? 208 : 0)));
+			double dmin = dt == KT_Q6_K ? 0 : ref_f16(le16(blk + 2));
+			/* the steps each sub-block needs, and the largest */
+			double step[16], stepmax = 0;
+			for (int j = 0; j < 256 / sub; j++) {
+				double lo = 0, hi = xb[j * sub], amax = 0;
+				for (int l = 0; l < sub; l++) {
+					lo = fmin(lo, xb[j * sub + l]);
+					hi = fmax(hi, xb[j * sub + l]);
+					amax = fmax(amax, fabs(xb[j * sub + l]));
+				}
+				step[j] = dt == KT_Q6_K ? amax / 31 : (hi - lo) / nq;
+				stepmax = fmax(stepmax, step[j]);
+			}
+			if (!(d >= 0 && d <= stepmax / smax_codes * (1 + 0x1p-9) + 0x1p-24))
+				fail_msg("%s block %d: d %.9g for largest step %.9g", kt_dtype_name(dt),
+					 b, d, stepmax);
+			for (int i = 0; i < 256; i++) {
+				int j = i / sub, sc, m = 0;
+				if (dt == KT_Q6_K)
+					sc = (int8_t)blk[192 + j];
+				else
+					ref_k_scale(blk + 4, j, &sc, &m);
+				double d1 = d * sc, m1 = dmin * m;
+				if (!(d1 <= step[j] * (1 + 1e-6) + d && d1 >= 0))
+					fail_msg("%s block %d sub %d: d*sc %.9g for step %.9g",
+						 kt_dtype_name(dt), b, j, d1, step[j]);
+				double r = ref_weight(dt, qb, (size_t)(b * 256 + i));
+				if (!(w[b * 256 + i] == (float)r))
+					fail_msg("%s: kt_row_to_f32 %.9g, decoded %.9g", kt_dtype_name(dt),
+						 (double)w[b * 256 + i], r);
+				double err = fabs(xb[i] - (double)w[b * 256 + i]);
+				double tol = fmax(d1, dmin) / 2 +
+					     0x1p-20 * (fabs(xb[i]) + m1 + 64 * d1);
+				if (!(err <= tol))
+					fail_msg("%s block %d weight %d: x %.9g -> %.9g (d1 %.9g, dmin "
+						 "%.9g, m %d) err %.3g > %.3g", kt_dtype_name(dt), b, i,
+						 (double)xb[i], (double)w[b * 256 + i], d1, dmin, m, err, tol);
+				if (tol > 0)
+					worst = fmax(worst, err / tol);
+			}
+		}
+	}
+	print_message("%s round trip: worst error %.3f of its bound\n", kt_dtype_name(dt), worst);
+	free(x);
+	free(qb);
+	free(w);
+}
+
+static void test_q4_k_round_trip(void **state)
+{
+	(void)state;
+	k_round_trip(KT_Q4_K);
+}
+
+static void test_q5_k_round_trip(void **state)
+{
+	(void)state;
+	k_round_trip(KT_Q5_K);
+}
+
+static void test_q6_k_round_trip(void **state)
+{
+	(void)state;
+	k_round_trip(KT_Q6_K);
+}
+
 /* ---- round trip ------------------------------------------------------------ */
 
 static void round_trip(enum kt_dtype dt)
@@ -383,7 +725,8 @@ struct q_case {
  * Q8_0 code -128, which the quantizer never writes). */
 static void q_case_make(struct q_case *c, enum kt_dtype dt, int rows, int cols, int n_x)
 {
-	size_t rb = kt_row_bytes(dt, (size_t)cols), bb = kt_row_bytes(dt, 32);
+	size_t bw = kt_block_weights(dt);
+	size_t rb = kt_row_bytes(dt, (size_t)cols), bb = kt_row_bytes(dt, bw);
 	c->data = xmalloc(rb * rows);
 	float *tmp = xmalloc((size_t)cols * sizeof(float));
 	for (int r = 0; r < rows; r++) {
@@ -391,19 +734,21 @@ static void q_case_make(struct q_case *c, enum kt_dtype dt, int rows, int cols, 
 		if (rng_u64() % 4) {
 			for (int k = 0; k < cols; k++)
 				tmp[k] = rng_float(-1, 1);
-			if (dt == KT_Q8_0)
-				kt_quantize_q8_0(tmp, row, (size_t)cols);
-			else
-				kt_quantize_q4_0(tmp, row, (size_t)cols);
+			quantize(dt, tmp, row, (size_t)cols);
 		} else {
 			for (size_t i = 0; i < rb; i++)
 				row[i] = (uint8_t)rng_u64();
-			for (int b = 0; b < cols / 32; b++) {
-				/* exponent 0..29: zero/subnormal to 2^14, never inf/nan */
-				uint16_t h = (uint16_t)rng_u64() & 0x83ff;
-				h |= (uint16_t)((rng_u64() % 30) << 10);
-				row[b * bb] = (uint8_t)h;
-				row[b * bb + 1] = (uint8_t)(h >> 8);
+			for (int b = 0; b < cols / (int)bw; b++) {
+				/* exponent 0..29: zero/subnormal to 2^14, never inf/nan;
+				 * K-quants: d (Q6_K: at byte 208) and dmin, 0..24 */
+				int n_h = dt == KT_Q4_K || dt == KT_Q5_K ? 2 : 1;
+				size_t at = dt == KT_Q6_K ? 208 : 0;
+				for (int k = 0; k < n_h; k++) {
+					uint16_t h = (uint16_t)rng_u64() & 0x83ff;
+					h |= (uint16_t)((rng_u64() % (is_k(dt) ? 25 : 30)) << 10);
+					row[b * bb + at + 2 * k] = (uint8_t)h;
+					row[b * bb + at + 2 * k + 1] = (uint8_t)(h >> 8);
+				}
 			}
 		}
 	}
@@ -475,15 +820,16 @@ static void expect_same(const float *a, const float *b, size_t n, const char *fm
 
 /* Every shape: each token alone vs the reference, then every n_tok vs the
  * reference with each row bit-identical to the same row alone. */
-static void q_path_all(int path)
+static void q_path_dtypes(int path, const enum kt_dtype *dts, size_t n_dt, const int *cols,
+			  size_t n_cols)
 {
 	rng_seed(200 + (uint64_t)path);
-	for (size_t di = 0; di < N_ELEMS(q_dtypes); di++)
-		for (size_t ci = 0; ci < N_ELEMS(q_cols); ci++)
+	for (size_t di = 0; di < n_dt; di++)
+		for (size_t ci = 0; ci < n_cols; ci++)
 			for (size_t ri = 0; ri < N_ELEMS(q_rows); ri++) {
 				struct q_case c;
-				int R = q_rows[ri], K = q_cols[ci];
-				q_case_make(&c, q_dtypes[di], R, K, MAX_TOK);
+				int R = q_rows[ri], K = cols[ci];
+				q_case_make(&c, dts[di], R, K, MAX_TOK);
 				float *y = xmalloc((size_t)MAX_TOK * R * sizeof(float));
 				float *y1 = xmalloc((size_t)MAX_TOK * R * sizeof(float));
 				for (int t = 0; t < MAX_TOK; t++)
@@ -501,6 +847,44 @@ static void q_path_all(int path)
 				free(y1);
 				q_case_done(&c);
 			}
+}
+
+static void q_path_all(int path)
+{
+	q_path_dtypes(path, q_dtypes, N_ELEMS(q_dtypes), q_cols, N_ELEMS(q_cols));
+}
+
+static const int k_cols[] = { 256, 512, 768, 1280 };
+
+static void k_path_all(int path)
+{
+	q_path_dtypes(path, k_dtypes, N_ELEMS(k_dtypes), k_cols, N_ELEMS(k_cols));
+}
+
+static void test_matmul_k_portable(void **state)
+{
+	(void)state;
+	k_path_all(0);
+}
+
+static void test_matmul_k_avx512(void **state)
+{
+	(void)state;
+	if (!have_avx512())
+		skip();
+	k_path_all(1);
+}
+
+static void test_matmul_k_backend_1thread(void **state)
+{
+	(void)state;
+	k_path_all(2);
+}
+
+static void test_matmul_k_backend_2threads(void **state)
+{
+	(void)state;
+	k_path_all(3);
 }
 
 static void test_matmul_q_portable(void **state)
@@ -534,21 +918,20 @@ static void test_matmul_q_backend_2threads(void **state)
  * more than 512 blocks a row), the 4-row and 1-row tails, batches over the
  * 64-token group and the 512-column chunk; a row range starting mid-matrix
  * (a thread's share). */
-static void test_matmul_q_paths_identical(void **state)
+struct q_shape {
+	int rows, cols, ntok;
+};
+
+static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct q_shape *shapes,
+			    size_t n_shapes)
 {
-	(void)state;
-	static const struct { int rows, cols, ntok; } shapes[] = {
-		{ 64, 768, 1 }, { 67, 768, 1 }, { 1000, 768, 1 }, { 21, 16416, 1 },
-		{ 13, 1024, 2 }, { 19, 544, 70 }, { 300, 768, 4 }, { 9, 16416, 3 },
-		{ 130, 2048, 128 },
-	};
 	int avx = have_avx512();
 	rng_seed(300);
-	for (size_t di = 0; di < N_ELEMS(q_dtypes); di++)
-		for (size_t si = 0; si < N_ELEMS(shapes); si++) {
+	for (size_t di = 0; di < n_dt; di++)
+		for (size_t si = 0; si < n_shapes; si++) {
 			int R = shapes[si].rows, K = shapes[si].cols, T = shapes[si].ntok;
 			struct q_case c;
-			q_case_make(&c, q_dtypes[di], R, K, T);
+			q_case_make(&c, dts[di], R, K, T);
 			size_t n = (size_t)T * R;
 			float *y[4];
 			for (int p = 0; p < 4; p++) {
@@ -586,20 +969,42 @@ static void test_matmul_q_paths_identical(void **state)
 		}
 }
 
-/* ---- embed ----------------------------------------------------------------- */
-
-static void test_embed_q(void **state)
+static void test_matmul_q_paths_identical(void **state)
 {
 	(void)state;
+	static const struct q_shape shapes[] = {
+		{ 64, 768, 1 }, { 67, 768, 1 }, { 1000, 768, 1 }, { 21, 16416, 1 },
+		{ 13, 1024, 2 }, { 19, 544, 70 }, { 300, 768, 4 }, { 9, 16416, 3 },
+		{ 130, 2048, 128 },
+	};
+	paths_identical(q_dtypes, N_ELEMS(q_dtypes), shapes, N_ELEMS(shapes));
+}
+
+/* The same for the K-quants: chunks of 512 columns with a 256 tail, rows
+ * over 16384 weights, batches over the 64-token group. */
+static void test_matmul_k_paths_identical(void **state)
+{
+	(void)state;
+	static const struct q_shape shapes[] = {
+		{ 64, 768, 1 }, { 67, 1280, 1 }, { 300, 768, 1 }, { 9, 16640, 1 },
+		{ 13, 1024, 2 }, { 19, 512, 70 }, { 300, 768, 4 }, { 9, 16640, 3 },
+		{ 130, 2048, 128 },
+	};
+	paths_identical(k_dtypes, N_ELEMS(k_dtypes), shapes, N_ELEMS(shapes));
+}
+
+/* ---- embed ----------------------------------------------------------------- */
+
+static void embed_dtypes(const enum kt_dtype *dts, size_t n_dt, const int *dims, size_t n_dims)
+{
 	static const int32_t tok[] = { 0, 36, 5, 5, 12, 1 };
 	const int NT = (int)N_ELEMS(tok), V = 37;
-	static const int dims[] = { 32, 64, 288 };
 	rng_seed(33);
-	for (size_t di = 0; di < N_ELEMS(q_dtypes); di++)
-		for (size_t wi = 0; wi < N_ELEMS(dims); wi++) {
+	for (size_t di = 0; di < n_dt; di++)
+		for (size_t wi = 0; wi < n_dims; wi++) {
 			int d = dims[wi];
 			struct q_case c;
-			q_case_make(&c, q_dtypes[di], V, d, 1);
+			q_case_make(&c, dts[di], V, d, 1);
 			size_t rb = kt_row_bytes(c.w.dtype, (size_t)d);
 			float *y = xmalloc((size_t)NT * d * sizeof(float));
 			float *r = xmalloc((size_t)d * sizeof(float));
@@ -614,7 +1019,7 @@ static void test_embed_q(void **state)
 					expect_same(r, y + (size_t)t * d, (size_t)d, "embed %s d %d t %d",
 						    kt_dtype_name(c.w.dtype), d, t);
 					for (int i = 0; i < d; i++)
-						if (!(r[i] == ref_weight(c.w.dtype, row, (size_t)i)))
+						if (!(r[i] == (float)ref_weight(c.w.dtype, row, (size_t)i)))
 							fail_msg("embed %s d %d: weight %d", kt_dtype_name(c.w.dtype), d, i);
 				}
 			}
@@ -622,6 +1027,20 @@ static void test_embed_q(void **state)
 			free(y);
 			q_case_done(&c);
 		}
+}
+
+static void test_embed_q(void **state)
+{
+	(void)state;
+	static const int dims[] = { 32, 64, 288 };
+	embed_dtypes(q_dtypes, N_ELEMS(q_dtypes), dims, N_ELEMS(dims));
+}
+
+static void test_embed_k(void **state)
+{
+	(void)state;
+	static const int dims[] = { 256, 512, 1280 };
+	embed_dtypes(k_dtypes, N_ELEMS(k_dtypes), dims, N_ELEMS(dims));
 }
 
 /* kt_row_to_f32 on the plain dtypes: the scalar conversions. */
@@ -684,6 +1103,16 @@ int main(void)
 		cmocka_unit_test(test_matmul_q_backend_2threads),
 		cmocka_unit_test(test_matmul_q_paths_identical),
 		cmocka_unit_test(test_embed_q),
+		cmocka_unit_test(test_kquant_known_blocks),
+		cmocka_unit_test(test_q4_k_round_trip),
+		cmocka_unit_test(test_q5_k_round_trip),
+		cmocka_unit_test(test_q6_k_round_trip),
+		cmocka_unit_test(test_matmul_k_portable),
+		cmocka_unit_test(test_matmul_k_avx512),
+		cmocka_unit_test(test_matmul_k_backend_1thread),
+		cmocka_unit_test(test_matmul_k_backend_2threads),
+		cmocka_unit_test(test_matmul_k_paths_identical),
+		cmocka_unit_test(test_embed_k),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
