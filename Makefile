@@ -6,6 +6,8 @@
 #   make demo       deps + build + the main job on the small default model
 #   make bench      deps + build + benchmarks (see docs/PERF.md)
 #   make test-asan  unit + golden tests under AddressSanitizer + UBSan
+#   make fuzz       libFuzzer targets (tests/fuzz/) built with clang into
+#                   build-fuzz/, each run FUZZ_TIME seconds (default 60)
 #   make install    PREFIX=/usr/local DESTDIR=
 #
 # Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found);
@@ -24,7 +26,8 @@ MODELS  ?= $(SHARED)/models
 # Debian packages needed to build and test (checked by `make deps`).
 DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
             libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev \
-            libedit-dev libxxhash-dev mandoc python3 systemd util-linux
+            libedit-dev libxxhash-dev mandoc python3 systemd util-linux \
+            clang libclang-rt-14-dev
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
 # found, unless CUDA=0.
@@ -82,7 +85,8 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all deps test test-unit test-golden test-man test-asan bench demo install clean
+.PHONY: all deps test test-unit test-golden test-man test-asan bench demo install clean \
+        fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
 deps:
@@ -109,6 +113,14 @@ $(PROTO_LIB): $(PROTO_OBJ)
 $(BUILD)/%.o: %.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
+
+# kernels/ may be built by another compiler (the fuzz build compiles them
+# with gcc, uninstrumented: clang 14 lacks __builtin_cpu_supports("f16c")).
+KERNEL_CC     ?= $(CC)
+KERNEL_CFLAGS ?= $(CFLAGS)
+$(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
+	@mkdir -p $(dir $@)
+	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cc
 	@mkdir -p $(dir $@)
@@ -144,13 +156,47 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=$(BUILD) sh tests/run.sh
+	@$(MAKE) --no-print-directory fuzz-build
+	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) \
+	    FUZZ_TIME=$(TEST_FUZZ_TIME) sh tests/run.sh
 
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" all
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-asan sh tests/run.sh
+
+# ---- fuzzing ------------------------------------------------------------------
+# tests/fuzz/fuzz_*.c: libFuzzer targets. The core and proto libraries are
+# rebuilt with clang, ASan and UBSan in $(FUZZ_BUILD) by a recursive make;
+# each target links them with -fsanitize=fuzzer. `make fuzz` runs each for
+# FUZZ_TIME seconds from the seeds in tests/fuzz/corpus/<target>/; crashing
+# inputs land in $(FUZZ_BUILD)/crashes/. `make test` runs them TEST_FUZZ_TIME s.
+# kernels/ are compiled with gcc and no sanitizer there: they are not what
+# the targets exercise, and clang 14 does not build them. Warnings are not
+# errors there (the gcc build enforces them).
+
+FUZZ_BUILD     ?= build-fuzz
+FUZZ_TIME      ?= 60
+TEST_FUZZ_TIME ?= 20
+FUZZ_TARGETS   := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SAN       := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
+                  -fno-sanitize-recover=all
+
+fuzz-build: deps
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang CXX=clang++ OPT=-O1 \
+	    SAN="$(FUZZ_SAN)" WARN="-Wall -Wextra" KERNEL_CC=gcc \
+	    KERNEL_CFLAGS="-std=c11 -O1 $(ARCH) -g -Wall -Wextra -pthread -MMD -MP" fuzz-bins
+
+fuzz: fuzz-build
+	@MODELS=$(MODELS) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_TIME=$(FUZZ_TIME) sh tests/fuzz/run.sh
+
+fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/%)
+
+# linked by the C++ driver: UBSan's C++ runtime, for the tokenizer shim
+.SECONDARY: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.o)
+$(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(CORE_LIB) $(PROTO_LIB)
+	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(PROTO_LDLIBS) $(CORE_LDLIBS) $(LDLIBS)
 
 # ---- bench, demo -------------------------------------------------------------
 
@@ -177,6 +223,6 @@ install: all
 	[ -f $(DESTDIR)/etc/llamad/llamad.conf ] || install -m 0644 etc/llamad.conf $(DESTDIR)/etc/llamad/
 
 clean:
-	rm -rf $(BUILD) build-asan
+	rm -rf $(BUILD) build-asan $(FUZZ_BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

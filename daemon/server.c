@@ -30,15 +30,13 @@
 
 #include "daemon/log.h"
 #include "daemon/server.h"
+#include "daemon/validate.h"
 #include "daemon/version.h"
 #include "model/tokenizer.h"
 #include "proto/frame.h"
 #include "session/session.h"
 
 #define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */
-#define MAX_STOPS 16
-#define MAX_STOP_LEN 256
-#define MAX_GEN_TOKENS (1u << 20)
 
 struct conn {
 	uint64_t id;
@@ -184,114 +182,6 @@ static void conn_close_after_flush(struct conn *c)
 		conn_close(c);
 }
 
-static int text_ok(const char *t, uint32_t max, const char **why)
-{
-	if (!t)
-		return 1;
-	size_t n = strlen(t);
-	if (n > max) {
-		*why = "text is longer than max_text";
-		return 0;
-	}
-	if (!utf8_valid(t, n)) {
-		*why = "text is not valid UTF-8";
-		return 0;
-	}
-	return 1;
-}
-
-static int id_ok(const char *id)
-{
-	return id && sess_id_valid(id);
-}
-
-/* Check a request before it reaches the engine. Returns 0, or an ErrorCode
- * with *why set. */
-static int validate(const struct server *s, const Llamad__Request *q, const char **why)
-{
-	uint32_t mt = s->cfg->max_text;
-	int bad = LLAMAD__ERROR_CODE__BAD_REQUEST, big = LLAMAD__ERROR_CODE__TOO_LARGE;
-	const char *bad_id = "session ids are 1-128 characters of A-Z a-z 0-9 . _ : -";
-	switch (q->op_case) {
-	case LLAMAD__REQUEST__OP_HELLO:
-		if (q->hello->client && strlen(q->hello->client) > 256)
-			return (*why = "client name is longer than 256 bytes", big);
-		if (!text_ok(q->hello->client, 256, why))
-			return bad;
-		return 0;
-	case LLAMAD__REQUEST__OP_OPEN: {
-		const Llamad__OpenSession *o = q->open;
-		if (!id_ok(o->session))
-			return (*why = bad_id, bad);
-		if (!text_ok(o->system, mt, why))
-			return strlen(o->system) > mt ? big : bad;
-		if (o->has_template_ && (o->template_ < 0 || o->template_ > 2))
-			return (*why = "unknown template", bad);
-		if (o->has_context_policy && (o->context_policy < 0 || o->context_policy > 2))
-			return (*why = "unknown context policy", bad);
-		return 0;
-	}
-	case LLAMAD__REQUEST__OP_APPEND: {
-		const Llamad__Append *a = q->append;
-		if (!id_ok(a->session))
-			return (*why = bad_id, bad);
-		if (!a->text)
-			return (*why = "append needs text", bad);
-		if (!text_ok(a->text, mt, why))
-			return strlen(a->text) > mt ? big : bad;
-		if (a->has_role && (a->role < 0 || a->role > 3))
-			return (*why = "unknown role", bad);
-		return 0;
-	}
-	case LLAMAD__REQUEST__OP_GENERATE: {
-		const Llamad__Generate *g = q->generate;
-		if (!id_ok(g->session))
-			return (*why = bad_id, bad);
-		if (!text_ok(g->prompt, mt, why))
-			return strlen(g->prompt) > mt ? big : bad;
-		if (g->has_role && (g->role < 0 || g->role > 3))
-			return (*why = "unknown role", bad);
-		if (g->has_max_tokens && g->max_tokens > MAX_GEN_TOKENS)
-			return (*why = "max_tokens is larger than 1048576", big);
-		if (g->n_stop > MAX_STOPS)
-			return (*why = "at most 16 stop strings", big);
-		for (size_t i = 0; i < g->n_stop; i++)
-			if (!text_ok(g->stop[i], MAX_STOP_LEN, why))
-				return strlen(g->stop[i]) > MAX_STOP_LEN ? big : bad;
-		return 0;
-	}
-	case LLAMAD__REQUEST__OP_FORK:
-		if (!id_ok(q->fork->session) || !id_ok(q->fork->target))
-			return (*why = bad_id, bad);
-		return 0;
-	case LLAMAD__REQUEST__OP_DROP:
-		return id_ok(q->drop->session) ? 0 : (*why = bad_id, bad);
-	case LLAMAD__REQUEST__OP_INFO:
-		return id_ok(q->info->session) ? 0 : (*why = bad_id, bad);
-	case LLAMAD__REQUEST__OP_REWIND:
-		return id_ok(q->rewind->session) ? 0 : (*why = bad_id, bad);
-	case LLAMAD__REQUEST__OP_TOKENIZE:
-		if (!text_ok(q->tokenize->text, mt, why))
-			return strlen(q->tokenize->text) > mt ? big : bad;
-		return 0;
-	case LLAMAD__REQUEST__OP_DETOKENIZE:
-		if (q->detokenize->n_tokens > mt)
-			return (*why = "too many tokens", big);
-		return 0;
-	case LLAMAD__REQUEST__OP_SAVE:
-		if (!q->save->all && !id_ok(q->save->session))
-			return (*why = bad_id, bad);
-		return 0;
-	case LLAMAD__REQUEST__OP_CANCEL:
-	case LLAMAD__REQUEST__OP_LIST:
-	case LLAMAD__REQUEST__OP_STATUS:
-		return 0;
-	default:
-		*why = "unknown operation";
-		return LLAMAD__ERROR_CODE__UNKNOWN_OP;
-	}
-}
-
 static void on_read(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -328,7 +218,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 			continue;
 		}
 		const char *why = NULL;
-		int code = validate(s, q, &why);
+		int code = request_validate(q, s->cfg->max_text, &why);
 		if (code) {
 			conn_error(c, q->id, code, why);
 			llamad__request__free_unpacked(q, NULL);

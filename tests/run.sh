@@ -2,7 +2,9 @@
 # Run every test: cmocka unit binaries (build/tests/test_*), then the shell
 # tests (tests/golden/*.sh, tests/integration/*.sh), then the man page lint.
 # Ends with one line "N passed, N failed" (cmocka cases + shell tests).
-# Env: BUILD (build folder), MODELS (../shared/models), SHARED.
+# Env: BUILD (build folder), MODELS (../shared/models), SHARED; FUZZ_BUILD
+# (set: also run the libFuzzer targets built there, FUZZ_TIME s each, one
+# test per target; see tests/fuzz/run.sh).
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 SHARED=${SHARED:-../shared}
@@ -39,6 +41,14 @@ if ls man/*.[0-9] >/dev/null 2>&1; then
     echo "== mandoc -Tlint"
     if mandoc -Tlint -W warning man/*.[0-9]; then pass=$((pass + 1)); else
         fail=$((fail + 1)); failed="$failed mandoc-lint"; fi
+fi
+
+if [ -n "$FUZZ_BUILD" ]; then
+    sh tests/fuzz/run.sh >"$log" 2>&1
+    cat "$log"
+    p=$(grep -c '^ok: fuzz_' "$log"); f=$(grep -c '^FAILED: fuzz_' "$log")
+    pass=$((pass + p)); fail=$((fail + f))
+    [ "$f" -ne 0 ] && failed="$failed $(sed -n 's/^FAILED: \(fuzz_[a-z0-9_]*\).*/\1/p' "$log" | tr '\n' ' ')"
 fi
 
 [ -n "$failed" ] && echo "failed:$failed"

@@ -1,0 +1,23 @@
+/*
+ * daemon/validate.h — checks on a decoded Request before it reaches the
+ * engine. Pure: no libevent, no I/O, so it can be fuzzed on its own
+ * (tests/fuzz/fuzz_request.c).
+ */
+#ifndef LLAMAD_DAEMON_VALIDATE_H
+#define LLAMAD_DAEMON_VALIDATE_H
+
+#include <stdint.h>
+
+#include "llamad.pb-c.h"
+
+#define MAX_STOPS 16
+#define MAX_STOP_LEN 256
+#define MAX_GEN_TOKENS (1u << 20)
+
+/* Check request q (as unpacked by protobuf-c; not modified, not owned).
+ * max_text bounds every text field and the token count of a Detokenize.
+ * Returns 0, or a Llamad__ErrorCode (BAD_REQUEST, TOO_LARGE, UNKNOWN_OP)
+ * with *why set to a static one-line message. */
+int request_validate(const Llamad__Request *q, uint32_t max_text, const char **why);
+
+#endif

@@ -1,0 +1,29 @@
+/*
+ * tests/fuzz/fuzz_gguf.c — the GGUF loader (model/gguf.c), including the
+ * tokenizer built from the file's metadata: the input is model.gguf, loaded
+ * with no tokenizer override; then gguf_load_tokenizer on the same file.
+ */
+#include "fuzz_model.h"
+#include "model/tokenizer.h"
+
+static char *file;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	file = fuzz_join(fuzz_tmpdir("fuzz_gguf"), "model.gguf");
+	return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	fuzz_model_load(file, file, NULL, data, size);
+	char *cause = NULL;
+	struct tok *t = gguf_load_tokenizer(file, &cause);
+	if (!t && !cause)
+		abort();
+	free(cause);
+	tok_free(t);
+	return 0;
+}
