@@ -36,6 +36,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/testutil.h"
+
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
 
@@ -45,41 +47,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static uint64_t rng_state;
-
-static void rng_seed(uint64_t s)
-{
-	rng_state = s * 0x9e3779b97f4a7c15ull + 1;
-}
-
-/* splitmix64 */
-static uint64_t rng_u64(void)
-{
-	uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-/* uniform in [lo, hi) */
-static float rng_float(float lo, float hi)
-{
-	double u = (double)(rng_u64() >> 11) * 0x1p-53;
-	return (float)(lo + (hi - lo) * u);
-}
-
-static void *xmalloc(size_t n)
-{
-	void *p = malloc(n ? n : 1);
-	assert_non_null(p);
-	return p;
-}
-
-static void poison(float *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = NAN;
-}
 
 static void fill(float *p, size_t n, float lo, float hi)
 {
