@@ -46,6 +46,8 @@
 #define WAIT_MS 30000            /* longest wait for one reply */
 #define RECV_MAX (64u << 20)
 
+#include "tests/unit/daemon_client.h"
+
 enum { T_LLAMA2 = LLAMAD__TEMPLATE__TEMPLATE_LLAMA2, T_RAW = LLAMAD__TEMPLATE__TEMPLATE_RAW };
 enum { P_ERROR = LLAMAD__CONTEXT_POLICY__CONTEXT_ERROR, P_SHIFT = LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT };
 
@@ -74,17 +76,6 @@ static void sleep_ms(int ms)
 }
 
 /* ---- the client layer -------------------------------------------------- */
-
-struct stash {
-	struct stash *next;
-	Llamad__Response *r;
-};
-
-struct cli {
-	int fd;
-	uint64_t next_id;
-	struct stash *kept;      /* replies read while waiting for another id */
-};
 
 /* Connected socket to the daemon, or -errno. */
 static int dial(void)
@@ -127,90 +118,6 @@ static void cli_free(struct cli *c)
 		free(s);
 	}
 	free(c);
-}
-
-/* Wait up to ms for fd to be readable: 1, or 0 on timeout. */
-static int readable(int fd, int ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int rc;
-	do
-		rc = poll(&p, 1, ms);
-	while (rc < 0 && errno == EINTR);
-	return rc > 0;
-}
-
-/* Next Response on fd within ms; NULL with *err (-ETIMEDOUT, -ECONNRESET
- * on end of stream, ...). */
-static Llamad__Response *recv_within(int fd, int ms, int *err)
-{
-	if (!readable(fd, ms)) {
-		*err = -ETIMEDOUT;
-		return NULL;
-	}
-	return frame_recv_response(fd, RECV_MAX, err);
-}
-
-static uint64_t cli_send(struct cli *c, Llamad__Request *q)
-{
-	q->has_id = 1;
-	q->id = ++c->next_id;
-	int rc = frame_send(c->fd, &q->base);
-	if (rc)
-		fail_msg("send: %s", strerror(-rc));
-	return q->id;
-}
-
-/* The next reply for id: a kept one first, else read (keeping others). */
-static Llamad__Response *cli_next(struct cli *c, uint64_t id)
-{
-	for (struct stash **pp = &c->kept; *pp; pp = &(*pp)->next) {
-		if ((*pp)->r->id == id) {
-			struct stash *s = *pp;
-			Llamad__Response *r = s->r;
-			*pp = s->next;
-			free(s);
-			return r;
-		}
-	}
-	for (;;) {
-		int err = 0;
-		Llamad__Response *r = recv_within(c->fd, WAIT_MS, &err);
-		if (!r)
-			fail_msg("waiting for the reply to %llu: %s", (unsigned long long)id,
-				 strerror(-err));
-		if (r->id == id)
-			return r;
-		struct stash *s = calloc(1, sizeof(*s)), **tail = &c->kept;
-		assert_non_null(s);
-		s->r = r;
-		while (*tail)
-			tail = &(*tail)->next;
-		*tail = s;
-	}
-}
-
-static Llamad__Response *cli_call(struct cli *c, Llamad__Request *q)
-{
-	return cli_next(c, cli_send(c, q));
-}
-
-static void rfree(Llamad__Response *r)
-{
-	if (r)
-		llamad__response__free_unpacked(r, NULL);
-}
-
-static const char *body_name(const Llamad__Response *r)
-{
-	static char buf[128];
-	if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
-		snprintf(buf, sizeof(buf), "error %d (%s: %.60s)", r->error->code,
-			 frame_error_name(r->error->code), r->error->message ? r->error->message : "");
-		return buf;
-	}
-	snprintf(buf, sizeof(buf), "body %d", r->body_case);
-	return buf;
 }
 
 /* Fail unless r is the error `code`; free r. Returns nothing. */
@@ -484,7 +391,6 @@ static void assert_same_gen(const struct gen *a, const struct gen *b)
 }
 
 /* ---- the daemon ------------------------------------------------------------ */
-
 
 /* Block k (0-based) of the reference, without the prompt and run.c's final
  * newline; NULL if absent. */

@@ -57,6 +57,8 @@
 
 #define WAIT_MS 30000            /* longest wait for one reply */
 #define RECV_MAX (64u << 20)
+
+#include "tests/unit/daemon_client.h"
 #define BLOCK_BYTES 20480        /* stories260K: one KV block of 16 tokens */
 #define MAX_DAEMONS 8
 
@@ -448,17 +450,6 @@ static void kill_daemon(struct daemon *d)
 
 /* ---- the client layer (as in test_daemon.c) ------------------------------- */
 
-struct stash {
-	struct stash *next;
-	Llamad__Response *r;
-};
-
-struct cli {
-	int fd;
-	uint64_t next_id;
-	struct stash *kept;
-};
-
 static struct cli *cli_new(const struct daemon *d)
 {
 	struct cli *c = calloc(1, sizeof(*c));
@@ -482,81 +473,6 @@ static void cli_free(struct cli *c)
 		free(s);
 	}
 	free(c);
-}
-
-static Llamad__Response *recv_within(int fd, int ms, int *err)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	int rc;
-	do
-		rc = poll(&p, 1, ms);
-	while (rc < 0 && errno == EINTR);
-	if (rc <= 0) {
-		*err = -ETIMEDOUT;
-		return NULL;
-	}
-	return frame_recv_response(fd, RECV_MAX, err);
-}
-
-static uint64_t cli_send(struct cli *c, Llamad__Request *q)
-{
-	q->has_id = 1;
-	q->id = ++c->next_id;
-	int rc = frame_send(c->fd, &q->base);
-	if (rc)
-		fail_msg("send: %s", strerror(-rc));
-	return q->id;
-}
-
-static Llamad__Response *cli_next(struct cli *c, uint64_t id)
-{
-	for (struct stash **pp = &c->kept; *pp; pp = &(*pp)->next) {
-		if ((*pp)->r->id == id) {
-			struct stash *s = *pp;
-			Llamad__Response *r = s->r;
-			*pp = s->next;
-			free(s);
-			return r;
-		}
-	}
-	for (;;) {
-		int err = 0;
-		Llamad__Response *r = recv_within(c->fd, WAIT_MS, &err);
-		if (!r)
-			fail_msg("waiting for the reply to %llu: %s", (unsigned long long)id,
-				 strerror(-err));
-		if (r->id == id)
-			return r;
-		struct stash *s = calloc(1, sizeof(*s)), **tail = &c->kept;
-		assert_non_null(s);
-		s->r = r;
-		while (*tail)
-			tail = &(*tail)->next;
-		*tail = s;
-	}
-}
-
-static Llamad__Response *cli_call(struct cli *c, Llamad__Request *q)
-{
-	return cli_next(c, cli_send(c, q));
-}
-
-static void rfree(Llamad__Response *r)
-{
-	if (r)
-		llamad__response__free_unpacked(r, NULL);
-}
-
-static const char *body_name(const Llamad__Response *r)
-{
-	static char buf[400];
-	if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
-		snprintf(buf, sizeof(buf), "error %d (%s: %s)", r->error->code,
-			 frame_error_name(r->error->code), r->error->message ? r->error->message : "");
-		return buf;
-	}
-	snprintf(buf, sizeof(buf), "body %d", r->body_case);
-	return buf;
 }
 
 /* Fail unless r is the error `code` with a one-line message containing
