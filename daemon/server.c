@@ -621,6 +621,11 @@ out:
 		event_free(s.ev_int);
 	if (s.ev_hup)
 		event_free(s.ev_hup);
+	/* the sessions are saved by now; a second SIGTERM (systemd, an
+	 * impatient admin) must not cut the rest of the clean-up short */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
 	if (s.ev_watchdog)
 		event_free(s.ev_watchdog);
 	if (s.ev_exit)

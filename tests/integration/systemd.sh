@@ -224,6 +224,7 @@ tokenizer = $MODELS/tok512.model
 socket = $tmp/d.sock
 max_tokens = $1
 log_level = $2
+state_dir = none
 EOF
 }
 write_conf 8 info
