@@ -124,23 +124,18 @@ AVX512 INLINE void rows_avx512(float *y, const float *x, const void *w, enum kt_
 	}
 }
 
-AVX512 static void rows_f32(float *y, const float *x, const void *w, int K, int N,
-			    int n_tok, int r0, int r1)
-{
-	rows_avx512(y, x, w, KT_F32, K, N, n_tok, r0, r1);
-}
+/* One entry point per dtype: the dtype is a constant inside, so the inlined
+ * row loop is specialised for it. */
+#define ROWS_FOR(name, impl, dt)                                                  \
+	AVX512 static void name(float *y, const float *x, const void *w, int K, int N, \
+				int n_tok, int r0, int r1)                             \
+	{                                                                       \
+		impl(y, x, w, dt, K, N, n_tok, r0, r1);                           \
+	}
 
-AVX512 static void rows_f16(float *y, const float *x, const void *w, int K, int N,
-			    int n_tok, int r0, int r1)
-{
-	rows_avx512(y, x, w, KT_F16, K, N, n_tok, r0, r1);
-}
-
-AVX512 static void rows_bf16(float *y, const float *x, const void *w, int K, int N,
-			     int n_tok, int r0, int r1)
-{
-	rows_avx512(y, x, w, KT_BF16, K, N, n_tok, r0, r1);
-}
+ROWS_FOR(rows_f32, rows_avx512, KT_F32)
+ROWS_FOR(rows_f16, rows_avx512, KT_F16)
+ROWS_FOR(rows_bf16, rows_avx512, KT_BF16)
 
 /* ---- block-quantized weights (Q8_0, Q4_0) ------------------------------
  *
@@ -434,35 +429,11 @@ AVX512 INLINE void rows_q_avx512(float *y, const float *x, const uint8_t *w, enu
 	}
 }
 
-AVX512 static void rows_q8_0(float *y, const float *x, const void *w, int K, int N,
-			     int n_tok, int r0, int r1)
-{
-	rows_q_avx512(y, x, w, KT_Q8_0, K, N, n_tok, r0, r1);
-}
-
-AVX512 static void rows_q4_0(float *y, const float *x, const void *w, int K, int N,
-			     int n_tok, int r0, int r1)
-{
-	rows_q_avx512(y, x, w, KT_Q4_0, K, N, n_tok, r0, r1);
-}
-
-AVX512 static void rows_q4_k(float *y, const float *x, const void *w, int K, int N,
-			     int n_tok, int r0, int r1)
-{
-	rows_q_avx512(y, x, w, KT_Q4_K, K, N, n_tok, r0, r1);
-}
-
-AVX512 static void rows_q5_k(float *y, const float *x, const void *w, int K, int N,
-			     int n_tok, int r0, int r1)
-{
-	rows_q_avx512(y, x, w, KT_Q5_K, K, N, n_tok, r0, r1);
-}
-
-AVX512 static void rows_q6_k(float *y, const float *x, const void *w, int K, int N,
-			     int n_tok, int r0, int r1)
-{
-	rows_q_avx512(y, x, w, KT_Q6_K, K, N, n_tok, r0, r1);
-}
+ROWS_FOR(rows_q8_0, rows_q_avx512, KT_Q8_0)
+ROWS_FOR(rows_q4_0, rows_q_avx512, KT_Q4_0)
+ROWS_FOR(rows_q4_k, rows_q_avx512, KT_Q4_K)
+ROWS_FOR(rows_q5_k, rows_q_avx512, KT_Q5_K)
+ROWS_FOR(rows_q6_k, rows_q_avx512, KT_Q6_K)
 #endif /* __x86_64__ */
 
 static float w_at(const void *w, enum kt_dtype dt, size_t i)
