@@ -41,6 +41,13 @@ ifneq ($(NVCC),)
     HAVE_CUDA := 1
   endif
 endif
+# Hopper machine code (sm_90a) plus PTX that newer GPUs compile at start.
+# cudart is linked statically; cuBLAS is opened at run time (dlopen), so the
+# binaries start where the CUDA libraries are missing and use the CPU.
+CUDA_HOME   ?= $(abspath $(dir $(NVCC))..)
+CUDA_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+NVCCFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Werror all-warnings \
+               -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 
 # pkg-config is evaluated lazily: `make deps` may be what installs it.
 PKG_LIBS = jansson sentencepiece libxxhash libprotobuf-c libevent libsystemd libedit
@@ -64,6 +71,11 @@ CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o) \
             $(BUILD)/proto/sentencepiece_model.pb-c.o
 CORE_LIB := $(BUILD)/libllamad-core.a
 CORE_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
+ifeq ($(HAVE_CUDA),1)
+  CPPFLAGS    += -DLLAMAD_CUDA
+  CORE_OBJ    += $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
+  CORE_LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt
+endif
 
 # proto/: the wire contract, compiled by protoc-c into $(BUILD)/proto
 PROTO_GEN := $(BUILD)/proto/llamad.pb-c.c $(BUILD)/proto/llamad.pb-c.h
@@ -78,7 +90,7 @@ CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-quantize $(BUILD)/llamad-bench \
-              $(BUILD)/llamad-bench-daemon
+              $(BUILD)/llamad-bench-daemon $(BUILD)/llamad-gpucheck
 
 BINS := $(BUILD)/llamad $(TOOL_BINS)
 ifneq ($(CLIENT_OBJ),)
@@ -122,6 +134,10 @@ $(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) -c $< -o $@
 
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/cuda.cuh kernels/backend.h
+	@mkdir -p $(dir $@)
+	$(NVCC) -I. -DLLAMAD_CUDA $(NVCCFLAGS) -c $< -o $@
+
 $(BUILD)/%.o: %.cc
 	@mkdir -p $(dir $@)
 	$(CXX) $(CPPFLAGS) $(PKG_CFLAGS) $(CXXFLAGS) -c $< -o $@
@@ -145,6 +161,9 @@ $(BUILD)/llamad-quantize: $(BUILD)/tests/tools/quantize.o $(CORE_LIB)
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
+$(BUILD)/llamad-gpucheck: $(BUILD)/tests/gpu/check.o $(CORE_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
@@ -161,7 +180,7 @@ test: deps
 	    FUZZ_TIME=$(TEST_FUZZ_TIME) sh tests/run.sh
 
 test-asan: deps
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 \
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 CUDA=0 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" all
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-asan sh tests/run.sh
@@ -184,7 +203,7 @@ FUZZ_SAN       := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-po
                   -fno-sanitize-recover=all
 
 fuzz-build: deps
-	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang CXX=clang++ OPT=-O1 \
+	@$(MAKE) --no-print-directory BUILD=$(FUZZ_BUILD) CC=clang CXX=clang++ OPT=-O1 CUDA=0 \
 	    SAN="$(FUZZ_SAN)" WARN="-Wall -Wextra" KERNEL_CC=gcc \
 	    KERNEL_CFLAGS="-std=c11 -O1 $(ARCH) -g -Wall -Wextra -pthread -MMD -MP" fuzz-bins
 

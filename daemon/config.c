@@ -10,10 +10,10 @@
 #include <string.h>
 
 #include "daemon/config.h"
+#include "kernels/backend.h"
 #include "session/session.h"
 
-enum ktype { K_STR, K_INT, K_BYTES, K_MODE, K_FLOAT, K_TEMPLATE, K_POLICY, K_LOGLEVEL,
-	     K_FOREIGN };
+enum ktype { K_STR, K_INT, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
 
 struct key {
 	const char *name;
@@ -22,12 +22,31 @@ struct key {
 	double min, max;
 	int reload;          /* may change on SIGHUP */
 	const char *help;
+	const char *const *names;  /* K_ENUM: value names, NULL-terminated */
 };
 
+static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw", NULL };
+static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift", NULL };
+static const char *const level_names[] = { "error", "warning", "info", "debug", NULL };
+static const char *const foreign_names[] = { "recompute", "refuse", NULL };
+static const char *const device_names[] = { [BACKEND_AUTO] = "auto", [BACKEND_CPU] = "cpu",
+					    [BACKEND_CUDA] = "cuda", NULL };
+static const char *const wtype_names[] = { [BACKEND_W_F16] = "f16", [BACKEND_W_BF16] = "bf16",
+					   [BACKEND_W_F32] = "f32", NULL };
+
+/* rows name `names` only for K_ENUM keys */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #define O(f) offsetof(struct config, f)
 static const struct key keys[] = {
 	{ "model", K_STR, O(model), 0, 0, 0, "model file or Hugging Face folder" },
 	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, "SentencePiece tokenizer.model (default: beside the model)" },
+	{ "device", K_ENUM, O(device), 0, 0, 0,
+	  "backend: auto (the GPU when one is usable), cpu or cuda", device_names },
+	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, 0,
+	  "dtype of f32/f16/bf16 matrices on the GPU: f16, bf16 or f32", wtype_names },
+	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 0,
+	  "percent of the GPU memory free after the weights taken by the KV cache" },
 	{ "threads", K_INT, O(threads), 0, 1024, 0, "CPU worker threads (0: all cores)" },
 	{ "socket", K_STR, O(socket), 0, 0, 0, "listening socket path" },
 	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0, "socket permissions, octal (0660)" },
@@ -39,8 +58,8 @@ static const struct key keys[] = {
 	{ "state_dir", K_STR, O(state_dir), 0, 0, 0,
 	  "folder of saved sessions (\"none\": no persistence)" },
 	{ "save_delay", K_INT, O(save_delay), 0, 86400, 1, "seconds idle before a changed session is saved" },
-	{ "foreign_cache", K_FOREIGN, O(foreign_cache), 0, 0, 1,
-	  "sessions saved under another model: recompute or refuse" },
+	{ "foreign_cache", K_ENUM, O(foreign_cache), 0, 0, 1,
+	  "sessions saved under another model: recompute or refuse", foreign_names },
 	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 1, "sessions per user (0: no quota)" },
 	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1, "most sessions held at once" },
 	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 1, "tokens per session (0: the model's context)" },
@@ -48,8 +67,8 @@ static const struct key keys[] = {
 	{ "max_text", K_INT, O(max_text), 1, 1 << 30, 1, "largest text field in bytes" },
 	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 1, "tokens per forward step, all sessions together" },
 	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 1, "default reply length in tokens" },
-	{ "template", K_TEMPLATE, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw" },
-	{ "context_policy", K_POLICY, O(context_policy), 0, 0, 1, "when a session is full: error or shift" },
+	{ "template", K_ENUM, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw", tmpl_names },
+	{ "context_policy", K_ENUM, O(context_policy), 0, 0, 1, "when a session is full: error or shift", policy_names },
 	{ "temperature", K_FLOAT, O(temperature), 0, 100, 1, "default sampling temperature (0: greedy)" },
 	{ "top_k", K_INT, O(top_k), 0, INT_MAX, 1, "default top-k (0: off)" },
 	{ "top_p", K_FLOAT, O(top_p), 1e-6, 1, 1, "default top-p (1: off)" },
@@ -60,14 +79,11 @@ static const struct key keys[] = {
 	{ "frequency_penalty", K_FLOAT, O(frequency_penalty), -10, 10, 1, "default frequency penalty" },
 	{ "max_connections", K_INT, O(max_connections), 1, 1e6, 1, "most client connections at once" },
 	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 1, "close connections idle this many seconds (0: never)" },
-	{ "log_level", K_LOGLEVEL, O(log_level), 0, 0, 1, "error, warning, info or debug" },
+	{ "log_level", K_ENUM, O(log_level), 0, 0, 1, "error, warning, info or debug", level_names },
 };
 #undef O
+#pragma GCC diagnostic pop
 
-static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw" };
-static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
-static const char *const level_names[] = { "error", "warning", "info", "debug" };
-static const char *const foreign_names[] = { "recompute", "refuse" };
 
 void config_defaults(struct config *c)
 {
@@ -91,6 +107,9 @@ void config_defaults(struct config *c)
 	c->log_level = 2;
 	c->save_delay = 5;
 	c->ram_cache = 256ull << 20;
+	c->device = BACKEND_AUTO;
+	c->gpu_weights = BACKEND_W_F16;
+	c->gpu_kv_share = 80;
 }
 
 void config_done(struct config *c)
@@ -246,37 +265,13 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		*(float *)p = (float)x;
 		return 0;
 	}
-	case K_TEMPLATE: {
-		int x = parse_enum(v, tmpl_names, 3);
+	case K_ENUM: {
+		int n = 0;
+		while (k->names[n])
+			n++;
+		int x = parse_enum(v, k->names, n);
 		if (x < 0) {
-			*why = "expected llama2 or raw";
-			return -EINVAL;
-		}
-		*(int *)p = x;
-		return 0;
-	}
-	case K_POLICY: {
-		int x = parse_enum(v, policy_names, 3);
-		if (x < 0) {
-			*why = "expected error or shift";
-			return -EINVAL;
-		}
-		*(int *)p = x;
-		return 0;
-	}
-	case K_LOGLEVEL: {
-		int x = parse_enum(v, level_names, 4);
-		if (x < 0) {
-			*why = "expected error, warning, info or debug";
-			return -EINVAL;
-		}
-		*(int *)p = x;
-		return 0;
-	}
-	case K_FOREIGN: {
-		int x = parse_enum(v, foreign_names, 2);
-		if (x < 0) {
-			*why = "expected recompute or refuse";
+			*why = "expected one of the values listed in llamad.conf(5)";
 			return -EINVAL;
 		}
 		*(int *)p = x;
@@ -372,10 +367,7 @@ void config_dump(const struct config *c, FILE *f)
 		case K_BYTES: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
 		case K_MODE: fprintf(f, "0%o", *(const unsigned *)p); break;
 		case K_FLOAT: fprintf(f, "%g", (double)*(const float *)p); break;
-		case K_TEMPLATE: fprintf(f, "%s", tmpl_names[*(const int *)p]); break;
-		case K_POLICY: fprintf(f, "%s", policy_names[*(const int *)p]); break;
-		case K_LOGLEVEL: fprintf(f, "%s", level_names[*(const int *)p]); break;
-		case K_FOREIGN: fprintf(f, "%s", foreign_names[*(const int *)p]); break;
+		case K_ENUM: fprintf(f, "%s", k->names[*(const int *)p]); break;
 		}
 		fputc('\n', f);
 	}

@@ -36,6 +36,9 @@ struct config {
 	int foreign_cache;       /* 0: recompute from the tokens, 1: refuse */
 	uint64_t ram_cache;      /* bytes of host memory for evicted K/V */
 	int max_sessions_per_uid;/* 0: no quota */
+	int device;              /* enum backend_kind */
+	int gpu_weights;         /* enum backend_wtype */
+	int gpu_kv_share;        /* percent of free GPU memory for the KV pool */
 };
 
 /* Fill with defaults. */

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "daemon/engine.h"
 #include "daemon/log.h"
 #include "daemon/version.h"
@@ -691,8 +693,12 @@ static int to_ram(struct engine *e, struct session *v)
 	if (e->ram_used + bytes > e->cfg.ram_cache || !(v->ram_kv = malloc(bytes ? bytes : 1)))
 		return 0;
 	for (int i = 0; i < v->kv.n_blocks; i++)
-		memcpy((char *)v->ram_kv + (size_t)i * block_bytes(e),
-		       kt_kv_block(&e->pool->kv, v->kv.blocks[i]), block_bytes(e));
+		if (kvpool_get_block(e->pool, v->kv.blocks[i],
+				     (char *)v->ram_kv + (size_t)i * block_bytes(e)) != 0) {
+			free(v->ram_kv);
+			v->ram_kv = NULL;
+			return 0;
+		}
 	v->ram_bytes = bytes;
 	v->ram_blocks = v->kv.n_blocks;
 	e->ram_used += bytes;
@@ -777,10 +783,19 @@ static int ensure_resident(struct engine *e, struct session *s, uint64_t conn, u
 			return -1;
 		}
 		kv.cap = nb ? nb : 1;
+		int rc = 0;
 		for (int i = 0; i < nb; i++) {
 			kv.blocks[i] = kvpool_alloc(e->pool);
-			memcpy(kt_kv_block(&e->pool->kv, kv.blocks[i]),
-			       (char *)s->ram_kv + (size_t)i * block_bytes(e), block_bytes(e));
+			if (!rc)
+				rc = kvpool_put_block(e->pool, kv.blocks[i],
+						      (char *)s->ram_kv + (size_t)i * block_bytes(e));
+		}
+		if (rc) {
+			kv.n_blocks = nb;
+			kvseq_release(e->pool, &kv);
+			send_error(e, conn, id, LLAMAD__ERROR_CODE__INTERNAL,
+				   "the device failed while restoring the session");
+			return -1;
 		}
 		kv.n_blocks = nb;
 		free(s->kv.blocks);
@@ -1675,6 +1690,15 @@ static void step(struct engine *e)
 		return;
 	int rc = fwd_run(e->fwd, &e->pool->kv, e->seqs, nb);
 	e->n_forward++;
+	if (rc && e->be->failed) {
+		/* a sticky device error: nothing more can run on this GPU. Tell
+		 * systemd and exit non-zero; Restart=on-failure brings llamad back
+		 * and sessions return from the state directory. */
+		log_msg(LL_ERROR, "the %s backend failed (%s); exiting so that the service "
+			"restarts", e->be->ops->name, e->be->desc);
+		sd_notify(0, "STATUS=GPU failed: restarting\nSTOPPING=1");
+		_exit(EXIT_FAILURE);
+	}
 	if (rc) {
 		log_msg(LL_ERROR, "forward pass failed: %s", strerror(-rc));
 		for (int i = 0; i < nb; i++)
@@ -1860,28 +1884,62 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	e->t_start = now_s();
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
-	e->be = backend_cpu_new(cfg->threads);
-	int kv_dim = model_kv_dim(&m->cfg);
-	size_t bb = (size_t)m->cfg.n_layers * 2 * KV_BLOCK_TOKENS * kv_dim * sizeof(float);
-	uint64_t nblocks = cfg->kv_memory / bb;
-	if (nblocks < 1 || nblocks > INT32_MAX) {
-		if (asprintf(cause, "kv_memory %llu bytes holds %llu blocks of %zu bytes; "
-			     "need at least one", (unsigned long long)cfg->kv_memory,
-			     (unsigned long long)nblocks, bb) < 0)
+	struct backend_opts bo = { .kind = (enum backend_kind)cfg->device, .n_threads = cfg->threads,
+				   .wtype = (enum backend_wtype)cfg->gpu_weights };
+	char *note = NULL;
+	e->be = backend_open(&bo, cause, &note);
+	if (!e->be) {
+		if (!*cause && asprintf(cause, "out of memory creating the backend") < 0)
 			*cause = NULL;
 		engine_free(e);
 		return NULL;
 	}
-	e->pool = kvpool_new((int)nblocks, KV_BLOCK_TOKENS, m->cfg.n_layers, kv_dim);
+	if (note)
+		log_msg(LL_INFO, "device auto: using the CPU (%s)", note);
+	free(note);
+	log_msg(LL_INFO, "backend: %s", e->be->desc);
 	e->step_cap = cfg->step_tokens > 64 ? cfg->step_tokens : 64;
 	if (e->step_cap < 4096)
 		e->step_cap = 4096 < e->ctx ? 4096 : (e->ctx > 64 ? e->ctx : 64);
 	if (e->step_cap < cfg->step_tokens)
 		e->step_cap = cfg->step_tokens;
-	e->fwd = e->be ? fwd_new(m, e->be, e->step_cap) : NULL;
-	if (!e->be || !e->pool || !e->fwd || sess_table_init(&e->st, e->pool) != 0) {
-		if (asprintf(cause, "out of memory allocating %llu bytes of KV cache and scratch",
-			     (unsigned long long)cfg->kv_memory) < 0)
+	/* weights and scratch first: on a GPU the KV pool takes a share of
+	 * what they leave */
+	e->fwd = fwd_new(m, e->be, e->step_cap);
+	if (!e->fwd) {
+		if (asprintf(cause, "%s placing the weights and %d-token scratch on the %s",
+			     e->be->failed ? "device error" : "out of memory", e->step_cap,
+			     e->be->ops->name) < 0)
+			*cause = NULL;
+		engine_free(e);
+		return NULL;
+	}
+	int kv_dim = model_kv_dim(&m->cfg);
+	size_t bb = (size_t)m->cfg.n_layers * 2 * KV_BLOCK_TOKENS * kv_dim * sizeof(float);
+	uint64_t kv_bytes = cfg->kv_memory;
+	size_t dev_free, dev_total;
+	if (backend_mem_info(e->be, &dev_free, &dev_total) == 0) {
+		kv_bytes = (uint64_t)dev_free / 100 * (uint64_t)cfg->gpu_kv_share;
+		log_msg(LL_INFO, "GPU memory: %.1f GiB free of %.1f GiB after the weights; "
+			"KV cache %.1f GiB (gpu_kv_share %d%%)", dev_free / 1073741824.0,
+			dev_total / 1073741824.0, kv_bytes / 1073741824.0, cfg->gpu_kv_share);
+	}
+	uint64_t nblocks = kv_bytes / bb;
+	if (nblocks > INT32_MAX)
+		nblocks = INT32_MAX;
+	if (nblocks < 1) {
+		if (asprintf(cause, "a KV cache of %llu bytes holds %llu blocks of %zu bytes; "
+			     "need at least one (raise %s)", (unsigned long long)kv_bytes,
+			     (unsigned long long)nblocks, bb,
+			     e->be->host_mem ? "kv_memory" : "gpu_kv_share") < 0)
+			*cause = NULL;
+		engine_free(e);
+		return NULL;
+	}
+	e->pool = kvpool_new_on(e->be, (int)nblocks, KV_BLOCK_TOKENS, m->cfg.n_layers, kv_dim);
+	if (!e->pool || sess_table_init(&e->st, e->pool) != 0) {
+		if (asprintf(cause, "out of memory allocating %llu bytes of KV cache",
+			     (unsigned long long)kv_bytes) < 0)
 			*cause = NULL;
 		engine_free(e);
 		return NULL;

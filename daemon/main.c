@@ -227,6 +227,8 @@ int main(int argc, char **argv)
 
 	if (o.prompt) {
 		o.threads = cfg.threads;
+		o.device = cfg.device;
+		o.gpu_weights = cfg.gpu_weights;
 		o.max_tokens = cfg.max_tokens;
 		o.tmpl = tmpl_set && cfg.tmpl == SESS_TMPL_LLAMA2 ? CHAT_TEMPLATE_LLAMA2
 								   : CHAT_TEMPLATE_RAW;

@@ -64,9 +64,22 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 	hist = nh;
 
 	int rc = 1;
-	struct backend *be = backend_cpu_new(o->threads);
-	struct kvpool *pool = kvpool_new((total + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK,
-					 c->n_layers, model_kv_dim(c));
+	struct backend_opts bo = { .kind = (enum backend_kind)o->device, .n_threads = o->threads,
+				   .wtype = (enum backend_wtype)o->gpu_weights };
+	char *cause = NULL, *note = NULL;
+	struct backend *be = backend_open(&bo, &cause, &note);
+	if (!be && cause) {
+		fprintf(stderr, "llamad: %s\n", cause);
+		free(cause);
+		free(hist);
+		return 1;
+	}
+	if (be && o->verbose)
+		fprintf(stderr, "llamad: backend %s%s%s%s\n", be->desc, note ? " (GPU not used: " : "",
+			note ? note : "", note ? ")" : "");
+	free(note);
+	struct kvpool *pool = kvpool_new_on(be, (total + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK,
+					    c->n_layers, model_kv_dim(c));
 	struct fwd *f = be ? fwd_new(m, be, PREFILL_CHUNK) : NULL;
 	float *logits = malloc((size_t)c->vocab * sizeof(float));
 	struct kvseq seq = { 0 };

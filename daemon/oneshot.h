@@ -19,6 +19,8 @@ struct oneshot_opts {
 	int echo;
 	int verbose;
 	int threads;
+	int device;        /* enum backend_kind */
+	int gpu_weights;   /* enum backend_wtype */
 	struct sampler_params sp;
 	const char **stops;
 	int n_stops;

@@ -163,17 +163,96 @@ struct backend_ops {
 	 * or -ENOMEM. */
 	int (*reserve)(struct backend *be, int max_pos, int max_tokens);
 	void (*free)(struct backend *be);
+
+	/*
+	 * Memory the ops read and write ("backend memory"): activations, the
+	 * KV pool, placed weights. Host memory on the CPU backend, device
+	 * memory on CUDA. mem_alloc returns NULL when out of memory; copies
+	 * return 0 or -EIO once the backend has failed (a sticky device error:
+	 * see `failed`). Downloads wait for every op queued before them.
+	 */
+	void *(*mem_alloc)(struct backend *be, size_t bytes);
+	void (*mem_free)(struct backend *be, void *p);
+	int (*upload)(struct backend *be, void *dst, const void *host_src, size_t bytes);
+	int (*download)(struct backend *be, void *host_dst, const void *src, size_t bytes);
+	int (*copy)(struct backend *be, void *dst, const void *src, size_t bytes);
+	/* Make dst a copy of src in backend memory, possibly in another dtype
+	 * or layout that only this backend's matmul/embed read (CUDA: f32 to
+	 * f16, quantized blocks repacked). The CPU backend aliases src.
+	 * Returns 0, -ENOMEM or -EIO. */
+	int (*weight_place)(struct backend *be, struct kt_weight *dst,
+			    const struct kt_weight *src);
+	void (*weight_release)(struct backend *be, struct kt_weight *w);
+	/* Stage one batch before its ops run: the ops that take tok, pos or
+	 * rows until the next batch_begin are called with exactly these
+	 * arrays, so a device backend uploads them once here. NULL: nothing
+	 * to stage. */
+	int (*batch_begin)(struct backend *be, const struct kt_kv *kv, const int32_t *tok,
+			   const int *pos, const struct kt_attn_row *rows, int n_tok);
+	/*
+	 * Optional replay of recorded batches (CUDA graphs), keyed by (owner,
+	 * key). graph_replay runs the ops recorded under the key against the
+	 * staged batch and returns 1, or returns 0 when nothing usable is
+	 * recorded. Then the caller may bracket the ops with
+	 * graph_record_begin / graph_record_end: that records them, and
+	 * graph_record_end runs them once and returns 0, or returns nonzero
+	 * when recording failed and nothing ran (the caller runs the ops again,
+	 * unrecorded). A recording holds the buffers and the KV pool of its
+	 * batch: an owner must reuse them for the same key. NULL: no recording.
+	 */
+	int (*graph_replay)(struct backend *be, const void *owner, int key);
+	void (*graph_record_begin)(struct backend *be, const void *owner, int key);
+	int (*graph_record_end)(struct backend *be, const void *owner, int key);
+	/* Free and total bytes of device memory; NULL on host memory. */
+	int (*mem_info)(struct backend *be, size_t *free_b, size_t *total_b);
 };
 
 struct backend {
 	const struct backend_ops *ops;
 	int n_threads;
-	char desc[64];   /* for logs and status: "cpu, 2 threads, avx512" */
+	int host_mem;      /* backend memory is plain host memory */
+	volatile int failed;  /* a sticky device error: every later call fails */
+	char desc[96];     /* for logs and status: "cpu, 2 threads, avx512" */
 };
+
+/* Which backend backend_open() makes. */
+enum backend_kind {
+	BACKEND_AUTO = 0,  /* CUDA when a usable GPU is there, else the CPU */
+	BACKEND_CPU = 1,
+	BACKEND_CUDA = 2,
+};
+
+/* Device weight dtype of the CUDA backend for f32/f16/bf16 matrices. */
+enum backend_wtype {
+	BACKEND_W_F16 = 0, /* f32 and f16 as f16; bf16 stays bf16 */
+	BACKEND_W_BF16 = 1,/* f32 and bf16 as bf16; f16 stays f16 */
+	BACKEND_W_F32 = 2, /* as in the file (f32 stays f32) */
+};
+
+struct backend_opts {
+	enum backend_kind kind;
+	int n_threads;     /* CPU workers (<= 0: all cores) */
+	int gpu;           /* CUDA device ordinal */
+	enum backend_wtype wtype;
+};
+
+/* Create the backend opts asks for. NULL with *cause (malloc'd) when the
+ * CUDA backend was asked for and no usable GPU is there (or the build has
+ * no CUDA backend), or on ENOMEM. When BACKEND_AUTO falls back to the CPU,
+ * *note (malloc'd; note may be NULL) says why the GPU was not used. */
+struct backend *backend_open(const struct backend_opts *opts, char **cause, char **note);
+/* 1 if this build contains the CUDA backend. */
+int backend_have_cuda(void);
+/* Free and total bytes of backend memory (CUDA: the device's); -ENOSYS on
+ * host memory. */
+int backend_mem_info(struct backend *be, size_t *free_b, size_t *total_b);
 
 /* Create the CPU backend with n_threads workers (<= 0: all online cores).
  * Returns NULL on ENOMEM. Free with backend_free(). */
 struct backend *backend_cpu_new(int n_threads);
+/* Create the CUDA backend on device `gpu` (only in builds with CUDA).
+ * NULL with *cause (malloc'd) when no usable device is there. */
+struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause);
 /* Destroy a backend; accepts NULL. */
 void backend_free(struct backend *be);
 

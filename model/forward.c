@@ -18,8 +18,8 @@
 
 #include "model/forward.h"
 
-/* classifier rows computed per matmul call */
-#define LOGIT_ROWS 16
+/* classifier rows computed per matmul call (bounds the logits scratch) */
+#define LOGIT_ROWS 64
 
 /* Where a row's logits go: sequence output and row within it. */
 struct out_row {
@@ -27,18 +27,104 @@ struct out_row {
 	int row;   /* index in the batch */
 };
 
+/*
+ * Activations live in backend memory (device memory on CUDA), as do the
+ * weights the ops read: fwd_new places the model there (the CPU backend
+ * aliases it) and keeps the placed copy in `dm`.
+ */
 struct fwd {
 	const struct model *m;
 	struct backend *be;
 	int max_tokens;
+	struct model dm;             /* placed weights: layers, norms, inv_freq */
+	struct model_layer *dl;
+	void **vecs;                 /* norm / rope vectors uploaded by fwd_new */
+	int n_vecs;
+	int placed;                  /* weights placed (release them in fwd_free) */
 	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
 	float *lx, *lout;            /* logit rows: (max_tokens, D), (lrows, vocab) */
+	float *lout_host;            /* lout downloaded */
 	int lrows;
 	int32_t *tok;
 	int *pos;
 	struct out_row *outs;
 	struct kt_attn_row *rows;
 };
+
+static void *bmem(struct fwd *f, size_t bytes)
+{
+	return f->be->ops->mem_alloc(f->be, bytes ? bytes : 1);
+}
+
+/* A host vector where the ops can read it: the same pointer on host memory,
+ * else an uploaded copy (freed by fwd_free). */
+static const float *place_vec(struct fwd *f, const float *v, size_t n)
+{
+	if (f->be->host_mem)
+		return v;
+	float *d = bmem(f, n * sizeof(float));
+	if (!d)
+		return NULL;
+	f->vecs[f->n_vecs++] = d;
+	if (f->be->ops->upload(f->be, d, v, n * sizeof(float)) != 0)
+		return NULL;
+	return d;
+}
+
+/* Place every weight of f->m into backend memory (f->dm). 0 or -errno. */
+static int place_model(struct fwd *f)
+{
+	const struct model *m = f->m;
+	const struct model_config *c = &m->cfg;
+	struct backend *be = f->be;
+	f->dm = *m;
+	f->dl = calloc((size_t)c->n_layers, sizeof(*f->dl));
+	f->vecs = calloc((size_t)c->n_layers * 2 + 2, sizeof(void *));
+	if (!f->dl || !f->vecs)
+		return -ENOMEM;
+	f->dm.layers = f->dl;
+	f->placed = 1;
+	int rc = be->ops->weight_place(be, &f->dm.embed, &m->embed);
+	if (!rc && m->cls.data == m->embed.data)
+		f->dm.cls = f->dm.embed;   /* tied: one copy */
+	else if (!rc)
+		rc = be->ops->weight_place(be, &f->dm.cls, &m->cls);
+	for (int l = 0; l < c->n_layers && !rc; l++) {
+		const struct model_layer *L = &m->layers[l];
+		struct model_layer *D = &f->dl[l];
+		const struct kt_weight *src[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3 };
+		struct kt_weight *dst[7] = { &D->wq, &D->wk, &D->wv, &D->wo, &D->w1, &D->w2, &D->w3 };
+		for (int i = 0; i < 7 && !rc; i++)
+			rc = be->ops->weight_place(be, dst[i], src[i]);
+		if (!rc && (!(D->att_norm = place_vec(f, L->att_norm, (size_t)c->dim)) ||
+			    !(D->ffn_norm = place_vec(f, L->ffn_norm, (size_t)c->dim))))
+			rc = be->failed ? -EIO : -ENOMEM;
+	}
+	if (!rc && (!(f->dm.final_norm = place_vec(f, m->final_norm, (size_t)c->dim)) ||
+		    !(f->dm.inv_freq = (float *)place_vec(f, m->inv_freq, (size_t)c->head_dim / 2))))
+		rc = be->failed ? -EIO : -ENOMEM;
+	return rc;
+}
+
+static void release_model(struct fwd *f)
+{
+	struct backend *be = f->be;
+	if (f->placed) {
+		if (f->dm.cls.data != f->dm.embed.data)
+			be->ops->weight_release(be, &f->dm.cls);
+		be->ops->weight_release(be, &f->dm.embed);
+		for (int l = 0; f->dl && l < f->m->cfg.n_layers; l++) {
+			struct model_layer *D = &f->dl[l];
+			struct kt_weight *w[7] = { &D->wq, &D->wk, &D->wv, &D->wo, &D->w1, &D->w2, &D->w3 };
+			for (int i = 0; i < 7; i++)
+				be->ops->weight_release(be, w[i]);
+		}
+	}
+	for (int i = 0; i < f->n_vecs; i++)
+		be->ops->mem_free(be, f->vecs[i]);
+	free(f->vecs);
+	free(f->dl);
+}
 
 struct fwd *fwd_new(const struct model *m, struct backend *be, int max_tokens)
 {
@@ -51,43 +137,43 @@ struct fwd *fwd_new(const struct model *m, struct backend *be, int max_tokens)
 	f->m = m;
 	f->be = be;
 	f->max_tokens = (int)T;
-	f->x = malloc(T * c->dim * sizeof(float));
-	f->xb = malloc(T * ((size_t)c->dim > qd ? (size_t)c->dim : qd) * sizeof(float));
-	f->q = malloc(T * qd * sizeof(float));
-	f->k = malloc(T * kv * sizeof(float));
-	f->v = malloc(T * kv * sizeof(float));
-	f->att = malloc(T * qd * sizeof(float));
-	f->hb = malloc(T * c->ffn_dim * sizeof(float));
-	f->hb2 = malloc(T * c->ffn_dim * sizeof(float));
-	f->lx = malloc(T * c->dim * sizeof(float));
 	f->lrows = (int)(T < LOGIT_ROWS ? T : LOGIT_ROWS);
-	f->lout = malloc((size_t)f->lrows * c->vocab * sizeof(float));
 	f->tok = malloc(T * sizeof(int32_t));
 	f->pos = malloc(T * sizeof(int));
 	f->rows = malloc(T * sizeof(*f->rows));
 	f->outs = malloc(T * sizeof(*f->outs));
-	if (!f->outs || be->ops->reserve(be, c->max_ctx, (int)T) != 0 || !f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
-	    !f->lx || !f->lout || !f->tok || !f->pos || !f->rows) {
-		fwd_free(f);
-		return NULL;
-	}
+	f->lout_host = malloc((size_t)f->lrows * c->vocab * sizeof(float));
+	if (!f->tok || !f->pos || !f->rows || !f->outs || !f->lout_host || place_model(f) != 0)
+		goto fail;
+	f->x = bmem(f, T * c->dim * sizeof(float));
+	f->xb = bmem(f, T * ((size_t)c->dim > qd ? (size_t)c->dim : qd) * sizeof(float));
+	f->q = bmem(f, T * qd * sizeof(float));
+	f->k = bmem(f, T * kv * sizeof(float));
+	f->v = bmem(f, T * kv * sizeof(float));
+	f->att = bmem(f, T * qd * sizeof(float));
+	f->hb = bmem(f, T * c->ffn_dim * sizeof(float));
+	f->hb2 = bmem(f, T * c->ffn_dim * sizeof(float));
+	f->lx = bmem(f, T * c->dim * sizeof(float));
+	f->lout = bmem(f, (size_t)f->lrows * c->vocab * sizeof(float));
+	if (!f->x || !f->xb || !f->q || !f->k || !f->v || !f->att || !f->hb || !f->hb2 ||
+	    !f->lx || !f->lout || be->ops->reserve(be, c->max_ctx, (int)T) != 0)
+		goto fail;
 	return f;
+fail:
+	fwd_free(f);
+	return NULL;
 }
 
 void fwd_free(struct fwd *f)
 {
 	if (!f)
 		return;
-	free(f->x);
-	free(f->xb);
-	free(f->q);
-	free(f->k);
-	free(f->v);
-	free(f->att);
-	free(f->hb);
-	free(f->hb2);
-	free(f->lx);
-	free(f->lout);
+	float *bufs[] = { f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2, f->lx, f->lout };
+	for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
+		if (bufs[i])
+			f->be->ops->mem_free(f->be, bufs[i]);
+	release_model(f);
+	free(f->lout_host);
 	free(f->tok);
 	free(f->pos);
 	free(f->rows);
@@ -95,11 +181,12 @@ void fwd_free(struct fwd *f)
 	free(f);
 }
 
-/* Run T rows already staged in f->tok/pos/rows; write logits for out rows. */
-static void run_rows(struct fwd *f, const struct kt_kv *kv, int T,
-		     const struct out_row *outs, int n_out)
+/* Every layer for T staged rows, then the final norm of the n_out rows that
+ * want logits, gathered into f->lx. */
+static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
+		       const struct out_row *outs, int n_out)
 {
-	const struct model *m = f->m;
+	const struct model *m = &f->dm;
 	const struct model_config *c = &m->cfg;
 	const struct backend_ops *op = f->be->ops;
 	struct backend *be = f->be;
@@ -129,21 +216,67 @@ static void run_rows(struct fwd *f, const struct kt_kv *kv, int T,
 	}
 	if (n_out == 0)
 		return;
-	for (int i = 0; i < n_out; i++)
-		memcpy(f->lx + (size_t)i * D, f->x + (size_t)outs[i].row * D, (size_t)D * sizeof(float));
+	/* gather the rows that want logits (runs of consecutive rows at once) */
+	for (int i = 0, j; i < n_out; i = j) {
+		for (j = i + 1; j < n_out && outs[j].row == outs[j - 1].row + 1; j++)
+			;
+		op->copy(be, f->lx + (size_t)i * D, f->x + (size_t)outs[i].row * D,
+			 (size_t)(j - i) * D * sizeof(float));
+	}
 	op->rmsnorm(be, f->lx, f->lx, m->final_norm, D, n_out, c->rms_eps);
+}
+
+/* Logits of rows [i0, i0+n) of lx, computed into lout, to their outputs. */
+static int logits_out(struct fwd *f, const struct out_row *outs, int i0, int n)
+{
+	int V = f->m->cfg.vocab;
+	int rc = f->be->ops->download(f->be, f->lout_host, f->lout, (size_t)n * V * sizeof(float));
+	for (int i = 0; i < n && !rc; i++)
+		memcpy(outs[i0 + i].dst, f->lout_host + (size_t)i * V, (size_t)V * sizeof(float));
+	return rc;
+}
+
+/*
+ * Run T rows already staged in f->tok/pos/rows; write logits for out rows.
+ * A decode batch (each row its own sequence's only new token, all wanting
+ * logits: `graph_key` > 0) is recorded once per size and replayed after.
+ */
+static int run_rows(struct fwd *f, const struct kt_kv *kv, int T,
+		    const struct out_row *outs, int n_out, int graph_key)
+{
+	const struct backend_ops *op = f->be->ops;
+	struct backend *be = f->be;
+	const struct kt_weight *cls = &f->dm.cls;
+	int D = f->m->cfg.dim;
+
+	if (op->batch_begin && op->batch_begin(be, kv, f->tok, f->pos, f->rows, T) != 0)
+		return -EIO;
+	if (graph_key > 0 && op->graph_replay) {
+		int ran = op->graph_replay(be, f, graph_key);
+		if (!ran) {
+			op->graph_record_begin(be, f, graph_key);
+			run_layers(f, kv, T, outs, n_out);
+			op->matmul(be, f->lout, f->lx, cls, n_out);
+			ran = op->graph_record_end(be, f, graph_key) == 0;
+		}
+		if (ran)
+			return be->failed ? -EIO : logits_out(f, outs, 0, n_out);
+	}
+	run_layers(f, kv, T, outs, n_out);
 	for (int i0 = 0; i0 < n_out; i0 += f->lrows) {
 		int n = n_out - i0 < f->lrows ? n_out - i0 : f->lrows;
-		op->matmul(be, f->lout, f->lx + (size_t)i0 * D, &m->cls, n);
-		for (int i = 0; i < n; i++)
-			memcpy(outs[i0 + i].dst, f->lout + (size_t)i * c->vocab,
-			       (size_t)c->vocab * sizeof(float));
+		op->matmul(be, f->lout, f->lx + (size_t)i0 * D, cls, n);
+		int rc = logits_out(f, outs, i0, n);
+		if (rc)
+			return rc;
 	}
+	return be->failed ? -EIO : 0;
 }
 
 int fwd_run(struct fwd *f, const struct kt_kv *kv, const struct fwd_seq *seqs, int n_seqs)
 {
 	const struct model_config *c = &f->m->cfg;
+	int total = 0, decode = n_seqs > 0;
 	for (int s = 0; s < n_seqs; s++) {
 		const struct fwd_seq *q = &seqs[s];
 		if (q->n_tokens <= 0 || q->pos < 0 || q->pos + q->n_tokens > c->max_ctx)
@@ -151,7 +284,13 @@ int fwd_run(struct fwd *f, const struct kt_kv *kv, const struct fwd_seq *seqs, i
 		for (int i = 0; i < q->n_tokens; i++)
 			if (q->tokens[i] < 0 || q->tokens[i] >= c->vocab)
 				return -EINVAL;
+		total += q->n_tokens;
+		decode &= q->n_tokens == 1 && q->logits && !q->all_logits;
 	}
+	if (f->be->failed)
+		return -EIO;
+	/* a whole decode batch in one call: recorded / replayed by its size */
+	int graph_key = decode && total <= f->lrows && total <= f->max_tokens ? total : 0;
 	struct out_row *outs = f->outs;
 	int T = 0, n_out = 0;
 	for (int s = 0; s < n_seqs; s++) {
@@ -168,12 +307,14 @@ int fwd_run(struct fwd *f, const struct kt_kv *kv, const struct fwd_seq *seqs, i
 				n_out++;
 			}
 			if (++T == f->max_tokens) {
-				run_rows(f, kv, T, outs, n_out);
+				int rc = run_rows(f, kv, T, outs, n_out, graph_key);
+				if (rc)
+					return rc;
 				T = n_out = 0;
 			}
 		}
 	}
 	if (T > 0)
-		run_rows(f, kv, T, outs, n_out);
+		return run_rows(f, kv, T, outs, n_out, graph_key);
 	return 0;
 }

@@ -7,19 +7,24 @@
 
 #include "session/kvpool.h"
 
-struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim)
+struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
+			     int n_layers, int kv_dim)
 {
 	if (n_blocks <= 0 || block_size <= 0 || n_layers <= 0 || kv_dim <= 0)
 		return NULL;
 	struct kvpool *p = calloc(1, sizeof(*p));
 	if (!p)
 		return NULL;
+	p->be = be && !be->host_mem ? be : NULL;
 	p->kv.n_blocks = n_blocks;
 	p->kv.block_size = block_size;
 	p->kv.n_layers = n_layers;
 	p->kv.kv_dim = kv_dim;
 	size_t bytes = kt_kv_block_bytes(&p->kv) * (size_t)n_blocks;
-	p->kv.base = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (p->be)
+		p->kv.base = p->be->ops->mem_alloc(p->be, bytes);
+	else
+		p->kv.base = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	p->refs = calloc((size_t)n_blocks, sizeof(int32_t));
 	p->free_list = malloc((size_t)n_blocks * sizeof(int32_t));
 	if (!p->kv.base || !p->refs || !p->free_list) {
@@ -32,14 +37,47 @@ struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim
 	return p;
 }
 
+struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim)
+{
+	return kvpool_new_on(NULL, n_blocks, block_size, n_layers, kv_dim);
+}
+
 void kvpool_free(struct kvpool *p)
 {
 	if (!p)
 		return;
-	free(p->kv.base);
+	if (p->be)
+		p->be->ops->mem_free(p->be, p->kv.base);
+	else
+		free(p->kv.base);
 	free(p->refs);
 	free(p->free_list);
 	free(p);
+}
+
+void *kvpool_host_block(const struct kvpool *p, int32_t b)
+{
+	return p->be ? NULL : kt_kv_block(&p->kv, b);
+}
+
+int kvpool_get_block(const struct kvpool *p, int32_t b, void *dst)
+{
+	size_t bb = kt_kv_block_bytes(&p->kv);
+	if (!p->be) {
+		memcpy(dst, kt_kv_block(&p->kv, b), bb);
+		return 0;
+	}
+	return p->be->ops->download(p->be, dst, kt_kv_block(&p->kv, b), bb);
+}
+
+int kvpool_put_block(struct kvpool *p, int32_t b, const void *src)
+{
+	size_t bb = kt_kv_block_bytes(&p->kv);
+	if (!p->be) {
+		memcpy(kt_kv_block(&p->kv, b), src, bb);
+		return 0;
+	}
+	return p->be->ops->upload(p->be, kt_kv_block(&p->kv, b), src, bb);
 }
 
 int32_t kvpool_alloc(struct kvpool *p)
@@ -96,7 +134,15 @@ int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from)
 		if (p->refs[old] <= 1)
 			continue;
 		int32_t nb = kvpool_alloc(p);
-		memcpy(kt_kv_block(&p->kv, nb), kt_kv_block(&p->kv, old), bb);
+		if (p->be) {
+			if (p->be->ops->copy(p->be, kt_kv_block(&p->kv, nb),
+					     kt_kv_block(&p->kv, old), bb) != 0) {
+				kvpool_unref(p, nb);
+				return -EIO;
+			}
+		} else {
+			memcpy(kt_kv_block(&p->kv, nb), kt_kv_block(&p->kv, old), bb);
+		}
 		kvpool_unref(p, old);
 		s->blocks[i] = nb;
 		p->cow_copies++;

@@ -15,6 +15,7 @@
 
 struct kvpool {
 	struct kt_kv kv;
+	struct backend *be;   /* owner of kv.base's memory; NULL: host malloc */
 	int32_t *refs;        /* (n_blocks) */
 	int32_t *free_list;   /* stack of free block ids */
 	int n_free;
@@ -28,9 +29,19 @@ struct kvseq {
 	int cap;
 };
 
-/* Pool of n_blocks blocks of block_size positions for n_layers x kv_dim.
- * Returns NULL on ENOMEM. */
+/* Pool of n_blocks blocks of block_size positions for n_layers x kv_dim,
+ * in host memory. Returns NULL on ENOMEM. */
 struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim);
+/* The same in the backend memory of be (device memory on CUDA). */
+struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
+			     int n_layers, int kv_dim);
+/* Block b's bytes in host memory, or NULL when the pool lives on a device
+ * (then use kvpool_get_block / kvpool_put_block). */
+void *kvpool_host_block(const struct kvpool *p, int32_t b);
+/* Copy block b out to host memory / in from host memory
+ * (kt_kv_block_bytes each). 0 or -EIO (the device failed). */
+int kvpool_get_block(const struct kvpool *p, int32_t b, void *dst);
+int kvpool_put_block(struct kvpool *p, int32_t b, const void *src);
 /* Free; accepts NULL. */
 void kvpool_free(struct kvpool *p);
 /* Take a free block (refcount 1). Returns its id or -ENOSPC. */
@@ -43,7 +54,7 @@ static inline int kvpool_n_free(const struct kvpool *p) { return p->n_free; }
 
 /* Make seq cover positions [0, n_pos) and make every block that holds a
  * position >= write_from exclusively owned (copying shared ones). On -ENOSPC
- * the sequence is left as it was. */
+ * (or -EIO from a failed device copy) the sequence is left as it was. */
 int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from);
 /* Share all of src's blocks with dst (dst must be empty). */
 int kvseq_fork(struct kvpool *p, struct kvseq *dst, const struct kvseq *src);

@@ -533,9 +533,21 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 		rc = wr_text(w, s->system);
 	if (!rc)
 		rc = wr_text(w, s->next_system);
-	/* KV, straight from the pool; runs of consecutive block ids in one write */
+	/* KV, straight from a host pool (runs of consecutive block ids in one
+	 * write), or a block at a time through host memory from a device */
 	const int32_t *bl = s->kv.blocks;
-	for (uint32_t i = 0, j; i < h->n_blocks && !rc; i = j) {
+	if (!kvpool_host_block(pool, 0) && h->n_blocks && !rc) {
+		void *bounce = malloc(h->block_bytes);
+		if (!bounce)
+			return -ENOMEM;
+		for (uint32_t i = 0; i < h->n_blocks && !rc; i++) {
+			rc = kvpool_get_block(pool, bl[i], bounce);
+			if (!rc)
+				rc = wr_put(w, bounce, h->block_bytes);
+		}
+		free(bounce);
+	}
+	for (uint32_t i = 0, j; kvpool_host_block(pool, 0) && i < h->n_blocks && !rc; i = j) {
 		for (j = i + 1; j < h->n_blocks && bl[j] == bl[j - 1] + 1; j++)
 			;
 		rc = wr_put(w, kt_kv_block(&pool->kv, bl[i]), (size_t)(j - i) * h->block_bytes);
@@ -858,7 +870,20 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, int
 				return b;
 			L->blocks[L->n_blocks++] = b;
 		}
-		for (uint32_t i = 0, j; i < h->n_blocks; i = j) {
+		if (!kvpool_host_block(pool, 0)) {
+			void *bounce = malloc(h->block_bytes);
+			if (!bounce)
+				return -ENOMEM;
+			for (uint32_t i = 0; i < h->n_blocks && !rc; i++) {
+				rc = rd_get(r, bounce, h->block_bytes);
+				if (!rc)
+					rc = kvpool_put_block(pool, L->blocks[i], bounce);
+			}
+			free(bounce);
+			if (rc)
+				return rc;
+		}
+		for (uint32_t i = 0, j; kvpool_host_block(pool, 0) && i < h->n_blocks; i = j) {
 			for (j = i + 1; j < h->n_blocks && L->blocks[j] == L->blocks[j - 1] + 1; j++)
 				;
 			rc = rd_get(r, kt_kv_block(&pool->kv, L->blocks[i]),

@@ -575,6 +575,42 @@ static void cpu_free(struct backend *be)
 	free(cb);
 }
 
+/* Backend memory is host memory: plain allocations and memcpy. */
+static void *cpu_mem_alloc(struct backend *be, size_t bytes)
+{
+	(void)be;
+	return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+}
+
+static void cpu_mem_free(struct backend *be, void *p)
+{
+	(void)be;
+	free(p);
+}
+
+static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+	(void)be;
+	if (bytes)
+		memmove(dst, src, bytes);
+	return 0;
+}
+
+/* Weights are read where they lie (mmapped or converted at load). */
+static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
+			    const struct kt_weight *src)
+{
+	(void)be;
+	*dst = *src;
+	return 0;
+}
+
+static void cpu_weight_release(struct backend *be, struct kt_weight *w)
+{
+	(void)be;
+	(void)w;
+}
+
 static const struct backend_ops cpu_ops = {
 	.name = "cpu",
 	.matmul = cpu_matmul,
@@ -587,6 +623,13 @@ static const struct backend_ops cpu_ops = {
 	.embed = cpu_embed,
 	.reserve = cpu_reserve,
 	.free = cpu_free,
+	.mem_alloc = cpu_mem_alloc,
+	.mem_free = cpu_mem_free,
+	.upload = cpu_copy,
+	.download = cpu_copy,
+	.copy = cpu_copy,
+	.weight_place = cpu_weight_place,
+	.weight_release = cpu_weight_release,
 };
 
 static int detect_avx512(void)
@@ -614,6 +657,7 @@ struct backend *backend_cpu_new(int n_threads)
 		return NULL;
 	cb->be.ops = &cpu_ops;
 	cb->be.n_threads = n_threads;
+	cb->be.host_mem = 1;
 	cb->have_avx512 = detect_avx512();
 	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s", n_threads,
 		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "");
@@ -626,8 +670,4 @@ struct backend *backend_cpu_new(int n_threads)
 	return &cb->be;
 }
 
-void backend_free(struct backend *be)
-{
-	if (be)
-		be->ops->free(be);
-}
+

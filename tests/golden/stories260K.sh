@@ -6,7 +6,8 @@
 # block 1 (-n 64) is 60 generated tokens, block 2 (default -n 256) is 252.
 # Each block is checked from the llama2.c .bin (with --tokenizer tok512.model)
 # and from the Hugging Face folder (its own tokenizer.model): 4 runs.
-# Env: BUILD (build folder), MODELS, SHARED.
+# Env: BUILD (build folder), MODELS, SHARED, LLAMAD_FLAGS (extra llamad flags,
+# e.g. --device cuda).
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 SHARED=${SHARED:-../shared}
@@ -39,7 +40,8 @@ done
 check() {  # name ntokens block model-args...
     name=$1 n=$2 k=$3
     shift 3
-    "$LLAMAD" "$@" --prompt "Once upon a time" --temperature 0 --max-tokens "$n" \
+    # shellcheck disable=SC2086
+    "$LLAMAD" "$@" $LLAMAD_FLAGS --prompt "Once upon a time" --temperature 0 --max-tokens "$n" \
         --echo >"$tmp/out" 2>"$tmp/err"
     rc=$?
     if [ "$rc" -ne 0 ]; then

@@ -2,7 +2,7 @@
 # Greedy generation through llamactl equals the reference implementation's
 # output (both golden blocks), and the everyday commands work end to end
 # against a real daemon: chat from a pipe, sessions, show, fork, drop.
-# Env: BUILD, MODELS, SHARED.
+# Env: BUILD, MODELS, SHARED, LLAMAD_FLAGS (extra daemon flags, e.g. --device cuda).
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 SHARED=${SHARED:-../shared}
@@ -15,8 +15,9 @@ trap cleanup EXIT INT TERM
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
+# shellcheck disable=SC2086
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --socket "$sock" --state-dir "$dir/state" --log-level warning 2>"$dir/log" &
+    --socket "$sock" --state-dir "$dir/state" --log-level warning $LLAMAD_FLAGS 2>"$dir/log" &
 pid=$!
 i=0
 while [ ! -S "$sock" ]; do

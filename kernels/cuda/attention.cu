@@ -1,0 +1,343 @@
+/*
+ * kernels/cuda/attention.cu — causal attention over the paged KV cache.
+ *
+ * Two kernels, both split along the sequence so that a single long session
+ * still fills the GPU: split s of a (row or tile, head) takes the KV blocks
+ * b = s, s + n_split, ... and keeps a running max m, sum l and weighted V
+ * sum (online softmax); the splits' partials are merged by a combine
+ * kernel (or written straight out when there is one split).
+ *
+ *  - decode: one query row per (row, head); its 4 warps take interleaved
+ *    KV blocks, a lane per position for the scores (K is stored transposed,
+ *    so a block's 16 positions are 16 consecutive floats per channel) and a
+ *    lane per channel for V.
+ *  - tile (prefill and mixed batches): up to CU_QT consecutive rows of one
+ *    sequence per (tile, head); each KV block is loaded into shared memory
+ *    once and used by every row of the tile.
+ */
+#include <math.h>
+
+#include "kernels/cuda/cuda.cuh"
+
+#define AW 4   /* warps per decode block */
+#define TT 128 /* threads per tile block */
+
+struct attn_args {
+	float *out, *part;
+	const float *q, *base;
+	const int *pos, *row_tab, *tiles;
+	const int32_t *tables;
+	int tab_stride, n_heads, group, hd, bs, n_layers, kv_dim, layer, n_split;
+	float scale;
+};
+
+__device__ __forceinline__ float warp_max(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+	return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o);
+	return v;
+}
+
+/* weight of a partial with max m against the overall max M */
+__device__ __forceinline__ float rescale(float m, float M)
+{
+	return m == -INFINITY ? 0.f : expf(m - M);
+}
+
+__device__ __forceinline__ const float *k_block(const struct attn_args &a, int32_t b, int kvh)
+{
+	size_t span = (size_t)a.bs * a.kv_dim;
+	return a.base + (((size_t)b * a.n_layers + a.layer) * 2) * span + (size_t)kvh * a.hd * a.bs;
+}
+
+__device__ __forceinline__ const float *v_block(const struct attn_args &a, int32_t b, int kvh)
+{
+	size_t span = (size_t)a.bs * a.kv_dim;
+	return a.base + (((size_t)b * a.n_layers + a.layer) * 2 + 1) * span + (size_t)kvh * a.hd;
+}
+
+/* Write (m, l, acc) of (row t, head h, split s): final when one split. */
+__device__ __forceinline__ void put_result(const struct attn_args &a, int t, int h, int s, int c,
+					   float m, float l, float acc, int write_ml)
+{
+	if (a.n_split == 1) {
+		a.out[((size_t)t * a.n_heads + h) * a.hd + c] = acc / l;
+		return;
+	}
+	float *p = a.part + (((size_t)t * a.n_heads + h) * a.n_split + s) * (a.hd + 2);
+	if (write_ml) {
+		p[0] = m;
+		p[1] = l;
+	}
+	p[2 + c] = acc;
+}
+
+template <int CPL>
+__global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a)
+{
+	extern __shared__ float sm[];
+	int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, s = blockIdx.y;
+	int kvh = h / a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd;
+	float *qs = sm, *ws = sm + hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x)
+		qs[c] = a.q[((size_t)t * a.n_heads + h) * hd + c] * a.scale;
+	__syncthreads();
+	int p = a.pos[t], bs = a.bs, nblk = p / bs + 1;
+	const int32_t *tab = a.tables + (size_t)a.row_tab[t] * a.tab_stride;
+	float m = -INFINITY, l = 0.f, acc[CPL];
+#pragma unroll
+	for (int j = 0; j < CPL; j++)
+		acc[j] = 0.f;
+	for (int bi = s + a.n_split * warp; bi < nblk; bi += a.n_split * AW) {
+		int32_t b = tab[bi];
+		const float *kt = k_block(a, b, kvh), *vb = v_block(a, b, kvh);
+		int n = min(bs, p + 1 - bi * bs);
+		float sc = -INFINITY;
+		if (lane < n) {
+			float d = 0.f;
+			for (int c = 0; c < hd; c++)
+				d += qs[c] * kt[(size_t)c * bs + lane];
+			sc = d;
+		}
+		float mn = fmaxf(m, warp_max(sc));
+		float pr = lane < n ? expf(sc - mn) : 0.f;
+		float alpha = rescale(m, mn);
+		l = l * alpha + warp_sum(pr);
+#pragma unroll
+		for (int j = 0; j < CPL; j++)
+			acc[j] *= alpha;
+		for (int r = 0; r < n; r++) {
+			float pv = __shfl_sync(0xffffffffu, pr, r);
+			const float *vr = vb + (size_t)r * a.kv_dim;
+#pragma unroll
+			for (int j = 0; j < CPL; j++) {
+				int c = lane + 32 * j;
+				if (c < hd)
+					acc[j] += pv * vr[c];
+			}
+		}
+		m = mn;
+	}
+	float *mine = ws + warp * (hd + 2);
+	if (lane == 0) {
+		mine[0] = m;
+		mine[1] = l;
+	}
+#pragma unroll
+	for (int j = 0; j < CPL; j++)
+		if (lane + 32 * j < hd)
+			mine[2 + lane + 32 * j] = acc[j];
+	__syncthreads();
+	float M = -INFINITY;
+	for (int w = 0; w < AW; w++)
+		M = fmaxf(M, ws[w * (hd + 2)]);
+	float L = 0.f;
+	for (int w = 0; w < AW; w++)
+		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int w = 0; w < AW; w++)
+			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
+		put_result(a, t, h, s, c, M, L, A, c == 0);
+	}
+}
+
+template <int CPT>
+__global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
+{
+	extern __shared__ float sm[];
+	int ti = blockIdx.x, h = blockIdx.y, s = blockIdx.z, tid = threadIdx.x;
+	int t0 = a.tiles[3 * ti], nq = a.tiles[3 * ti + 1], p0 = a.tiles[3 * ti + 2];
+	int hd = a.hd, bs = a.bs, kvh = h / a.group, qst = hd + 1;
+	float *Qs = sm;                       /* [CU_QT][hd+1] */
+	float *Ks = Qs + CU_QT * qst;         /* [hd][bs] */
+	float *Vs = Ks + hd * bs;             /* [bs][hd] */
+	float *S = Vs + bs * hd;              /* [CU_QT][bs+1] */
+	float *Mr = S + CU_QT * (bs + 1), *Lr = Mr + CU_QT, *Al = Lr + CU_QT;
+	for (int e = tid; e < CU_QT * hd; e += TT) {
+		int qi = e / hd, c = e % hd;
+		Qs[qi * qst + c] = qi < nq ? a.q[((size_t)(t0 + qi) * a.n_heads + h) * hd + c] * a.scale
+					   : 0.f;
+	}
+	if (tid < CU_QT) {
+		Mr[tid] = -INFINITY;
+		Lr[tid] = 0.f;
+	}
+	const int32_t *tab = a.tables + (size_t)a.row_tab[t0] * a.tab_stride;
+	int nblk = (p0 + nq - 1) / bs + 1;
+	float acc[CPT][CU_QT];
+#pragma unroll
+	for (int j = 0; j < CPT; j++)
+#pragma unroll
+		for (int qi = 0; qi < CU_QT; qi++)
+			acc[j][qi] = 0.f;
+	for (int bi = s; bi < nblk; bi += a.n_split) {
+		__syncthreads();
+		int32_t b = tab[bi];
+		const float *kt = k_block(a, b, kvh), *vb = v_block(a, b, kvh);
+		for (int e = tid; e < hd * bs; e += TT)
+			Ks[e] = kt[e];
+		for (int e = tid; e < hd * bs; e += TT)
+			Vs[e] = vb[(size_t)(e / hd) * a.kv_dim + e % hd];
+		__syncthreads();
+		for (int e = tid; e < CU_QT * bs; e += TT) {
+			int qi = e / bs, ki = e % bs;
+			float d = -INFINITY;
+			if (qi < nq && bi * bs + ki <= p0 + qi) {
+				d = 0.f;
+				for (int c = 0; c < hd; c++)
+					d += Qs[qi * qst + c] * Ks[c * bs + ki];
+			}
+			S[qi * (bs + 1) + ki] = d;
+		}
+		__syncthreads();
+		if (tid < CU_QT) {
+			float *sr = S + tid * (bs + 1), mo = Mr[tid], mx = mo;
+			for (int k = 0; k < bs; k++)
+				mx = fmaxf(mx, sr[k]);
+			float alpha = 1.f;
+			if (mx != -INFINITY) {
+				alpha = rescale(mo, mx);
+				float sum = 0.f;
+				for (int k = 0; k < bs; k++) {
+					float pk = sr[k] == -INFINITY ? 0.f : expf(sr[k] - mx);
+					sr[k] = pk;
+					sum += pk;
+				}
+				Lr[tid] = Lr[tid] * alpha + sum;
+				Mr[tid] = mx;
+			} else {
+				for (int k = 0; k < bs; k++)
+					sr[k] = 0.f;
+			}
+			Al[tid] = alpha;
+		}
+		__syncthreads();
+#pragma unroll
+		for (int j = 0; j < CPT; j++) {
+			int c = tid + TT * j;
+			if (c >= hd)
+				continue;
+#pragma unroll
+			for (int qi = 0; qi < CU_QT; qi++) {
+				float v = acc[j][qi] * Al[qi];
+				const float *sr = S + qi * (bs + 1);
+				for (int k = 0; k < bs; k++)
+					v += sr[k] * Vs[k * hd + c];
+				acc[j][qi] = v;
+			}
+		}
+	}
+	__syncthreads();
+#pragma unroll
+	for (int j = 0; j < CPT; j++) {
+		int c = tid + TT * j;
+		if (c >= hd)
+			continue;
+#pragma unroll
+		for (int qi = 0; qi < CU_QT; qi++)
+			if (qi < nq)
+				put_result(a, t0 + qi, h, s, c, Mr[qi], Lr[qi], acc[j][qi], c == 0);
+	}
+}
+
+/* Merge the splits of (row, head): one block each, a thread per channel. */
+__global__ void attn_combine_kernel(float *out, const float *part, int n_heads, int hd,
+				    int n_split)
+{
+	const float *p = part + (size_t)blockIdx.x * n_split * (hd + 2);
+	float M = -INFINITY;
+	for (int s = 0; s < n_split; s++)
+		M = fmaxf(M, p[s * (hd + 2)]);
+	float L = 0.f;
+	for (int s = 0; s < n_split; s++)
+		L += p[s * (hd + 2) + 1] * rescale(p[s * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int s = 0; s < n_split; s++)
+			A += p[s * (hd + 2) + 2 + c] * rescale(p[s * (hd + 2)], M);
+		out[(size_t)blockIdx.x * hd + c] = A / L;
+	}
+	(void)n_heads;
+}
+
+/* Splits so that blocks x heads x splits fills the GPU twice over, within
+ * the partials' room. */
+static int pick_split(int units, int n_heads, int hd, int n_tok, int n_sm)
+{
+	int want = (2 * n_sm + units * n_heads - 1) / (units * n_heads);
+	if (want > CU_MAX_SPLIT)
+		want = CU_MAX_SPLIT;
+	while (want > 1 && (size_t)n_tok * n_heads * want * (hd + 2) > CU_PART_FLOATS)
+		want--;
+	return want < 1 ? 1 : want;
+}
+
+template <typename K>
+static void allow_smem(K kernel, size_t bytes)
+{
+	if (bytes > 48 * 1024)
+		cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_kv *kv,
+		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
+		  float *part, int n_sm)
+{
+	if (b->n_tok <= 0)
+		return;
+	struct attn_args a;
+	a.out = out;
+	a.part = part;
+	a.q = q;
+	a.base = kv->base;
+	a.pos = b->pos;
+	a.row_tab = b->row_tab;
+	a.tiles = b->tiles;
+	a.tables = b->tables;
+	a.tab_stride = b->tab_stride;
+	a.n_heads = n_heads;
+	a.group = n_heads / n_kv_heads;
+	a.hd = hd;
+	a.bs = kv->block_size;
+	a.n_layers = kv->n_layers;
+	a.kv_dim = kv->kv_dim;
+	a.layer = layer;
+	a.scale = 1.0f / sqrtf((float)hd);
+	if (b->single_rows) {
+		a.n_split = pick_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
+		dim3 grid(b->n_tok * n_heads, a.n_split);
+		size_t smem = (hd + AW * (hd + 2)) * sizeof(float);
+		if (hd <= 32)
+			attn_decode_kernel<1><<<grid, AW * 32, smem, st>>>(a);
+		else if (hd <= 64)
+			attn_decode_kernel<2><<<grid, AW * 32, smem, st>>>(a);
+		else if (hd <= 128)
+			attn_decode_kernel<4><<<grid, AW * 32, smem, st>>>(a);
+		else
+			attn_decode_kernel<8><<<grid, AW * 32, smem, st>>>(a);
+	} else {
+		a.n_split = pick_split(b->n_tiles, n_heads, hd, b->n_tok, n_sm);
+		dim3 grid(b->n_tiles, n_heads, a.n_split);
+		int bs = a.bs;
+		size_t smem = (CU_QT * (hd + 1) + 2 * hd * bs + CU_QT * (bs + 1) + 3 * CU_QT) *
+			      sizeof(float);
+		if (hd <= TT) {
+			allow_smem(attn_tile_kernel<1>, smem);
+			attn_tile_kernel<1><<<grid, TT, smem, st>>>(a);
+		} else {
+			allow_smem(attn_tile_kernel<2>, smem);
+			attn_tile_kernel<2><<<grid, TT, smem, st>>>(a);
+		}
+	}
+	if (a.n_split > 1)
+		attn_combine_kernel<<<b->n_tok * n_heads, 128, 0, st>>>(out, part, n_heads, hd,
+									 a.n_split);
+}

@@ -1,0 +1,756 @@
+/*
+ * kernels/cuda/backend.cu — the CUDA backend: device memory, weight
+ * placement, batch staging, CUDA graphs, cuBLAS, and the op table.
+ *
+ * Everything runs on one stream in issue order, so ops need no events
+ * between them; downloads synchronize. cuBLAS is loaded with dlopen when the
+ * backend is created, so a build with CUDA runs (on the CPU) where the
+ * library is missing. Any CUDA error other than a failed allocation marks
+ * the backend failed (be->failed): every later copy returns -EIO and the
+ * daemon exits for systemd to restart it.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+
+#include "kernels/cuda/cuda.cuh"
+
+/* cuBLAS entry points, resolved at run time */
+struct cublas_fns {
+	void *lib;
+	decltype(&cublasCreate_v2) create;
+	decltype(&cublasDestroy_v2) destroy;
+	decltype(&cublasSetStream_v2) set_stream;
+	decltype(&cublasSetWorkspace_v2) set_workspace;
+	decltype(&cublasSetMathMode) set_math_mode;
+	cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+				  int, const void *, const void *, cudaDataType, int, const void *,
+				  cudaDataType, int, const void *, void *, cudaDataType, int,
+				  cublasComputeType_t, cublasGemmAlgo_t);
+	decltype(&cublasSgemm_v2) sgemm;
+};
+
+struct cu_graph {
+	const void *owner;
+	int key;
+	const float *kv_base;
+	cudaGraphExec_t exec;
+};
+
+struct cu_backend {
+	struct backend be;
+	int dev, n_sm;
+	enum backend_wtype wtype;
+	cudaStream_t stream;
+	struct cublas_fns cb;
+	cublasHandle_t blas;
+	void *blas_ws;
+	/* batch staging: pinned host copy and its device twin, fixed offsets */
+	int cap_tok, max_pos, tab_stride;
+	size_t stage_ints;
+	int32_t *h_stage, *d_stage;
+	cudaEvent_t staged;       /* the last staging copy has been read */
+	struct cu_batch batch;
+	const int32_t *h_tok;     /* the host arrays of the staged batch */
+	const float *kv_base;
+	/* scratch */
+	void *xh;                 /* activations as f16 / bf16 for cuBLAS */
+	size_t xh_bytes;
+	__half *wh;               /* a quantized matrix as f16 for cuBLAS */
+	size_t wh_bytes;
+	float *part;              /* attention split partials */
+	size_t max_cols, max_qelems;
+	/* graphs */
+	struct cu_graph *graphs;
+	int n_graphs, cap_graphs;
+	int capturing, graphs_off;
+};
+
+#define CB(be) ((struct cu_backend *)(be))
+
+/* Record an error: allocation failures are the caller's to report; any
+ * other error is sticky for us. Returns 0 on success. */
+static int ck(struct cu_backend *c, cudaError_t e, const char *what)
+{
+	if (e == cudaSuccess)
+		return 0;
+	if (e == cudaErrorMemoryAllocation) {
+		cudaGetLastError();
+		return -ENOMEM;
+	}
+	if (!c->be.failed)
+		fprintf(stderr, "llamad: cuda: %s: %s\n", what, cudaGetErrorString(e));
+	c->be.failed = 1;
+	return -EIO;
+}
+
+static void launched(struct cu_backend *c, const char *op)
+{
+	ck(c, cudaGetLastError(), op);
+}
+
+static int blas_ck(struct cu_backend *c, cublasStatus_t s, const char *what)
+{
+	if (s == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	if (!c->be.failed)
+		fprintf(stderr, "llamad: cuda: %s: cuBLAS status %d\n", what, (int)s);
+	c->be.failed = 1;
+	return -EIO;
+}
+
+/* ---- memory ---- */
+
+static void *cu_mem_alloc(struct backend *be, size_t bytes)
+{
+	void *p = NULL;
+	if (CB(be)->capturing || ck(CB(be), cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"))
+		return NULL;
+	return p;
+}
+
+static void cu_mem_free(struct backend *be, void *p)
+{
+	(void)be;
+	if (p)
+		cudaFree(p);
+}
+
+static int cu_upload(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed)
+		return -EIO;
+	if (ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload"))
+		return -EIO;
+	return ck(c, cudaStreamSynchronize(c->stream), "upload") ? -EIO : 0;
+}
+
+static int cu_download(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed)
+		return -EIO;
+	if (ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "download"))
+		return -EIO;
+	return ck(c, cudaStreamSynchronize(c->stream), "download") ? -EIO : 0;
+}
+
+static int cu_copy(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed)
+		return -EIO;
+	return ck(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream),
+		  "copy") ? -EIO : 0;
+}
+
+static int cu_mem_info(struct backend *be, size_t *free_b, size_t *total_b)
+{
+	return ck(CB(be), cudaMemGetInfo(free_b, total_b), "cudaMemGetInfo");
+}
+
+/* Grow a device scratch buffer (never while recording a graph). */
+static int grow(struct cu_backend *c, void **buf, size_t *cap, size_t need)
+{
+	if (*cap >= need)
+		return 0;
+	if (c->capturing) {
+		ck(c, cudaErrorStreamCaptureUnsupported, "scratch growth while recording");
+		return -EIO;
+	}
+	cudaStreamSynchronize(c->stream);
+	cudaFree(*buf);
+	*buf = NULL;
+	*cap = 0;
+	int rc = ck(c, cudaMalloc(buf, need), "scratch");
+	if (!rc)
+		*cap = need;
+	return rc;
+}
+
+/* ---- weights ---- */
+
+#define CHUNK (16u << 20)  /* elements converted per step at placement */
+
+/* Upload n fp32 values and store them as the device dtype dt at dst. */
+static int put_f32(struct cu_backend *c, void *dst, enum kt_dtype dt, const float *src,
+		   size_t n, float *tmp)
+{
+	for (size_t i = 0; i < n; i += CHUNK) {
+		size_t k = n - i < CHUNK ? n - i : CHUNK;
+		if (dt == KT_F32) {
+			if (ck(c, cudaMemcpyAsync((float *)dst + i, src + i, k * 4,
+						  cudaMemcpyHostToDevice, c->stream), "weights"))
+				return -EIO;
+			continue;
+		}
+		if (ck(c, cudaMemcpyAsync(tmp, src + i, k * 4, cudaMemcpyHostToDevice, c->stream),
+		       "weights"))
+			return -EIO;
+		if (dt == KT_F16)
+			cu_f32_to_f16(c->stream, (__half *)dst + i, tmp, k);
+		else
+			cu_f32_to_bf16(c->stream, (__nv_bfloat16 *)dst + i, tmp, k);
+		launched(c, "convert weights");
+		if (ck(c, cudaStreamSynchronize(c->stream), "weights"))
+			return -EIO;
+	}
+	return ck(c, cudaStreamSynchronize(c->stream), "weights");
+}
+
+static int cu_weight_place(struct backend *be, struct kt_weight *dst, const struct kt_weight *src)
+{
+	struct cu_backend *c = CB(be);
+	size_t rows = (size_t)src->rows, cols = (size_t)src->cols, n = rows * cols;
+	*dst = *src;
+	dst->data = NULL;
+	if (be->failed)
+		return -EIO;
+	enum kt_dtype dt = src->dtype;
+	switch (src->dtype) {
+	case KT_F32:
+		dt = c->wtype == BACKEND_W_F32 ? KT_F32 : c->wtype == BACKEND_W_BF16 ? KT_BF16 : KT_F16;
+		break;
+	case KT_F16: case KT_BF16: case KT_Q8_0: case KT_Q4_0:
+		break;
+	default:  /* K-quants: dequantized at load (no device kernels for them yet) */
+		dt = c->wtype == BACKEND_W_F32 ? KT_F32 : c->wtype == BACKEND_W_BF16 ? KT_BF16 : KT_F16;
+		break;
+	}
+	size_t bytes = kt_dtype_is_quant(dt) ? cu_q_quant_bytes(dt, rows, cols) + n / 32 * 2
+					     : n * kt_dtype_size(dt);
+	void *d = NULL, *tmp = NULL;
+	int rc = ck(c, cudaMalloc(&d, bytes), "cudaMalloc weights");
+	if (rc)
+		return rc;
+	if (dt == src->dtype && !kt_dtype_is_quant(dt)) {
+		rc = ck(c, cudaMemcpyAsync(d, src->data, bytes, cudaMemcpyHostToDevice, c->stream),
+			"weights");
+		if (!rc)
+			rc = ck(c, cudaStreamSynchronize(c->stream), "weights");
+	} else if (dt == src->dtype) {  /* Q8_0 / Q4_0: repack on the device */
+		size_t raw = kt_row_bytes(dt, cols) * rows;
+		rc = ck(c, cudaMalloc(&tmp, raw), "cudaMalloc weights");
+		if (!rc)
+			rc = ck(c, cudaMemcpyAsync(tmp, src->data, raw, cudaMemcpyHostToDevice,
+						   c->stream), "weights");
+		if (!rc) {
+			cu_repack_q(c->stream, d, tmp, dt, rows, cols);
+			launched(c, "repack weights");
+			rc = ck(c, cudaStreamSynchronize(c->stream), "weights");
+		}
+	} else if (src->dtype == KT_F32) {
+		rc = ck(c, cudaMalloc(&tmp, (size_t)CHUNK * 4), "cudaMalloc weights");
+		if (!rc)
+			rc = put_f32(c, d, dt, (const float *)src->data, n, (float *)tmp);
+	} else {  /* K-quants: rows to fp32 on the host, a chunk at a time */
+		size_t rows_per = CHUNK / cols ? CHUNK / cols : 1;
+		float *host = (float *)malloc(rows_per * cols * sizeof(float));
+		rc = host ? ck(c, cudaMalloc(&tmp, rows_per * cols * 4), "cudaMalloc weights") : -ENOMEM;
+		size_t rb = kt_row_bytes(src->dtype, cols);
+		for (size_t r = 0; r < rows && !rc; r += rows_per) {
+			size_t k = rows - r < rows_per ? rows - r : rows_per;
+			for (size_t i = 0; i < k; i++)
+				kt_row_to_f32(src->dtype, (const uint8_t *)src->data + (r + i) * rb,
+					      host + i * cols, cols);
+			rc = put_f32(c, (uint8_t *)d + r * cols * kt_dtype_size(dt), dt, host, k * cols,
+				     (float *)tmp);
+		}
+		free(host);
+	}
+	cudaFree(tmp);
+	if (rc) {
+		cudaFree(d);
+		return rc;
+	}
+	dst->data = d;
+	dst->dtype = dt;
+	if (cols > c->max_cols)
+		c->max_cols = cols;
+	if (kt_dtype_is_quant(dt) && n > c->max_qelems)
+		c->max_qelems = n;
+	return 0;
+}
+
+static void cu_weight_release(struct backend *be, struct kt_weight *w)
+{
+	(void)be;
+	if (w->data)
+		cudaFree((void *)w->data);
+	w->data = NULL;
+}
+
+/* ---- batch staging ---- */
+
+/* Staging layout (ints), fixed offsets so that graphs can replay:
+ * tok [0,cap) pos [cap,2cap) row_tab [2cap,3cap) tiles [3cap,6cap)
+ * tables [6cap, 6cap + cap*stride). */
+static int stage_alloc(struct cu_backend *c, int cap, int stride)
+{
+	if (c->capturing)
+		return -EIO;
+	cudaStreamSynchronize(c->stream);
+	cudaFreeHost(c->h_stage);
+	cudaFree(c->d_stage);
+	c->h_stage = NULL;
+	c->d_stage = NULL;
+	c->n_graphs = 0;  /* recorded pointers go stale */
+	size_t n = (size_t)cap * 6 + (size_t)cap * stride;
+	int rc = ck(c, cudaMallocHost((void **)&c->h_stage, n * 4), "cudaMallocHost");
+	if (!rc)
+		rc = ck(c, cudaMalloc((void **)&c->d_stage, n * 4), "cudaMalloc");
+	if (rc)
+		return rc;
+	c->cap_tok = cap;
+	c->tab_stride = stride;
+	c->stage_ints = n;
+	int32_t *d = c->d_stage;
+	c->batch.tok = d;
+	c->batch.pos = d + cap;
+	c->batch.row_tab = d + 2 * cap;
+	c->batch.tiles = d + 3 * cap;
+	c->batch.tables = d + 6 * cap;
+	c->batch.tab_stride = stride;
+	return 0;
+}
+
+static int cu_batch_begin(struct backend *be, const struct kt_kv *kv, const int32_t *tok,
+			  const int *pos, const struct kt_attn_row *rows, int n)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed)
+		return -EIO;
+	int bs = kv->block_size, max_p = 0;
+	for (int t = 0; t < n; t++)
+		if (rows[t].pos > max_p)
+			max_p = rows[t].pos;
+	int stride = (max_p > c->max_pos ? max_p : c->max_pos) / bs + 2;
+	if (n > c->cap_tok || stride > c->tab_stride) {
+		int cap = n > c->cap_tok ? n : c->cap_tok;
+		if (stage_alloc(c, cap, stride > c->tab_stride ? stride : c->tab_stride))
+			return -EIO;
+	}
+	/* the previous staging copy must have been read before we overwrite */
+	if (ck(c, cudaEventSynchronize(c->staged), "staging"))
+		return -EIO;
+	int cap = c->cap_tok, S = c->tab_stride;
+	int32_t *h = c->h_stage, *row_tab = h + 2 * cap, *tiles = h + 3 * cap, *tabs = h + 6 * cap;
+	int n_tab = 0, n_tiles = 0, single = 1;
+	const int32_t *cur = NULL;
+	int tab_max = -1;
+	for (int t = 0; t < n; t++) {
+		h[t] = tok[t];
+		h[cap + t] = pos[t];
+		int p = rows[t].pos;
+		if (rows[t].block_table != cur) {
+			if (cur)
+				memcpy(tabs + (size_t)(n_tab - 1) * S, cur, (size_t)(tab_max / bs + 1) * 4);
+			cur = rows[t].block_table;
+			n_tab++;
+			tab_max = -1;
+		}
+		if (p > tab_max)
+			tab_max = p;
+		row_tab[t] = n_tab - 1;
+		int *last = n_tiles ? tiles + 3 * (n_tiles - 1) : NULL;
+		if (last && row_tab[last[0]] == n_tab - 1 && last[1] < CU_QT &&
+		    last[2] + last[1] == p) {
+			last[1]++;
+			single = 0;
+		} else {
+			int *nt = tiles + 3 * n_tiles++;
+			nt[0] = t;
+			nt[1] = 1;
+			nt[2] = p;
+		}
+	}
+	if (cur)
+		memcpy(tabs + (size_t)(n_tab - 1) * S, cur, (size_t)(tab_max / bs + 1) * 4);
+	c->batch.n_tok = n;
+	c->batch.n_tiles = n_tiles;
+	c->batch.single_rows = single;
+	c->h_tok = tok;
+	c->kv_base = kv->base;
+	size_t ints = (size_t)6 * cap + (size_t)n_tab * S;
+	if (ck(c, cudaMemcpyAsync(c->d_stage, h, ints * 4, cudaMemcpyHostToDevice, c->stream),
+	       "staging") ||
+	    ck(c, cudaEventRecord(c->staged, c->stream), "staging"))
+		return -EIO;
+	return 0;
+}
+
+/* The ops take the host arrays of the staged batch; anything else is a
+ * caller bug. */
+static int staged(struct cu_backend *c, int n_tok, const char *op)
+{
+	if (n_tok == c->batch.n_tok)
+		return 1;
+	if (!c->be.failed)
+		fprintf(stderr, "llamad: cuda: %s called with %d rows, %d staged\n", op, n_tok,
+			c->batch.n_tok);
+	c->be.failed = 1;
+	return 0;
+}
+
+/* ---- ops ---- */
+
+static void cu_op_matmul(struct backend *be, float *y, const float *x, const struct kt_weight *w,
+			 int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed || n_tok <= 0)
+		return;
+	if (n_tok <= CU_GEMV_MAX) {
+		cu_gemv(c->stream, y, x, w, n_tok);
+		launched(c, "matmul");
+		return;
+	}
+	const float one = 1.f, zero = 0.f;
+	int m = w->rows, k = w->cols;
+	if (w->dtype == KT_F32) {
+		blas_ck(c, c->cb.sgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_tok, k, &one,
+				       (const float *)w->data, k, x, k, &zero, y, m), "sgemm");
+		return;
+	}
+	size_t xn = (size_t)n_tok * k;
+	if (grow(c, &c->xh, &c->xh_bytes, xn * 2))
+		return;
+	cudaDataType_t t = w->dtype == KT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	if (t == CUDA_R_16BF)
+		cu_f32_to_bf16(c->stream, (__nv_bfloat16 *)c->xh, x, xn);
+	else
+		cu_f32_to_f16(c->stream, (__half *)c->xh, x, xn);
+	launched(c, "matmul convert");
+	const void *W = w->data;
+	if (kt_dtype_is_quant(w->dtype)) {
+		if (grow(c, (void **)&c->wh, &c->wh_bytes, (size_t)m * k * 2))
+			return;
+		cu_dequant_f16(c->stream, c->wh, w);
+		launched(c, "matmul dequantize");
+		W = c->wh;
+	}
+	blas_ck(c, c->cb.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_tok, k, &one, W, t, k,
+				 c->xh, t, k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+				 CUBLAS_GEMM_DEFAULT), "gemm");
+}
+
+static void cu_op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int n,
+			  int n_tok, float eps)
+{
+	if (be->failed)
+		return;
+	cu_rmsnorm(CB(be)->stream, y, x, w, n, n_tok, eps);
+	launched(CB(be), "rmsnorm");
+}
+
+static void cu_op_rope(struct backend *be, float *q, float *k, const int *pos, int n_tok,
+		       int n_heads, int n_kv_heads, int hd, const float *inv_freq,
+		       enum kt_rope_layout layout)
+{
+	struct cu_backend *c = CB(be);
+	(void)pos;
+	if (be->failed || !staged(c, n_tok, "rope"))
+		return;
+	cu_rope(c->stream, q, k, c->batch.pos, n_tok, n_heads, n_kv_heads, hd, inv_freq, layout);
+	launched(c, "rope");
+}
+
+static void cu_op_kv_store(struct backend *be, const struct kt_kv *kv, int layer, const float *k,
+			   const float *v, const struct kt_attn_row *rows, int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	(void)rows;
+	if (be->failed || !staged(c, n_tok, "kv_store"))
+		return;
+	cu_kv_store(c->stream, kv, layer, k, v, &c->batch);
+	launched(c, "kv_store");
+}
+
+static void cu_op_attention(struct backend *be, float *out, const float *q, const struct kt_kv *kv,
+			    int layer, const struct kt_attn_row *rows, int n_tok, int n_heads,
+			    int n_kv_heads, int hd)
+{
+	struct cu_backend *c = CB(be);
+	(void)rows;
+	if (be->failed || !staged(c, n_tok, "attention"))
+		return;
+	cu_attention(c->stream, out, q, kv, layer, &c->batch, n_heads, n_kv_heads, hd, c->part,
+		     c->n_sm);
+	launched(c, "attention");
+}
+
+static void cu_op_silu_mul(struct backend *be, float *g, const float *u, size_t n)
+{
+	if (be->failed)
+		return;
+	cu_silu_mul(CB(be)->stream, g, u, n);
+	launched(CB(be), "silu_mul");
+}
+
+static void cu_op_add(struct backend *be, float *y, const float *x, size_t n)
+{
+	if (be->failed)
+		return;
+	cu_add(CB(be)->stream, y, x, n);
+	launched(CB(be), "add");
+}
+
+static void cu_op_embed(struct backend *be, float *y, const struct kt_weight *table,
+			const int32_t *tok, int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed || !staged(c, n_tok, "embed"))
+		return;
+	if (tok != c->h_tok) {
+		fprintf(stderr, "llamad: cuda: embed called with tokens that were not staged\n");
+		be->failed = 1;
+		return;
+	}
+	cu_embed(c->stream, y, table, c->batch.tok, n_tok);
+	launched(c, "embed");
+}
+
+static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
+{
+	struct cu_backend *c = CB(be);
+	if (max_pos > c->max_pos)
+		c->max_pos = max_pos;
+	int T = max_tokens > c->cap_tok ? max_tokens : c->cap_tok;
+	/* tables: stride for block size 1 at worst would be huge; use 16 (the
+	 * daemon's) and let batch_begin grow it for smaller blocks */
+	int stride = c->max_pos / 16 + 2;
+	if ((T > c->cap_tok || stride > c->tab_stride) &&
+	    stage_alloc(c, T, stride > c->tab_stride ? stride : c->tab_stride))
+		return -ENOMEM;
+	if (!c->part && ck(c, cudaMalloc((void **)&c->part, (size_t)CU_PART_FLOATS * 4), "cudaMalloc"))
+		return -ENOMEM;
+	if (grow(c, &c->xh, &c->xh_bytes, (size_t)T * (c->max_cols ? c->max_cols : 1) * 2) ||
+	    grow(c, (void **)&c->wh, &c->wh_bytes, c->max_qelems * 2))
+		return -ENOMEM;
+	return 0;
+}
+
+/* ---- graphs ---- */
+
+static struct cu_graph *find_graph(struct cu_backend *c, const void *owner, int key)
+{
+	for (int i = 0; i < c->n_graphs; i++)
+		if (c->graphs[i].owner == owner && c->graphs[i].key == key)
+			return &c->graphs[i];
+	return NULL;
+}
+
+static int cu_graph_replay(struct backend *be, const void *owner, int key)
+{
+	struct cu_backend *c = CB(be);
+	if (c->graphs_off || be->failed)
+		return 0;
+	struct cu_graph *g = find_graph(c, owner, key);
+	if (!g)
+		return 0;
+	if (g->kv_base != c->kv_base) {  /* another pool: record again */
+		cudaGraphExecDestroy(g->exec);
+		*g = c->graphs[--c->n_graphs];
+		return 0;
+	}
+	return ck(c, cudaGraphLaunch(g->exec, c->stream), "graph launch") == 0;
+}
+
+static void cu_graph_record_begin(struct backend *be, const void *owner, int key)
+{
+	struct cu_backend *c = CB(be);
+	(void)owner;
+	(void)key;
+	if (c->graphs_off || be->failed)
+		return;
+	if (cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess)
+		c->capturing = 1;
+	else
+		cudaGetLastError();
+}
+
+static int cu_graph_record_end(struct backend *be, const void *owner, int key)
+{
+	struct cu_backend *c = CB(be);
+	if (!c->capturing)
+		return -1;
+	c->capturing = 0;
+	cudaGraph_t graph = NULL;
+	cudaGraphExec_t exec = NULL;
+	cudaError_t e = cudaStreamEndCapture(c->stream, &graph);
+	if (e == cudaSuccess && !be->failed)
+		e = cudaGraphInstantiate(&exec, graph, 0);
+	if (graph)
+		cudaGraphDestroy(graph);
+	if (e != cudaSuccess || be->failed) {
+		/* an op could not be recorded: run unrecorded from now on */
+		fprintf(stderr, "llamad: cuda: graph recording failed (%s); running without graphs\n",
+			cudaGetErrorString(e));
+		cudaGetLastError();
+		c->graphs_off = 1;
+		be->failed = 0;  /* capture errors are not device errors */
+		return -1;
+	}
+	if (c->n_graphs == c->cap_graphs) {
+		int nc = c->cap_graphs ? 2 * c->cap_graphs : 16;
+		struct cu_graph *ng = (struct cu_graph *)realloc(c->graphs, nc * sizeof(*ng));
+		if (!ng) {
+			cudaGraphExecDestroy(exec);
+			c->graphs_off = 1;
+			return -1;
+		}
+		c->graphs = ng;
+		c->cap_graphs = nc;
+	}
+	struct cu_graph *g = &c->graphs[c->n_graphs++];
+	g->owner = owner;
+	g->key = key;
+	g->kv_base = c->kv_base;
+	g->exec = exec;
+	return ck(c, cudaGraphLaunch(exec, c->stream), "graph launch") ? -1 : 0;
+}
+
+static void cu_free(struct backend *be)
+{
+	struct cu_backend *c = CB(be);
+	cudaStreamSynchronize(c->stream);
+	for (int i = 0; i < c->n_graphs; i++)
+		cudaGraphExecDestroy(c->graphs[i].exec);
+	free(c->graphs);
+	if (c->blas)
+		c->cb.destroy(c->blas);
+	if (c->cb.lib)
+		dlclose(c->cb.lib);
+	cudaFree(c->blas_ws);
+	cudaFree(c->xh);
+	cudaFree(c->wh);
+	cudaFree(c->part);
+	cudaFree(c->d_stage);
+	cudaFreeHost(c->h_stage);
+	if (c->staged)
+		cudaEventDestroy(c->staged);
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	free(c);
+}
+
+static const struct backend_ops cuda_ops = {
+	"cuda",
+	cu_op_matmul,
+	cu_op_rmsnorm,
+	cu_op_rope,
+	cu_op_kv_store,
+	cu_op_attention,
+	cu_op_silu_mul,
+	cu_op_add,
+	cu_op_embed,
+	cu_reserve,
+	cu_free,
+	cu_mem_alloc,
+	cu_mem_free,
+	cu_upload,
+	cu_download,
+	cu_copy,
+	cu_weight_place,
+	cu_weight_release,
+	cu_batch_begin,
+	cu_graph_replay,
+	cu_graph_record_begin,
+	cu_graph_record_end,
+	cu_mem_info,
+};
+
+static int load_cublas(struct cublas_fns *f, char **cause)
+{
+	const char *names[] = { "libcublas.so.13", "libcublas.so.12", "libcublas.so" };
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]) && !f->lib; i++)
+		f->lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (!f->lib) {
+		if (asprintf(cause, "cannot load cuBLAS (libcublas.so.13): %s", dlerror()) < 0)
+			*cause = NULL;
+		return -1;
+	}
+#define SYM(field, name) \
+	if (!(*(void **)&f->field = dlsym(f->lib, name))) { \
+		if (asprintf(cause, "cuBLAS lacks %s", name) < 0) \
+			*cause = NULL; \
+		return -1; \
+	}
+	SYM(create, "cublasCreate_v2");
+	SYM(destroy, "cublasDestroy_v2");
+	SYM(set_stream, "cublasSetStream_v2");
+	SYM(set_workspace, "cublasSetWorkspace_v2");
+	SYM(set_math_mode, "cublasSetMathMode");
+	SYM(gemm_ex, "cublasGemmEx");
+	SYM(sgemm, "cublasSgemm_v2");
+#undef SYM
+	return 0;
+}
+
+extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause)
+{
+	*cause = NULL;
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess || n == 0) {
+		if (asprintf(cause, "no usable CUDA device (%s)",
+			     e != cudaSuccess ? cudaGetErrorString(e) : "none found") < 0)
+			*cause = NULL;
+		cudaGetLastError();
+		return NULL;
+	}
+	if (gpu < 0 || gpu >= n) {
+		if (asprintf(cause, "CUDA device %d does not exist (%d found)", gpu, n) < 0)
+			*cause = NULL;
+		return NULL;
+	}
+	cudaDeviceProp prop;
+	if (cudaGetDeviceProperties(&prop, gpu) != cudaSuccess || cudaSetDevice(gpu) != cudaSuccess) {
+		if (asprintf(cause, "CUDA device %d cannot be used", gpu) < 0)
+			*cause = NULL;
+		return NULL;
+	}
+	if (prop.major < 9) {
+		if (asprintf(cause, "%s (compute capability %d.%d) is older than this build's "
+			     "target (sm_90, Hopper)", prop.name, prop.major, prop.minor) < 0)
+			*cause = NULL;
+		return NULL;
+	}
+	struct cu_backend *c = (struct cu_backend *)calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->be.ops = &cuda_ops;
+	c->be.n_threads = 1;
+	c->dev = gpu;
+	c->n_sm = prop.multiProcessorCount;
+	c->wtype = wtype;
+	if (load_cublas(&c->cb, cause) ||
+	    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
+	    cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming) != cudaSuccess ||
+	    c->cb.create(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+	    c->cb.set_stream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+	    cudaMalloc(&c->blas_ws, 32u << 20) != cudaSuccess ||
+	    c->cb.set_workspace(c->blas, c->blas_ws, 32u << 20) != CUBLAS_STATUS_SUCCESS) {
+		if (!*cause && asprintf(cause, "cannot set up CUDA on %s: %s", prop.name,
+					cudaGetErrorString(cudaGetLastError())) < 0)
+			*cause = NULL;
+		cu_free(&c->be);
+		return NULL;
+	}
+	/* fp32 matrices stay fp32 (no TF32) */
+	c->cb.set_math_mode(c->blas, CUBLAS_DEFAULT_MATH);
+	cudaEventRecord(c->staged, c->stream);
+	static const char *wn[] = { "f16", "bf16", "f32" };
+	char name[48];
+	memcpy(name, prop.name, sizeof(name) - 1);
+	name[sizeof(name) - 1] = 0;
+	snprintf(c->be.desc, sizeof(c->be.desc), "cuda, %s (sm_%d%d, %d SMs, %.1f GiB), %s weights",
+		 name, prop.major, prop.minor, prop.multiProcessorCount,
+		 prop.totalGlobalMem / 1073741824.0, wn[wtype]);
+	return &c->be;
+}

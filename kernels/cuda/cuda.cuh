@@ -1,0 +1,103 @@
+/*
+ * kernels/cuda/cuda.cuh — the CUDA backend's shared state and launchers.
+ *
+ * One .cu per op; each exports a launcher taking the stream (and the few
+ * staged arrays it reads) so the ops in backend.cu stay thin. Activations
+ * are fp32 on the device; weights are f16/bf16/f32 or repacked Q8_0/Q4_0
+ * (quants first, then one f16 scale per 32 weights); the KV pool keeps the
+ * CPU backend's layout (kernels/backend.h) so blocks move between them
+ * byte for byte.
+ */
+#ifndef LLAMAD_KERNELS_CUDA_CUDA_CUH
+#define LLAMAD_KERNELS_CUDA_CUDA_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+extern "C" {
+#include "kernels/backend.h"
+}
+
+/* largest batch the matrix-vector kernels take; bigger ones go to cuBLAS */
+#define CU_GEMV_MAX 8
+/* attention: query rows per tile of the prefill kernel, most splits along
+ * the sequence, floats of the split partials */
+#define CU_QT 16
+#define CU_MAX_SPLIT 16
+#define CU_PART_FLOATS (16u << 20)
+
+/* Staged batch (batch_begin): device arrays the ops index. */
+struct cu_batch {
+	int32_t *tok;      /* (T) */
+	int *pos;          /* (T) */
+	int *row_tab;      /* (T) table index of each row */
+	int32_t *tables;   /* (n_tables, tab_stride) block ids */
+	int *tiles;        /* (n_tiles, 3): first row, rows, first position */
+	int tab_stride;
+	int n_tok, n_tiles;
+	int single_rows;   /* every tile is one row (decode) */
+};
+
+/* Dequantizing / converting matrix-vector product y = x W^T for
+ * n_tok <= CU_GEMV_MAX rows. */
+void cu_gemv(cudaStream_t st, float *y, const float *x, const struct kt_weight *w, int n_tok);
+/* W (Q8_0 / Q4_0, repacked) to f16, row-major rows x cols. */
+void cu_dequant_f16(cudaStream_t st, __half *dst, const struct kt_weight *w);
+/* n fp32 values to f16 / bf16. */
+void cu_f32_to_f16(cudaStream_t st, __half *dst, const float *src, size_t n);
+void cu_f32_to_bf16(cudaStream_t st, __nv_bfloat16 *dst, const float *src, size_t n);
+/* GGML Q8_0 / Q4_0 blocks (src, device) to the repacked layout. */
+void cu_repack_q(cudaStream_t st, void *dst, const void *src, enum kt_dtype t, size_t rows,
+		 size_t cols);
+
+void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int n, int n_tok,
+		float eps);
+void cu_rope(cudaStream_t st, float *q, float *k, const int *pos, int n_tok, int n_heads,
+	     int n_kv_heads, int hd, const float *inv_freq, enum kt_rope_layout layout);
+void cu_kv_store(cudaStream_t st, const struct kt_kv *kv, int layer, const float *k,
+		 const float *v, const struct cu_batch *b);
+/* Attention over the staged batch; part: CU_PART_FLOATS of scratch. */
+void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_kv *kv,
+		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
+		  float *part, int n_sm);
+void cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);
+void cu_add(cudaStream_t st, float *y, const float *x, size_t n);
+void cu_embed(cudaStream_t st, float *y, const struct kt_weight *table, const int32_t *tok,
+	      int n_tok);
+
+/* Q8_0 / Q4_0 repacked: quants of all rows, then the f16 scales. */
+static inline size_t cu_q_quant_bytes(enum kt_dtype t, size_t rows, size_t cols)
+{
+	return t == KT_Q8_0 ? rows * cols : rows * cols / 2;
+}
+
+/* Element (r, c) of a placed weight matrix as fp32. */
+static __device__ __forceinline__ float cu_w_at(const void *w, enum kt_dtype dt, size_t rows, int cols,
+				       int r, int c)
+{
+	size_t i = (size_t)r * cols + c;
+	switch (dt) {
+	case KT_F32: return ((const float *)w)[i];
+	case KT_F16: return __half2float(((const __half *)w)[i]);
+	case KT_BF16: return __bfloat162float(((const __nv_bfloat16 *)w)[i]);
+	case KT_Q8_0: {
+		const int8_t *qs = (const int8_t *)w;
+		const __half *sc = (const __half *)(qs + rows * cols);
+		return __half2float(sc[i / 32]) * (float)qs[i];
+	}
+	case KT_Q4_0: {
+		const uint8_t *qs = (const uint8_t *)w;
+		const __half *sc = (const __half *)(qs + rows * cols / 2);
+		size_t blk = i / 32;
+		int in = (int)(i % 32);
+		int q = (qs[blk * 16 + in % 16] >> (in >= 16 ? 4 : 0)) & 15;
+		return __half2float(sc[blk]) * (float)(q - 8);
+	}
+	default:
+		return 0.f;
+	}
+}
+
+#endif

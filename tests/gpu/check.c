@@ -1,0 +1,750 @@
+/*
+ * tests/gpu/check.c — llamad-gpucheck: the CUDA backend against the CPU
+ * backend, and its benchmarks.
+ *
+ *   llamad-gpucheck ops       every op on random inputs, CUDA vs CPU
+ *   llamad-gpucheck logits    a 2-layer model of 7B width (random weights):
+ *                             prefill and decode logits, CUDA vs CPU
+ *   llamad-gpucheck bench [--quick]
+ *                             7B shape (random weights): copy bandwidth, GEMM
+ *                             rate, batch-1 decode (f16, Q8_0, Q4_0),
+ *                             64-session decode, 2,048-token prefill, a
+ *                             32-token turn after 3,000 tokens
+ *
+ * Each check prints "ok"/"FAIL" with its relative error ||gpu - cpu|| /
+ * ||cpu|| against its tolerance (docs/PERF.md lists them); outputs are
+ * poisoned with NaN first, so an unwritten element fails. Bench lines are
+ * key=value. Exit status: 0 all passed, 1 a check failed, 77 no usable GPU.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/backend.h"
+#include "model/forward.h"
+#include "session/kvpool.h"
+
+static int n_fail, n_ok;
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)  /* uniform in [-1, 1) */
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p) {
+		fprintf(stderr, "out of memory (%zu bytes)\n", n);
+		exit(2);
+	}
+	return p;
+}
+
+static float *rand_vec(size_t n, float scale)
+{
+	float *v = xmalloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		v[i] = frand() * scale;
+	return v;
+}
+
+static double rel_err(const float *got, const float *ref, size_t n)
+{
+	double num = 0, den = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!isfinite(got[i]))
+			return INFINITY;
+		double d = (double)got[i] - ref[i];
+		num += d * d;
+		den += (double)ref[i] * ref[i];
+	}
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static void report(const char *what, double err, double tol)
+{
+	int ok = err <= tol;
+	printf("%-4s %-44s relerr %.2e  tol %.0e\n", ok ? "ok" : "FAIL", what, err, tol);
+	fflush(stdout);
+	ok ? n_ok++ : n_fail++;
+}
+
+/* Device buffer holding a copy of host (or NaN when host is NULL). */
+static float *dev(struct backend *g, const float *host, size_t n)
+{
+	float *d = g->ops->mem_alloc(g, n * sizeof(float));
+	float *tmp = NULL;
+	if (!host) {
+		tmp = xmalloc(n * sizeof(float));
+		for (size_t i = 0; i < n; i++)
+			tmp[i] = NAN;
+		host = tmp;
+	}
+	if (!d || g->ops->upload(g, d, host, n * sizeof(float)) != 0) {
+		fprintf(stderr, "device allocation/upload of %zu floats failed\n", n);
+		exit(1);
+	}
+	free(tmp);
+	return d;
+}
+
+static float *back(struct backend *g, const float *d, size_t n)
+{
+	float *h = xmalloc(n * sizeof(float));
+	if (g->ops->download(g, h, d, n * sizeof(float)) != 0) {
+		fprintf(stderr, "download failed\n");
+		exit(1);
+	}
+	return h;
+}
+
+/* ---- weights in any dtype from fp32 values ---- */
+
+static void *make_weight(enum kt_dtype t, const float *f, int rows, int cols)
+{
+	size_t rb = kt_row_bytes(t, (size_t)cols);
+	uint8_t *w = xmalloc(rb * rows);
+	for (int r = 0; r < rows; r++) {
+		const float *src = f + (size_t)r * cols;
+		uint8_t *dst = w + rb * r;
+		switch (t) {
+		case KT_F32: memcpy(dst, src, rb); break;
+		case KT_F16:
+			for (int c = 0; c < cols; c++)
+				((uint16_t *)dst)[c] = kt_f32_to_f16(src[c]);
+			break;
+		case KT_BF16:
+			for (int c = 0; c < cols; c++)
+				((uint16_t *)dst)[c] = kt_f32_to_bf16(src[c]);
+			break;
+		case KT_Q8_0: kt_quantize_q8_0(src, dst, (size_t)cols); break;
+		case KT_Q4_0: kt_quantize_q4_0(src, dst, (size_t)cols); break;
+		case KT_Q4_K: kt_quantize_q4_k(src, dst, (size_t)cols); break;
+		case KT_Q5_K: kt_quantize_q5_k(src, dst, (size_t)cols); break;
+		case KT_Q6_K: kt_quantize_q6_k(src, dst, (size_t)cols); break;
+		}
+	}
+	return w;
+}
+
+/* ---- op checks ---- */
+
+static void check_matmul(struct backend *cpu, struct backend *g, enum kt_dtype t, int rows,
+			 int cols, int T, double tol)
+{
+	float *wf = rand_vec((size_t)rows * cols, 1.0f / sqrtf((float)cols));
+	struct kt_weight w = { make_weight(t, wf, rows, cols), t, rows, cols }, dw;
+	float *x = rand_vec((size_t)T * cols, 1.0f);
+	float *ref = xmalloc((size_t)T * rows * sizeof(float));
+	cpu->ops->matmul(cpu, ref, x, &w, T);
+	if (g->ops->weight_place(g, &dw, &w) != 0) {
+		fprintf(stderr, "weight_place failed\n");
+		exit(1);
+	}
+	float *dx = dev(g, x, (size_t)T * cols), *dy = dev(g, NULL, (size_t)T * rows);
+	g->ops->matmul(g, dy, dx, &dw, T);
+	float *got = back(g, dy, (size_t)T * rows);
+	char name[96];
+	snprintf(name, sizeof(name), "matmul %s %dx%d T=%d (device %s)", kt_dtype_name(t), rows,
+		 cols, T, kt_dtype_name(dw.dtype));
+	report(name, rel_err(got, ref, (size_t)T * rows), tol);
+	g->ops->weight_release(g, &dw);
+	g->ops->mem_free(g, dx);
+	g->ops->mem_free(g, dy);
+	free(wf);
+	free((void *)w.data);
+	free(x);
+	free(ref);
+	free(got);
+}
+
+static void check_elementwise(struct backend *cpu, struct backend *g)
+{
+	size_t n = 100003;
+	float *a = rand_vec(n, 4.f), *b = rand_vec(n, 2.f), *a2 = xmalloc(n * 4);
+	memcpy(a2, a, n * 4);
+	float *da = dev(g, a, n), *db = dev(g, b, n);
+	cpu->ops->silu_mul(cpu, a2, b, n);
+	g->ops->silu_mul(g, da, db, n);
+	float *got = back(g, da, n);
+	report("silu_mul n=100003", rel_err(got, a2, n), 1e-6);
+	free(got);
+	memcpy(a2, a, n * 4);
+	g->ops->upload(g, da, a, n * 4);
+	cpu->ops->add(cpu, a2, b, n);
+	g->ops->add(g, da, db, n);
+	got = back(g, da, n);
+	report("add n=100003", rel_err(got, a2, n), 1e-7);
+	free(got);
+	int T = 7, d = 4096;
+	float *x = rand_vec((size_t)T * d, 3.f), *w = rand_vec(d, 1.f), *y = xmalloc((size_t)T * d * 4);
+	float *dx = dev(g, x, (size_t)T * d), *dw = dev(g, w, d), *dy = dev(g, NULL, (size_t)T * d);
+	cpu->ops->rmsnorm(cpu, y, x, w, d, T, 1e-5f);
+	g->ops->rmsnorm(g, dy, dx, dw, d, T, 1e-5f);
+	got = back(g, dy, (size_t)T * d);
+	report("rmsnorm 7x4096", rel_err(got, y, (size_t)T * d), 1e-6);
+	free(got);
+	float *bufs[] = { da, db, dx, dw, dy };
+	for (int i = 0; i < 5; i++)
+		g->ops->mem_free(g, bufs[i]);
+	free(a); free(b); free(a2); free(x); free(w); free(y);
+}
+
+/* A fake paged batch: T rows over sequences with their own block tables. */
+struct pbatch {
+	int T;
+	int32_t tok[256];
+	int pos[256];
+	struct kt_attn_row rows[256];
+};
+
+static void check_embed(struct backend *cpu, struct backend *g, enum kt_dtype t)
+{
+	int V = 1000, D = 4096, T = 13;
+	float *f = rand_vec((size_t)V * D, 1.f);
+	struct kt_weight w = { make_weight(t, f, V, D), t, V, D }, dw;
+	g->ops->weight_place(g, &dw, &w);
+	struct pbatch b = { .T = T };
+	int32_t tab[1] = { 0 };
+	for (int i = 0; i < T; i++) {
+		b.tok[i] = (int32_t)((unsigned)(frand() + 1.f) * 499u + (unsigned)i * 37u) % V;
+		b.pos[i] = 0;
+		b.rows[i].block_table = tab;
+		b.rows[i].pos = 0;
+	}
+	struct kt_kv kv = { NULL, 1, 16, 1, 64 };
+	float *ref = xmalloc((size_t)T * D * 4), *dy = dev(g, NULL, (size_t)T * D);
+	cpu->ops->embed(cpu, ref, &w, b.tok, T);
+	g->ops->batch_begin(g, &kv, b.tok, b.pos, b.rows, T);
+	g->ops->embed(g, dy, &dw, b.tok, T);
+	float *got = back(g, dy, (size_t)T * D);
+	char name[64];
+	snprintf(name, sizeof(name), "embed %s 1000x4096 T=13", kt_dtype_name(t));
+	report(name, rel_err(got, ref, (size_t)T * D), t == KT_F32 || kt_dtype_is_quant(t) ? 1e-7 : 1e-3);
+	g->ops->weight_release(g, &dw);
+	g->ops->mem_free(g, dy);
+	free(f); free((void *)w.data); free(ref); free(got);
+}
+
+static void check_rope(struct backend *cpu, struct backend *g, enum kt_rope_layout lay)
+{
+	int T = 9, nh = 8, nkv = 2, hd = 128;
+	size_t nq = (size_t)T * nh * hd, nk = (size_t)T * nkv * hd;
+	float *q = rand_vec(nq, 1.f), *k = rand_vec(nk, 1.f), inv[64];
+	for (int i = 0; i < hd / 2; i++)
+		inv[i] = 1.0f / powf(10000.f, (float)(2 * i) / hd);
+	struct pbatch b = { .T = T };
+	int32_t tab[300];
+	for (int i = 0; i < 300; i++)
+		tab[i] = i;
+	for (int t = 0; t < T; t++) {
+		b.pos[t] = b.rows[t].pos = (int)((frand() + 1.f) * 2000.f);
+		b.rows[t].block_table = tab;
+		b.tok[t] = 1;
+	}
+	struct kt_kv kv = { NULL, 300, 16, 1, 64 };
+	float *dq = dev(g, q, nq), *dk = dev(g, k, nk), *dinv = dev(g, inv, hd / 2);
+	cpu->ops->rope(cpu, q, k, b.pos, T, nh, nkv, hd, inv, lay);
+	g->ops->batch_begin(g, &kv, b.tok, b.pos, b.rows, T);
+	g->ops->rope(g, dq, dk, b.pos, T, nh, nkv, hd, dinv, lay);
+	float *gq = back(g, dq, nq), *gk = back(g, dk, nk);
+	report(lay == KT_ROPE_HALF ? "rope q (rotate-half layout)" : "rope q (interleaved)",
+	       rel_err(gq, q, nq), 1e-5);
+	report(lay == KT_ROPE_HALF ? "rope k (rotate-half layout)" : "rope k (interleaved)",
+	       rel_err(gk, k, nk), 1e-5);
+	g->ops->mem_free(g, dq); g->ops->mem_free(g, dk); g->ops->mem_free(g, dinv);
+	free(q); free(k); free(gq); free(gk);
+}
+
+/* kv_store + attention over a pool with random content and shuffled block
+ * tables: a decode batch (one row per sequence) and a mixed prefill batch. */
+static void check_attention(struct backend *cpu, struct backend *g, int nh, int nkv, int hd)
+{
+	const int NB = 640, BS = 16, L = 2, layer = 1;
+	int kvd = nkv * hd;
+	struct kvpool *hp = kvpool_new(NB, BS, L, kvd), *gp = kvpool_new_on(g, NB, BS, L, kvd);
+	if (!hp || !gp) {
+		fprintf(stderr, "pool allocation failed\n");
+		exit(1);
+	}
+	size_t pool_f = kt_kv_block_bytes(&hp->kv) / 4 * NB;
+	for (size_t i = 0; i < pool_f; i++)
+		hp->kv.base[i] = frand();
+	g->ops->upload(g, gp->kv.base, hp->kv.base, pool_f * 4);
+	/* five sequences: histories 0, 15, 16, 700, 3000 */
+	int hist[5] = { 0, 15, 16, 700, 3000 };
+	int32_t *perm = xmalloc(NB * sizeof(int32_t));
+	for (int i = 0; i < NB; i++)
+		perm[i] = i;
+	for (int i = NB - 1; i > 0; i--) {
+		int j = (int)((frand() + 1.f) * 0.5f * (float)i);
+		int32_t t = perm[i];
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	int32_t *tabs[5];
+	int used = 0;
+	for (int s = 0; s < 5; s++) {
+		int nb = (hist[s] + 40) / BS + 1;
+		tabs[s] = perm + used;
+		used += nb;
+	}
+	for (int pass = 0; pass < 2; pass++) {
+		struct pbatch b = { 0 };
+		/* decode: one row each; mixed: 37 rows of seq 0, 20 of seq 3, one of
+		 * seq 4 and seq 2 */
+		int dec[5][2] = { { 0, 1 }, { 1, 1 }, { 2, 1 }, { 3, 1 }, { 4, 1 } };
+		int mix[4][2] = { { 0, 37 }, { 3, 20 }, { 4, 1 }, { 2, 1 } };
+		int (*plan)[2] = pass ? mix : dec;
+		int np = pass ? 4 : 5;
+		for (int i = 0; i < np; i++)
+			for (int r = 0; r < plan[i][1]; r++) {
+				int s = plan[i][0];
+				b.pos[b.T] = b.rows[b.T].pos = hist[s] + r;
+				b.rows[b.T].block_table = tabs[s];
+				b.tok[b.T++] = 1;
+			}
+		size_t nq = (size_t)b.T * nh * hd, nk = (size_t)b.T * kvd;
+		float *q = rand_vec(nq, 1.f), *k = rand_vec(nk, 1.f), *v = rand_vec(nk, 1.f);
+		float *ref = xmalloc(nq * 4);
+		float *dq = dev(g, q, nq), *dk = dev(g, k, nk), *dv = dev(g, v, nk), *dout = dev(g, NULL, nq);
+		cpu->ops->reserve(cpu, 4096, b.T);
+		cpu->ops->kv_store(cpu, &hp->kv, layer, k, v, b.rows, b.T);
+		cpu->ops->attention(cpu, ref, q, &hp->kv, layer, b.rows, b.T, nh, nkv, hd);
+		g->ops->batch_begin(g, &gp->kv, b.tok, b.pos, b.rows, b.T);
+		g->ops->kv_store(g, &gp->kv, layer, dk, dv, b.rows, b.T);
+		g->ops->attention(g, dout, dq, &gp->kv, layer, b.rows, b.T, nh, nkv, hd);
+		float *got = back(g, dout, nq);
+		char name[96];
+		snprintf(name, sizeof(name), "attention %s T=%d heads %d/%d hd %d",
+			 pass ? "mixed" : "decode", b.T, nh, nkv, hd);
+		report(name, rel_err(got, ref, nq), 2e-5);
+		float *gpool = back(g, gp->kv.base, pool_f);
+		snprintf(name, sizeof(name), "kv_store %s T=%d (whole pool)", pass ? "mixed" : "decode", b.T);
+		report(name, memcmp(gpool, hp->kv.base, pool_f * 4) ? 1.0 : 0.0, 0);
+		float *bufs[] = { dq, dk, dv, dout };
+		for (int i = 0; i < 4; i++)
+			g->ops->mem_free(g, bufs[i]);
+		free(q); free(k); free(v); free(ref); free(got); free(gpool);
+	}
+	free(perm);
+	kvpool_free(hp);
+	kvpool_free(gp);
+}
+
+static int run_ops(struct backend *cpu, struct backend *g16, struct backend *g32)
+{
+	check_elementwise(cpu, g16);
+	check_rope(cpu, g16, KT_ROPE_INTERLEAVED);
+	check_rope(cpu, g16, KT_ROPE_HALF);
+	enum kt_dtype et[] = { KT_F32, KT_F16, KT_Q8_0, KT_Q4_0 };
+	for (int i = 0; i < 4; i++)
+		check_embed(cpu, g32, et[i]);
+	check_attention(cpu, g16, 32, 8, 128);
+	check_attention(cpu, g16, 12, 12, 64);
+	check_attention(cpu, g16, 8, 4, 8);
+	check_attention(cpu, g16, 6, 6, 48);
+	int Ts[] = { 1, 2, 5, 8, 9, 64 };
+	for (int i = 0; i < 6; i++) {
+		int T = Ts[i], big = T > 8;
+		/* <= 8 rows: fp32 activations against exact weights (fp32 sums);
+		 * more: cuBLAS with activations rounded to f16 (bf16) */
+		check_matmul(cpu, g32, KT_F32, 512, 4096, T, 1e-5);
+		check_matmul(cpu, g32, KT_F32, 100, 300, T, 1e-5);
+		check_matmul(cpu, g16, KT_F16, 512, 4096, T, big ? 2e-3 : 1e-5);
+		check_matmul(cpu, g16, KT_F16, 96, 288, T, big ? 2e-3 : 1e-5);
+		check_matmul(cpu, g16, KT_BF16, 512, 4096, T, big ? 1e-2 : 1e-5);
+		check_matmul(cpu, g16, KT_Q8_0, 512, 4096, T, big ? 2e-3 : 1e-5);
+		check_matmul(cpu, g16, KT_Q8_0, 96, 288, T, big ? 2e-3 : 1e-5);
+		check_matmul(cpu, g16, KT_Q4_0, 512, 4096, T, big ? 2e-3 : 1e-5);
+		check_matmul(cpu, g16, KT_Q4_K, 256, 4096, T, 2e-3);
+		check_matmul(cpu, g16, KT_F32, 300, 4096, T, 2e-3);  /* f32 file, f16 device */
+	}
+	return 0;
+}
+
+/* ---- random models (no file) ---- */
+
+struct rmodel {
+	struct model m;
+	void *bufs[16];
+	int n_bufs;
+};
+
+static void *wbuf(struct rmodel *r, enum kt_dtype t, int rows, int cols)
+{
+	float *f = rand_vec((size_t)rows * cols, 1.0f / sqrtf((float)cols));
+	void *w = make_weight(t, f, rows, cols);
+	free(f);
+	r->bufs[r->n_bufs++] = w;
+	return w;
+}
+
+/* A Llama of the given shape; every layer shares one set of host matrices
+ * (each is still placed on the device separately). Norms are 1 +- 0.1. */
+static struct rmodel *rmodel_new(int dim, int layers, int heads, int kv_heads, int ffn, int vocab,
+				 int ctx, enum kt_dtype t, int distinct_layers)
+{
+	struct rmodel *r = calloc(1, sizeof(*r));
+	struct model *m = &r->m;
+	struct model_config *c = &m->cfg;
+	c->dim = dim;
+	c->n_layers = layers;
+	c->n_heads = heads;
+	c->n_kv_heads = kv_heads;
+	c->head_dim = dim / heads;
+	c->ffn_dim = ffn;
+	c->vocab = vocab;
+	c->max_ctx = ctx;
+	c->rms_eps = 1e-5f;
+	c->rope_theta = 10000.f;
+	c->rope_layout = KT_ROPE_INTERLEAVED;
+	m->wtype = t;
+	m->layers = calloc((size_t)layers, sizeof(*m->layers));
+	int hd = c->head_dim, kvd = kv_heads * hd;
+	float *norms = xmalloc((size_t)(2 * layers + 1) * dim * sizeof(float));
+	for (size_t i = 0; i < (size_t)(2 * layers + 1) * dim; i++)
+		norms[i] = 1.f + 0.1f * frand();
+	m->inv_freq = xmalloc((size_t)hd / 2 * sizeof(float));
+	for (int i = 0; i < hd / 2; i++)
+		m->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / hd);
+	m->embed = (struct kt_weight){ wbuf(r, t, vocab, dim), t, vocab, dim };
+	m->cls = m->embed;
+	m->final_norm = norms + (size_t)2 * layers * dim;
+	for (int l = 0; l < layers; l++) {
+		struct model_layer *L = &m->layers[l];
+		if (l == 0 || distinct_layers) {
+			if (r->n_bufs + 5 > 16) {
+				fprintf(stderr, "rmodel: too many distinct layers\n");
+				exit(2);
+			}
+			L->wq = (struct kt_weight){ wbuf(r, t, dim, dim), t, dim, dim };
+			L->wk = (struct kt_weight){ wbuf(r, t, kvd, dim), t, kvd, dim };
+			L->wv = (struct kt_weight){ L->wk.data, t, kvd, dim };
+			L->wo = (struct kt_weight){ L->wq.data, t, dim, dim };
+			L->w1 = (struct kt_weight){ wbuf(r, t, ffn, dim), t, ffn, dim };
+			L->w3 = (struct kt_weight){ L->w1.data, t, ffn, dim };
+			L->w2 = (struct kt_weight){ wbuf(r, t, dim, ffn), t, dim, ffn };
+		} else {
+			struct model_layer *F = &m->layers[0];
+			L->wq = F->wq; L->wk = F->wk; L->wv = F->wv; L->wo = F->wo;
+			L->w1 = F->w1; L->w2 = F->w2; L->w3 = F->w3;
+		}
+		L->att_norm = norms + (size_t)2 * l * dim;
+		L->ffn_norm = norms + (size_t)(2 * l + 1) * dim;
+	}
+	size_t per_layer = kt_row_bytes(t, dim) * ((size_t)2 * dim + 2 * kvd + 2 * ffn) +
+			   kt_row_bytes(t, ffn) * dim;
+	m->weight_bytes = per_layer * layers + kt_row_bytes(t, dim) * vocab + kt_row_bytes(t, dim);
+	r->bufs[r->n_bufs++] = norms;
+	return r;
+}
+
+static void rmodel_free(struct rmodel *r)
+{
+	for (int i = 0; i < r->n_bufs; i++)
+		free(r->bufs[i]);
+	free(r->m.layers);
+	free(r->m.inv_freq);
+	free(r);
+}
+
+/* Run one sequence's tokens at pos through fwd (all logits when all). */
+static int run_seq(struct fwd *f, struct kvpool *p, struct kvseq *s, const int32_t *tok, int n,
+		   int pos, float *logits, int all)
+{
+	if (kvseq_prepare(p, s, pos + n, pos) != 0)
+		return -ENOSPC;
+	struct fwd_seq q = { tok, n, pos, s->blocks, logits, all };
+	return fwd_run(f, &p->kv, &q, 1);
+}
+
+/* Logits of a 2-layer model of 7B width, CPU vs CUDA (f32 and f16 device
+ * weights): a 40-token prefill (every row) and 8 decode steps. */
+static void run_logits(struct backend *cpu, struct backend *g, const char *label, double tol)
+{
+	struct rmodel *r = rmodel_new(4096, 2, 32, 32, 11008, 32000, 4096, KT_F32, 1);
+	const struct model *m = &r->m;
+	int V = m->cfg.vocab, NP = 40, ND = 8;
+	struct fwd *fc = fwd_new(m, cpu, 64), *fg = fwd_new(m, g, 64);
+	struct kvpool *pc = kvpool_new(8, 16, 2, 4096), *pg = kvpool_new_on(g, 8, 16, 2, 4096);
+	if (!fc || !fg || !pc || !pg) {
+		fprintf(stderr, "logits: setup failed\n");
+		exit(1);
+	}
+	struct kvseq sc = { 0 }, sg = { 0 };
+	int32_t tok[48];
+	for (int i = 0; i < NP + ND; i++)
+		tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
+	float *lc = xmalloc((size_t)NP * V * 4), *lg = xmalloc((size_t)NP * V * 4);
+	for (size_t i = 0; i < (size_t)NP * V; i++)
+		lg[i] = NAN;
+	run_seq(fc, pc, &sc, tok, NP, 0, lc, 1);
+	int rc = run_seq(fg, pg, &sg, tok, NP, 0, lg, 1);
+	char name[96];
+	snprintf(name, sizeof(name), "logits 2x4096 prefill 40 rows, %s", label);
+	report(name, rc ? INFINITY : rel_err(lg, lc, (size_t)NP * V), tol);
+	double worst = 0;
+	for (int i = 0; i < ND; i++) {
+		for (int j = 0; j < V; j++)
+			lg[j] = NAN;
+		run_seq(fc, pc, &sc, tok + NP + i, 1, NP + i, lc, 0);
+		rc = run_seq(fg, pg, &sg, tok + NP + i, 1, NP + i, lg, 0);
+		double e = rc ? INFINITY : rel_err(lg, lc, (size_t)V);
+		if (e > worst)
+			worst = e;
+	}
+	snprintf(name, sizeof(name), "logits 2x4096 decode x8 (graphs), %s", label);
+	report(name, worst, tol);
+	kvseq_release(pc, &sc);
+	kvseq_release(pg, &sg);
+	fwd_free(fc);
+	fwd_free(fg);
+	kvpool_free(pc);
+	kvpool_free(pg);
+	free(lc);
+	free(lg);
+	rmodel_free(r);
+}
+
+/* ---- benchmarks ---- */
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_d);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void sync_be(struct backend *g, float *probe)
+{
+	float h;
+	g->ops->download(g, &h, probe, sizeof(h));
+}
+
+/* device-to-device copy, bytes read + written per second */
+static double bench_copy(struct backend *g)
+{
+	size_t n = 2ull << 30;
+	float *a = g->ops->mem_alloc(g, n), *b = g->ops->mem_alloc(g, n);
+	if (!a || !b)
+		return 0;
+	g->ops->copy(g, b, a, n);
+	sync_be(g, b);
+	double t[5];
+	for (int i = 0; i < 5; i++) {
+		double t0 = now_s();
+		g->ops->copy(g, b, a, n);
+		sync_be(g, b);
+		t[i] = now_s() - t0;
+	}
+	g->ops->mem_free(g, a);
+	g->ops->mem_free(g, b);
+	return 2.0 * n / median(t, 5);
+}
+
+/* our matmul path on a large f16 problem: FLOP/s */
+static double bench_gemm(struct backend *g)
+{
+	int M = 8192, K = 8192, T = 4096;
+	struct rmodel tmp = { 0 };
+	void *w = wbuf(&tmp, KT_F16, M, K);
+	struct kt_weight hw = { w, KT_F16, M, K }, dw;
+	if (g->ops->weight_place(g, &dw, &hw) != 0)
+		return 0;
+	float *x = rand_vec((size_t)T * K, 1.f);
+	float *dx = dev(g, x, (size_t)T * K), *dy = dev(g, NULL, (size_t)T * M);
+	g->ops->reserve(g, 4096, T);
+	g->ops->matmul(g, dy, dx, &dw, T);
+	sync_be(g, dy);
+	double t[5];
+	for (int i = 0; i < 5; i++) {
+		double t0 = now_s();
+		g->ops->matmul(g, dy, dx, &dw, T);
+		sync_be(g, dy);
+		t[i] = now_s() - t0;
+	}
+	g->ops->weight_release(g, &dw);
+	g->ops->mem_free(g, dx);
+	g->ops->mem_free(g, dy);
+	free(x);
+	free(w);
+	return 2.0 * M * K * T / median(t, 5);
+}
+
+static void bench_model(struct backend *g, enum kt_dtype t, double bw, double gemm, int quick)
+{
+	double t0 = now_s();
+	struct rmodel *r = rmodel_new(4096, 32, 32, 32, 11008, 32000, 4096, t, 0);
+	const struct model *m = &r->m;
+	int V = m->cfg.vocab;
+	struct fwd *f = fwd_new(m, g, 2048);
+	size_t nblocks = (64 * 96 + 3100 + 2100 + 300) / 16 + 64;
+	struct kvpool *p = f ? kvpool_new_on(g, (int)nblocks, 16, 32, 4096) : NULL;
+	if (!f || !p) {
+		printf("bench %s: setup failed (device memory?)\n", kt_dtype_name(t));
+		return;
+	}
+	printf("bench_setup dtype=%s load_s=%.1f weight_bytes=%zu\n", kt_dtype_name(t), now_s() - t0,
+	       m->weight_bytes);
+	float *logits = xmalloc((size_t)64 * V * 4);
+	int32_t tok[4096];
+	for (int i = 0; i < 4096; i++)
+		tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
+
+	/* batch-1 decode after a 16-token prompt */
+	struct kvseq s = { 0 };
+	run_seq(f, p, &s, tok, 16, 0, logits, 0);
+	int nd = quick ? 32 : 128;
+	double dt[128];
+	for (int i = 0; i < nd; i++) {
+		double a = now_s();
+		run_seq(f, p, &s, tok + 16 + i, 1, 16 + i, logits, 0);
+		dt[i] = now_s() - a;
+	}
+	double step = median(dt + 2, nd - 2);
+	double roof = bw / (double)m->weight_bytes;
+	printf("decode1 dtype=%s tok_s=%.1f step_ms=%.3f roof_tok_s=%.1f pct_roof=%.1f\n",
+	       kt_dtype_name(t), 1.0 / step, step * 1e3, roof, 100.0 / step / roof);
+	kvseq_release(p, &s);
+	if (t != KT_F16) {
+		fwd_free(f);
+		kvpool_free(p);
+		free(logits);
+		rmodel_free(r);
+		return;
+	}
+
+	/* 64 sessions: 32-token prompts in one batch, then 32 decode steps */
+	struct kvseq ss[64];
+	struct fwd_seq q[64];
+	memset(ss, 0, sizeof(ss));
+	for (int i = 0; i < 64; i++) {
+		kvseq_prepare(p, &ss[i], 32, 0);
+		q[i] = (struct fwd_seq){ tok + i, 32, 0, ss[i].blocks, logits + (size_t)i * V, 0 };
+	}
+	fwd_run(f, &p->kv, q, 64);
+	int steps = quick ? 8 : 32;
+	double a = 0;
+	for (int k = 0; k < steps + 2; k++) {
+		if (k == 2)
+			a = now_s();
+		for (int i = 0; i < 64; i++) {
+			kvseq_prepare(p, &ss[i], 33 + k, 32 + k);
+			q[i] = (struct fwd_seq){ tok + 100 + i + k, 1, 32 + k, ss[i].blocks,
+						 logits + (size_t)i * V, 0 };
+		}
+		fwd_run(f, &p->kv, q, 64);
+	}
+	double el = now_s() - a;
+	printf("decode64 tok_s=%.0f step_ms=%.2f\n", 64.0 * steps / el, el / steps * 1e3);
+	for (int i = 0; i < 64; i++)
+		kvseq_release(p, &ss[i]);
+
+	/* prefill of 2,048 tokens on an empty sequence */
+	double pt[3];
+	for (int k = 0; k < 4; k++) {
+		double b0 = now_s();
+		run_seq(f, p, &s, tok, 2048, 0, logits, 0);
+		if (k)
+			pt[k - 1] = now_s() - b0;
+		kvseq_release(p, &s);
+	}
+	double pm = median(pt, 3);
+	const struct model_config *c = &m->cfg;
+	double mm_flops = 2.0 * 2048 * ((double)c->n_layers * ((double)4 * c->dim * c->dim +
+					 3.0 * c->dim * c->ffn_dim));
+	double att_flops = 4.0 * c->n_layers * c->dim * (2048.0 * 2049.0 / 2);
+	printf("prefill2048 tok_s=%.0f ms=%.1f matmul_tflops=%.1f all_tflops=%.1f gemm_tflops=%.1f "
+	       "pct_gemm=%.1f\n", 2048 / pm, pm * 1e3, mm_flops / pm / 1e12,
+	       (mm_flops + att_flops) / pm / 1e12, gemm / 1e12, 100.0 * (mm_flops + att_flops) / pm / gemm);
+
+	/* a 32-token turn after 3,000 tokens: time to its first token's logits */
+	run_seq(f, p, &s, tok, 2048, 0, logits, 0);
+	run_seq(f, p, &s, tok + 2048, 952, 2048, logits, 0);
+	double tt[5];
+	for (int k = 0; k < 5; k++) {
+		double b0 = now_s();
+		run_seq(f, p, &s, tok + 3000, 32, 3000, logits, 0);
+		tt[k] = now_s() - b0;
+	}
+	printf("turn32_after3000 first_token_ms=%.2f\n", median(tt, 5) * 1e3);
+	/* decode at 3,000 tokens of context */
+	for (int i = 0; i < 16; i++) {
+		double b0 = now_s();
+		run_seq(f, p, &s, tok + 3032 + i, 1, 3032 + i, logits, 0);
+		dt[i] = now_s() - b0;
+	}
+	printf("decode1_at3000 tok_s=%.1f\n", 1.0 / median(dt + 2, 14));
+	kvseq_release(p, &s);
+	fwd_free(f);
+	kvpool_free(p);
+	free(logits);
+	rmodel_free(r);
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "ops";
+	int quick = argc > 2 && !strcmp(argv[2], "--quick");
+	char *cause = NULL;
+	struct backend *g16 = backend_cuda_new(0, BACKEND_W_F16, &cause);
+	if (!g16) {
+		printf("skip: %s\n", cause ? cause : "no CUDA backend");
+		free(cause);
+		return 77;
+	}
+	printf("device: %s\n", g16->desc);
+	struct backend *g32 = backend_cuda_new(0, BACKEND_W_F32, &cause);
+	struct backend *cpu = backend_cpu_new(0);
+	if (!g32 || !cpu || g16->ops->reserve(g16, 4096, 256) || g32->ops->reserve(g32, 4096, 256)) {
+		fprintf(stderr, "setup failed\n");
+		return 1;
+	}
+	if (!strcmp(mode, "ops")) {
+		run_ops(cpu, g16, g32);
+	} else if (!strcmp(mode, "logits")) {
+		run_logits(cpu, g32, "f32 weights", 1e-4);
+		run_logits(cpu, g16, "f16 weights", 2e-2);
+	} else if (!strcmp(mode, "bench")) {
+		double bw = bench_copy(g16), gemm = bench_gemm(g16);
+		printf("copy_bw_gb_s=%.0f gemm_f16_tflops=%.1f\n", bw / 1e9, gemm / 1e12);
+		bench_model(g16, KT_F16, bw, gemm, quick);
+		bench_model(g16, KT_Q8_0, bw, gemm, quick);
+		bench_model(g16, KT_Q4_0, bw, gemm, quick);
+	} else {
+		fprintf(stderr, "usage: llamad-gpucheck ops|logits|bench [--quick]\n");
+		return 2;
+	}
+	if (g16->failed || g32->failed) {
+		printf("FAIL the CUDA backend reported a device error\n");
+		n_fail++;
+	}
+	if (strcmp(mode, "bench"))
+		printf("%s: %d passed, %d failed\n", mode, n_ok, n_fail);
+	backend_free(g16);
+	backend_free(g32);
+	backend_free(cpu);
+	return n_fail ? 1 : 0;
+}
