@@ -205,6 +205,18 @@ struct backend_ops {
 	int (*graph_record_end)(struct backend *be, const void *owner, int key);
 	/* Free and total bytes of device memory; NULL on host memory. */
 	int (*mem_info)(struct backend *be, size_t *free_b, size_t *total_b);
+	/*
+	 * Optional fused forms of matmul, fewer passes over the activations
+	 * and fewer launches (NULL: forward.c composes them from the ops
+	 * above). matmul_n: y[i] = x W[i]^T for n <= 3 weights sharing x;
+	 * matmul_add: y += x W^T; matmul_swiglu: h = silu(x G^T) * (x U^T).
+	 */
+	void (*matmul_n)(struct backend *be, int n, float *const *y,
+			 const struct kt_weight *const *w, const float *x, int n_tok);
+	void (*matmul_add)(struct backend *be, float *y, const float *x,
+			   const struct kt_weight *w, int n_tok);
+	void (*matmul_swiglu)(struct backend *be, float *h, const float *x,
+			      const struct kt_weight *gate, const struct kt_weight *up, int n_tok);
 };
 
 struct backend {

@@ -181,6 +181,18 @@ void fwd_free(struct fwd *f)
 	free(f);
 }
 
+/* y += x W^T: fused where the backend has it, else through f->xb. */
+static void matmul_add(struct fwd *f, float *y, const float *x, const struct kt_weight *w, int T)
+{
+	const struct backend_ops *op = f->be->ops;
+	if (op->matmul_add) {
+		op->matmul_add(f->be, y, x, w, T);
+		return;
+	}
+	op->matmul(f->be, f->xb, x, w, T);
+	op->add(f->be, y, f->xb, (size_t)T * w->rows);
+}
+
 /* Every layer for T staged rows, then the final norm of the n_out rows that
  * want logits, gathered into f->lx. */
 static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
@@ -197,22 +209,30 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 		const struct model_layer *L = &m->layers[l];
 		/* attention block */
 		op->rmsnorm(be, f->xb, f->x, L->att_norm, D, T, c->rms_eps);
-		op->matmul(be, f->q, f->xb, &L->wq, T);
-		op->matmul(be, f->k, f->xb, &L->wk, T);
-		op->matmul(be, f->v, f->xb, &L->wv, T);
+		if (op->matmul_n) {
+			float *const y[3] = { f->q, f->k, f->v };
+			const struct kt_weight *const w[3] = { &L->wq, &L->wk, &L->wv };
+			op->matmul_n(be, 3, y, w, f->xb, T);
+		} else {
+			op->matmul(be, f->q, f->xb, &L->wq, T);
+			op->matmul(be, f->k, f->xb, &L->wk, T);
+			op->matmul(be, f->v, f->xb, &L->wv, T);
+		}
 		op->rope(be, f->q, f->k, f->pos, T, c->n_heads, c->n_kv_heads, hd,
 			 m->inv_freq, c->rope_layout);
 		op->kv_store(be, kv, l, f->k, f->v, f->rows, T);
 		op->attention(be, f->att, f->q, kv, l, f->rows, T, c->n_heads, c->n_kv_heads, hd);
-		op->matmul(be, f->xb, f->att, &L->wo, T);
-		op->add(be, f->x, f->xb, (size_t)T * D);
+		matmul_add(f, f->x, f->att, &L->wo, T);
 		/* feed-forward block */
 		op->rmsnorm(be, f->xb, f->x, L->ffn_norm, D, T, c->rms_eps);
-		op->matmul(be, f->hb, f->xb, &L->w1, T);
-		op->matmul(be, f->hb2, f->xb, &L->w3, T);
-		op->silu_mul(be, f->hb, f->hb2, (size_t)T * c->ffn_dim);
-		op->matmul(be, f->xb, f->hb, &L->w2, T);
-		op->add(be, f->x, f->xb, (size_t)T * D);
+		if (op->matmul_swiglu) {
+			op->matmul_swiglu(be, f->hb, f->xb, &L->w1, &L->w3, T);
+		} else {
+			op->matmul(be, f->hb, f->xb, &L->w1, T);
+			op->matmul(be, f->hb2, f->xb, &L->w3, T);
+			op->silu_mul(be, f->hb, f->hb2, (size_t)T * c->ffn_dim);
+		}
+		matmul_add(f, f->x, f->hb, &L->w2, T);
 	}
 	if (n_out == 0)
 		return;

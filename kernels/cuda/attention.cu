@@ -149,6 +149,111 @@ __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a
 	}
 }
 
+/*
+ * Decode with 16-position blocks and head_dim a multiple of 8, up to NKMAX*8:
+ * each warp loads a whole KV block at once (K as hd*16/128 float4 per lane,
+ * V as one float4 of channels per lane per position), all loads in flight
+ * together, then scores from registers: lane L holds K channels
+ * c = 8i + L/4 of positions 4(L%4)..+3, reduced over the 8 lanes sharing L%4.
+ */
+template <int NKMAX>
+__global__ void __launch_bounds__(AW * 32) attn_decode16_kernel(struct attn_args a)
+{
+	extern __shared__ float sm[];
+	int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, s = blockIdx.y;
+	int kvh = h / a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd;
+	int nk = hd / 8, vlane = lane * 4 < hd;
+	float *qs = sm, *ws = sm + hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x)
+		qs[c] = a.q[((size_t)t * a.n_heads + h) * hd + c] * a.scale;
+	__syncthreads();
+	int p = a.pos[t], nblk = p / 16 + 1;
+	const int32_t *tab = a.tables + (size_t)a.row_tab[t] * a.tab_stride;
+	float m = -INFINITY, l = 0.f;
+	float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+	for (int bi = s + a.n_split * warp; bi < nblk; bi += a.n_split * AW) {
+		int32_t b = tab[bi];
+		const float4 *k4 = (const float4 *)k_block(a, b, kvh);
+		const float *vb = v_block(a, b, kvh);
+		int n = min(16, p + 1 - bi * 16);
+		float4 kr[NKMAX], vr[16];
+#pragma unroll
+		for (int i = 0; i < NKMAX; i++)
+			if (i < nk)
+				kr[i] = __ldg(k4 + i * 32 + lane);
+#pragma unroll
+		for (int r = 0; r < 16; r++)
+			vr[r] = vlane && r < n ? __ldg((const float4 *)(vb + (size_t)r * a.kv_dim) + lane)
+					       : make_float4(0.f, 0.f, 0.f, 0.f);
+		float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+#pragma unroll
+		for (int i = 0; i < NKMAX; i++)
+			if (i < nk) {
+				float qc = qs[i * 8 + lane / 4];
+				s0 += qc * kr[i].x;
+				s1 += qc * kr[i].y;
+				s2 += qc * kr[i].z;
+				s3 += qc * kr[i].w;
+			}
+#pragma unroll
+		for (int o = 4; o < 32; o <<= 1) {
+			s0 += __shfl_xor_sync(0xffffffffu, s0, o);
+			s1 += __shfl_xor_sync(0xffffffffu, s1, o);
+			s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+			s3 += __shfl_xor_sync(0xffffffffu, s3, o);
+		}
+		/* position lane (< 16): lane/4 holds it as component lane%4 */
+		int src = (lane & 15) >> 2;
+		float t0 = __shfl_sync(0xffffffffu, s0, src), t1 = __shfl_sync(0xffffffffu, s1, src);
+		float t2 = __shfl_sync(0xffffffffu, s2, src), t3 = __shfl_sync(0xffffffffu, s3, src);
+		int comp = lane & 3;
+		float sc = comp == 0 ? t0 : comp == 1 ? t1 : comp == 2 ? t2 : t3;
+		if (lane >= n)
+			sc = -INFINITY;
+		float mn = fmaxf(m, warp_max(sc));
+		float pr = lane < n ? expf(sc - mn) : 0.f;
+		float alpha = rescale(m, mn);
+		l = l * alpha + warp_sum(pr);
+		acc.x *= alpha;
+		acc.y *= alpha;
+		acc.z *= alpha;
+		acc.w *= alpha;
+#pragma unroll
+		for (int r = 0; r < 16; r++) {
+			float pv = __shfl_sync(0xffffffffu, pr, r);
+			acc.x += pv * vr[r].x;
+			acc.y += pv * vr[r].y;
+			acc.z += pv * vr[r].z;
+			acc.w += pv * vr[r].w;
+		}
+		m = mn;
+	}
+	float *mine = ws + warp * (hd + 2);
+	if (lane == 0) {
+		mine[0] = m;
+		mine[1] = l;
+	}
+	if (vlane) {
+		mine[2 + lane * 4] = acc.x;
+		mine[3 + lane * 4] = acc.y;
+		mine[4 + lane * 4] = acc.z;
+		mine[5 + lane * 4] = acc.w;
+	}
+	__syncthreads();
+	float M = -INFINITY;
+	for (int w = 0; w < AW; w++)
+		M = fmaxf(M, ws[w * (hd + 2)]);
+	float L = 0.f;
+	for (int w = 0; w < AW; w++)
+		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int w = 0; w < AW; w++)
+			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
+		put_result(a, t, h, s, c, M, L, A, c == 0);
+	}
+}
+
 template <int CPT>
 __global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
 {
@@ -315,7 +420,14 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 		a.n_split = pick_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
 		dim3 grid(b->n_tok * n_heads, a.n_split);
 		size_t smem = (hd + AW * (hd + 2)) * sizeof(float);
-		if (hd <= 32)
+		if (a.bs == 16 && hd % 8 == 0 && hd <= 128) {
+			if (hd <= 32)
+				attn_decode16_kernel<4><<<grid, AW * 32, smem, st>>>(a);
+			else if (hd <= 64)
+				attn_decode16_kernel<8><<<grid, AW * 32, smem, st>>>(a);
+			else
+				attn_decode16_kernel<16><<<grid, AW * 32, smem, st>>>(a);
+		} else if (hd <= 32)
 			attn_decode_kernel<1><<<grid, AW * 32, smem, st>>>(a);
 		else if (hd <= 64)
 			attn_decode_kernel<2><<<grid, AW * 32, smem, st>>>(a);
@@ -340,4 +452,111 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 	if (a.n_split > 1)
 		attn_combine_kernel<<<b->n_tok * n_heads, 128, 0, st>>>(out, part, n_heads, hd,
 									 a.n_split);
+}
+
+/*
+ * Long runs of new rows (prefill): attention as two batched GEMMs per
+ * sequence run (cuBLAS, f16 operands, fp32 accumulate) with a causal
+ * softmax between them. The run's K and V (positions [0, P)) are gathered
+ * from their blocks into contiguous f16 [kv_head][P][hd]; queries become
+ * [kv_head][group*n][hd] (rows (g, i): query head kv_head*group + g, row i),
+ * scaled by 1/sqrt(hd).
+ */
+__global__ void attn_gather_kernel(__half *kc, __half *vc, const float *base, const int32_t *tab,
+				   int n_layers, int bs, int kv_dim, int layer, int hd, int P)
+{
+	int p = blockIdx.x, kvh = blockIdx.y;
+	int32_t b = tab[p / bs];
+	int r = p % bs;
+	size_t span = (size_t)bs * kv_dim;
+	const float *kt = base + (((size_t)b * n_layers + layer) * 2) * span + (size_t)kvh * hd * bs;
+	const float *vr = base + (((size_t)b * n_layers + layer) * 2 + 1) * span +
+			  (size_t)r * kv_dim + (size_t)kvh * hd;
+	size_t o = ((size_t)kvh * P + p) * hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		kc[o + c] = __float2half_rn(kt[(size_t)c * bs + r]);
+		vc[o + c] = __float2half_rn(vr[c]);
+	}
+}
+
+__global__ void attn_q16_kernel(__half *qc, const float *q, int t0, int n, int n_heads, int group,
+				int hd, float scale)
+{
+	int i = blockIdx.x, h = blockIdx.y, kvh = h / group, g = h % group;
+	const float *src = q + ((size_t)(t0 + i) * n_heads + h) * hd;
+	__half *dst = qc + (((size_t)kvh * group + g) * n + i) * hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x)
+		dst[c] = __float2half_rn(src[c] * scale);
+}
+
+/* Row rho = (kvh*group + g)*n + i of S (length P) attends to [0, p0 + i]. */
+__global__ void attn_softmax_kernel(__half *pm, const float *S, int n, int P, int p0)
+{
+	__shared__ float red[32];
+	size_t rho = blockIdx.x;
+	const float *s = S + rho * P;
+	__half *o = pm + rho * P;
+	int lim = p0 + (int)(rho % n) + 1;
+	float mx = -INFINITY;
+	for (int k = threadIdx.x; k < lim; k += blockDim.x)
+		mx = fmaxf(mx, s[k]);
+	mx = warp_max(mx);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x >> 5] = mx;
+	__syncthreads();
+	mx = -INFINITY;
+	for (int w = 0; w < (int)blockDim.x / 32; w++)
+		mx = fmaxf(mx, red[w]);
+	__syncthreads();
+	float sum = 0.f;
+	for (int k = threadIdx.x; k < lim; k += blockDim.x)
+		sum += expf(s[k] - mx);
+	sum = warp_sum(sum);
+	if ((threadIdx.x & 31) == 0)
+		red[threadIdx.x >> 5] = sum;
+	__syncthreads();
+	sum = 0.f;
+	for (int w = 0; w < (int)blockDim.x / 32; w++)
+		sum += red[w];
+	float inv = 1.f / sum;
+	for (int k = threadIdx.x; k < P; k += blockDim.x)
+		o[k] = __float2half_rn(k < lim ? expf(s[k] - mx) * inv : 0.f);
+}
+
+__global__ void attn_scatter_kernel(float *out, const float *oc, int t0, int n, int n_heads,
+				    int group, int hd)
+{
+	int i = blockIdx.x, h = blockIdx.y, kvh = h / group, g = h % group;
+	const float *src = oc + (((size_t)kvh * group + g) * n + i) * hd;
+	float *dst = out + ((size_t)(t0 + i) * n_heads + h) * hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x)
+		dst[c] = src[c];
+}
+
+void cu_attn_gather(cudaStream_t st, __half *kc, __half *vc, const struct kt_kv *kv, int layer,
+		    const int32_t *tab, int P, int n_kv_heads, int hd)
+{
+	dim3 grid(P, n_kv_heads);
+	attn_gather_kernel<<<grid, 128, 0, st>>>(kc, vc, kv->base, tab, kv->n_layers, kv->block_size,
+						 kv->kv_dim, layer, hd, P);
+}
+
+void cu_attn_q16(cudaStream_t st, __half *qc, const float *q, int t0, int n, int n_heads,
+		 int n_kv_heads, int hd)
+{
+	dim3 grid(n, n_heads);
+	attn_q16_kernel<<<grid, 128, 0, st>>>(qc, q, t0, n, n_heads, n_heads / n_kv_heads, hd,
+					      1.0f / sqrtf((float)hd));
+}
+
+void cu_attn_softmax(cudaStream_t st, __half *pm, const float *S, int rows, int n, int P, int p0)
+{
+	attn_softmax_kernel<<<rows, 256, 0, st>>>(pm, S, n, P, p0);
+}
+
+void cu_attn_scatter(cudaStream_t st, float *out, const float *oc, int t0, int n, int n_heads,
+		     int n_kv_heads, int hd)
+{
+	dim3 grid(n, n_heads);
+	attn_scatter_kernel<<<grid, 128, 0, st>>>(out, oc, t0, n, n_heads, n_heads / n_kv_heads, hd);
 }

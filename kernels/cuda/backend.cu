@@ -32,6 +32,11 @@ struct cublas_fns {
 				  cudaDataType, int, const void *, void *, cudaDataType, int,
 				  cublasComputeType_t, cublasGemmAlgo_t);
 	decltype(&cublasSgemm_v2) sgemm;
+	cublasStatus_t (*gemm_batched)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+				       int, int, const void *, const void *, cudaDataType, int,
+				       long long, const void *, cudaDataType, int, long long,
+				       const void *, void *, cudaDataType, int, long long, int,
+				       cublasComputeType_t, cublasGemmAlgo_t);
 };
 
 struct cu_graph {
@@ -55,6 +60,10 @@ struct cu_backend {
 	int32_t *h_stage, *d_stage;
 	cudaEvent_t staged;       /* the last staging copy has been read */
 	struct cu_batch batch;
+	struct cu_run runs[CU_MAX_RUNS];  /* big runs of the staged batch */
+	int n_runs, big_run;      /* big_run: rows from which a run takes GEMMs (0: never) */
+	void *att;                /* scratch of the GEMM form of attention */
+	size_t att_bytes;
 	const int32_t *h_tok;     /* the host arrays of the staged batch */
 	const float *kv_base;
 	/* scratch */
@@ -63,7 +72,9 @@ struct cu_backend {
 	__half *wh;               /* a quantized matrix as f16 for cuBLAS */
 	size_t wh_bytes;
 	float *part;              /* attention split partials */
-	size_t max_cols, max_qelems;
+	float *tmp;               /* the up projection of matmul_swiglu */
+	size_t tmp_bytes;
+	size_t max_cols, max_rows, max_qelems;
 	/* graphs */
 	struct cu_graph *graphs;
 	int n_graphs, cap_graphs;
@@ -272,6 +283,8 @@ static int cu_weight_place(struct backend *be, struct kt_weight *dst, const stru
 	dst->dtype = dt;
 	if (cols > c->max_cols)
 		c->max_cols = cols;
+	if (rows > c->max_rows)
+		c->max_rows = rows;
 	if (kt_dtype_is_quant(dt) && n > c->max_qelems)
 		c->max_qelems = n;
 	return 0;
@@ -340,7 +353,7 @@ static int cu_batch_begin(struct backend *be, const struct kt_kv *kv, const int3
 		return -EIO;
 	int cap = c->cap_tok, S = c->tab_stride;
 	int32_t *h = c->h_stage, *row_tab = h + 2 * cap, *tiles = h + 3 * cap, *tabs = h + 6 * cap;
-	int n_tab = 0, n_tiles = 0, single = 1;
+	int n_tab = 0;
 	const int32_t *cur = NULL;
 	int tab_max = -1;
 	for (int t = 0; t < n; t++) {
@@ -357,20 +370,35 @@ static int cu_batch_begin(struct backend *be, const struct kt_kv *kv, const int3
 		if (p > tab_max)
 			tab_max = p;
 		row_tab[t] = n_tab - 1;
-		int *last = n_tiles ? tiles + 3 * (n_tiles - 1) : NULL;
-		if (last && row_tab[last[0]] == n_tab - 1 && last[1] < CU_QT &&
-		    last[2] + last[1] == p) {
-			last[1]++;
-			single = 0;
-		} else {
-			int *nt = tiles + 3 * n_tiles++;
-			nt[0] = t;
-			nt[1] = 1;
-			nt[2] = p;
-		}
 	}
 	if (cur)
 		memcpy(tabs + (size_t)(n_tab - 1) * S, cur, (size_t)(tab_max / bs + 1) * 4);
+	/* runs: consecutive rows of one table at consecutive positions. Small
+	 * runs become tiles of up to CU_QT rows first; big runs' tiles follow
+	 * (used only when their GEMMs cannot run) */
+	int n_tiles = 0, single = 1;
+	c->n_runs = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			c->batch.n_small_tiles = n_tiles;
+		for (int t = 0, e; t < n; t = e) {
+			for (e = t + 1; e < n && row_tab[e] == row_tab[t] && pos[e] == pos[e - 1] + 1; e++)
+				;
+			int big = c->big_run > 0 && e - t >= c->big_run && c->n_runs < CU_MAX_RUNS;
+			if (big != pass)
+				continue;
+			if (big)
+				c->runs[c->n_runs++] = (struct cu_run){ t, e - t, pos[t], row_tab[t] };
+			for (int u = t; u < e; u += CU_QT) {
+				int *nt = tiles + 3 * n_tiles++;
+				nt[0] = u;
+				nt[1] = e - u < CU_QT ? e - u : CU_QT;
+				nt[2] = pos[u];
+				single &= nt[1] == 1;
+			}
+		}
+	}
+	single &= c->n_runs == 0;
 	c->batch.n_tok = n;
 	c->batch.n_tiles = n_tiles;
 	c->batch.single_rows = single;
@@ -399,22 +427,17 @@ static int staged(struct cu_backend *c, int n_tok, const char *op)
 
 /* ---- ops ---- */
 
-static void cu_op_matmul(struct backend *be, float *y, const float *x, const struct kt_weight *w,
-			 int n_tok)
+/* y = x W^T (beta 0) or y += x W^T (beta 1) through cuBLAS: activations
+ * rounded to W's 16-bit type (fp32 stays fp32), quantized W expanded to f16
+ * first; fp32 accumulation. */
+static void blas_mm(struct cu_backend *c, float *y, const float *x, const struct kt_weight *w,
+		    int n_tok, float beta)
 {
-	struct cu_backend *c = CB(be);
-	if (be->failed || n_tok <= 0)
-		return;
-	if (n_tok <= CU_GEMV_MAX) {
-		cu_gemv(c->stream, y, x, w, n_tok);
-		launched(c, "matmul");
-		return;
-	}
-	const float one = 1.f, zero = 0.f;
+	const float one = 1.f;
 	int m = w->rows, k = w->cols;
 	if (w->dtype == KT_F32) {
 		blas_ck(c, c->cb.sgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_tok, k, &one,
-				       (const float *)w->data, k, x, k, &zero, y, m), "sgemm");
+				       (const float *)w->data, k, x, k, &beta, y, m), "sgemm");
 		return;
 	}
 	size_t xn = (size_t)n_tok * k;
@@ -435,8 +458,88 @@ static void cu_op_matmul(struct backend *be, float *y, const float *x, const str
 		W = c->wh;
 	}
 	blas_ck(c, c->cb.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, m, n_tok, k, &one, W, t, k,
-				 c->xh, t, k, &zero, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
+				 c->xh, t, k, &beta, y, CUDA_R_32F, m, CUBLAS_COMPUTE_32F,
 				 CUBLAS_GEMM_DEFAULT), "gemm");
+}
+
+/* A matrix-vector job for up to three weights of one dtype sharing x. */
+static void gemv(struct cu_backend *c, int mode, int n, float *const *y,
+		 const struct kt_weight *const *w, const float *x, int n_tok)
+{
+	struct cu_gemv_job j;
+	memset(&j, 0, sizeof(j));
+	j.n = n;
+	j.cols = w[0]->cols;
+	for (int i = 0; i < n; i++) {
+		j.w[i] = w[i]->data;
+		j.y[i] = y[i];
+		j.rows[i] = w[i]->rows;
+	}
+	cu_gemv_run(c->stream, &j, w[0]->dtype, mode, x, n_tok);
+	launched(c, "matmul");
+}
+
+static void cu_op_matmul(struct backend *be, float *y, const float *x, const struct kt_weight *w,
+			 int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed || n_tok <= 0)
+		return;
+	if (n_tok <= CU_GEMV_MAX)
+		gemv(c, 0, 1, &y, &w, x, n_tok);
+	else
+		blas_mm(c, y, x, w, n_tok, 0.f);
+}
+
+static void cu_op_matmul_n(struct backend *be, int n, float *const *y,
+			   const struct kt_weight *const *w, const float *x, int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	int same = 1;
+	for (int i = 1; i < n; i++)
+		same &= w[i]->dtype == w[0]->dtype && w[i]->cols == w[0]->cols;
+	if (be->failed || n_tok <= 0)
+		return;
+	if (n_tok <= CU_GEMV_MAX && same && n <= 3) {
+		gemv(c, 0, n, y, w, x, n_tok);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		cu_op_matmul(be, y[i], x, w[i], n_tok);
+}
+
+static void cu_op_matmul_add(struct backend *be, float *y, const float *x,
+			     const struct kt_weight *w, int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed || n_tok <= 0)
+		return;
+	if (n_tok <= CU_GEMV_MAX)
+		gemv(c, 1, 1, &y, &w, x, n_tok);
+	else
+		blas_mm(c, y, x, w, n_tok, 1.f);
+}
+
+static void cu_op_matmul_swiglu(struct backend *be, float *h, const float *x,
+				const struct kt_weight *gate, const struct kt_weight *up, int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	if (be->failed || n_tok <= 0)
+		return;
+	if (n_tok <= CU_GEMV_MAX && gate->dtype == up->dtype && gate->rows == up->rows &&
+	    gate->cols == up->cols) {
+		const struct kt_weight *w[2] = { gate, up };
+		float *y[2] = { h, NULL };
+		gemv(c, 2, 2, y, w, x, n_tok);
+		return;
+	}
+	size_t n = (size_t)n_tok * up->rows;
+	if (grow(c, (void **)&c->tmp, &c->tmp_bytes, n * sizeof(float)))
+		return;
+	cu_op_matmul(be, h, x, gate, n_tok);
+	cu_op_matmul(be, c->tmp, x, up, n_tok);
+	cu_silu_mul(c->stream, h, c->tmp, n);
+	launched(c, "silu_mul");
 }
 
 static void cu_op_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int n,
@@ -471,6 +574,81 @@ static void cu_op_kv_store(struct backend *be, const struct kt_kv *kv, int layer
 	launched(c, "kv_store");
 }
 
+/* 256-byte aligned pieces of one scratch allocation */
+static size_t carve(size_t *off, size_t bytes)
+{
+	size_t o = *off;
+	*off += (bytes + 255) & ~(size_t)255;
+	return o;
+}
+
+/* Scratch for the GEMM form of the staged big runs: 0, or -1 when it
+ * cannot be had (then the tile kernel does those rows). */
+static int attention_gemm_scratch(struct cu_backend *c, int n_heads, int n_kv_heads, int hd)
+{
+	size_t need = 0;
+	for (int i = 0; i < c->n_runs; i++) {
+		size_t P = (size_t)c->runs[i].p0 + c->runs[i].n, R = (size_t)n_heads * c->runs[i].n, o = 0;
+		carve(&o, (size_t)n_kv_heads * P * hd * 2);
+		carve(&o, (size_t)n_kv_heads * P * hd * 2);
+		carve(&o, R * hd * 2);
+		carve(&o, R * P * 4);
+		carve(&o, R * P * 2);
+		carve(&o, R * hd * 4);
+		if (o > need)
+			need = o;
+	}
+	if (c->att_bytes < need) {
+		int rc = grow(c, &c->att, &c->att_bytes, need);
+		if (rc == -ENOMEM)
+			return -1;
+		if (rc)
+			return 0;  /* device failure: already recorded */
+	}
+	return 0;
+}
+
+/* The GEMM form for the staged big runs (after the kernels for the other
+ * rows: their combine step writes every row). */
+static void attention_gemm(struct cu_backend *c, float *out, const float *q, const struct kt_kv *kv,
+			   int layer, int n_heads, int n_kv_heads, int hd)
+{
+	const float one = 1.f, zero = 0.f;
+	int group = n_heads / n_kv_heads;
+	for (int i = 0; i < c->n_runs; i++) {
+		const struct cu_run *r = &c->runs[i];
+		int P = r->p0 + r->n, R = group * r->n;
+		size_t o = 0;
+		char *base = (char *)c->att;
+		__half *kc = (__half *)(base + carve(&o, (size_t)n_kv_heads * P * hd * 2));
+		__half *vc = (__half *)(base + carve(&o, (size_t)n_kv_heads * P * hd * 2));
+		__half *qc = (__half *)(base + carve(&o, (size_t)n_heads * r->n * hd * 2));
+		float *S = (float *)(base + carve(&o, (size_t)n_heads * r->n * P * 4));
+		__half *pm = (__half *)(base + carve(&o, (size_t)n_heads * r->n * P * 2));
+		float *oc = (float *)(base + carve(&o, (size_t)n_heads * r->n * hd * 4));
+		cu_attn_gather(c->stream, kc, vc, kv, layer,
+			       c->batch.tables + (size_t)r->tab * c->batch.tab_stride, P, n_kv_heads, hd);
+		cu_attn_q16(c->stream, qc, q, r->t0, r->n, n_heads, n_kv_heads, hd);
+		launched(c, "attention gather");
+		/* S^T (P x R, col-major) = K (P x hd) . Q^T, per kv head */
+		blas_ck(c, c->cb.gemm_batched(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, P, R, hd, &one,
+					      kc, CUDA_R_16F, hd, (long long)P * hd, qc, CUDA_R_16F,
+					      hd, (long long)R * hd, &zero, S, CUDA_R_32F, P,
+					      (long long)R * P, n_kv_heads, CUBLAS_COMPUTE_32F,
+					      CUBLAS_GEMM_DEFAULT), "attention scores");
+		cu_attn_softmax(c->stream, pm, S, n_heads * r->n, r->n, P, r->p0);
+		launched(c, "attention softmax");
+		/* O^T (hd x R) = V^T (hd x P) . P^T (P x R), per kv head */
+		blas_ck(c, c->cb.gemm_batched(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, R, P, &one,
+					      vc, CUDA_R_16F, hd, (long long)P * hd, pm, CUDA_R_16F,
+					      P, (long long)R * P, &zero, oc, CUDA_R_32F, hd,
+					      (long long)R * hd, n_kv_heads, CUBLAS_COMPUTE_32F,
+					      CUBLAS_GEMM_DEFAULT), "attention values");
+		cu_attn_scatter(c->stream, out, oc, r->t0, r->n, n_heads, n_kv_heads, hd);
+		launched(c, "attention scatter");
+	}
+}
+
 static void cu_op_attention(struct backend *be, float *out, const float *q, const struct kt_kv *kv,
 			    int layer, const struct kt_attn_row *rows, int n_tok, int n_heads,
 			    int n_kv_heads, int hd)
@@ -479,9 +657,15 @@ static void cu_op_attention(struct backend *be, float *out, const float *q, cons
 	(void)rows;
 	if (be->failed || !staged(c, n_tok, "attention"))
 		return;
-	cu_attention(c->stream, out, q, kv, layer, &c->batch, n_heads, n_kv_heads, hd, c->part,
-		     c->n_sm);
+	struct cu_batch b = c->batch;
+	int gemm = c->n_runs > 0 && attention_gemm_scratch(c, n_heads, n_kv_heads, hd) == 0;
+	b.n_tiles = gemm ? b.n_small_tiles : b.n_tiles;
+	if (b.n_tiles > 0)
+		cu_attention(c->stream, out, q, kv, layer, &b, n_heads, n_kv_heads, hd, c->part,
+			     c->n_sm);
 	launched(c, "attention");
+	if (gemm)
+		attention_gemm(c, out, q, kv, layer, n_heads, n_kv_heads, hd);
 }
 
 static void cu_op_silu_mul(struct backend *be, float *g, const float *u, size_t n)
@@ -530,6 +714,7 @@ static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 	if (!c->part && ck(c, cudaMalloc((void **)&c->part, (size_t)CU_PART_FLOATS * 4), "cudaMalloc"))
 		return -ENOMEM;
 	if (grow(c, &c->xh, &c->xh_bytes, (size_t)T * (c->max_cols ? c->max_cols : 1) * 2) ||
+	    grow(c, (void **)&c->tmp, &c->tmp_bytes, (size_t)T * (c->max_rows ? c->max_rows : 1) * 4) ||
 	    grow(c, (void **)&c->wh, &c->wh_bytes, c->max_qelems * 2))
 		return -ENOMEM;
 	return 0;
@@ -630,6 +815,8 @@ static void cu_free(struct backend *be)
 	cudaFree(c->xh);
 	cudaFree(c->wh);
 	cudaFree(c->part);
+	cudaFree(c->tmp);
+	cudaFree(c->att);
 	cudaFree(c->d_stage);
 	cudaFreeHost(c->h_stage);
 	if (c->staged)
@@ -663,6 +850,9 @@ static const struct backend_ops cuda_ops = {
 	cu_graph_record_begin,
 	cu_graph_record_end,
 	cu_mem_info,
+	cu_op_matmul_n,
+	cu_op_matmul_add,
+	cu_op_matmul_swiglu,
 };
 
 static int load_cublas(struct cublas_fns *f, char **cause)
@@ -688,6 +878,7 @@ static int load_cublas(struct cublas_fns *f, char **cause)
 	SYM(set_math_mode, "cublasSetMathMode");
 	SYM(gemm_ex, "cublasGemmEx");
 	SYM(sgemm, "cublasSgemm_v2");
+	SYM(gemm_batched, "cublasGemmStridedBatchedEx");
 #undef SYM
 	return 0;
 }
@@ -729,6 +920,11 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	c->dev = gpu;
 	c->n_sm = prop.multiProcessorCount;
 	c->wtype = wtype;
+	/* rows from which a sequence's new rows take the GEMM form of
+	 * attention (f16 operands); LLAMAD_CUDA_GEMM_ATTN=0 keeps every row on
+	 * the fp32 kernels */
+	const char *ga = getenv("LLAMAD_CUDA_GEMM_ATTN");
+	c->big_run = ga && *ga ? atoi(ga) : CU_BIG_RUN;
 	if (load_cublas(&c->cb, cause) ||
 	    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
 	    cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming) != cudaSuccess ||

@@ -38,11 +38,31 @@ struct cu_batch {
 	int tab_stride;
 	int n_tok, n_tiles;
 	int single_rows;   /* every tile is one row (decode) */
+	int n_small_tiles; /* tiles[0, n_small_tiles) are rows outside big runs */
+};
+
+/* Runs of at least CU_BIG_RUN consecutive rows of one sequence take the
+ * GEMM form of attention; their tiles come after the others. */
+#define CU_BIG_RUN 16
+#define CU_MAX_RUNS 64
+struct cu_run {
+	int t0, n, p0, tab;  /* first row, rows, first position, table index */
 };
 
 /* Dequantizing / converting matrix-vector product y = x W^T for
  * n_tok <= CU_GEMV_MAX rows. */
 void cu_gemv(cudaStream_t st, float *y, const float *x, const struct kt_weight *w, int n_tok);
+/* The fused forms (one dtype, n_tok <= CU_GEMV_MAX): mode 0, up to three
+ * products sharing x (y[i] = x W[i]^T); mode 1, y[0] += x W[0]^T; mode 2,
+ * y[0] = silu(x W[0]^T) * (x W[1]^T). */
+struct cu_gemv_job {
+	const void *w[3];
+	float *y[3];
+	int rows[3];
+	int n, cols, vec;
+};
+void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
+		 const float *x, int n_tok);
 /* W (Q8_0 / Q4_0, repacked) to f16, row-major rows x cols. */
 void cu_dequant_f16(cudaStream_t st, __half *dst, const struct kt_weight *w);
 /* n fp32 values to f16 / bf16. */
@@ -62,6 +82,16 @@ void cu_kv_store(cudaStream_t st, const struct kt_kv *kv, int layer, const float
 void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_kv *kv,
 		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
 		  float *part, int n_sm);
+/* The GEMM form of attention for a run of n rows at positions p0.. of one
+ * sequence (table tab on the device): gather K/V [0, P) as f16, queries as
+ * f16, causal softmax of S into f16 probabilities, outputs back to rows. */
+void cu_attn_gather(cudaStream_t st, __half *kc, __half *vc, const struct kt_kv *kv, int layer,
+		    const int32_t *tab, int P, int n_kv_heads, int hd);
+void cu_attn_q16(cudaStream_t st, __half *qc, const float *q, int t0, int n, int n_heads,
+		 int n_kv_heads, int hd);
+void cu_attn_softmax(cudaStream_t st, __half *pm, const float *S, int rows, int n, int P, int p0);
+void cu_attn_scatter(cudaStream_t st, float *out, const float *oc, int t0, int n, int n_heads,
+		     int n_kv_heads, int hd);
 void cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);
 void cu_add(cudaStream_t st, float *y, const float *x, size_t n);
 void cu_embed(cudaStream_t st, float *y, const struct kt_weight *table, const int32_t *tok,

@@ -47,7 +47,7 @@ step() {  # name logfile command... ; records ok/FAIL
 }
 
 {
-    echo "date: $(date -u +%FT%TZ)"; echo "git: $(git rev-parse --short HEAD 2>/dev/null)"
+    echo "date: $(date -u +%FT%TZ)"; echo "git: $(git log -1 --format='%h %s' 2>/dev/null | cut -c1-72)"
     uname -a; nvidia-smi; nvcc --version 2>/dev/null | tail -2
     echo "cuBLAS from: ${CUBLAS_DIR:-not found}"; ldd "$BUILD/llamad"
 } >"$LOG/versions.txt" 2>&1
@@ -95,7 +95,7 @@ fi
 echo
 echo "==== llamad GPU check: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F) ===="
 printf '%s\n' "${ROWS[@]}"
-grep -E "^(copy_bw|decode1|decode64|prefill2048|turn32|decode1_at)" "$LOG/bench.log" | sed 's/^/  /'
+grep -E "^(copy_bw|gemv|decode1|decode64|prefill2048|turn32|decode1_at)" "$LOG/bench.log" | sed 's/^/  /'
 echo "op/logit checks: $(cat "$LOG/ops.log" "$LOG/logits.log" | grep -c '^ok') ok," \
      "$(cat "$LOG/ops.log" "$LOG/logits.log" | grep -c '^FAIL') failed; steps failed: $fails"
 exit $((fails > 0))
