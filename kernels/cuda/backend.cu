@@ -74,6 +74,9 @@ struct cu_backend {
 	float *part;              /* attention split partials */
 	float *tmp;               /* the up projection of matmul_swiglu */
 	size_t tmp_bytes;
+	void *xq;                 /* activations as 8 bits for Q8_0 / Q4_0 */
+	size_t xq_bytes;
+	int q8_act;               /* quantize activations for Q8_0 / Q4_0 */
 	size_t max_cols, max_rows, max_qelems;
 	/* graphs */
 	struct cu_graph *graphs;
@@ -475,6 +478,14 @@ static void gemv(struct cu_backend *c, int mode, int n, float *const *y,
 		j.y[i] = y[i];
 		j.rows[i] = w[i]->rows;
 	}
+	if (c->q8_act && kt_dtype_is_quant(w[0]->dtype)) {
+		size_t nb = (size_t)CU_GEMV_MAX * j.cols / 32;
+		if (grow(c, &c->xq, &c->xq_bytes, nb * 40))
+			return;
+		j.xq = (int8_t *)c->xq;
+		j.xd = (float *)((char *)c->xq + nb * 32);
+		j.xs = (int *)((char *)c->xq + nb * 36);
+	}
 	cu_gemv_run(c->stream, &j, w[0]->dtype, mode, x, n_tok);
 	launched(c, "matmul");
 }
@@ -715,6 +726,7 @@ static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 		return -ENOMEM;
 	if (grow(c, &c->xh, &c->xh_bytes, (size_t)T * (c->max_cols ? c->max_cols : 1) * 2) ||
 	    grow(c, (void **)&c->tmp, &c->tmp_bytes, (size_t)T * (c->max_rows ? c->max_rows : 1) * 4) ||
+	    grow(c, &c->xq, &c->xq_bytes, (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1) * 40) ||
 	    grow(c, (void **)&c->wh, &c->wh_bytes, c->max_qelems * 2))
 		return -ENOMEM;
 	return 0;
@@ -817,6 +829,7 @@ static void cu_free(struct backend *be)
 	cudaFree(c->part);
 	cudaFree(c->tmp);
 	cudaFree(c->att);
+	cudaFree(c->xq);
 	cudaFree(c->d_stage);
 	cudaFreeHost(c->h_stage);
 	if (c->staged)
@@ -925,6 +938,10 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	 * the fp32 kernels */
 	const char *ga = getenv("LLAMAD_CUDA_GEMM_ATTN");
 	c->big_run = ga && *ga ? atoi(ga) : CU_BIG_RUN;
+	/* Q8_0 / Q4_0 matrix-vector products quantize the activations to 8
+	 * bits (__dp4a); LLAMAD_CUDA_EXACT_Q=1 keeps them fp32 */
+	const char *eq = getenv("LLAMAD_CUDA_EXACT_Q");
+	c->q8_act = !(eq && *eq && *eq != '0');
 	if (load_cublas(&c->cb, cause) ||
 	    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
 	    cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming) != cudaSuccess ||

@@ -15,6 +15,7 @@
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "kernels/backend.h"
@@ -60,6 +61,11 @@ struct cu_gemv_job {
 	float *y[3];
 	int rows[3];
 	int n, cols, vec;
+	/* Q8_0 / Q4_0 with 8-bit activations when set: scratch for x as int8
+	 * (n_tok x cols), its scales and sums (n_tok x cols/32 each) */
+	int8_t *xq;
+	float *xd;
+	int *xs;
 };
 void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
 		 const float *x, int n_tok);
