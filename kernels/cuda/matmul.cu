@@ -3,11 +3,11 @@
  * the conversions the cuBLAS path needs.
  *
  * The matrix-vector kernels read every weight byte once per call for up to
- * CU_GEMV_MAX activation rows: a warp takes NR weight rows at once (two
- * output rows, or the gate and up rows of one SwiGLU output) so that the
- * activation loads are shared, each lane moving 16 bytes of a row per step
- * with several steps in flight; lanes are summed with shuffles, fp32
- * accumulation throughout.
+ * CU_GEMV_MAX activation rows: a block of 256 threads takes 4-8 weight rows
+ * (output rows, or the gate and up rows of SwiGLU outputs) and splits
+ * their columns across its threads, each moving 16 bytes of every row per
+ * step so that many loads are in flight and the activation loads are
+ * shared; fp32 accumulation throughout.
  *  - f32 / f16 / bf16 (and quantized ones in exact mode): weights widened
  *    to fp32 in registers, fp32 activations.
  *  - Q8_0 / Q4_0 (default): the activations are first quantized to 8 bits
@@ -18,11 +18,9 @@
  */
 #include "kernels/cuda/cuda.cuh"
 
-#define WARPS 4
-#define NR 2      /* weight rows per warp */
 
 /* weights per lane step: 16-byte loads of every dtype */
-template <enum kt_dtype DT> struct step { enum { W = DT == KT_Q8_0 ? 16 : DT == KT_Q4_0 ? 32 : 8 }; };
+template <enum kt_dtype DT> struct step { static constexpr int W = DT == KT_Q8_0 ? 16 : DT == KT_Q4_0 ? 32 : 8; };
 
 /* Weights c..c+W-1 of row r as fp32 (c a multiple of W). */
 template <enum kt_dtype DT>
@@ -77,198 +75,191 @@ __device__ __forceinline__ void loadw(const void *w, size_t rows, int cols, int 
 	}
 }
 
-/* The warp's weight rows: pointer, row count of their matrix, row index. */
-struct wrows {
-	const void *w[NR];
-	size_t rows[NR];
-	int r[NR];
-	int n;   /* valid rows */
-};
-
-__device__ __forceinline__ void warp_reduce(float *v, int n)
-{
-	for (int i = 0; i < n; i++)
-#pragma unroll
-		for (int o = 16; o > 0; o >>= 1)
-			v[i] += __shfl_xor_sync(0xffffffffu, v[i], o);
-}
-
-/* fp32 activations: acc[i][t] = row i . x[t] */
-template <int NT, enum kt_dtype DT>
-__device__ __forceinline__ void dot_f(const struct wrows &R, int cols, int vec,
-				      const float *__restrict__ x, float (&acc)[NR][NT])
-{
-	const int W = step<DT>::W;
-	int lane = threadIdx.x & 31;
-#pragma unroll
-	for (int i = 0; i < NR; i++)
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			acc[i][t] = 0.f;
-#pragma unroll 2
-	for (int c = lane * W; c < vec; c += 32 * W) {
-		float f[NR][W];
-#pragma unroll
-		for (int i = 0; i < NR; i++)
-			if (i < R.n)
-				loadw<DT>(R.w[i], R.rows[i], cols, R.r[i], c, f[i]);
-#pragma unroll
-		for (int t = 0; t < NT; t++) {
-			const float4 *xp = (const float4 *)(x + (size_t)t * cols + c);
-#pragma unroll
-			for (int k = 0; k < W / 4; k++) {
-				float4 v = __ldg(xp + k);
-#pragma unroll
-				for (int i = 0; i < NR; i++)
-					acc[i][t] += f[i][4 * k] * v.x + f[i][4 * k + 1] * v.y +
-						     f[i][4 * k + 2] * v.z + f[i][4 * k + 3] * v.w;
-			}
-		}
-	}
-	for (int c = vec + lane; c < cols; c += 32)
-#pragma unroll
-		for (int i = 0; i < NR; i++)
-			if (i < R.n) {
-				float wv = cu_w_at(R.w[i], DT, R.rows[i], cols, R.r[i], c);
-#pragma unroll
-				for (int t = 0; t < NT; t++)
-					acc[i][t] += wv * x[(size_t)t * cols + c];
-			}
-	warp_reduce(&acc[0][0], NR * NT);
-}
-
-/* 8-bit activations (xq, scale xd and sum xs per block of 32): Q8_0 / Q4_0
- * weights with __dp4a. */
-template <int NT, enum kt_dtype DT>
-__device__ __forceinline__ void dot_q(const struct wrows &R, int cols, const int8_t *__restrict__ xq,
-				      const float *__restrict__ xd, const int *__restrict__ xs,
-				      float (&acc)[NR][NT])
-{
-	int lane = threadIdx.x & 31, nb = cols / 32;
-#pragma unroll
-	for (int i = 0; i < NR; i++)
-#pragma unroll
-		for (int t = 0; t < NT; t++)
-			acc[i][t] = 0.f;
-#pragma unroll 2
-	for (int b = lane; b < nb; b += 32) {
-		uint4 w0[NR], w1[NR];
-		float dw[NR];
-#pragma unroll
-		for (int i = 0; i < NR; i++) {
-			if (i >= R.n)
-				continue;
-			size_t blk = (size_t)R.r[i] * nb + b;
-			if (DT == KT_Q8_0) {
-				const int8_t *qs = (const int8_t *)R.w[i];
-				const uint4 *p = (const uint4 *)(qs + blk * 32);
-				w0[i] = __ldg(p);
-				w1[i] = __ldg(p + 1);
-				dw[i] = __half2float(((const __half *)(qs + R.rows[i] * cols))[blk]);
-			} else {
-				const uint8_t *qs = (const uint8_t *)R.w[i];
-				uint4 u = __ldg((const uint4 *)(qs + blk * 16));
-				w0[i] = make_uint4(u.x & 0x0f0f0f0fu, u.y & 0x0f0f0f0fu, u.z & 0x0f0f0f0fu,
-						   u.w & 0x0f0f0f0fu);
-				w1[i] = make_uint4((u.x >> 4) & 0x0f0f0f0fu, (u.y >> 4) & 0x0f0f0f0fu,
-						   (u.z >> 4) & 0x0f0f0f0fu, (u.w >> 4) & 0x0f0f0f0fu);
-				dw[i] = __half2float(((const __half *)(qs + R.rows[i] * cols / 2))[blk]);
-			}
-		}
-#pragma unroll
-		for (int t = 0; t < NT; t++) {
-			const uint4 *xp = (const uint4 *)(xq + (size_t)t * cols + (size_t)b * 32);
-			uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
-			float d = __ldg(xd + (size_t)t * nb + b);
-			int off = DT == KT_Q4_0 ? 8 * __ldg(xs + (size_t)t * nb + b) : 0;
-#pragma unroll
-			for (int i = 0; i < NR; i++) {
-				int s = __dp4a((int)w0[i].x, (int)xa.x, 0);
-				s = __dp4a((int)w0[i].y, (int)xa.y, s);
-				s = __dp4a((int)w0[i].z, (int)xa.z, s);
-				s = __dp4a((int)w0[i].w, (int)xa.w, s);
-				s = __dp4a((int)w1[i].x, (int)xb.x, s);
-				s = __dp4a((int)w1[i].y, (int)xb.y, s);
-				s = __dp4a((int)w1[i].z, (int)xb.z, s);
-				s = __dp4a((int)w1[i].w, (int)xb.w, s);
-				acc[i][t] += dw[i] * d * (float)(s - off);
-			}
-		}
-	}
-	warp_reduce(&acc[0][0], NR * NT);
-}
+/* Output rows per block: quantized weights take one 32-weight block per
+ * thread step, so a block covers more rows; SwiGLU reads two weight rows
+ * per output row. At most 8 weight rows per block. */
+template <int QX, int MODE> struct rows_per { static constexpr int R = (QX ? 8 : 4) / (MODE == 2 ? 2 : 1); };
 
 /*
+ * One block of 256 threads per R output rows, the columns split across its
+ * threads: each thread keeps its 16-byte loads of every row in flight at
+ * once, partial sums go through warp shuffles and shared memory.
  * MODE 0: up to three products sharing x, rows numbered across them (q, k,
- * v in one launch), NR output rows per warp; MODE 1: y += x W^T, NR rows
- * per warp; MODE 2: y = silu(x G^T) * (x U^T), one output row per warp.
- * QX: x comes quantized (dot_q), else fp32 (dot_f).
+ * v in one launch); MODE 1: y += x W^T; MODE 2: y = silu(x G^T) * (x U^T).
+ * QX: x comes as 8-bit blocks (Q8_0 / Q4_0 with __dp4a), else fp32.
  */
 template <int NT, enum kt_dtype DT, int MODE, int QX>
-__global__ void __launch_bounds__(WARPS * 32)
+__global__ void __launch_bounds__(256)
 gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 {
-	int lane = threadIdx.x & 31;
-	int gw = blockIdx.x * WARPS + (threadIdx.x >> 5);
-	struct wrows R;
-	int k[NR];
-	R.n = 0;
-	if (MODE == 2) {
-		if (gw >= j.rows[0])
-			return;
-		for (int i = 0; i < 2; i++) {
-			R.w[i] = j.w[i];
-			R.rows[i] = (size_t)j.rows[i];
-			R.r[i] = gw;
-			k[i] = 0;
-		}
-		R.n = 2;
-	} else {
+	const int R = rows_per<QX, MODE>::R, NW = MODE == 2 ? 2 * R : R;
+	const int W = step<DT>::W;
+	__shared__ float red[8][NW * NT];
+	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+	int g0 = blockIdx.x * R;
+	const void *wp[NW];
+	size_t wrows[NW];
+	int wr[NW], wk[NW], nw = 0;
 #pragma unroll
-		for (int i = 0; i < NR; i++) {
-			int r = gw * NR + i, kk = 0;
-			while (kk < j.n - 1 && r >= j.rows[kk]) {
-				r -= j.rows[kk];
-				kk++;
-			}
-			if (r >= j.rows[kk])
-				break;
-			R.w[i] = j.w[kk];
-			R.rows[i] = (size_t)j.rows[kk];
-			R.r[i] = r;
-			k[i] = kk;
-			R.n = i + 1;
-		}
-		if (!R.n)
-			return;
+	for (int i = 0; i < NW; i++) {
+		wp[i] = NULL;
+		wrows[i] = 0;
+		wr[i] = 0;
+		wk[i] = 0;
 	}
-	float acc[NR][NT];
-	if (QX)
-		dot_q<NT, DT>(R, j.cols, j.xq, j.xd, j.xs, acc);
-	else
-		dot_f<NT, DT>(R, j.cols, j.vec, x, acc);
-	if (lane)
-		return;
 	if (MODE == 2) {
+		int n = min(R, j.rows[0] - g0);
 #pragma unroll
-		for (int t = 0; t < NT; t++) {
-			float g = acc[0][t];
-			j.y[0][(size_t)t * j.rows[0] + gw] = g / (1.f + expf(-g)) * acc[1][t];
-		}
-	} else {
-#pragma unroll
-		for (int t = 0; t < NT; t++) {
-#pragma unroll
-			for (int i = 0; i < NR; i++) {
-				if (i >= R.n)
-					continue;
-				float *y = j.y[k[i]] + (size_t)t * j.rows[k[i]] + R.r[i];
-				if (MODE == 1)
-					*y += acc[i][t];
-				else
-					*y = acc[i][t];
+		for (int i = 0; i < NW; i++) {
+			int h = i < R ? 0 : 1, o = i < R ? i : i - R;
+			if (o < n) {
+				wp[i] = j.w[h];
+				wrows[i] = (size_t)j.rows[h];
+				wr[i] = g0 + o;
 			}
 		}
+		nw = NW;   /* rows past n stay null and are skipped */
+	} else {
+#pragma unroll
+		for (int i = 0; i < NW; i++) {
+			int r = g0 + i, k = 0;
+			while (k < j.n - 1 && r >= j.rows[k]) {
+				r -= j.rows[k];
+				k++;
+			}
+			if (r < j.rows[k]) {
+				wp[i] = j.w[k];
+				wrows[i] = (size_t)j.rows[k];
+				wr[i] = r;
+				wk[i] = k;
+				nw = i + 1;
+			}
+		}
+	}
+	float acc[NW][NT];
+#pragma unroll
+	for (int i = 0; i < NW; i++)
+#pragma unroll
+		for (int t = 0; t < NT; t++)
+			acc[i][t] = 0.f;
+	int cols = j.cols;
+	if (QX) {
+		int nb = cols / 32;
+		for (int b = tid; b < nb; b += 256) {
+			uint4 w0[NW], w1[NW];
+			float dw[NW];
+#pragma unroll
+			for (int i = 0; i < NW; i++) {
+				if (!wp[i])
+					continue;
+				size_t blk = (size_t)wr[i] * nb + b;
+				if (DT == KT_Q8_0) {
+					const int8_t *qs = (const int8_t *)wp[i];
+					const uint4 *p = (const uint4 *)(qs + blk * 32);
+					w0[i] = __ldg(p);
+					w1[i] = __ldg(p + 1);
+					dw[i] = __half2float(((const __half *)(qs + wrows[i] * cols))[blk]);
+				} else {
+					const uint8_t *qs = (const uint8_t *)wp[i];
+					uint4 u = __ldg((const uint4 *)(qs + blk * 16));
+					w0[i] = make_uint4(u.x & 0x0f0f0f0fu, u.y & 0x0f0f0f0fu,
+							   u.z & 0x0f0f0f0fu, u.w & 0x0f0f0f0fu);
+					w1[i] = make_uint4((u.x >> 4) & 0x0f0f0f0fu, (u.y >> 4) & 0x0f0f0f0fu,
+							   (u.z >> 4) & 0x0f0f0f0fu, (u.w >> 4) & 0x0f0f0f0fu);
+					dw[i] = __half2float(((const __half *)(qs + wrows[i] * cols / 2))[blk]);
+				}
+			}
+#pragma unroll
+			for (int t = 0; t < NT; t++) {
+				const uint4 *xp = (const uint4 *)(j.xq + (size_t)t * cols + (size_t)b * 32);
+				uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
+				float d = __ldg(j.xd + (size_t)t * nb + b);
+				int off = DT == KT_Q4_0 ? 8 * __ldg(j.xs + (size_t)t * nb + b) : 0;
+#pragma unroll
+				for (int i = 0; i < NW; i++) {
+					if (!wp[i])
+						continue;
+					int s = __dp4a((int)w0[i].x, (int)xa.x, 0);
+					s = __dp4a((int)w0[i].y, (int)xa.y, s);
+					s = __dp4a((int)w0[i].z, (int)xa.z, s);
+					s = __dp4a((int)w0[i].w, (int)xa.w, s);
+					s = __dp4a((int)w1[i].x, (int)xb.x, s);
+					s = __dp4a((int)w1[i].y, (int)xb.y, s);
+					s = __dp4a((int)w1[i].z, (int)xb.z, s);
+					s = __dp4a((int)w1[i].w, (int)xb.w, s);
+					acc[i][t] += dw[i] * d * (float)(s - off);
+				}
+			}
+		}
+	} else {
+		for (int c = tid * W; c < j.vec; c += 256 * W) {
+			float f[NW][W];
+#pragma unroll
+			for (int i = 0; i < NW; i++)
+				if (wp[i])
+					loadw<DT>(wp[i], wrows[i], cols, wr[i], c, f[i]);
+#pragma unroll
+			for (int t = 0; t < NT; t++) {
+				const float4 *xp = (const float4 *)(x + (size_t)t * cols + c);
+#pragma unroll
+				for (int k = 0; k < W / 4; k++) {
+					float4 v = __ldg(xp + k);
+#pragma unroll
+					for (int i = 0; i < NW; i++)
+						if (wp[i])
+							acc[i][t] += f[i][4 * k] * v.x + f[i][4 * k + 1] * v.y +
+								     f[i][4 * k + 2] * v.z + f[i][4 * k + 3] * v.w;
+				}
+			}
+		}
+		for (int c = j.vec + tid; c < cols; c += 256)
+#pragma unroll
+			for (int i = 0; i < NW; i++)
+				if (wp[i]) {
+					float wv = cu_w_at(wp[i], DT, wrows[i], cols, wr[i], c);
+#pragma unroll
+					for (int t = 0; t < NT; t++)
+						acc[i][t] += wv * x[(size_t)t * cols + c];
+				}
+	}
+	/* sum over the block: warps by shuffles, then the 8 warps' partials */
+#pragma unroll
+	for (int i = 0; i < NW; i++)
+#pragma unroll
+		for (int t = 0; t < NT; t++) {
+			float v = acc[i][t];
+#pragma unroll
+			for (int o = 16; o > 0; o >>= 1)
+				v += __shfl_xor_sync(0xffffffffu, v, o);
+			if (!lane)
+				red[warp][i * NT + t] = v;
+		}
+	__syncthreads();
+	__shared__ float fin[NW * NT];
+	if (tid < NW * NT) {
+		float v = 0.f;
+#pragma unroll
+		for (int w = 0; w < 8; w++)
+			v += red[w][tid];
+		fin[tid] = v;
+	}
+	__syncthreads();
+	if (tid >= NW * NT)
+		return;
+	int i = tid / NT, t = tid % NT;
+	if (MODE == 2) {
+		if (i >= R || !wp[i])
+			return;
+		float g = fin[tid], u = fin[(i + R) * NT + t];
+		j.y[0][(size_t)t * j.rows[0] + wr[i]] = g / (1.f + expf(-g)) * u;
+	} else {
+		if (i >= nw || !wp[i])
+			return;
+		float *y = j.y[wk[i]] + (size_t)t * j.rows[wk[i]] + wr[i];
+		if (MODE == 1)
+			*y += fin[tid];
+		else
+			*y = fin[tid];
 	}
 }
 
@@ -278,8 +269,8 @@ static void gemv_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtype 
 {
 	int total = MODE == 0 ? j->rows[0] + (j->n > 1 ? j->rows[1] : 0) + (j->n > 2 ? j->rows[2] : 0)
 			      : j->rows[0];
-	int per_block = MODE == 2 ? WARPS : WARPS * NR;
-	dim3 grid((total + per_block - 1) / per_block), block(WARPS * 32);
+	int per_block = qx ? (int)rows_per<1, MODE>::R : (int)rows_per<0, MODE>::R;
+	dim3 grid((total + per_block - 1) / per_block), block(256);
 	switch (dt) {
 	case KT_F32: gemv_kernel<NT, KT_F32, MODE, 0><<<grid, block, 0, st>>>(*j, x); break;
 	case KT_F16: gemv_kernel<NT, KT_F16, MODE, 0><<<grid, block, 0, st>>>(*j, x); break;
