@@ -69,6 +69,12 @@ struct cu_gemv_job {
 };
 void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
 		 const float *x, int n_tok);
+/* x (nb blocks of 32) as 8-bit values, scales and sums. */
+void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x, size_t nb);
+/* Tuning variants of the batch-1 product for the benchmark (x already
+ * quantized in j for Q8_0 / Q4_0); 0 when v is out of range. */
+int cu_gemv_variant(cudaStream_t st, int v, struct cu_gemv_job *j, enum kt_dtype dt,
+		    const float *x, char *name, size_t cap);
 /* W (Q8_0 / Q4_0, repacked) to f16, row-major rows x cols. */
 void cu_dequant_f16(cudaStream_t st, __half *dst, const struct kt_weight *w);
 /* n fp32 values to f16 / bf16. */

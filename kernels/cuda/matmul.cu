@@ -3,11 +3,10 @@
  * the conversions the cuBLAS path needs.
  *
  * The matrix-vector kernels read every weight byte once per call for up to
- * CU_GEMV_MAX activation rows: a block of 256 threads takes 4-8 weight rows
- * (output rows, or the gate and up rows of SwiGLU outputs) and splits
- * their columns across its threads, each moving 16 bytes of every row per
- * step so that many loads are in flight and the activation loads are
- * shared; fp32 accumulation throughout.
+ * CU_GEMV_MAX activation rows: one warp per output row (and SwiGLU's gate
+ * and up rows together), each lane keeping several 16-byte loads of its
+ * row in flight, the activations staged in shared memory per block; lanes
+ * are summed with shuffles; fp32 accumulation throughout.
  *  - f32 / f16 / bf16 (and quantized ones in exact mode): weights widened
  *    to fp32 in registers, fp32 activations.
  *  - Q8_0 / Q4_0 (default): the activations are first quantized to 8 bits
@@ -16,6 +15,8 @@
  *    two scales; Q4_0's offset of 8 comes off through the block's sum of
  *    quantized activations.
  */
+#include <stdio.h>
+
 #include "kernels/cuda/cuda.cuh"
 
 
@@ -75,217 +76,299 @@ __device__ __forceinline__ void loadw(const void *w, size_t rows, int cols, int 
 	}
 }
 
-/* Output rows per block: quantized weights take one 32-weight block per
- * thread step, so a block covers more rows; SwiGLU reads two weight rows
- * per output row. At most 8 weight rows per block. */
-template <int QX, int MODE> struct rows_per { static constexpr int R = (QX ? 8 : 4) / (MODE == 2 ? 2 : 1); };
+#define GW 8   /* warps per block */
+
+/* 16 bytes of weights, streamed (STREAM: not kept in L1) or read-only */
+template <int STREAM>
+__device__ __forceinline__ uint4 ld16(const void *p)
+{
+	return STREAM ? __ldcs((const uint4 *)p) : __ldg((const uint4 *)p);
+}
+
+/* W weights of a 16-byte chunk as fp32 (f16 / bf16 / fp32 pairs of chunks
+ * are handled by the caller: fp32 takes two chunks per 8 weights). */
+template <enum kt_dtype DT>
+__device__ __forceinline__ void widen8(uint4 u, uint4 u2, float *f)
+{
+	if (DT == KT_F16) {
+		const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float2 v = __half22float2(h[i]);
+			f[2 * i] = v.x;
+			f[2 * i + 1] = v.y;
+		}
+	} else if (DT == KT_BF16) {
+		const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float2 v = __bfloat1622float2(h[i]);
+			f[2 * i] = v.x;
+			f[2 * i + 1] = v.y;
+		}
+	} else {
+		f[0] = __uint_as_float(u.x); f[1] = __uint_as_float(u.y);
+		f[2] = __uint_as_float(u.z); f[3] = __uint_as_float(u.w);
+		f[4] = __uint_as_float(u2.x); f[5] = __uint_as_float(u2.y);
+		f[6] = __uint_as_float(u2.z); f[7] = __uint_as_float(u2.w);
+	}
+}
 
 /*
- * One block of 256 threads per R output rows, the columns split across its
- * threads: each thread keeps its 16-byte loads of every row in flight at
- * once, partial sums go through warp shuffles and shared memory.
+ * One warp per output row (MODE 2: its gate and up rows), 8 warps a block.
+ * Each lane issues U 16-byte weight loads per row before using any, so a
+ * warp keeps U*512 bytes per row in flight; the activations are staged in
+ * shared memory once per block when they fit (XS), else read through L1.
  * MODE 0: up to three products sharing x, rows numbered across them (q, k,
  * v in one launch); MODE 1: y += x W^T; MODE 2: y = silu(x G^T) * (x U^T).
- * QX: x comes as 8-bit blocks (Q8_0 / Q4_0 with __dp4a), else fp32.
+ * QX: Q8_0 / Q4_0 against 8-bit activations with __dp4a, else weights
+ * widened to fp32 (Q8_0 / Q4_0 through cu_w_at-like unpacking in loadw).
  */
-template <int NT, enum kt_dtype DT, int MODE, int QX>
-__global__ void __launch_bounds__(256)
+template <int NT, enum kt_dtype DT, int MODE, int QX, int U, int XS, int STREAM>
+__global__ void __launch_bounds__(GW * 32)
 gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 {
-	const int R = rows_per<QX, MODE>::R, NW = MODE == 2 ? 2 * R : R;
-	const int W = step<DT>::W;
-	__shared__ float red[8][NW * NT];
-	int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-	int g0 = blockIdx.x * R;
-	const void *wp[NW];
-	size_t wrows[NW];
-	int wr[NW], wk[NW], nw = 0;
-#pragma unroll
-	for (int i = 0; i < NW; i++) {
-		wp[i] = NULL;
-		wrows[i] = 0;
-		wr[i] = 0;
-		wk[i] = 0;
+	extern __shared__ float4 xsm4[];
+	const int NWR = MODE == 2 ? 2 : 1;
+	int lane = threadIdx.x & 31, cols = j.cols;
+	int g = blockIdx.x * GW + (threadIdx.x >> 5);
+	/* stage x: fp32 rows, or 8-bit rows then scales and sums */
+	const float *xf = x;
+	const int8_t *xq = j.xq;
+	const float *xd = j.xd;
+	const int *xs = j.xs;
+	if (XS) {
+		if (QX) {
+			int nb = NT * cols / 32;
+			uint4 *d = (uint4 *)xsm4;
+			for (int i = threadIdx.x; i < NT * cols / 16; i += GW * 32)
+				d[i] = __ldg((const uint4 *)j.xq + i);
+			float *sd = (float *)((int8_t *)xsm4 + NT * cols);
+			int *ss = (int *)(sd + nb);
+			for (int i = threadIdx.x; i < nb; i += GW * 32) {
+				sd[i] = j.xd[i];
+				ss[i] = j.xs[i];
+			}
+			xq = (const int8_t *)xsm4;
+			xd = sd;
+			xs = ss;
+		} else {
+			for (int i = threadIdx.x; i < NT * cols / 4; i += GW * 32)
+				xsm4[i] = __ldg((const float4 *)x + i);
+			xf = (const float *)xsm4;
+		}
+		__syncthreads();
 	}
+	/* this warp's weight rows */
+	const void *wp[2] = { NULL, NULL };
+	size_t wrows[2] = { 0, 0 };
+	int wr = g, wk = 0;
 	if (MODE == 2) {
-		int n = min(R, j.rows[0] - g0);
-#pragma unroll
-		for (int i = 0; i < NW; i++) {
-			int h = i < R ? 0 : 1, o = i < R ? i : i - R;
-			if (o < n) {
-				wp[i] = j.w[h];
-				wrows[i] = (size_t)j.rows[h];
-				wr[i] = g0 + o;
-			}
-		}
-		nw = NW;   /* rows past n stay null and are skipped */
+		if (g >= j.rows[0])
+			return;
+		wp[0] = j.w[0];
+		wp[1] = j.w[1];
+		wrows[0] = (size_t)j.rows[0];
+		wrows[1] = (size_t)j.rows[1];
 	} else {
-#pragma unroll
-		for (int i = 0; i < NW; i++) {
-			int r = g0 + i, k = 0;
-			while (k < j.n - 1 && r >= j.rows[k]) {
-				r -= j.rows[k];
-				k++;
-			}
-			if (r < j.rows[k]) {
-				wp[i] = j.w[k];
-				wrows[i] = (size_t)j.rows[k];
-				wr[i] = r;
-				wk[i] = k;
-				nw = i + 1;
-			}
+		while (wk < j.n - 1 && wr >= j.rows[wk]) {
+			wr -= j.rows[wk];
+			wk++;
 		}
+		if (wr >= j.rows[wk])
+			return;
+		wp[0] = j.w[wk];
+		wrows[0] = (size_t)j.rows[wk];
 	}
-	float acc[NW][NT];
+	float acc[NWR][NT];
 #pragma unroll
-	for (int i = 0; i < NW; i++)
+	for (int i = 0; i < NWR; i++)
 #pragma unroll
 		for (int t = 0; t < NT; t++)
 			acc[i][t] = 0.f;
-	int cols = j.cols;
 	if (QX) {
 		int nb = cols / 32;
-		for (int b = tid; b < nb; b += 256) {
-			uint4 w0[NW], w1[NW];
-			float dw[NW];
+		for (int base = 0; base < nb; base += 32 * U) {
+			uint4 w0[NWR][U], w1[NWR][U];
+			float dw[NWR][U];
 #pragma unroll
-			for (int i = 0; i < NW; i++) {
-				if (!wp[i])
+			for (int i = 0; i < NWR; i++)
+#pragma unroll
+				for (int u = 0; u < U; u++) {
+					int b = base + u * 32 + lane;
+					if (b >= nb)
+						continue;
+					size_t blk = (size_t)wr * nb + b;
+					if (DT == KT_Q8_0) {
+						const int8_t *qs = (const int8_t *)wp[i];
+						w0[i][u] = ld16<STREAM>(qs + blk * 32);
+						w1[i][u] = ld16<STREAM>(qs + blk * 32 + 16);
+						dw[i][u] = __half2float(((const __half *)(qs + wrows[i] * cols))[blk]);
+					} else {
+						const uint8_t *qs = (const uint8_t *)wp[i];
+						uint4 q = ld16<STREAM>(qs + blk * 16);
+						w0[i][u] = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu,
+								      q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);
+						w1[i][u] = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu,
+								      (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);
+						dw[i][u] = __half2float(((const __half *)(qs + wrows[i] * cols / 2))[blk]);
+					}
+				}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				int b = base + u * 32 + lane;
+				if (b >= nb)
 					continue;
-				size_t blk = (size_t)wr[i] * nb + b;
-				if (DT == KT_Q8_0) {
-					const int8_t *qs = (const int8_t *)wp[i];
-					const uint4 *p = (const uint4 *)(qs + blk * 32);
-					w0[i] = __ldg(p);
-					w1[i] = __ldg(p + 1);
-					dw[i] = __half2float(((const __half *)(qs + wrows[i] * cols))[blk]);
-				} else {
-					const uint8_t *qs = (const uint8_t *)wp[i];
-					uint4 u = __ldg((const uint4 *)(qs + blk * 16));
-					w0[i] = make_uint4(u.x & 0x0f0f0f0fu, u.y & 0x0f0f0f0fu,
-							   u.z & 0x0f0f0f0fu, u.w & 0x0f0f0f0fu);
-					w1[i] = make_uint4((u.x >> 4) & 0x0f0f0f0fu, (u.y >> 4) & 0x0f0f0f0fu,
-							   (u.z >> 4) & 0x0f0f0f0fu, (u.w >> 4) & 0x0f0f0f0fu);
-					dw[i] = __half2float(((const __half *)(qs + wrows[i] * cols / 2))[blk]);
+#pragma unroll
+				for (int t = 0; t < NT; t++) {
+					const uint4 *xp = (const uint4 *)(xq + (size_t)t * cols + (size_t)b * 32);
+					uint4 xa = xp[0], xb = xp[1];
+					float d = xd[t * nb + b];
+					int off = DT == KT_Q4_0 ? 8 * xs[t * nb + b] : 0;
+#pragma unroll
+					for (int i = 0; i < NWR; i++) {
+						int s = __dp4a((int)w0[i][u].x, (int)xa.x, 0);
+						s = __dp4a((int)w0[i][u].y, (int)xa.y, s);
+						s = __dp4a((int)w0[i][u].z, (int)xa.z, s);
+						s = __dp4a((int)w0[i][u].w, (int)xa.w, s);
+						s = __dp4a((int)w1[i][u].x, (int)xb.x, s);
+						s = __dp4a((int)w1[i][u].y, (int)xb.y, s);
+						s = __dp4a((int)w1[i][u].z, (int)xb.z, s);
+						s = __dp4a((int)w1[i][u].w, (int)xb.w, s);
+						acc[i][t] += dw[i][u] * d * (float)(s - off);
+					}
 				}
 			}
+		}
+	} else if (DT == KT_F16 || DT == KT_BF16 || DT == KT_F32) {
+		/* 8 weights per lane step (fp32: two 16-byte loads) */
+		const int es = DT == KT_F32 ? 4 : 2;
+		for (int base = 0; base < j.vec; base += 256 * U) {
+			uint4 wa[NWR][U], wb[NWR][U];
 #pragma unroll
-			for (int t = 0; t < NT; t++) {
-				const uint4 *xp = (const uint4 *)(j.xq + (size_t)t * cols + (size_t)b * 32);
-				uint4 xa = __ldg(xp), xb = __ldg(xp + 1);
-				float d = __ldg(j.xd + (size_t)t * nb + b);
-				int off = DT == KT_Q4_0 ? 8 * __ldg(j.xs + (size_t)t * nb + b) : 0;
+			for (int i = 0; i < NWR; i++)
 #pragma unroll
-				for (int i = 0; i < NW; i++) {
-					if (!wp[i])
+				for (int u = 0; u < U; u++) {
+					int c = base + (u * 32 + lane) * 8;
+					if (c >= j.vec)
 						continue;
-					int s = __dp4a((int)w0[i].x, (int)xa.x, 0);
-					s = __dp4a((int)w0[i].y, (int)xa.y, s);
-					s = __dp4a((int)w0[i].z, (int)xa.z, s);
-					s = __dp4a((int)w0[i].w, (int)xa.w, s);
-					s = __dp4a((int)w1[i].x, (int)xb.x, s);
-					s = __dp4a((int)w1[i].y, (int)xb.y, s);
-					s = __dp4a((int)w1[i].z, (int)xb.z, s);
-					s = __dp4a((int)w1[i].w, (int)xb.w, s);
-					acc[i][t] += dw[i] * d * (float)(s - off);
+					const char *p = (const char *)wp[i] + ((size_t)wr * cols + c) * es;
+					wa[i][u] = ld16<STREAM>(p);
+					if (DT == KT_F32)
+						wb[i][u] = ld16<STREAM>(p + 16);
+				}
+#pragma unroll
+			for (int u = 0; u < U; u++) {
+				int c = base + (u * 32 + lane) * 8;
+				if (c >= j.vec)
+					continue;
+#pragma unroll
+				for (int i = 0; i < NWR; i++) {
+					float f[8];
+					widen8<DT>(wa[i][u], DT == KT_F32 ? wb[i][u] : wa[i][u], f);
+#pragma unroll
+					for (int t = 0; t < NT; t++) {
+						const float4 *xp = (const float4 *)(xf + (size_t)t * cols + c);
+						float4 a = xp[0], b = xp[1];
+						acc[i][t] += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w +
+							     f[4] * b.x + f[5] * b.y + f[6] * b.z + f[7] * b.w;
+					}
 				}
 			}
 		}
 	} else {
-		for (int c = tid * W; c < j.vec; c += 256 * W) {
-			float f[NW][W];
+		/* Q8_0 / Q4_0 widened to fp32 (exact mode) */
+		const int W = step<DT>::W;
+		for (int c = lane * W; c < j.vec; c += 32 * W) {
 #pragma unroll
-			for (int i = 0; i < NW; i++)
-				if (wp[i])
-					loadw<DT>(wp[i], wrows[i], cols, wr[i], c, f[i]);
+			for (int i = 0; i < NWR; i++) {
+				float f[W];
+				loadw<DT>(wp[i], wrows[i], cols, wr, c, f);
 #pragma unroll
-			for (int t = 0; t < NT; t++) {
-				const float4 *xp = (const float4 *)(x + (size_t)t * cols + c);
+				for (int t = 0; t < NT; t++) {
+					const float4 *xp = (const float4 *)(xf + (size_t)t * cols + c);
 #pragma unroll
-				for (int k = 0; k < W / 4; k++) {
-					float4 v = __ldg(xp + k);
-#pragma unroll
-					for (int i = 0; i < NW; i++)
-						if (wp[i])
-							acc[i][t] += f[i][4 * k] * v.x + f[i][4 * k + 1] * v.y +
-								     f[i][4 * k + 2] * v.z + f[i][4 * k + 3] * v.w;
+					for (int k = 0; k < W / 4; k++) {
+						float4 v = xp[k];
+						acc[i][t] += f[4 * k] * v.x + f[4 * k + 1] * v.y +
+							     f[4 * k + 2] * v.z + f[4 * k + 3] * v.w;
+					}
 				}
 			}
 		}
-		for (int c = j.vec + tid; c < cols; c += 256)
-#pragma unroll
-			for (int i = 0; i < NW; i++)
-				if (wp[i]) {
-					float wv = cu_w_at(wp[i], DT, wrows[i], cols, wr[i], c);
-#pragma unroll
-					for (int t = 0; t < NT; t++)
-						acc[i][t] += wv * x[(size_t)t * cols + c];
-				}
 	}
-	/* sum over the block: warps by shuffles, then the 8 warps' partials */
+	if (!QX)
+		for (int c = j.vec + lane; c < cols; c += 32)
 #pragma unroll
-	for (int i = 0; i < NW; i++)
+			for (int i = 0; i < NWR; i++) {
+				float wv = cu_w_at(wp[i], DT, wrows[i], cols, wr, c);
 #pragma unroll
-		for (int t = 0; t < NT; t++) {
-			float v = acc[i][t];
+				for (int t = 0; t < NT; t++)
+					acc[i][t] += wv * xf[(size_t)t * cols + c];
+			}
+#pragma unroll
+	for (int i = 0; i < NWR; i++)
+#pragma unroll
+		for (int t = 0; t < NT; t++)
 #pragma unroll
 			for (int o = 16; o > 0; o >>= 1)
-				v += __shfl_xor_sync(0xffffffffu, v, o);
-			if (!lane)
-				red[warp][i * NT + t] = v;
-		}
-	__syncthreads();
-	__shared__ float fin[NW * NT];
-	if (tid < NW * NT) {
-		float v = 0.f;
-#pragma unroll
-		for (int w = 0; w < 8; w++)
-			v += red[w][tid];
-		fin[tid] = v;
-	}
-	__syncthreads();
-	if (tid >= NW * NT)
+				acc[i][t] += __shfl_xor_sync(0xffffffffu, acc[i][t], o);
+	if (lane)
 		return;
-	int i = tid / NT, t = tid % NT;
-	if (MODE == 2) {
-		if (i >= R || !wp[i])
-			return;
-		float g = fin[tid], u = fin[(i + R) * NT + t];
-		j.y[0][(size_t)t * j.rows[0] + wr[i]] = g / (1.f + expf(-g)) * u;
-	} else {
-		if (i >= nw || !wp[i])
-			return;
-		float *y = j.y[wk[i]] + (size_t)t * j.rows[wk[i]] + wr[i];
-		if (MODE == 1)
-			*y += fin[tid];
-		else
-			*y = fin[tid];
+#pragma unroll
+	for (int t = 0; t < NT; t++) {
+		float *y = j.y[wk] + (size_t)t * j.rows[wk] + wr;
+		if (MODE == 2) {
+			float gt = acc[0][t];
+			*y = gt / (1.f + expf(-gt)) * acc[NWR - 1][t];
+		} else if (MODE == 1) {
+			*y += acc[0][t];
+		} else {
+			*y = acc[0][t];
+		}
 	}
+}
+
+/* Shared memory for staged activations, 0 when they do not fit in 48 KB. */
+static size_t xs_bytes(const struct cu_gemv_job *j, int n_tok, int qx)
+{
+	size_t b = qx ? (size_t)n_tok * j->cols + (size_t)n_tok * j->cols / 32 * 8
+		      : (size_t)n_tok * j->cols * 4;
+	return b <= 48 * 1024 && j->cols % 16 == 0 ? b : 0;
+}
+
+template <int NT, enum kt_dtype DT, int MODE, int QX, int U, int STREAM>
+static void launch(cudaStream_t st, const struct cu_gemv_job *j, const float *x, int n_tok)
+{
+	int total = MODE == 0 ? j->rows[0] + (j->n > 1 ? j->rows[1] : 0) + (j->n > 2 ? j->rows[2] : 0)
+			      : j->rows[0];
+	dim3 grid((total + GW - 1) / GW), block(GW * 32);
+	size_t sm = xs_bytes(j, n_tok, QX);
+	if (sm)
+		gemv_kernel<NT, DT, MODE, QX, U, 1, STREAM><<<grid, block, sm, st>>>(*j, x);
+	else
+		gemv_kernel<NT, DT, MODE, QX, U, 0, STREAM><<<grid, block, 0, st>>>(*j, x);
 }
 
 template <int NT, int MODE>
 static void gemv_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtype dt,
 		    const float *x, int qx)
 {
-	int total = MODE == 0 ? j->rows[0] + (j->n > 1 ? j->rows[1] : 0) + (j->n > 2 ? j->rows[2] : 0)
-			      : j->rows[0];
-	int per_block = qx ? (int)rows_per<1, MODE>::R : (int)rows_per<0, MODE>::R;
-	dim3 grid((total + per_block - 1) / per_block), block(256);
 	switch (dt) {
-	case KT_F32: gemv_kernel<NT, KT_F32, MODE, 0><<<grid, block, 0, st>>>(*j, x); break;
-	case KT_F16: gemv_kernel<NT, KT_F16, MODE, 0><<<grid, block, 0, st>>>(*j, x); break;
-	case KT_BF16: gemv_kernel<NT, KT_BF16, MODE, 0><<<grid, block, 0, st>>>(*j, x); break;
+	case KT_F32: launch<NT, KT_F32, MODE, 0, 2, 1>(st, j, x, NT); break;
+	case KT_F16: launch<NT, KT_F16, MODE, 0, 4, 1>(st, j, x, NT); break;
+	case KT_BF16: launch<NT, KT_BF16, MODE, 0, 4, 1>(st, j, x, NT); break;
 	case KT_Q8_0:
 		if (qx)
-			gemv_kernel<NT, KT_Q8_0, MODE, 1><<<grid, block, 0, st>>>(*j, x);
+			launch<NT, KT_Q8_0, MODE, 1, 2, 1>(st, j, x, NT);
 		else
-			gemv_kernel<NT, KT_Q8_0, MODE, 0><<<grid, block, 0, st>>>(*j, x);
+			launch<NT, KT_Q8_0, MODE, 0, 1, 1>(st, j, x, NT);
 		break;
 	case KT_Q4_0:
 		if (qx)
-			gemv_kernel<NT, KT_Q4_0, MODE, 1><<<grid, block, 0, st>>>(*j, x);
+			launch<NT, KT_Q4_0, MODE, 1, 4, 1>(st, j, x, NT);
 		else
-			gemv_kernel<NT, KT_Q4_0, MODE, 0><<<grid, block, 0, st>>>(*j, x);
+			launch<NT, KT_Q4_0, MODE, 0, 1, 1>(st, j, x, NT);
 		break;
 	default: break;
 	}
@@ -306,6 +389,42 @@ static void gemv_mode(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtyp
 	case 8: gemv_dt<8, MODE>(st, j, dt, x, qx); break;
 	default: break;
 	}
+}
+
+/* Tuning variants of the batch-1 product (llamad-gpucheck bench): v picks
+ * loads in flight per lane (U) and the weight cache policy. 0 when v is out
+ * of range. */
+int cu_gemv_variant(cudaStream_t st, int v, struct cu_gemv_job *j, enum kt_dtype dt,
+		    const float *x, char *name, size_t cap)
+{
+	static const int us[] = { 1, 2, 4, 8 };
+	if (v < 0 || v >= 8)
+		return 0;
+	int U = us[v % 4], S = v / 4;
+	snprintf(name, cap, "U=%d %s", U, S ? "streaming" : "ldg");
+	int qx = dt == KT_Q8_0 || dt == KT_Q4_0;
+	j->vec = j->cols % (qx ? 32 : 8) == 0 ? j->cols : 0;
+#define V(DT, Q) \
+	switch (v) { \
+	case 0: launch<1, DT, 0, Q, 1, 0>(st, j, x, 1); break; \
+	case 1: launch<1, DT, 0, Q, 2, 0>(st, j, x, 1); break; \
+	case 2: launch<1, DT, 0, Q, 4, 0>(st, j, x, 1); break; \
+	case 3: launch<1, DT, 0, Q, 8, 0>(st, j, x, 1); break; \
+	case 4: launch<1, DT, 0, Q, 1, 1>(st, j, x, 1); break; \
+	case 5: launch<1, DT, 0, Q, 2, 1>(st, j, x, 1); break; \
+	case 6: launch<1, DT, 0, Q, 4, 1>(st, j, x, 1); break; \
+	case 7: launch<1, DT, 0, Q, 8, 1>(st, j, x, 1); break; \
+	}
+	if (dt == KT_F16)
+		V(KT_F16, 0)
+	else if (dt == KT_Q8_0)
+		V(KT_Q8_0, 1)
+	else if (dt == KT_Q4_0)
+		V(KT_Q4_0, 1)
+	else
+		return 0;
+#undef V
+	return 1;
 }
 
 /* One warp per block of 32 activations: 8-bit values, scale, sum. */
@@ -330,6 +449,11 @@ __global__ void quant_x_kernel(int8_t *xq, float *xd, int *xs, const float *x, s
 	}
 }
 
+void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x, size_t nb)
+{
+	quant_x_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(xq, xd, xs, x, nb);
+}
+
 void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
 		 const float *x, int n_tok)
 {
@@ -337,10 +461,8 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 	int W = dt == KT_Q8_0 ? 16 : dt == KT_Q4_0 ? 32 : 8;
 	j->vec = j->cols % W == 0 ? j->cols : 0;
 	int qx = j->xq && (dt == KT_Q8_0 || dt == KT_Q4_0) && j->cols % 32 == 0;
-	if (qx) {
-		size_t nb = (size_t)n_tok * j->cols / 32;
-		quant_x_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(j->xq, j->xd, j->xs, x, nb);
-	}
+	if (qx)
+		cu_quant_x(st, j->xq, j->xd, j->xs, x, (size_t)n_tok * j->cols / 32);
 	if (mode == 0)
 		gemv_mode<0>(st, j, dt, x, n_tok, qx);
 	else if (mode == 1)
