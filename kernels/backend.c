@@ -21,13 +21,6 @@ int backend_have_cuda(void)
 }
 
 #ifndef LLAMAD_CUDA
-int backend_cuda_gemv_variant(struct backend *be, int v, float *y, const float *x,
-			      const struct kt_weight *w, char *name, size_t cap)
-{
-	(void)be; (void)v; (void)y; (void)x; (void)w; (void)name; (void)cap;
-	return 0;
-}
-
 struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause)
 {
 	(void)gpu;

@@ -265,12 +265,6 @@ struct backend *backend_cpu_new(int n_threads);
 /* Create the CUDA backend on device `gpu` (only in builds with CUDA).
  * NULL with *cause (malloc'd) when no usable device is there. */
 struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause);
-/* Tuning hook for llamad-gpucheck: one batch-1 product y = x W^T on the
- * CUDA backend with matrix-vector kernel variant v (see kernels/cuda/
- * matmul.cu), its description in name. 0 when v does not exist or be is
- * not the CUDA backend (always, in builds without CUDA). */
-int backend_cuda_gemv_variant(struct backend *be, int v, float *y, const float *x,
-			      const struct kt_weight *w, char *name, size_t cap);
 /* Destroy a backend; accepts NULL. */
 void backend_free(struct backend *be);
 

@@ -82,6 +82,8 @@ __device__ __forceinline__ void put_result(const struct attn_args &a, int t, int
 template <int CPL>
 __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	extern __shared__ float sm[];
 	int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, s = blockIdx.y;
 	int kvh = h / a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd;
@@ -159,6 +161,8 @@ __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a
 template <int NKMAX>
 __global__ void __launch_bounds__(AW * 32) attn_decode16_kernel(struct attn_args a)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	extern __shared__ float sm[];
 	int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, s = blockIdx.y;
 	int kvh = h / a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd;
@@ -357,6 +361,8 @@ __global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
 __global__ void attn_combine_kernel(float *out, const float *part, int n_heads, int hd,
 				    int n_split)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	const float *p = part + (size_t)blockIdx.x * n_split * (hd + 2);
 	float M = -INFINITY;
 	for (int s = 0; s < n_split; s++)
@@ -422,19 +428,19 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 		size_t smem = (hd + AW * (hd + 2)) * sizeof(float);
 		if (a.bs == 16 && hd % 8 == 0 && hd <= 128) {
 			if (hd <= 32)
-				attn_decode16_kernel<4><<<grid, AW * 32, smem, st>>>(a);
+				cu_launch_pdl(attn_decode16_kernel<4>, grid, dim3(AW * 32), smem, st, a);
 			else if (hd <= 64)
-				attn_decode16_kernel<8><<<grid, AW * 32, smem, st>>>(a);
+				cu_launch_pdl(attn_decode16_kernel<8>, grid, dim3(AW * 32), smem, st, a);
 			else
-				attn_decode16_kernel<16><<<grid, AW * 32, smem, st>>>(a);
+				cu_launch_pdl(attn_decode16_kernel<16>, grid, dim3(AW * 32), smem, st, a);
 		} else if (hd <= 32)
-			attn_decode_kernel<1><<<grid, AW * 32, smem, st>>>(a);
+			cu_launch_pdl(attn_decode_kernel<1>, grid, dim3(AW * 32), smem, st, a);
 		else if (hd <= 64)
-			attn_decode_kernel<2><<<grid, AW * 32, smem, st>>>(a);
+			cu_launch_pdl(attn_decode_kernel<2>, grid, dim3(AW * 32), smem, st, a);
 		else if (hd <= 128)
-			attn_decode_kernel<4><<<grid, AW * 32, smem, st>>>(a);
+			cu_launch_pdl(attn_decode_kernel<4>, grid, dim3(AW * 32), smem, st, a);
 		else
-			attn_decode_kernel<8><<<grid, AW * 32, smem, st>>>(a);
+			cu_launch_pdl(attn_decode_kernel<8>, grid, dim3(AW * 32), smem, st, a);
 	} else {
 		a.n_split = pick_split(b->n_tiles, n_heads, hd, b->n_tok, n_sm);
 		dim3 grid(b->n_tiles, n_heads, a.n_split);
@@ -450,8 +456,8 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 		}
 	}
 	if (a.n_split > 1)
-		attn_combine_kernel<<<b->n_tok * n_heads, 128, 0, st>>>(out, part, n_heads, hd,
-									 a.n_split);
+		cu_launch_pdl(attn_combine_kernel, dim3(b->n_tok * n_heads), dim3(128), 0, st, out,
+			      (const float *)part, n_heads, hd, a.n_split);
 }
 
 /*

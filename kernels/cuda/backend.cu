@@ -102,9 +102,24 @@ static int ck(struct cu_backend *c, cudaError_t e, const char *what)
 	return -EIO;
 }
 
+static thread_local cudaError_t pdl_error = cudaSuccess;  /* this thread's last */
+
+void cu_note_launch_error(cudaError_t e)
+{
+	pdl_error = e;
+}
+
+cudaError_t cu_take_launch_error(void)
+{
+	cudaError_t e = pdl_error;
+	pdl_error = cudaSuccess;
+	return e;
+}
+
 static void launched(struct cu_backend *c, const char *op)
 {
-	ck(c, cudaGetLastError(), op);
+	cudaError_t e = cu_take_launch_error();
+	ck(c, e != cudaSuccess ? e : cudaGetLastError(), op);
 }
 
 static int blas_ck(struct cu_backend *c, cublasStatus_t s, const char *what)
@@ -867,34 +882,6 @@ static const struct backend_ops cuda_ops = {
 	cu_op_matmul_add,
 	cu_op_matmul_swiglu,
 };
-
-/* Tuning hook (kernels/backend.h): one batch-1 product with variant v. */
-extern "C" int backend_cuda_gemv_variant(struct backend *be, int v, float *y, const float *x,
-					 const struct kt_weight *w, char *name, size_t cap)
-{
-	struct cu_backend *c = CB(be);
-	if (be->ops != &cuda_ops)
-		return 0;
-	struct cu_gemv_job j;
-	memset(&j, 0, sizeof(j));
-	j.w[0] = w->data;
-	j.y[0] = y;
-	j.rows[0] = w->rows;
-	j.n = 1;
-	j.cols = w->cols;
-	if (kt_dtype_is_quant(w->dtype)) {
-		size_t nb = (size_t)CU_GEMV_MAX * j.cols / 32;
-		if (grow(c, &c->xq, &c->xq_bytes, nb * 40))
-			return 0;
-		j.xq = (int8_t *)c->xq;
-		j.xd = (float *)((char *)c->xq + nb * 32);
-		j.xs = (int *)((char *)c->xq + nb * 36);
-		cu_quant_x(c->stream, j.xq, j.xd, j.xs, x, (size_t)j.cols / 32);
-	}
-	int ok = cu_gemv_variant(c->stream, v, &j, w->dtype, x, name, cap);
-	launched(c, "gemv variant");
-	return ok;
-}
 
 static int load_cublas(struct cublas_fns *f, char **cause)
 {

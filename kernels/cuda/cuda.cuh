@@ -71,10 +71,6 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 		 const float *x, int n_tok);
 /* x (nb blocks of 32) as 8-bit values, scales and sums. */
 void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x, size_t nb);
-/* Tuning variants of the batch-1 product for the benchmark (x already
- * quantized in j for Q8_0 / Q4_0); 0 when v is out of range. */
-int cu_gemv_variant(cudaStream_t st, int v, struct cu_gemv_job *j, enum kt_dtype dt,
-		    const float *x, char *name, size_t cap);
 /* W (Q8_0 / Q4_0, repacked) to f16, row-major rows x cols. */
 void cu_dequant_f16(cudaStream_t st, __half *dst, const struct kt_weight *w);
 /* n fp32 values to f16 / bf16. */
@@ -108,6 +104,50 @@ void cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);
 void cu_add(cudaStream_t st, float *y, const float *x, size_t n);
 void cu_embed(cudaStream_t st, float *y, const struct kt_weight *table, const int32_t *tok,
 	      int n_tok);
+
+/*
+ * Programmatic dependent launch: kernels launched with cu_launch_pdl may
+ * start while the previous kernel in the stream finishes; each calls
+ * cu_pdl_wait() before touching memory that kernel writes or reads, and
+ * cu_pdl_trigger() to let the next one be scheduled. Without the launch
+ * attribute both are no-ops.
+ */
+static __device__ __forceinline__ void cu_pdl_wait(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void cu_pdl_trigger(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
+/* The last launch error of cu_launch_pdl (cudaSuccess when none), cleared. */
+cudaError_t cu_take_launch_error(void);
+void cu_note_launch_error(cudaError_t e);
+
+template <typename... K, typename... A>
+static inline void cu_launch_pdl(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem,
+				 cudaStream_t st, A... args)
+{
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = st;
+	cudaLaunchAttribute at[1];
+	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	at[0].val.programmaticStreamSerializationAllowed = 1;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+	if (e != cudaSuccess)
+		cu_note_launch_error(e);
+}
 
 /* Q8_0 / Q4_0 repacked: quants of all rows, then the f16 scales. */
 static inline size_t cu_q_quant_bytes(enum kt_dtype t, size_t rows, size_t cols)

@@ -7,6 +7,8 @@
 __global__ void embed_kernel(float *y, const void *w, enum kt_dtype dt, size_t rows, int cols,
 			     const int32_t *tok)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	int t = blockIdx.x;
 	size_t r = (size_t)tok[t];
 	for (int c = threadIdx.x; c < cols; c += blockDim.x)
@@ -17,6 +19,6 @@ void cu_embed(cudaStream_t st, float *y, const struct kt_weight *table, const in
 	      int n_tok)
 {
 	if (n_tok > 0)
-		embed_kernel<<<n_tok, 256, 0, st>>>(y, table->data, table->dtype, (size_t)table->rows,
-						    table->cols, tok);
+		cu_launch_pdl(embed_kernel, dim3(n_tok), dim3(256), 0, st, y, table->data, table->dtype,
+			      (size_t)table->rows, table->cols, tok);
 }

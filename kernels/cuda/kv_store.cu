@@ -8,6 +8,8 @@ __global__ void kv_store_kernel(float *base, int n_layers, int bs, int kv_dim, i
 				const float *k, const float *v, const int *pos, const int *row_tab,
 				const int32_t *tables, int tab_stride)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	int t = blockIdx.x;
 	int p = pos[t];
 	int32_t b = tables[(size_t)row_tab[t] * tab_stride + p / bs];
@@ -26,7 +28,7 @@ void cu_kv_store(cudaStream_t st, const struct kt_kv *kv, int layer, const float
 		 const float *v, const struct cu_batch *b)
 {
 	if (b->n_tok > 0)
-		kv_store_kernel<<<b->n_tok, 256, 0, st>>>(kv->base, kv->n_layers, kv->block_size,
-							  kv->kv_dim, layer, k, v, b->pos,
-							  b->row_tab, b->tables, b->tab_stride);
+		cu_launch_pdl(kv_store_kernel, dim3(b->n_tok), dim3(256), 0, st, kv->base, kv->n_layers,
+			      kv->block_size, kv->kv_dim, layer, k, v, b->pos, b->row_tab, b->tables,
+			      b->tab_stride);
 }

@@ -114,58 +114,72 @@ __device__ __forceinline__ void widen8(uint4 u, uint4 u2, float *f)
 	}
 }
 
+/* U 16-byte chunks of weights per row for the chunk batch at base: the
+ * warp's lanes take consecutive 16-byte pieces (8 f16/bf16 or 4 fp32 weights;
+ * fp32 takes two pieces per 8 weights), quantized rows one 32-weight block
+ * per lane (Q8_0: two pieces). */
+template <enum kt_dtype DT, int QX, int U, int NWR, int STREAM>
+__device__ __forceinline__ void fetch(const void *const *wp, const size_t *wrows, int wr, int cols,
+				      int vec, int base, int lane, uint4 (&wa)[NWR][U],
+				      uint4 (&wb)[NWR][U], float (&dw)[NWR][U])
+{
+#pragma unroll
+	for (int i = 0; i < NWR; i++)
+#pragma unroll
+		for (int u = 0; u < U; u++) {
+			if (QX) {
+				int nb = cols / 32, b = base + u * 32 + lane;
+				if (b >= nb)
+					continue;
+				size_t blk = (size_t)wr * nb + b;
+				if (DT == KT_Q8_0) {
+					const int8_t *qs = (const int8_t *)wp[i];
+					wa[i][u] = ld16<STREAM>(qs + blk * 32);
+					wb[i][u] = ld16<STREAM>(qs + blk * 32 + 16);
+					dw[i][u] = __half2float(((const __half *)(qs + wrows[i] * cols))[blk]);
+				} else {
+					const uint8_t *qs = (const uint8_t *)wp[i];
+					wa[i][u] = ld16<STREAM>(qs + blk * 16);
+					dw[i][u] = __half2float(((const __half *)(qs + wrows[i] * cols / 2))[blk]);
+				}
+			} else {
+				const int es = DT == KT_F32 ? 4 : 2;
+				int c = base + (u * 32 + lane) * 8;
+				if (c >= vec)
+					continue;
+				const char *p = (const char *)wp[i] + ((size_t)wr * cols + c) * es;
+				wa[i][u] = ld16<STREAM>(p);
+				if (DT == KT_F32)
+					wb[i][u] = ld16<STREAM>(p + 16);
+			}
+		}
+}
+
 /*
  * One warp per output row (MODE 2: its gate and up rows), 8 warps a block.
- * Each lane issues U 16-byte weight loads per row before using any, so a
- * warp keeps U*512 bytes per row in flight; the activations are staged in
- * shared memory once per block when they fit (XS), else read through L1.
+ * Each lane issues U 16-byte weight loads per row before using any; the
+ * first batch is issued before waiting for the previous kernel (weights do
+ * not depend on it: programmatic dependent launch lets this overlap the
+ * previous kernel's tail). The activations are then staged in shared
+ * memory once per block when they fit (XS) — for Q8_0 / Q4_0 quantized to
+ * 8 bits on the way (QX), so no separate kernel runs for that.
  * MODE 0: up to three products sharing x, rows numbered across them (q, k,
  * v in one launch); MODE 1: y += x W^T; MODE 2: y = silu(x G^T) * (x U^T).
- * QX: Q8_0 / Q4_0 against 8-bit activations with __dp4a, else weights
- * widened to fp32 (Q8_0 / Q4_0 through cu_w_at-like unpacking in loadw).
  */
-template <int NT, enum kt_dtype DT, int MODE, int QX, int U, int XS, int STREAM>
+template <int NT, enum kt_dtype DT, int MODE, int QX, int U, int XS>
 __global__ void __launch_bounds__(GW * 32)
 gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 {
 	extern __shared__ float4 xsm4[];
 	const int NWR = MODE == 2 ? 2 : 1;
-	int lane = threadIdx.x & 31, cols = j.cols;
-	int g = blockIdx.x * GW + (threadIdx.x >> 5);
-	/* stage x: fp32 rows, or 8-bit rows then scales and sums */
-	const float *xf = x;
-	const int8_t *xq = j.xq;
-	const float *xd = j.xd;
-	const int *xs = j.xs;
-	if (XS) {
-		if (QX) {
-			int nb = NT * cols / 32;
-			uint4 *d = (uint4 *)xsm4;
-			for (int i = threadIdx.x; i < NT * cols / 16; i += GW * 32)
-				d[i] = __ldg((const uint4 *)j.xq + i);
-			float *sd = (float *)((int8_t *)xsm4 + NT * cols);
-			int *ss = (int *)(sd + nb);
-			for (int i = threadIdx.x; i < nb; i += GW * 32) {
-				sd[i] = j.xd[i];
-				ss[i] = j.xs[i];
-			}
-			xq = (const int8_t *)xsm4;
-			xd = sd;
-			xs = ss;
-		} else {
-			for (int i = threadIdx.x; i < NT * cols / 4; i += GW * 32)
-				xsm4[i] = __ldg((const float4 *)x + i);
-			xf = (const float *)xsm4;
-		}
-		__syncthreads();
-	}
+	int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cols = j.cols;
+	int g = blockIdx.x * GW + warp;
 	/* this warp's weight rows */
 	const void *wp[2] = { NULL, NULL };
 	size_t wrows[2] = { 0, 0 };
-	int wr = g, wk = 0;
+	int wr = g, wk = 0, valid;
 	if (MODE == 2) {
-		if (g >= j.rows[0])
-			return;
+		valid = g < j.rows[0];
 		wp[0] = j.w[0];
 		wp[1] = j.w[1];
 		wrows[0] = (size_t)j.rows[0];
@@ -175,106 +189,118 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 			wr -= j.rows[wk];
 			wk++;
 		}
-		if (wr >= j.rows[wk])
-			return;
+		valid = wr < j.rows[wk];
 		wp[0] = j.w[wk];
 		wrows[0] = (size_t)j.rows[wk];
 	}
+	const int STEP = QX ? 32 * U : 256 * U;   /* blocks (QX) or weights per batch */
+	int span = QX ? cols / 32 : j.vec;
+	uint4 wa[NWR][U], wb[NWR][U];
+	float dw[NWR][U];
+	if (valid && !(DT == KT_Q8_0 || DT == KT_Q4_0) || (valid && QX))
+		fetch<DT, QX, U, NWR, 1>(wp, wrows, wr, cols, j.vec, 0, lane, wa, wb, dw);
+	cu_pdl_wait();
+	cu_pdl_trigger();
+	/* stage x: fp32 rows, or 8-bit rows then scales and sums */
+	const float *xf = x;
+	const int8_t *xq = j.xq;
+	const float *xd = j.xd;
+	const int *xs = j.xs;
+	if (XS) {
+		if (QX) {
+			int nb = NT * cols / 32;
+			int8_t *q8 = (int8_t *)xsm4;
+			float *sd = (float *)(q8 + NT * cols);
+			int *ss = (int *)(sd + nb);
+			for (int blk = warp; blk < nb; blk += GW) {
+				float v = x[(size_t)blk * 32 + lane], a = fabsf(v);
+#pragma unroll
+				for (int o = 16; o > 0; o >>= 1)
+					a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+				float d = a / 127.f;
+				int q = d > 0.f ? __float2int_rn(v / d) : 0;
+				q8[(size_t)blk * 32 + lane] = (int8_t)q;
+#pragma unroll
+				for (int o = 16; o > 0; o >>= 1)
+					q += __shfl_xor_sync(0xffffffffu, q, o);
+				if (!lane) {
+					sd[blk] = d;
+					ss[blk] = q;
+				}
+			}
+			xq = q8;
+			xd = sd;
+			xs = ss;
+		} else {
+			for (int i = threadIdx.x; i < NT * cols / 4; i += GW * 32)
+				xsm4[i] = __ldg((const float4 *)x + i);
+			xf = (const float *)xsm4;
+		}
+		__syncthreads();
+	}
+	if (!valid)
+		return;
 	float acc[NWR][NT];
 #pragma unroll
 	for (int i = 0; i < NWR; i++)
 #pragma unroll
 		for (int t = 0; t < NT; t++)
 			acc[i][t] = 0.f;
-	if (QX) {
+	if (QX || DT == KT_F16 || DT == KT_BF16 || DT == KT_F32) {
 		int nb = cols / 32;
-		for (int base = 0; base < nb; base += 32 * U) {
-			uint4 w0[NWR][U], w1[NWR][U];
-			float dw[NWR][U];
+		for (int base = 0; base < span; base += STEP) {
 #pragma unroll
-			for (int i = 0; i < NWR; i++)
-#pragma unroll
-				for (int u = 0; u < U; u++) {
+			for (int u = 0; u < U; u++) {
+				if (QX) {
 					int b = base + u * 32 + lane;
 					if (b >= nb)
 						continue;
-					size_t blk = (size_t)wr * nb + b;
-					if (DT == KT_Q8_0) {
-						const int8_t *qs = (const int8_t *)wp[i];
-						w0[i][u] = ld16<STREAM>(qs + blk * 32);
-						w1[i][u] = ld16<STREAM>(qs + blk * 32 + 16);
-						dw[i][u] = __half2float(((const __half *)(qs + wrows[i] * cols))[blk]);
-					} else {
-						const uint8_t *qs = (const uint8_t *)wp[i];
-						uint4 q = ld16<STREAM>(qs + blk * 16);
-						w0[i][u] = make_uint4(q.x & 0x0f0f0f0fu, q.y & 0x0f0f0f0fu,
-								      q.z & 0x0f0f0f0fu, q.w & 0x0f0f0f0fu);
-						w1[i][u] = make_uint4((q.x >> 4) & 0x0f0f0f0fu, (q.y >> 4) & 0x0f0f0f0fu,
-								      (q.z >> 4) & 0x0f0f0f0fu, (q.w >> 4) & 0x0f0f0f0fu);
-						dw[i][u] = __half2float(((const __half *)(qs + wrows[i] * cols / 2))[blk]);
-					}
-				}
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				int b = base + u * 32 + lane;
-				if (b >= nb)
-					continue;
-#pragma unroll
-				for (int t = 0; t < NT; t++) {
-					const uint4 *xp = (const uint4 *)(xq + (size_t)t * cols + (size_t)b * 32);
-					uint4 xa = xp[0], xb = xp[1];
-					float d = xd[t * nb + b];
-					int off = DT == KT_Q4_0 ? 8 * xs[t * nb + b] : 0;
-#pragma unroll
-					for (int i = 0; i < NWR; i++) {
-						int s = __dp4a((int)w0[i][u].x, (int)xa.x, 0);
-						s = __dp4a((int)w0[i][u].y, (int)xa.y, s);
-						s = __dp4a((int)w0[i][u].z, (int)xa.z, s);
-						s = __dp4a((int)w0[i][u].w, (int)xa.w, s);
-						s = __dp4a((int)w1[i][u].x, (int)xb.x, s);
-						s = __dp4a((int)w1[i][u].y, (int)xb.y, s);
-						s = __dp4a((int)w1[i][u].z, (int)xb.z, s);
-						s = __dp4a((int)w1[i][u].w, (int)xb.w, s);
-						acc[i][t] += dw[i][u] * d * (float)(s - off);
-					}
-				}
-			}
-		}
-	} else if (DT == KT_F16 || DT == KT_BF16 || DT == KT_F32) {
-		/* 8 weights per lane step (fp32: two 16-byte loads) */
-		const int es = DT == KT_F32 ? 4 : 2;
-		for (int base = 0; base < j.vec; base += 256 * U) {
-			uint4 wa[NWR][U], wb[NWR][U];
-#pragma unroll
-			for (int i = 0; i < NWR; i++)
-#pragma unroll
-				for (int u = 0; u < U; u++) {
-					int c = base + (u * 32 + lane) * 8;
-					if (c >= j.vec)
-						continue;
-					const char *p = (const char *)wp[i] + ((size_t)wr * cols + c) * es;
-					wa[i][u] = ld16<STREAM>(p);
-					if (DT == KT_F32)
-						wb[i][u] = ld16<STREAM>(p + 16);
-				}
-#pragma unroll
-			for (int u = 0; u < U; u++) {
-				int c = base + (u * 32 + lane) * 8;
-				if (c >= j.vec)
-					continue;
-#pragma unroll
-				for (int i = 0; i < NWR; i++) {
-					float f[8];
-					widen8<DT>(wa[i][u], DT == KT_F32 ? wb[i][u] : wa[i][u], f);
 #pragma unroll
 					for (int t = 0; t < NT; t++) {
-						const float4 *xp = (const float4 *)(xf + (size_t)t * cols + c);
-						float4 a = xp[0], b = xp[1];
-						acc[i][t] += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w +
-							     f[4] * b.x + f[5] * b.y + f[6] * b.z + f[7] * b.w;
+						const uint4 *xp = (const uint4 *)(xq + (size_t)t * cols + (size_t)b * 32);
+						uint4 xa = xp[0], xb = xp[1];
+						float d = xd[t * nb + b];
+						int off = DT == KT_Q4_0 ? 8 * xs[t * nb + b] : 0;
+#pragma unroll
+						for (int i = 0; i < NWR; i++) {
+							uint4 lo = wa[i][u], hi = wb[i][u];
+							if (DT == KT_Q4_0) {
+								hi = make_uint4((lo.x >> 4) & 0x0f0f0f0fu, (lo.y >> 4) & 0x0f0f0f0fu,
+										(lo.z >> 4) & 0x0f0f0f0fu, (lo.w >> 4) & 0x0f0f0f0fu);
+								lo = make_uint4(lo.x & 0x0f0f0f0fu, lo.y & 0x0f0f0f0fu,
+										lo.z & 0x0f0f0f0fu, lo.w & 0x0f0f0f0fu);
+							}
+							int sum = __dp4a((int)lo.x, (int)xa.x, 0);
+							sum = __dp4a((int)lo.y, (int)xa.y, sum);
+							sum = __dp4a((int)lo.z, (int)xa.z, sum);
+							sum = __dp4a((int)lo.w, (int)xa.w, sum);
+							sum = __dp4a((int)hi.x, (int)xb.x, sum);
+							sum = __dp4a((int)hi.y, (int)xb.y, sum);
+							sum = __dp4a((int)hi.z, (int)xb.z, sum);
+							sum = __dp4a((int)hi.w, (int)xb.w, sum);
+							acc[i][t] += dw[i][u] * d * (float)(sum - off);
+						}
+					}
+				} else {
+					int c = base + (u * 32 + lane) * 8;
+					if (c >= span)
+						continue;
+#pragma unroll
+					for (int i = 0; i < NWR; i++) {
+						float f[8];
+						widen8<DT>(wa[i][u], DT == KT_F32 ? wb[i][u] : wa[i][u], f);
+#pragma unroll
+						for (int t = 0; t < NT; t++) {
+							const float4 *xp = (const float4 *)(xf + (size_t)t * cols + c);
+							float4 a = xp[0], b = xp[1];
+							acc[i][t] += f[0] * a.x + f[1] * a.y + f[2] * a.z + f[3] * a.w +
+								     f[4] * b.x + f[5] * b.y + f[6] * b.z + f[7] * b.w;
+						}
 					}
 				}
 			}
+			if (base + STEP < span)
+				fetch<DT, QX, U, NWR, 1>(wp, wrows, wr, cols, j.vec, base + STEP, lane, wa, wb, dw);
 		}
 	} else {
 		/* Q8_0 / Q4_0 widened to fp32 (exact mode) */
@@ -329,15 +355,16 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 	}
 }
 
-/* Shared memory for staged activations, 0 when they do not fit in 48 KB. */
+/* Shared memory for staged activations (QX: quantized in the kernel), 0
+ * when they do not fit in 48 KB. */
 static size_t xs_bytes(const struct cu_gemv_job *j, int n_tok, int qx)
 {
 	size_t b = qx ? (size_t)n_tok * j->cols + (size_t)n_tok * j->cols / 32 * 8
 		      : (size_t)n_tok * j->cols * 4;
-	return b <= 48 * 1024 && j->cols % 16 == 0 ? b : 0;
+	return b <= 48 * 1024 && j->cols % 32 == 0 ? b : 0;
 }
 
-template <int NT, enum kt_dtype DT, int MODE, int QX, int U, int STREAM>
+template <int NT, enum kt_dtype DT, int MODE, int QX, int U>
 static void launch(cudaStream_t st, const struct cu_gemv_job *j, const float *x, int n_tok)
 {
 	int total = MODE == 0 ? j->rows[0] + (j->n > 1 ? j->rows[1] : 0) + (j->n > 2 ? j->rows[2] : 0)
@@ -345,9 +372,9 @@ static void launch(cudaStream_t st, const struct cu_gemv_job *j, const float *x,
 	dim3 grid((total + GW - 1) / GW), block(GW * 32);
 	size_t sm = xs_bytes(j, n_tok, QX);
 	if (sm)
-		gemv_kernel<NT, DT, MODE, QX, U, 1, STREAM><<<grid, block, sm, st>>>(*j, x);
+		cu_launch_pdl(gemv_kernel<NT, DT, MODE, QX, U, 1>, grid, block, sm, st, *j, x);
 	else
-		gemv_kernel<NT, DT, MODE, QX, U, 0, STREAM><<<grid, block, 0, st>>>(*j, x);
+		cu_launch_pdl(gemv_kernel<NT, DT, MODE, QX, U, 0>, grid, block, 0, st, *j, x);
 }
 
 template <int NT, int MODE>
@@ -355,20 +382,20 @@ static void gemv_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtype 
 		    const float *x, int qx)
 {
 	switch (dt) {
-	case KT_F32: launch<NT, KT_F32, MODE, 0, 2, 1>(st, j, x, NT); break;
-	case KT_F16: launch<NT, KT_F16, MODE, 0, 4, 1>(st, j, x, NT); break;
-	case KT_BF16: launch<NT, KT_BF16, MODE, 0, 4, 1>(st, j, x, NT); break;
+	case KT_F32: launch<NT, KT_F32, MODE, 0, 2>(st, j, x, NT); break;
+	case KT_F16: launch<NT, KT_F16, MODE, 0, 4>(st, j, x, NT); break;
+	case KT_BF16: launch<NT, KT_BF16, MODE, 0, 4>(st, j, x, NT); break;
 	case KT_Q8_0:
 		if (qx)
-			launch<NT, KT_Q8_0, MODE, 1, 2, 1>(st, j, x, NT);
+			launch<NT, KT_Q8_0, MODE, 1, 2>(st, j, x, NT);
 		else
-			launch<NT, KT_Q8_0, MODE, 0, 1, 1>(st, j, x, NT);
+			launch<NT, KT_Q8_0, MODE, 0, 1>(st, j, x, NT);
 		break;
 	case KT_Q4_0:
 		if (qx)
-			launch<NT, KT_Q4_0, MODE, 1, 4, 1>(st, j, x, NT);
+			launch<NT, KT_Q4_0, MODE, 1, 2>(st, j, x, NT);
 		else
-			launch<NT, KT_Q4_0, MODE, 0, 1, 1>(st, j, x, NT);
+			launch<NT, KT_Q4_0, MODE, 0, 1>(st, j, x, NT);
 		break;
 	default: break;
 	}
@@ -389,42 +416,6 @@ static void gemv_mode(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtyp
 	case 8: gemv_dt<8, MODE>(st, j, dt, x, qx); break;
 	default: break;
 	}
-}
-
-/* Tuning variants of the batch-1 product (llamad-gpucheck bench): v picks
- * loads in flight per lane (U) and the weight cache policy. 0 when v is out
- * of range. */
-int cu_gemv_variant(cudaStream_t st, int v, struct cu_gemv_job *j, enum kt_dtype dt,
-		    const float *x, char *name, size_t cap)
-{
-	static const int us[] = { 1, 2, 4, 8 };
-	if (v < 0 || v >= 8)
-		return 0;
-	int U = us[v % 4], S = v / 4;
-	snprintf(name, cap, "U=%d %s", U, S ? "streaming" : "ldg");
-	int qx = dt == KT_Q8_0 || dt == KT_Q4_0;
-	j->vec = j->cols % (qx ? 32 : 8) == 0 ? j->cols : 0;
-#define V(DT, Q) \
-	switch (v) { \
-	case 0: launch<1, DT, 0, Q, 1, 0>(st, j, x, 1); break; \
-	case 1: launch<1, DT, 0, Q, 2, 0>(st, j, x, 1); break; \
-	case 2: launch<1, DT, 0, Q, 4, 0>(st, j, x, 1); break; \
-	case 3: launch<1, DT, 0, Q, 8, 0>(st, j, x, 1); break; \
-	case 4: launch<1, DT, 0, Q, 1, 1>(st, j, x, 1); break; \
-	case 5: launch<1, DT, 0, Q, 2, 1>(st, j, x, 1); break; \
-	case 6: launch<1, DT, 0, Q, 4, 1>(st, j, x, 1); break; \
-	case 7: launch<1, DT, 0, Q, 8, 1>(st, j, x, 1); break; \
-	}
-	if (dt == KT_F16)
-		V(KT_F16, 0)
-	else if (dt == KT_Q8_0)
-		V(KT_Q8_0, 1)
-	else if (dt == KT_Q4_0)
-		V(KT_Q4_0, 1)
-	else
-		return 0;
-#undef V
-	return 1;
 }
 
 /* One warp per block of 32 activations: 8-bit values, scale, sum. */
@@ -461,7 +452,7 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 	int W = dt == KT_Q8_0 ? 16 : dt == KT_Q4_0 ? 32 : 8;
 	j->vec = j->cols % W == 0 ? j->cols : 0;
 	int qx = j->xq && (dt == KT_Q8_0 || dt == KT_Q4_0) && j->cols % 32 == 0;
-	if (qx)
+	if (qx && !xs_bytes(j, n_tok, 1))  /* else each block quantizes x itself */
 		cu_quant_x(st, j->xq, j->xd, j->xs, x, (size_t)n_tok * j->cols / 32);
 	if (mode == 0)
 		gemv_mode<0>(st, j, dt, x, n_tok, qx);

@@ -6,6 +6,8 @@
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	__shared__ float part[32];
 	const float *xr = x + (size_t)blockIdx.x * n;
 	float *yr = y + (size_t)blockIdx.x * n;
@@ -34,5 +36,5 @@ void cu_rmsnorm(cudaStream_t st, float *y, const float *x, const float *w, int n
 		float eps)
 {
 	if (n_tok > 0)
-		rmsnorm_kernel<<<n_tok, 256, 0, st>>>(y, x, w, n, eps);
+		cu_launch_pdl(rmsnorm_kernel, dim3(n_tok), dim3(256), 0, st, y, x, w, n, eps);
 }

@@ -8,6 +8,8 @@
 __global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
 			    int hd, const float *inv_freq, int half_layout)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	extern __shared__ float hv[];
 	int t = blockIdx.x, h = blockIdx.y;
 	float *v;
@@ -45,6 +47,6 @@ void cu_rope(cudaStream_t st, float *q, float *k, const int *pos, int n_tok, int
 		return;
 	dim3 grid(n_tok, n_heads + n_kv_heads);
 	int thr = hd / 2 < 32 ? 32 : (hd / 2 > 256 ? 256 : hd / 2);
-	rope_kernel<<<grid, thr, hd * sizeof(float), st>>>(q, k, pos, n_heads, n_kv_heads, hd,
-							   inv_freq, layout == KT_ROPE_HALF);
+	cu_launch_pdl(rope_kernel, grid, dim3(thr), hd * sizeof(float), st, q, k, pos, n_heads,
+		      n_kv_heads, hd, inv_freq, (int)(layout == KT_ROPE_HALF));
 }

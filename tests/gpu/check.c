@@ -705,20 +705,6 @@ static void bench_gemv(struct backend *g, enum kt_dtype t, int rows, int cols, d
 	double bytes = (double)kt_row_bytes(t, cols) * rows;
 	printf("gemv dtype=%s %dx%d us=%.1f gb_s=%.0f pct_copy_bw=%.1f\n", kt_dtype_name(t), rows,
 	       cols, per * 1e6, bytes / per / 1e9, 100.0 * bytes / per / bw);
-	/* the kernel's tuning variants, same rotation */
-	char vname[64];
-	for (int v = 0; backend_cuda_gemv_variant(g, v, dy, dx, &dw[0], vname, sizeof(vname)); v++) {
-		for (int i = 0; i < 8; i++)
-			backend_cuda_gemv_variant(g, v, dy, dx, &dw[i], vname, sizeof(vname));
-		sync_be(g, dy);
-		t0 = now_s();
-		for (int i = 0; i < reps; i++)
-			backend_cuda_gemv_variant(g, v, dy, dx, &dw[i % 8], vname, sizeof(vname));
-		sync_be(g, dy);
-		double pv = (now_s() - t0) / reps;
-		printf("gemv_variant dtype=%s %dx%d %s us=%.1f pct_copy_bw=%.1f\n", kt_dtype_name(t),
-		       rows, cols, vname, pv * 1e6, 100.0 * bytes / pv / bw);
-	}
 	for (int i = 0; i < 8; i++)
 		g->ops->weight_release(g, &dw[i]);
 	g->ops->mem_free(g, dx);
