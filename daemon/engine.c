@@ -12,6 +12,7 @@
  * again) and repeats. So a turn costs only its own tokens.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -92,6 +93,8 @@ struct engine {
 	struct cmd *cmd_head, *cmd_tail;
 	struct engine_out *out_head, *out_tail;
 	int notify_fd;
+	uint64_t fail_after;     /* LLAMAD_TEST_FAIL_AFTER (tests): fail at pass N */
+	int idle_ticks, trimmed; /* seconds idle; memory given back since */
 	int shutdown;
 	int finished;
 	int conns_open;
@@ -608,6 +611,39 @@ static const char *store_reason(const struct engine *e, const struct session *s,
 		r = cause + 13 + n;
 	free(path);
 	return r ? r : strerror(-rc);
+}
+
+/* Save a pool session's history and settings without its K/V (which a
+ * failed device cannot give back): restored, it is recomputed from the
+ * tokens on its next turn. */
+static void save_history(struct session *s, void *ctx)
+{
+	struct engine *e = ctx;
+	/* changed since saved: dirty, or in the middle of a turn */
+	if (s->ephemeral || s->loc != SESS_POOL || !(s->dirty || s->busy) || !e->state_dir)
+		return;
+	int nc = s->n_cached;
+	s->n_cached = 0;
+	char *cause = NULL;
+	int rc = store_save(e->state_dir, s, e->pool, e->m->fingerprint, &cause);
+	s->n_cached = nc;
+	if (rc)
+		log_msg(LL_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
+	free(cause);
+}
+
+/*
+ * A sticky device error: nothing more can run on this GPU. Save what can be
+ * saved (histories; their K/V is recomputed later), tell systemd and exit
+ * non-zero; Restart=on-failure brings llamad back with the sessions.
+ */
+static void backend_died(struct engine *e)
+{
+	log_msg(LL_ERROR, "the %s backend failed (%s); saving session histories and exiting "
+		"so that the service restarts", e->be->ops->name, e->be->desc);
+	sd_notify(0, "STATUS=backend failed: saving sessions and restarting\nSTOPPING=1");
+	sess_foreach(&e->st, 0, save_history, e);
+	_exit(EXIT_FAILURE);
 }
 
 /* Write s's state file. 0, 1 if there is nothing to write (persistence off,
@@ -1690,15 +1726,12 @@ static void step(struct engine *e)
 		return;
 	int rc = fwd_run(e->fwd, &e->pool->kv, e->seqs, nb);
 	e->n_forward++;
-	if (rc && e->be->failed) {
-		/* a sticky device error: nothing more can run on this GPU. Tell
-		 * systemd and exit non-zero; Restart=on-failure brings llamad back
-		 * and sessions return from the state directory. */
-		log_msg(LL_ERROR, "the %s backend failed (%s); exiting so that the service "
-			"restarts", e->be->ops->name, e->be->desc);
-		sd_notify(0, "STATUS=GPU failed: restarting\nSTOPPING=1");
-		_exit(EXIT_FAILURE);
+	if (e->fail_after && e->n_forward >= e->fail_after) {
+		e->be->failed = 1;  /* LLAMAD_TEST_FAIL_AFTER: a backend failure on cue */
+		rc = -EIO;
 	}
+	if (rc && e->be->failed)
+		backend_died(e);
 	if (rc) {
 		log_msg(LL_ERROR, "forward pass failed: %s", strerror(-rc));
 		for (int i = 0; i < nb; i++)
@@ -1735,16 +1768,35 @@ static void *engine_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&e->mu);
 		while (!e->cmd_head && e->n_jobs == 0 && !e->shutdown && !e->have_pending_cfg) {
-			if (!e->state_dir) {
+			if (!e->trimmed && e->idle_ticks >= 2) {
+				/* idle for two seconds: give back memory the last burst
+				 * touched (free K/V blocks, the heap's free top) */
+				pthread_mutex_unlock(&e->mu);
+				size_t kv = kvpool_release_free(e->pool);
+				malloc_trim(0);
+				log_msg(LL_DEBUG, "idle: released %zu bytes of free K/V blocks", kv);
+				pthread_mutex_lock(&e->mu);
+				e->trimmed = 1;
+				continue;
+			}
+			if (!e->state_dir && e->trimmed) {
 				pthread_cond_wait(&e->cv, &e->mu);
 				continue;
 			}
-			/* wake up once a second to save idle sessions */
+			/* wake up once a second to save idle sessions and count
+			 * idle time */
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);
 			ts.tv_sec += 1;
-			if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
-				break;
+			if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT) {
+				e->idle_ticks++;
+				if (e->state_dir)
+					break;
+			}
+		}
+		if (e->cmd_head || e->n_jobs) {
+			e->idle_ticks = 0;
+			e->trimmed = 0;
 		}
 		struct cmd *c = e->cmd_head;
 		e->cmd_head = e->cmd_tail = NULL;
@@ -1882,6 +1934,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	/* the strings stay owned by the caller's config */
 	e->ctx = m->cfg.max_ctx;
 	e->t_start = now_s();
+	const char *fa = getenv("LLAMAD_TEST_FAIL_AFTER");
+	e->fail_after = fa && *fa ? strtoull(fa, NULL, 10) : 0;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	struct backend_opts bo = { .kind = (enum backend_kind)cfg->device, .n_threads = cfg->threads,

@@ -17,9 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
@@ -51,6 +53,8 @@ struct server {
 	struct event_base *base;
 	struct evconnlistener *listener;
 	struct event *ev_notify, *ev_term, *ev_int, *ev_hup, *ev_watchdog, *ev_exit;
+	struct event *ev_relisten;  /* re-enables the listener after EMFILE */
+	time_t emfile_logged;
 	int notify_fd;
 	struct engine *eng;
 	struct config *cfg;
@@ -377,6 +381,61 @@ static void maybe_exit(struct server *s)
 		event_base_loopexit(s->base, NULL);
 }
 
+/*
+ * accept() failed. Out of file descriptors (EMFILE / ENFILE): the pending
+ * connection stays queued and libevent would call again at once, spinning
+ * the event thread; stop listening for 100 ms instead (connections still
+ * queue in the kernel's backlog) and say so at most every 10 s.
+ */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+	struct server *s = arg;
+	int err = EVUTIL_SOCKET_ERROR();
+	if (err != EMFILE && err != ENFILE) {
+		log_msg(LL_WARN, "accept: %s", strerror(err));
+		return;
+	}
+	time_t now = time(NULL);
+	if (now - s->emfile_logged >= 10) {
+		log_msg(LL_WARN, "accept: %s (%zu connections open); pausing new connections "
+			"briefly (raise LimitNOFILE or lower max_connections)", strerror(err),
+			s->n_conns);
+		s->emfile_logged = now;
+	}
+	evconnlistener_disable(l);
+	struct timeval tv = { 0, 100000 };
+	if (s->ev_relisten)
+		event_add(s->ev_relisten, &tv);
+}
+
+static void on_relisten(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct server *s = arg;
+	if (!s->stopping && s->listener)
+		evconnlistener_enable(s->listener);
+}
+
+/* Take the hard open-file limit as the soft one: every connection is a
+ * descriptor. Warn when max_connections cannot fit. */
+static void raise_fd_limit(const struct config *cfg)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+		struct rlimit nl = { want, rl.rlim_max };
+		if (setrlimit(RLIMIT_NOFILE, &nl) == 0)
+			rl.rlim_cur = want;
+	}
+	if ((rlim_t)cfg->max_connections + 64 > rl.rlim_cur)
+		log_msg(LL_WARN, "max_connections %d is more than the open-file limit (%llu) "
+			"allows; connections beyond it wait in the backlog", cfg->max_connections,
+			(unsigned long long)rl.rlim_cur);
+}
+
 static void on_term(evutil_socket_t sig, short what, void *arg)
 {
 	(void)what;
@@ -548,7 +607,9 @@ static int open_listener(struct server *s, char **cause)
 		close(fd);
 		return -ENOMEM;
 	}
-	return 0;
+	evconnlistener_set_error_cb(s->listener, on_accept_error);
+	s->ev_relisten = evtimer_new(s->base, on_relisten, s);
+	return s->ev_relisten ? 0 : -ENOMEM;
 }
 
 int server_run(struct config *cfg, const char *config_path, struct engine *eng, char **cause)
@@ -560,6 +621,7 @@ int server_run(struct config *cfg, const char *config_path, struct engine *eng, 
 	s.notify_fd = -1;
 	int rc = -ENOMEM;
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit(cfg);
 	s.base = event_base_new();
 	if (!s.base)
 		goto out;
@@ -609,6 +671,8 @@ out:
 	free(s.slots);
 	if (s.listener)
 		evconnlistener_free(s.listener);
+	if (s.ev_relisten)
+		event_free(s.ev_relisten);
 	if (s.socket_path) {
 		unlink(s.socket_path);
 		free(s.socket_path);

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "session/kvpool.h"
 
@@ -26,8 +28,9 @@ struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
 	else
 		p->kv.base = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
 	p->refs = calloc((size_t)n_blocks, sizeof(int32_t));
+	p->touched = calloc((size_t)n_blocks, 1);
 	p->free_list = malloc((size_t)n_blocks * sizeof(int32_t));
-	if (!p->kv.base || !p->refs || !p->free_list) {
+	if (!p->kv.base || !p->refs || !p->free_list || !p->touched) {
 		kvpool_free(p);
 		return NULL;
 	}
@@ -51,8 +54,29 @@ void kvpool_free(struct kvpool *p)
 	else
 		free(p->kv.base);
 	free(p->refs);
+	free(p->touched);
 	free(p->free_list);
 	free(p);
+}
+
+size_t kvpool_release_free(struct kvpool *p)
+{
+	if (p->be)
+		return 0;
+	size_t bb = kt_kv_block_bytes(&p->kv), page = (size_t)sysconf(_SC_PAGESIZE), done = 0;
+	for (int i = 0; i < p->n_free; i++) {
+		int32_t b = p->free_list[i];
+		if (!p->touched[b])
+			continue;
+		p->touched[b] = 0;
+		/* the whole pages inside the block */
+		uintptr_t a = (uintptr_t)kt_kv_block(&p->kv, b), e = a + bb;
+		a = (a + page - 1) & ~(uintptr_t)(page - 1);
+		e &= ~(uintptr_t)(page - 1);
+		if (e > a && madvise((void *)a, e - a, MADV_DONTNEED) == 0)
+			done += e - a;
+	}
+	return done;
 }
 
 void *kvpool_host_block(const struct kvpool *p, int32_t b)
@@ -86,6 +110,7 @@ int32_t kvpool_alloc(struct kvpool *p)
 		return -ENOSPC;
 	int32_t b = p->free_list[--p->n_free];
 	p->refs[b] = 1;
+	p->touched[b] = 1;
 	return b;
 }
 

@@ -20,6 +20,7 @@ struct kvpool {
 	int32_t *free_list;   /* stack of free block ids */
 	int n_free;
 	uint64_t cow_copies;  /* blocks copied by copy-on-write */
+	uint8_t *touched;     /* (n_blocks) handed out since the last release */
 };
 
 /* A sequence's block table: blocks[i] holds positions [i*bs, (i+1)*bs). */
@@ -49,6 +50,9 @@ int32_t kvpool_alloc(struct kvpool *p);
 /* Add / drop one reference; the block returns to the free list at zero. */
 void kvpool_ref(struct kvpool *p, int32_t b);
 void kvpool_unref(struct kvpool *p, int32_t b);
+/* Give the pages of free blocks used since the last call back to the
+ * system (host pools; a no-op on a device). Returns the bytes released. */
+size_t kvpool_release_free(struct kvpool *p);
 /* Blocks not in use. */
 static inline int kvpool_n_free(const struct kvpool *p) { return p->n_free; }
 

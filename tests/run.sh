@@ -1,6 +1,7 @@
 #!/bin/sh
 # Run every test: cmocka unit binaries (build/tests/test_*), then the shell
-# tests (tests/golden/*.sh, tests/integration/*.sh), then the man page lint.
+# tests (tests/golden/*.sh, tests/integration/*.sh, tests/load/run.sh), then
+# the man page lint.
 # Ends with one line "N passed, N failed" (cmocka cases + shell tests).
 # Env: BUILD (build folder), MODELS (../shared/models), SHARED; FUZZ_BUILD
 # (set: also run the libFuzzer targets built there, FUZZ_TIME s each, one
@@ -26,7 +27,7 @@ for t in "$BUILD"/tests/test_*; do
     [ "$f" -ne 0 ] && failed="$failed $name"
 done
 
-for s in tests/golden/*.sh tests/integration/*.sh; do
+for s in tests/golden/*.sh tests/integration/*.sh tests/load/run.sh; do
     [ -f "$s" ] || continue
     name=$(basename "$s" .sh)
     echo "== $name"

@@ -161,8 +161,9 @@ __device__ __forceinline__ void fetch(const void *const *wp, const size_t *wrows
  * first batch is issued before waiting for the previous kernel (weights do
  * not depend on it: programmatic dependent launch lets this overlap the
  * previous kernel's tail). The activations are then staged in shared
- * memory once per block when they fit (XS) — for Q8_0 / Q4_0 quantized to
- * 8 bits on the way (QX), so no separate kernel runs for that.
+ * memory once per block when they fit (XS): fp32, or for Q8_0 / Q4_0 (QX)
+ * the 8-bit blocks cu_quant_x made (quantizing inside every block was
+ * measured slower: each block redid the whole vector).
  * MODE 0: up to three products sharing x, rows numbered across them (q, k,
  * v in one launch); MODE 1: y += x W^T; MODE 2: y = silu(x G^T) * (x U^T).
  */
@@ -208,27 +209,18 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 	const int *xs = j.xs;
 	if (XS) {
 		if (QX) {
+			/* copy the 8-bit activations cu_quant_x made */
 			int nb = NT * cols / 32;
-			int8_t *q8 = (int8_t *)xsm4;
-			float *sd = (float *)(q8 + NT * cols);
+			uint4 *d = (uint4 *)xsm4;
+			for (int i = threadIdx.x; i < NT * cols / 16; i += GW * 32)
+				d[i] = ((const uint4 *)j.xq)[i];
+			float *sd = (float *)((int8_t *)xsm4 + NT * cols);
 			int *ss = (int *)(sd + nb);
-			for (int blk = warp; blk < nb; blk += GW) {
-				float v = x[(size_t)blk * 32 + lane], a = fabsf(v);
-#pragma unroll
-				for (int o = 16; o > 0; o >>= 1)
-					a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-				float d = a / 127.f;
-				int q = d > 0.f ? __float2int_rn(v / d) : 0;
-				q8[(size_t)blk * 32 + lane] = (int8_t)q;
-#pragma unroll
-				for (int o = 16; o > 0; o >>= 1)
-					q += __shfl_xor_sync(0xffffffffu, q, o);
-				if (!lane) {
-					sd[blk] = d;
-					ss[blk] = q;
-				}
+			for (int i = threadIdx.x; i < nb; i += GW * 32) {
+				sd[i] = j.xd[i];
+				ss[i] = j.xs[i];
 			}
-			xq = q8;
+			xq = (const int8_t *)xsm4;
 			xd = sd;
 			xs = ss;
 		} else {
@@ -421,6 +413,8 @@ static void gemv_mode(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtyp
 /* One warp per block of 32 activations: 8-bit values, scale, sum. */
 __global__ void quant_x_kernel(int8_t *xq, float *xd, int *xs, const float *x, size_t n_blocks)
 {
+	cu_pdl_wait();
+	cu_pdl_trigger();
 	size_t b = blockIdx.x * (size_t)(blockDim.x / 32) + threadIdx.x / 32;
 	int lane = threadIdx.x & 31;
 	if (b >= n_blocks)
@@ -442,7 +436,7 @@ __global__ void quant_x_kernel(int8_t *xq, float *xd, int *xs, const float *x, s
 
 void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x, size_t nb)
 {
-	quant_x_kernel<<<(unsigned)((nb + 7) / 8), 256, 0, st>>>(xq, xd, xs, x, nb);
+	cu_launch_pdl(quant_x_kernel, dim3((unsigned)((nb + 7) / 8)), dim3(256), 0, st, xq, xd, xs, x, nb);
 }
 
 void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
@@ -452,7 +446,7 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 	int W = dt == KT_Q8_0 ? 16 : dt == KT_Q4_0 ? 32 : 8;
 	j->vec = j->cols % W == 0 ? j->cols : 0;
 	int qx = j->xq && (dt == KT_Q8_0 || dt == KT_Q4_0) && j->cols % 32 == 0;
-	if (qx && !xs_bytes(j, n_tok, 1))  /* else each block quantizes x itself */
+	if (qx)
 		cu_quant_x(st, j->xq, j->xd, j->xs, x, (size_t)n_tok * j->cols / 32);
 	if (mode == 0)
 		gemv_mode<0>(st, j, dt, x, n_tok, qx);

@@ -1,0 +1,313 @@
+#!/bin/sh
+# tests/load/run.sh — llamad under load and faults, on the tiny model.
+#
+# Scenario 1 (state_dir none, idle_timeout $IDLE_TIMEOUT): baseline RSS and fd
+# count after a warm-up, then $CONNS connections generating for $SECS s while
+# $IDLE idle connections are held, $HALF connections stall on half a frame
+# and ${DISC} of the generations disconnect mid-stream. Then every session
+# is dropped and: the load saw no error but BUSY/RESOURCE_EXHAUSTED and no
+# protocol violation; the idle connections were held to the end; the half
+# frames were closed by the idle timeout; the daemon's fd count is back to
+# baseline; the KV pool is all free; RSS is back within 5% of baseline; the
+# daemon still answers. A second, plain run of $SECS2 s follows: RSS must
+# not grow from one run to the next (the same load again), and throughput
+# with $IDLE idle connections must be at least 80% of throughput without
+# them (a third run).
+#
+# RSS against the warm baseline: the baseline is taken after one second of
+# the same load and 3.5 s idle (llamad gives the pages of free K/V blocks
+# back and trims its heap after 2 s idle), so heap and scratch high-water
+# marks are in it; after the load, the drops and 3.5 s idle, RSS must be
+# within 5% of it (STRICT_RSS=0 only notes a miss). The breakdown (heap, KV
+# pool, other anonymous, files; from /proc/PID/smaps) is printed.
+
+# Scenario 2 (a real state directory, save_delay 1): the load with Save
+# requests (every answered Save logged), SIGKILL of the daemon in the
+# middle, a restart on the same directory: every session whose last logged
+# event is a Save must come back with at least the tokens it was saved with
+# and generate; then dropping them all empties the directory.
+#
+# Build (here, no make rule yet; the flags of llamad-bench-daemon, from the
+# sources like tests/integration/systemd.sh, so a sanitizer build's
+# libllamad-proto.a is not needed):
+#   cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -I. -I$BUILD/proto \
+#      tests/load/load.c proto/frame.c $BUILD/proto/llamad.pb-c.c \
+#      $(pkg-config --libs libprotobuf-c) -lm -o llamad-load
+# LOAD_SAN=1 adds -fsanitize=address,undefined to the load generator.
+#
+# Env: BUILD (build), MODELS (../shared/models), CONNS (64), SECS (8),
+# SECS2 (4), IDLE (1000), HALF (16), DISC (0.05), IDLE_TIMEOUT (10),
+# STRICT_RSS, LOAD_SAN, KEEP (keep the temp folder with logs). With a
+# sanitizer build of the daemon (BUILD=build-asan) the RSS checks are only
+# printed: ASan's allocator keeps freed memory in quarantine; its leak
+# report at exit is checked instead (the daemon logs are grepped).
+# Takes about 35 s. Exit status 0 when every check passed.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+CONNS=${CONNS:-64}
+SECS=${SECS:-8}
+SECS2=${SECS2:-4}
+IDLE=${IDLE:-1000}
+HALF=${HALF:-16}
+DISC=${DISC:-0.05}
+IDLE_TIMEOUT=${IDLE_TIMEOUT:-10}
+LLAMAD=$BUILD/llamad
+MODEL="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model"
+
+for f in "$LLAMAD" "$BUILD/proto/llamad.pb-c.c" "$MODELS/stories260K.bin" "$MODELS/tok512.model"; do
+    [ -e "$f" ] || { echo "FAIL missing $f (make first)"; exit 1; }
+done
+
+tmp=$(mktemp -d /tmp/llamad-load.XXXXXX) || exit 1
+pid=
+# shellcheck disable=SC2317  # called by the trap
+cleanup() {
+    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
+    if [ -n "$KEEP" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail=0
+pass() { echo "PASS $*"; }
+bad()  { echo "FAIL $*"; fail=1; }
+note() { echo "NOTE $*"; }
+
+# ---- build the load generator ------------------------------------------------
+LOAD=$tmp/llamad-load
+san=
+[ -n "$LOAD_SAN" ] && san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined"
+# shellcheck disable=SC2046,SC2086  # word splitting on purpose
+cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE $san -I. -I"$BUILD/proto" \
+    tests/load/load.c proto/frame.c "$BUILD/proto/llamad.pb-c.c" \
+    $(pkg-config --libs libprotobuf-c) -lm -o "$LOAD" ||
+    { echo "FAIL cannot build tests/load/load.c"; exit 1; }
+
+# ---- file descriptors: both processes hold every connection ------------------
+want=$((IDLE + CONNS + HALF + 256))
+# shellcheck disable=SC3045  # ulimit -n/-H: dash and bash have them
+if ! ulimit -n "$want" 2>/dev/null; then
+    # shellcheck disable=SC3045
+    hard=$(ulimit -H -n)
+    [ "$hard" = unlimited ] || {
+        # shellcheck disable=SC3045
+        ulimit -n "$hard"
+        IDLE=$((hard - CONNS - HALF - 256))
+        [ "$IDLE" -lt 0 ] && IDLE=0
+        note "hard fd limit $hard: idle connections reduced to $IDLE"
+    }
+fi
+MAXCONN=$((IDLE + CONNS + HALF + 64))
+san_daemon=
+grep -qa __asan_init "$LLAMAD" && san_daemon=1
+
+# ---- helpers -------------------------------------------------------------------
+start_daemon() {  # log-file extra-args...
+    log=$1; shift
+    sock=$tmp/sock
+    # shellcheck disable=SC2086
+    "$LLAMAD" $MODEL --socket "$sock" --log-level warning "$@" 2>>"$log" &
+    pid=$!
+    i=0
+    while ! "$BUILD/llamactl" --socket "$sock" status >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 100 ] || ! kill -0 "$pid" 2>/dev/null; then
+            echo "FAIL the daemon did not start:"; cat "$log"; exit 1
+        fi
+        sleep 0.1
+    done
+}
+rss_kb()  { awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status"; }
+nfds()    { ls "/proc/$pid/fd" | wc -l; }
+# resident kB by kind: "heap H pool P anon A file F" (pool: the anonymous
+# mapping the size of kv_memory; anon: other anonymous mappings, stacks)
+breakdown() {
+    kv=$(jnum kv_bytes_total)
+    awk -v lo=$((kv / 1024)) -v hi=$((kv / 1024 + 8192)) '
+        /^[0-9a-f]+-[0-9a-f]+ / { name = $6; if (name == "") name = "anon" }
+        /^Size:/ { size = $2 }
+        /^Rss:/ {
+            if (name == "[heap]") k = "heap"
+            else if (name == "anon" && size >= lo && size <= hi) k = "pool"
+            else if (name == "anon" || name ~ /^\[/) k = "anon"
+            else k = "file"
+            r[k] += $2
+        }
+        END { printf "heap %d pool %d anon %d file %d\n", r["heap"], r["pool"], r["anon"], r["file"] }' \
+        "/proc/$pid/smaps"
+}
+breakdown_diff() {  # file-a file-b
+    paste "$1" "$2" | awk '{ printf "heap %d->%d, KV pool %d->%d, other anon %d->%d, files %d->%d",
+        $2, $10, $4, $12, $6, $14, $8, $16 }'
+}
+field() {  # key file: the value of key=... in the load's summary line
+    sed -n "s/^load: .*[ ]$1=\([^ ]*\).*/\1/p" "$2" | tail -n 1
+}
+jnum() {  # key: a number from `llamactl --json status`
+    "$BUILD/llamactl" --socket "$sock" --json status | sed -n "s/.*\"$1\":\([0-9]*\).*/\1/p"
+}
+pct() {  # a b: 100 * (a - b) / b, one decimal
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b ? 100 * (a - b) / b : 0 }'
+}
+within() {  # a b pct: |a - b| <= pct% of b
+    awk -v a="$1" -v b="$2" -v p="$3" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= b * p / 100) }'
+}
+daemon_log_clean() {  # log
+    if grep -q 'Error from accept' "$1"; then
+        bad "the daemon ran out of file descriptors: $(grep -c 'Error from accept' "$1") accept errors logged"
+    fi
+    if grep -Eq 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$1"; then
+        bad "sanitizer report in the daemon log:"; grep -E -A5 'Sanitizer|runtime error' "$1" | head -20
+    fi
+}
+# ==== scenario 1: load, idle connections, half frames, disconnects ============
+echo "== scenario 1: $CONNS connections for $SECS s, $IDLE idle, $HALF half frames, disconnect rate $DISC"
+log1=$tmp/daemon1.log
+start_daemon "$log1" --state-dir none --max-connections "$MAXCONN" --idle-timeout "$IDLE_TIMEOUT"
+
+# warm-up: one second of the same load (every request kind, the idle
+# connections too), then drop everything and let the daemon go idle: after
+# 2 s idle it gives back the free K/V blocks' pages and trims its heap, so
+# the baseline is a warmed-up idle daemon
+"$LOAD" --socket "$sock" --conns "$CONNS" --seconds 1 --idle "$IDLE" --prefix warm \
+    >"$tmp/warm.out" 2>&1 || { bad "warm-up load failed:"; cat "$tmp/warm.out"; }
+"$LOAD" --socket "$sock" --cleanup >/dev/null
+sleep 3.5
+base_rss=$(rss_kb); base_fds=$(nfds); breakdown >"$tmp/bd0"
+lim=$(awk '/^Max open files/ { print $4 }' "/proc/$pid/limits")
+echo "baseline: rss ${base_rss} kB, ${base_fds} fds (daemon fd limit $lim, max_connections $MAXCONN)"
+
+# the fd count and RSS while the load runs (sampled in the middle)
+( sleep "$(awk -v s="$SECS" 'BEGIN { print s / 2 }')"
+  echo "$(nfds) $(rss_kb)" >"$tmp/peak" ) &
+sampler=$!
+"$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS" --idle "$IDLE" \
+    --half-frames "$HALF" --half-frame-wait $((IDLE_TIMEOUT + 5)) --disconnect-rate "$DISC" \
+    >"$tmp/load1.out" 2>&1
+rc=$?
+wait "$sampler"
+cat "$tmp/load1.out"
+if [ "$rc" -eq 0 ]; then pass "load: exit 0 (no error but busy/exhausted, no protocol violation)"
+else bad "load exited $rc"; fi
+o=$tmp/load1.out
+req=$(field requests "$o"); toks=$(field tokens "$o"); tps=$(field tok_s "$o")
+errs=$(field errors "$o"); allowed=$(field errors_allowed "$o"); viol=$(field violations "$o")
+idle_closed=$(field idle_closed "$o"); idle_n=$(field idle "$o")
+half_closed=$(field half_closed "$o"); half_max=$(field half_max_s "$o")
+served=$(field served "$o"); disc=$(field disconnects "$o")
+echo "numbers: requests=$req tokens=$toks tok_s=$tps first_p50_ms=$(field first_p50_ms "$o")" \
+     "first_p99_ms=$(field first_p99_ms "$o") token_p50_ms=$(field token_p50_ms "$o")" \
+     "token_p99_ms=$(field token_p99_ms "$o") disconnects=$disc errors=$errs busy_or_exhausted=$allowed"
+[ "${req:-0}" -gt 0 ] && [ "${toks:-0}" -gt 0 ] || bad "no requests served (requests=$req tokens=$toks)"
+[ "$errs" = 0 ] && [ "$viol" = 0 ] || bad "errors=$errs violations=$viol"
+if [ "$idle_n" = "$IDLE" ] && [ "$idle_closed" = 0 ]; then
+    pass "idle connections: $idle_n held for the whole run"
+else bad "idle connections: $idle_n of $IDLE opened, $idle_closed closed during the run"; fi
+read -r peak_fds peak_rss <"$tmp/peak"
+if [ "$peak_fds" -ge $((base_fds + IDLE + CONNS)) ]; then
+    pass "daemon held $peak_fds fds during the load (baseline $base_fds)"
+else bad "daemon held only $peak_fds fds during the load (baseline $base_fds + $IDLE idle + $CONNS)"; fi
+if [ "$half_closed" = "$HALF" ] &&
+   awk -v m="$half_max" -v t="$IDLE_TIMEOUT" 'BEGIN { exit !(m >= t - 1 && m <= t + 3) }'; then
+    pass "half frames: $half_closed of $HALF closed by the idle timeout (after ${half_max} s, timeout ${IDLE_TIMEOUT} s)"
+else bad "half frames: $half_closed of $HALF closed, the last after ${half_max} s (timeout ${IDLE_TIMEOUT} s)"; fi
+[ "$served" = 1 ] && pass "daemon answered during and after the load" || bad "daemon stopped serving"
+
+# every session dropped; let the connections close and the daemon go idle
+"$LOAD" --socket "$sock" --cleanup >/dev/null || bad "cleanup failed"
+sleep 3.5
+after_rss=$(rss_kb); after_fds=$(nfds); breakdown >"$tmp/bd1"
+sessions=$(jnum sessions); kv_free=$(jnum kv_blocks_free); kv_total=$(jnum kv_blocks_total)
+echo "after: rss ${after_rss} kB, ${after_fds} fds (during the load: rss ${peak_rss} kB)"
+[ "$after_fds" = "$base_fds" ] && pass "fds back to baseline ($after_fds)" ||
+    bad "fds: $after_fds after, $base_fds at baseline"
+[ "$sessions" = 0 ] && [ "$kv_free" = "$kv_total" ] &&
+    pass "no session left, KV pool all free ($kv_free of $kv_total blocks)" ||
+    bad "sessions=$sessions kv_blocks_free=$kv_free of $kv_total"
+echo "rss breakdown kB (baseline -> after): $(breakdown_diff "$tmp/bd0" "$tmp/bd1")"
+if [ -n "$san_daemon" ]; then
+    note "rss ${after_rss} kB vs ${base_rss} kB at baseline: not checked, $LLAMAD is a sanitizer build" \
+         "(its allocator keeps freed memory in quarantine)"
+elif within "$after_rss" "$base_rss" 5; then
+    pass "rss ${after_rss} kB vs ${base_rss} kB at baseline ($(pct "$after_rss" "$base_rss")%)"
+elif [ "${STRICT_RSS:-1}" != 0 ]; then
+    bad "rss ${after_rss} kB vs ${base_rss} kB at baseline ($(pct "$after_rss" "$base_rss")%)"
+else
+    note "rss ${after_rss} kB vs ${base_rss} kB at baseline ($(pct "$after_rss" "$base_rss")%," \
+         "not within 5%; STRICT_RSS=0: noted only)"
+fi
+
+# the same load again (no half frames): RSS must not grow from run to run
+"$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS2" --idle "$IDLE" --disconnect-rate "$DISC" \
+    >"$tmp/load2.out" 2>&1 || { bad "second load failed:"; cat "$tmp/load2.out"; }
+"$LOAD" --socket "$sock" --cleanup >/dev/null
+sleep 0.5
+rss2=$(rss_kb); fds2=$(nfds); tps2=$(field tok_s "$tmp/load2.out"); breakdown >"$tmp/bd2"
+echo "second run ($IDLE idle): tok_s=$tps2 token_p50_ms=$(field token_p50_ms "$tmp/load2.out") rss ${rss2} kB, ${fds2} fds"
+echo "rss breakdown kB (after run 1 -> after run 2): $(breakdown_diff "$tmp/bd1" "$tmp/bd2")"
+# outside the KV pool (whose leaks the free-block count above catches, and
+# whose resident pages follow the peak of blocks in use at once)
+o1=$(awk '{ print $2 + $6 + $8 }' "$tmp/bd1"); o2=$(awk '{ print $2 + $6 + $8 }' "$tmp/bd2")
+if [ -n "$san_daemon" ]; then
+    note "rss from run to run: not checked under a sanitizer (${o1} kB -> ${o2} kB outside the pool)"
+elif within "$o2" "$o1" 5 || [ "$o2" -le "$o1" ]; then
+    pass "rss outside the KV pool after a second run: ${o2} kB vs ${o1} kB after the first ($(pct "$o2" "$o1")%; whole rss ${rss2} vs ${after_rss} kB)"
+else bad "rss outside the KV pool grew from run to run: ${o2} kB vs ${o1} kB ($(pct "$o2" "$o1")%)"; fi
+[ "$fds2" = "$base_fds" ] || bad "fds after the second run: $fds2, baseline $base_fds"
+[ "$(jnum kv_blocks_free)" = "$kv_total" ] || bad "KV blocks in use after the second run and cleanup"
+
+# and without the idle connections: they must not slow the active ones
+"$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS2" --disconnect-rate "$DISC" \
+    >"$tmp/load3.out" 2>&1 || { bad "third load failed:"; cat "$tmp/load3.out"; }
+"$LOAD" --socket "$sock" --cleanup >/dev/null
+tps3=$(field tok_s "$tmp/load3.out")
+echo "third run (no idle): tok_s=$tps3 token_p50_ms=$(field token_p50_ms "$tmp/load3.out") token_p99_ms=$(field token_p99_ms "$tmp/load3.out")"
+if awk -v a="$tps2" -v b="$tps3" 'BEGIN { exit !(a >= 0.8 * b) }'; then
+    pass "throughput with $IDLE idle connections: $tps2 tok/s vs $tps3 without"
+else bad "throughput with $IDLE idle connections: $tps2 tok/s vs $tps3 without (< 80%)"; fi
+"$BUILD/llamactl" --socket "$sock" generate --raw --temperature 0 --max-tokens 8 "Once upon a time" \
+    >"$tmp/gen" 2>&1 && [ -s "$tmp/gen" ] && pass "daemon still generates" ||
+    bad "daemon does not generate: $(cat "$tmp/gen")"
+kill "$pid"; wait "$pid"; rc=$?; pid=
+[ "$rc" -eq 0 ] || bad "daemon exited $rc on SIGTERM"
+daemon_log_clean "$log1"
+
+# ==== scenario 2: SIGKILL under load, restart, saved sessions come back =======
+echo "== scenario 2: SIGKILL under load with a state directory"
+state=$tmp/state
+log2=$tmp/daemon2.log
+start_daemon "$log2" --state-dir "$state" --save-delay 1
+"$LOAD" --socket "$sock" --conns 32 --seconds 30 --save-rate 0.3 --saved-log "$tmp/saved.log" \
+    --disconnect-rate 0.02 --expect-kill --keep-sessions --prefix crash >"$tmp/load3.out" 2>&1 &
+lpid=$!
+sleep 4
+kill -KILL "$pid"; wait "$pid" 2>/dev/null; pid=
+i=0
+while kill -0 "$lpid" 2>/dev/null; do
+    i=$((i + 1)); [ $i -gt 100 ] && { kill "$lpid"; bad "the load did not notice the daemon died"; break; }
+    sleep 0.1
+done
+wait "$lpid"; rc=$?
+cat "$tmp/load3.out"
+gone=$(field daemon_gone "$tmp/load3.out")
+[ "$rc" -eq 0 ] && [ "$gone" = 1 ] && pass "load until SIGKILL: no error, no violation" ||
+    bad "load under SIGKILL: exit $rc, daemon_gone=$gone"
+nsaved=$(grep -c '^saved ' "$tmp/saved.log" 2>/dev/null)
+[ "${nsaved:-0}" -gt 0 ] || bad "no Save was answered before the kill"
+start_daemon "$log2" --state-dir "$state" --save-delay 1
+on_disk=$(jnum sessions_on_disk)
+"$LOAD" --socket "$sock" --check-saved "$tmp/saved.log" >"$tmp/check.out" 2>&1; rc=$?
+cat "$tmp/check.out"
+[ "$rc" -eq 0 ] && pass "after SIGKILL and restart: every saved session is back and generates ($nsaved saves logged, $on_disk sessions on disk)" ||
+    bad "saved sessions after SIGKILL: see above"
+"$LOAD" --socket "$sock" --cleanup >/dev/null || bad "cleanup failed"
+left=$(ls -A "$state" | wc -l)
+[ "$left" -eq 0 ] && pass "state directory empty after dropping every session" ||
+    bad "state directory holds $left files after dropping every session: $(ls -A "$state" | head -5)"
+kill "$pid"; wait "$pid"; rc=$?; pid=
+[ "$rc" -eq 0 ] || bad "daemon exited $rc on SIGTERM"
+daemon_log_clean "$log2"
+
+if [ "$fail" -eq 0 ]; then echo "load: all ok"; else
+    echo "load: FAILED (daemon logs: KEEP=1 keeps $tmp)"; fi
+exit "$fail"
