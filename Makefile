@@ -6,6 +6,7 @@
 #   make demo       deps + build + the main job on the small default model
 #   make bench      deps + build + benchmarks (see docs/PERF.md)
 #   make test-asan  unit + golden tests under AddressSanitizer + UBSan
+#   make test-tsan  the daemon's threads under ThreadSanitizer (tests/tsan.sh)
 #   make fuzz       libFuzzer targets (tests/fuzz/) built with clang into
 #                   build-fuzz/, each run FUZZ_TIME seconds (default 60)
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -97,7 +98,7 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all deps test test-unit test-golden test-man test-asan bench demo install clean \
+.PHONY: all deps test test-unit test-golden test-man test-asan test-tsan bench demo install clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -185,6 +186,15 @@ test-asan: deps
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-asan sh tests/run.sh
 
+# ThreadSanitizer over the daemon's threads (tests/tsan.sh), built with clang
+# into build-tsan (kernels/ with gcc, uninstrumented, as in the fuzz build).
+test-tsan: deps
+	@$(MAKE) --no-print-directory BUILD=build-tsan CC=clang CXX=clang++ OPT=-O1 CUDA=0 \
+	    SAN="-fsanitize=thread -fno-omit-frame-pointer" WARN="-Wall -Wextra" KERNEL_CC=gcc \
+	    KERNEL_CFLAGS="-std=c11 -O1 $(ARCH) -g -Wall -Wextra -pthread -MMD -MP" \
+	    build-tsan/llamad build-tsan/llamactl build-tsan/tests/test_daemon build-tsan/tests/test_persist
+	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-tsan sh tests/tsan.sh
+
 # ---- fuzzing ------------------------------------------------------------------
 # tests/fuzz/fuzz_*.c: libFuzzer targets. The core and proto libraries are
 # rebuilt with clang, ASan and UBSan in $(FUZZ_BUILD) by a recursive make;
@@ -242,6 +252,6 @@ install: all
 	[ -f $(DESTDIR)/etc/llamad/llamad.conf ] || install -m 0644 etc/llamad.conf $(DESTDIR)/etc/llamad/
 
 clean:
-	rm -rf $(BUILD) build-asan $(FUZZ_BUILD)
+	rm -rf $(BUILD) build-asan build-tsan $(FUZZ_BUILD)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

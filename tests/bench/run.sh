@@ -1,7 +1,9 @@
 #!/bin/sh
 # make bench: engine speed on the tiny real model and on random-weight models
 # of realistic shapes (generated once into $BUILD/bench-models). Prints one
-# key=value line per model, then a table. Figures go to docs/PERF.md by hand.
+# key=value line per model, then a table; then the CUDA backend's benchmark
+# (llamad-gpucheck bench) when a GPU is usable. Figures go to docs/PERF.md by
+# hand.
 # Env: BUILD, MODELS, THREADS (default: all cores), BENCH_SHAPES to override
 # the list ("shape:dtype ...").
 set -e
@@ -95,6 +97,17 @@ oneshot=$("$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS
 # both: decode tok/s of the same 450-token greedy generation, prompt excluded
 echo "$oneshot $ctl" | awk '{ os = $1 / ($2 / 1000); ctl = $3 / ($4 / 1000);
     printf "bench=protocol oneshot_tok_s=%.1f llamactl_tok_s=%.1f ratio=%.2f\n", os, ctl, ctl / os }' | tee -a "$log"
+
+# ---- the CUDA backend, when this machine has a usable GPU -----------------
+echo "== CUDA backend (7B shape, random weights; skipped without a GPU)"
+rc=0
+"$BUILD/llamad-gpucheck" bench >"$BUILD/bench-gpu.log" 2>&1 || rc=$?
+if [ "$rc" -eq 77 ]; then
+    sed 's/^/  /' "$BUILD/bench-gpu.log"
+else
+    sed 's/^/gpu /' "$BUILD/bench-gpu.log" | tee -a "$log"
+    [ "$rc" -eq 0 ] || { echo "llamad-gpucheck bench failed ($rc)"; exit 1; }
+fi
 
 echo
 grep '^bench=' "$log"

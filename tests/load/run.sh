@@ -99,7 +99,7 @@ if ! ulimit -n "$want" 2>/dev/null; then
 fi
 MAXCONN=$((IDLE + CONNS + HALF + 64))
 san_daemon=
-grep -qa __asan_init "$LLAMAD" && san_daemon=1
+grep -qaE "__asan_init|__tsan_init" "$LLAMAD" && san_daemon=1
 
 # ---- helpers -------------------------------------------------------------------
 start_daemon() {  # log-file extra-args...

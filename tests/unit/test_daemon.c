@@ -445,7 +445,8 @@ static int log_has_sanitizer_report(void)
 	int bad = 0;
 	while (getline(&line, &cap, f) > 0) {
 		if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "runtime error:") ||
-		    strstr(line, "ERROR: LeakSanitizer")) {
+		    strstr(line, "ERROR: LeakSanitizer") ||
+		    strstr(line, "WARNING: ThreadSanitizer")) {
 			fprintf(stderr, "daemon log: %s", line);
 			bad = 1;
 		}

@@ -290,7 +290,8 @@ static int log_has_sanitizer_report(const struct daemon *d)
 	int bad = 0;
 	while (getline(&line, &cap, f) > 0) {
 		if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "runtime error:") ||
-		    strstr(line, "ERROR: LeakSanitizer")) {
+		    strstr(line, "ERROR: LeakSanitizer") ||
+		    strstr(line, "WARNING: ThreadSanitizer")) {
 			fprintf(stderr, "%s: %s", d->log, line);
 			bad = 1;
 		}
