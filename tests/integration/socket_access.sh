@@ -1,0 +1,59 @@
+#!/bin/sh
+# Socket permissions and group: with --socket-mode 0660 --socket-group
+# nogroup, a process of another uid that is in group nogroup can talk to
+# llamad, one that is not gets EACCES at connect; with the default mode
+# (0660, the daemon's group) neither can. Needs root (setpriv); else skipped.
+# Env: BUILD, MODELS.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
+command -v setpriv >/dev/null 2>&1 || { echo "FAIL: setpriv (util-linux) is missing"; exit 1; }
+PY=/usr/bin/python3   # the system one: other uids can run it
+[ -x "$PY" ] || { echo "FAIL: $PY is missing"; exit 1; }
+gid=$(getent group nogroup | cut -d: -f3)
+[ -n "$gid" ] || { echo "skipped: no group nogroup"; exit 0; }
+tmp=$(mktemp -d /tmp/llamad-sock.XXXXXX) || exit 1
+chmod 755 "$tmp"
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
+trap cleanup EXIT INT TERM
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+
+start() {  # socket-args...
+    rm -f "$tmp/s"
+    "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+        --socket "$tmp/s" --state-dir none "$@" 2>>"$tmp/log" &
+    pid=$!
+    i=0
+    while [ ! -S "$tmp/s" ]; do
+        i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: daemon did not start"; cat "$tmp/log"; exit 1; }
+        sleep 0.1
+    done
+}
+stop() { kill "$pid"; wait "$pid"; pid=; }
+# connect as uid:gid; prints ok or the errno name
+try() {
+    setpriv --reuid="$1" --regid="$2" --clear-groups "$PY" -c '
+import errno, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1]); print("ok")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, str(e.errno)))' "$tmp/s"
+}
+
+start --socket-mode 0660 --socket-group nogroup
+mode=$(stat -c %a "$tmp/s"); grp=$(stat -c %G "$tmp/s")
+[ "$mode" = 660 ] && [ "$grp" = nogroup ] || bad "socket is $mode $grp, expected 660 nogroup"
+r=$(try 65533 "$gid"); [ "$r" = ok ] || bad "a member of nogroup could not connect: $r"
+r=$(try 65533 65533); [ "$r" = EACCES ] || bad "a non-member connected or failed otherwise: $r"
+stop
+echo "ok   --socket-mode 0660 --socket-group nogroup: members connect, others get EACCES"
+
+start
+r=$(try 65533 "$gid"); [ "$r" = EACCES ] || bad "default mode: another uid connected: $r"
+stop
+echo "ok   default 0660 and the daemon's own group: another uid gets EACCES"
+[ "$fail" -eq 0 ] && echo "socket_access: all ok"
+exit "$fail"
