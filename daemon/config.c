@@ -22,17 +22,18 @@ struct key {
 	double min, max;
 	int reload;          /* may change on SIGHUP */
 	const char *help;
-	const char *const *names;  /* K_ENUM: value names, NULL-terminated */
+	const char *const *names;  /* K_ENUM: value names by value (gaps NULL) */
+	int n_names;
 };
 
-static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw", NULL };
-static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift", NULL };
-static const char *const level_names[] = { "error", "warning", "info", "debug", NULL };
-static const char *const foreign_names[] = { "recompute", "refuse", NULL };
+static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw" };
+static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
+static const char *const level_names[] = { "error", "warning", "info", "debug" };
+static const char *const foreign_names[] = { "recompute", "refuse" };
 static const char *const device_names[] = { [BACKEND_AUTO] = "auto", [BACKEND_CPU] = "cpu",
-					    [BACKEND_CUDA] = "cuda", NULL };
+					    [BACKEND_CUDA] = "cuda" };
 static const char *const wtype_names[] = { [BACKEND_W_F16] = "f16", [BACKEND_W_BF16] = "bf16",
-					   [BACKEND_W_F32] = "f32", NULL };
+					   [BACKEND_W_F32] = "f32" };
 
 /* rows name `names` only for K_ENUM keys */
 #pragma GCC diagnostic push
@@ -42,9 +43,9 @@ static const struct key keys[] = {
 	{ "model", K_STR, O(model), 0, 0, 0, "model file or Hugging Face folder" },
 	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, "SentencePiece tokenizer.model (default: beside the model)" },
 	{ "device", K_ENUM, O(device), 0, 0, 0,
-	  "backend: auto (the GPU when one is usable), cpu or cuda", device_names },
+	  "backend: auto (the GPU when one is usable), cpu or cuda", device_names, (int)(sizeof(device_names) / sizeof(device_names[0])) },
 	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, 0,
-	  "dtype of f32/f16/bf16 matrices on the GPU: f16, bf16 or f32", wtype_names },
+	  "dtype of f32/f16/bf16 matrices on the GPU: f16, bf16 or f32", wtype_names, (int)(sizeof(wtype_names) / sizeof(wtype_names[0])) },
 	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 0,
 	  "percent of the GPU memory free after the weights taken by the KV cache" },
 	{ "threads", K_INT, O(threads), 0, 1024, 0, "CPU worker threads (0: all cores)" },
@@ -59,7 +60,7 @@ static const struct key keys[] = {
 	  "folder of saved sessions (\"none\": no persistence)" },
 	{ "save_delay", K_INT, O(save_delay), 0, 86400, 1, "seconds idle before a changed session is saved" },
 	{ "foreign_cache", K_ENUM, O(foreign_cache), 0, 0, 1,
-	  "sessions saved under another model: recompute or refuse", foreign_names },
+	  "sessions saved under another model: recompute or refuse", foreign_names, (int)(sizeof(foreign_names) / sizeof(foreign_names[0])) },
 	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 1, "sessions per user (0: no quota)" },
 	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1, "most sessions held at once" },
 	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 1, "tokens per session (0: the model's context)" },
@@ -67,8 +68,8 @@ static const struct key keys[] = {
 	{ "max_text", K_INT, O(max_text), 1, 1 << 30, 1, "largest text field in bytes" },
 	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 1, "tokens per forward step, all sessions together" },
 	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 1, "default reply length in tokens" },
-	{ "template", K_ENUM, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw", tmpl_names },
-	{ "context_policy", K_ENUM, O(context_policy), 0, 0, 1, "when a session is full: error or shift", policy_names },
+	{ "template", K_ENUM, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw", tmpl_names, (int)(sizeof(tmpl_names) / sizeof(tmpl_names[0])) },
+	{ "context_policy", K_ENUM, O(context_policy), 0, 0, 1, "when a session is full: error or shift", policy_names, (int)(sizeof(policy_names) / sizeof(policy_names[0])) },
 	{ "temperature", K_FLOAT, O(temperature), 0, 100, 1, "default sampling temperature (0: greedy)" },
 	{ "top_k", K_INT, O(top_k), 0, INT_MAX, 1, "default top-k (0: off)" },
 	{ "top_p", K_FLOAT, O(top_p), 1e-6, 1, 1, "default top-p (1: off)" },
@@ -79,7 +80,7 @@ static const struct key keys[] = {
 	{ "frequency_penalty", K_FLOAT, O(frequency_penalty), -10, 10, 1, "default frequency penalty" },
 	{ "max_connections", K_INT, O(max_connections), 1, 1e6, 1, "most client connections at once" },
 	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 1, "close connections idle this many seconds (0: never)" },
-	{ "log_level", K_ENUM, O(log_level), 0, 0, 1, "error, warning, info or debug", level_names },
+	{ "log_level", K_ENUM, O(log_level), 0, 0, 1, "error, warning, info or debug", level_names, (int)(sizeof(level_names) / sizeof(level_names[0])) },
 };
 #undef O
 #pragma GCC diagnostic pop
@@ -266,12 +267,23 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		return 0;
 	}
 	case K_ENUM: {
-		int n = 0;
-		while (k->names[n])
-			n++;
-		int x = parse_enum(v, k->names, n);
+		int x = parse_enum(v, k->names, k->n_names);
 		if (x < 0) {
-			*why = "expected one of the values listed in llamad.conf(5)";
+			/* "expected a, b or c" from the names (static: the caller
+			 * copies it before the next parse) */
+			static char msg[128];
+			size_t n = (size_t)snprintf(msg, sizeof(msg), "expected");
+			int left = 0;
+			for (int i = 0; i < k->n_names; i++)
+				left += k->names[i] != NULL;
+			for (int i = 0; i < k->n_names && n < sizeof(msg); i++) {
+				if (!k->names[i])
+					continue;
+				left--;
+				n += (size_t)snprintf(msg + n, sizeof(msg) - n, "%s%s",
+						      n > 8 ? (left ? ", " : " or ") : " ", k->names[i]);
+			}
+			*why = msg;
 			return -EINVAL;
 		}
 		*(int *)p = x;

@@ -5,6 +5,7 @@
  *   llamad-gpucheck ops       every op on random inputs, CUDA vs CPU
  *   llamad-gpucheck logits    a 2-layer model of 7B width (random weights):
  *                             prefill and decode logits, CUDA vs CPU
+ *   llamad-gpucheck prof      a few matrix-vector products, for ncu
  *   llamad-gpucheck bench [--quick]
  *                             7B shape (random weights): copy bandwidth, GEMM
  *                             rate, batch-1 decode (f16, Q8_0, Q4_0),
@@ -856,6 +857,11 @@ int main(int argc, char **argv)
 		backend_free(gx);
 		run_logits(cpu, g32, "f32 weights", 3e-3);
 		run_logits(cpu, g16, "f16 weights", 2e-2);
+	} else if (!strcmp(mode, "prof")) {
+		/* a few batch-1 products and one decode step, for a profiler */
+		double bw = 4.2e12;
+		bench_gemv(g16, KT_F16, 11008, 4096, bw);
+		bench_gemv(g16, KT_Q4_0, 11008, 4096, bw);
 	} else if (!strcmp(mode, "bench")) {
 		double bw = bench_copy(g16), gemm = bench_gemm(g16);
 		printf("copy_bw_gb_s=%.0f gemm_f16_tflops=%.1f\n", bw / 1e9, gemm / 1e12);
@@ -868,7 +874,7 @@ int main(int argc, char **argv)
 		bench_model(g16, KT_Q8_0, bw, gemm, quick);
 		bench_model(g16, KT_Q4_0, bw, gemm, quick);
 	} else {
-		fprintf(stderr, "usage: llamad-gpucheck ops|logits|bench [--quick]\n");
+		fprintf(stderr, "usage: llamad-gpucheck ops|logits|prof|bench [--quick]\n");
 		return 2;
 	}
 	if (g16->failed || g32->failed) {
