@@ -192,7 +192,8 @@ test-tsan: deps
 	@$(MAKE) --no-print-directory BUILD=build-tsan CC=clang CXX=clang++ OPT=-O1 CUDA=0 \
 	    SAN="-fsanitize=thread -fno-omit-frame-pointer" WARN="-Wall -Wextra" KERNEL_CC=gcc \
 	    KERNEL_CFLAGS="-std=c11 -O1 $(ARCH) -g -Wall -Wextra -pthread -MMD -MP" \
-	    build-tsan/llamad build-tsan/llamactl build-tsan/tests/test_daemon build-tsan/tests/test_persist
+	    build-tsan/llamad build-tsan/llamactl build-tsan/llamad-genmodel \
+	    build-tsan/tests/test_daemon build-tsan/tests/test_persist
 	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-tsan sh tests/tsan.sh
 
 # ---- fuzzing ------------------------------------------------------------------
