@@ -79,6 +79,26 @@ __device__ __forceinline__ void put_result(const struct attn_args &a, int t, int
 	p[2 + c] = acc;
 }
 
+/* The decode kernels' last step: merge the AW warps' (m, l, acc) kept in
+ * ws (hd + 2 floats each) into the result of (row t, head h, split s). */
+__device__ __forceinline__ void merge_warps(const struct attn_args &a, const float *ws, int t,
+					    int h, int s)
+{
+	int hd = a.hd;
+	float M = -INFINITY;
+	for (int w = 0; w < AW; w++)
+		M = fmaxf(M, ws[w * (hd + 2)]);
+	float L = 0.f;
+	for (int w = 0; w < AW; w++)
+		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int w = 0; w < AW; w++)
+			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
+		put_result(a, t, h, s, c, M, L, A, c == 0);
+	}
+}
+
 template <int CPL>
 __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a)
 {
@@ -137,18 +157,7 @@ __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a
 		if (lane + 32 * j < hd)
 			mine[2 + lane + 32 * j] = acc[j];
 	__syncthreads();
-	float M = -INFINITY;
-	for (int w = 0; w < AW; w++)
-		M = fmaxf(M, ws[w * (hd + 2)]);
-	float L = 0.f;
-	for (int w = 0; w < AW; w++)
-		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
-	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-		float A = 0.f;
-		for (int w = 0; w < AW; w++)
-			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
-		put_result(a, t, h, s, c, M, L, A, c == 0);
-	}
+	merge_warps(a, ws, t, h, s);
 }
 
 /*
@@ -244,18 +253,7 @@ __global__ void __launch_bounds__(AW * 32) attn_decode16_kernel(struct attn_args
 		mine[5 + lane * 4] = acc.w;
 	}
 	__syncthreads();
-	float M = -INFINITY;
-	for (int w = 0; w < AW; w++)
-		M = fmaxf(M, ws[w * (hd + 2)]);
-	float L = 0.f;
-	for (int w = 0; w < AW; w++)
-		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
-	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-		float A = 0.f;
-		for (int w = 0; w < AW; w++)
-			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
-		put_result(a, t, h, s, c, M, L, A, c == 0);
-	}
+	merge_warps(a, ws, t, h, s);
 }
 
 template <int CPT>

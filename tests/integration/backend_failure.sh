@@ -7,6 +7,7 @@
 # Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
+. tests/tools/daemon.sh
 dir=$(mktemp -d) || exit 1
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$dir"; }
@@ -20,11 +21,7 @@ start() {
     # shellcheck disable=SC2086
     "$BUILD/llamad" $args 2>>"$dir/log" &
     pid=$!
-    i=0
-    while [ ! -S "$dir/s" ]; do
-        i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: daemon did not start"; cat "$dir/log"; exit 1; }
-        sleep 0.1
-    done
+    wait_socket "$dir/s" "$pid" "$dir/log"
 }
 ctl() { "$BUILD/llamactl" --socket "$dir/s" "$@"; }
 

@@ -7,6 +7,7 @@
 # Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
+. tests/tools/daemon.sh
 dir=$(mktemp -d) || exit 1
 pid=; hold=
 cleanup() {
@@ -25,11 +26,7 @@ bad() { echo "FAIL: $*"; fail=1; }
         --socket "$dir/s" --state-dir none --max-connections 200 --log-level info
 ) 2>"$dir/log" &
 pid=$!
-i=0
-while [ ! -S "$dir/s" ]; do
-    i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: daemon did not start"; cat "$dir/log"; exit 1; }
-    sleep 0.1
-done
+wait_socket "$dir/s" "$pid" "$dir/log"
 
 # 100 idle clients, held until $dir/release appears
 python3 - "$dir/s" "$dir/release" <<'PY' &

@@ -5,6 +5,7 @@
 # Env: BUILD, MODELS, SHARED, LLAMAD_FLAGS (extra daemon flags, e.g. --device cuda).
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
+. tests/tools/daemon.sh
 SHARED=${SHARED:-../shared}
 GOLD=$SHARED/reference/stories260K_greedy.txt
 dir=$(mktemp -d) || exit 1
@@ -19,11 +20,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
     --socket "$sock" --state-dir "$dir/state" --log-level warning $LLAMAD_FLAGS 2>"$dir/log" &
 pid=$!
-i=0
-while [ ! -S "$sock" ]; do
-    i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: daemon did not start"; cat "$dir/log"; exit 1; }
-    sleep 0.1
-done
+wait_socket "$sock" "$pid" "$dir/log"
 ctl() { "$BUILD/llamactl" --socket "$sock" "$@"; }
 
 # block N of the golden file: the text between its stdout markers

@@ -6,6 +6,7 @@
 # Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
+. tests/tools/daemon.sh
 if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
 command -v setpriv >/dev/null 2>&1 || { echo "FAIL: setpriv (util-linux) is missing"; exit 1; }
 PY=/usr/bin/python3   # the system one: other uids can run it
@@ -25,11 +26,7 @@ start() {  # socket-args...
     "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
         --socket "$tmp/s" --state-dir none "$@" 2>>"$tmp/log" &
     pid=$!
-    i=0
-    while [ ! -S "$tmp/s" ]; do
-        i=$((i + 1)); [ $i -gt 100 ] && { echo "FAIL: daemon did not start"; cat "$tmp/log"; exit 1; }
-        sleep 0.1
-    done
+    wait_socket "$tmp/s" "$pid" "$tmp/log"
 }
 stop() { kill "$pid"; wait "$pid"; pid=; }
 # connect as uid:gid; prints ok or the errno name
