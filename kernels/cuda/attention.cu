@@ -79,38 +79,6 @@ __device__ __forceinline__ void put_result(const struct attn_args &a, int t, int
 	p[2 + c] = acc;
 }
 
-/* Merging n online-softmax partials, each (m, l, acc[hd]) at p + k * (hd + 2):
- * the overall max M and sum L, then each channel's weighted acc. */
-__device__ __forceinline__ void merge_ml(const float *p, int n, int hd, float *M, float *L)
-{
-	float m = -INFINITY, l = 0.f;
-	for (int k = 0; k < n; k++)
-		m = fmaxf(m, p[k * (hd + 2)]);
-	for (int k = 0; k < n; k++)
-		l += p[k * (hd + 2) + 1] * rescale(p[k * (hd + 2)], m);
-	*M = m;
-	*L = l;
-}
-
-__device__ __forceinline__ float merge_acc(const float *p, int n, int hd, float M, int c)
-{
-	float a = 0.f;
-	for (int k = 0; k < n; k++)
-		a += p[k * (hd + 2) + 2 + c] * rescale(p[k * (hd + 2)], M);
-	return a;
-}
-
-/* The decode kernels' last step: merge the AW warps' partials kept in ws
- * into the result of (row t, head h, split s). */
-__device__ __forceinline__ void merge_warps(const struct attn_args &a, const float *ws, int t,
-					    int h, int s)
-{
-	float M, L;
-	merge_ml(ws, AW, a.hd, &M, &L);
-	for (int c = threadIdx.x; c < a.hd; c += blockDim.x)
-		put_result(a, t, h, s, c, M, L, merge_acc(ws, AW, a.hd, M, c), c == 0);
-}
-
 template <int CPL>
 __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a)
 {
@@ -169,7 +137,18 @@ __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a
 		if (lane + 32 * j < hd)
 			mine[2 + lane + 32 * j] = acc[j];
 	__syncthreads();
-	merge_warps(a, ws, t, h, s);
+	float M = -INFINITY;
+	for (int w = 0; w < AW; w++)
+		M = fmaxf(M, ws[w * (hd + 2)]);
+	float L = 0.f;
+	for (int w = 0; w < AW; w++)
+		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int w = 0; w < AW; w++)
+			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
+		put_result(a, t, h, s, c, M, L, A, c == 0);
+	}
 }
 
 /*
@@ -265,7 +244,18 @@ __global__ void __launch_bounds__(AW * 32) attn_decode16_kernel(struct attn_args
 		mine[5 + lane * 4] = acc.w;
 	}
 	__syncthreads();
-	merge_warps(a, ws, t, h, s);
+	float M = -INFINITY;
+	for (int w = 0; w < AW; w++)
+		M = fmaxf(M, ws[w * (hd + 2)]);
+	float L = 0.f;
+	for (int w = 0; w < AW; w++)
+		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int w = 0; w < AW; w++)
+			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
+		put_result(a, t, h, s, c, M, L, A, c == 0);
+	}
 }
 
 template <int CPT>
@@ -374,10 +364,18 @@ __global__ void attn_combine_kernel(float *out, const float *part, int n_heads, 
 	cu_pdl_wait();
 	cu_pdl_trigger();
 	const float *p = part + (size_t)blockIdx.x * n_split * (hd + 2);
-	float M, L;
-	merge_ml(p, n_split, hd, &M, &L);
-	for (int c = threadIdx.x; c < hd; c += blockDim.x)
-		out[(size_t)blockIdx.x * hd + c] = merge_acc(p, n_split, hd, M, c) / L;
+	float M = -INFINITY;
+	for (int s = 0; s < n_split; s++)
+		M = fmaxf(M, p[s * (hd + 2)]);
+	float L = 0.f;
+	for (int s = 0; s < n_split; s++)
+		L += p[s * (hd + 2) + 1] * rescale(p[s * (hd + 2)], M);
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		float A = 0.f;
+		for (int s = 0; s < n_split; s++)
+			A += p[s * (hd + 2) + 2 + c] * rescale(p[s * (hd + 2)], M);
+		out[(size_t)blockIdx.x * hd + c] = A / L;
+	}
 	(void)n_heads;
 }
 

@@ -23,13 +23,35 @@
 /* weights per lane step: 16-byte loads of every dtype */
 template <enum kt_dtype DT> struct step { static constexpr int W = DT == KT_Q8_0 ? 16 : DT == KT_Q4_0 ? 32 : 8; };
 
-/* Quantized weights c..c+W-1 of row r as fp32 (c a multiple of W), for
- * the exact mode (fp32 activations). */
+/* Weights c..c+W-1 of row r as fp32 (c a multiple of W). */
 template <enum kt_dtype DT>
 __device__ __forceinline__ void loadw(const void *w, size_t rows, int cols, int r, int c,
 				      float *f)
 {
-	if (DT == KT_Q8_0) {
+	if (DT == KT_F32) {
+		const float4 *p = (const float4 *)((const float *)w + (size_t)r * cols + c);
+		float4 a = __ldg(p), b = __ldg(p + 1);
+		f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+		f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+	} else if (DT == KT_F16) {
+		uint4 u = __ldg((const uint4 *)((const __half *)w + (size_t)r * cols + c));
+		const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float2 v = __half22float2(h[i]);
+			f[2 * i] = v.x;
+			f[2 * i + 1] = v.y;
+		}
+	} else if (DT == KT_BF16) {
+		uint4 u = __ldg((const uint4 *)((const __nv_bfloat16 *)w + (size_t)r * cols + c));
+		const __nv_bfloat162 *h = (const __nv_bfloat162 *)&u;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			float2 v = __bfloat1622float2(h[i]);
+			f[2 * i] = v.x;
+			f[2 * i + 1] = v.y;
+		}
+	} else if (DT == KT_Q8_0) {
 		const int8_t *qs = (const int8_t *)w;
 		const __half *sc = (const __half *)(qs + rows * cols);
 		uint4 u = __ldg((const uint4 *)(qs + (size_t)r * cols + c));
