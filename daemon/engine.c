@@ -1501,7 +1501,8 @@ static void on_status(struct engine *e, uint64_t conn, uid_t uid, uint64_t id)
 	st.server = (char *)"llamad " LLAMAD_VERSION;
 	st.model = e->model_desc;
 	st.backend = e->backend_name;
-	PB_SET(&st, threads, (uint32_t)e->be->n_threads);
+	if (e->be->host_mem)  /* CPU worker threads; a GPU's desc says the rest */
+		PB_SET(&st, threads, (uint32_t)e->be->n_threads);
 	PB_SET(&st, uptime_s, now_s() - e->t_start);
 	/* a non-root client sees only the count of its own sessions */
 	int mine = 0, active = 0, in_ram = 0, on_disk = 0;
