@@ -672,17 +672,7 @@ static int save_session(struct engine *e, struct session *s, char **cause)
 static void to_stub(struct engine *e, struct session *s)
 {
 	s->disk_tokens = (uint32_t)s->n_tokens;
-	kvseq_release(e->pool, &s->kv);
-	for (int i = 0; i < s->n_turns; i++)
-		free(s->turns[i].text);
-	free(s->turns);
-	free(s->tokens);
-	free(s->system);
-	free(s->next_system);
-	s->turns = NULL;
-	s->tokens = NULL;
-	s->system = s->next_system = NULL;
-	s->n_turns = s->turns_cap = s->n_tokens = s->cap = s->n_cached = 0;
+	sess_clear_history(&e->st, s);
 	if (s->ram_kv) {
 		e->ram_used -= s->ram_bytes;
 		free(s->ram_kv);

@@ -43,7 +43,7 @@ struct fwd {
 	int placed;                  /* weights placed (release them in fwd_free) */
 	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
 	float *lx, *lout;            /* logit rows: (max_tokens, D), (lrows, vocab) */
-	float *lout_host;            /* lout downloaded */
+	float *lout_host;            /* lout downloaded (device backends only) */
 	int lrows;
 	int32_t *tok;
 	int *pos;
@@ -142,8 +142,10 @@ struct fwd *fwd_new(const struct model *m, struct backend *be, int max_tokens)
 	f->pos = malloc(T * sizeof(int));
 	f->rows = malloc(T * sizeof(*f->rows));
 	f->outs = malloc(T * sizeof(*f->outs));
-	f->lout_host = malloc((size_t)f->lrows * c->vocab * sizeof(float));
-	if (!f->tok || !f->pos || !f->rows || !f->outs || !f->lout_host || place_model(f) != 0)
+	if (!be->host_mem)
+		f->lout_host = malloc((size_t)f->lrows * c->vocab * sizeof(float));
+	if (!f->tok || !f->pos || !f->rows || !f->outs || (!be->host_mem && !f->lout_host) ||
+	    place_model(f) != 0)
 		goto fail;
 	f->x = bmem(f, T * c->dim * sizeof(float));
 	f->xb = bmem(f, T * ((size_t)c->dim > qd ? (size_t)c->dim : qd) * sizeof(float));
@@ -250,10 +252,17 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 static int logits_out(struct fwd *f, const struct out_row *outs, int i0, int n)
 {
 	int V = f->m->cfg.vocab;
-	int rc = f->be->ops->download(f->be, f->lout_host, f->lout, (size_t)n * V * sizeof(float));
-	for (int i = 0; i < n && !rc; i++)
-		memcpy(outs[i0 + i].dst, f->lout_host + (size_t)i * V, (size_t)V * sizeof(float));
-	return rc;
+	const float *src = f->lout;   /* host memory: read in place */
+	if (!f->be->host_mem) {
+		int rc = f->be->ops->download(f->be, f->lout_host, f->lout,
+					      (size_t)n * V * sizeof(float));
+		if (rc)
+			return rc;
+		src = f->lout_host;
+	}
+	for (int i = 0; i < n; i++)
+		memcpy(outs[i0 + i].dst, src + (size_t)i * V, (size_t)V * sizeof(float));
+	return 0;
 }
 
 /*

@@ -38,7 +38,7 @@ int sess_table_init(struct sess_table *t, struct kvpool *pool)
 	return t->buckets ? 0 : -ENOMEM;
 }
 
-static void sess_free(struct sess_table *t, struct session *s)
+void sess_clear_history(struct sess_table *t, struct session *s)
 {
 	kvseq_release(t->pool, &s->kv);
 	for (int i = 0; i < s->n_turns; i++)
@@ -47,6 +47,15 @@ static void sess_free(struct sess_table *t, struct session *s)
 	free(s->tokens);
 	free(s->system);
 	free(s->next_system);
+	s->turns = NULL;
+	s->tokens = NULL;
+	s->system = s->next_system = NULL;
+	s->n_turns = s->turns_cap = s->n_tokens = s->cap = s->n_cached = 0;
+}
+
+static void sess_free(struct sess_table *t, struct session *s)
+{
+	sess_clear_history(t, s);
 	free(s->ram_kv);
 	free(s);
 }

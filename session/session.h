@@ -101,6 +101,10 @@ int sess_append(struct session *s, const int32_t *ids, int n, int role,
 /* Remove the last turn (tokens and cache beyond it). Returns the number of
  * tokens removed, or -ENOENT if there is no turn. */
 int sess_rewind(struct sess_table *t, struct session *s);
+/* Release s's blocks, token history, turns and system prompts (the
+ * session stays in the table, empty). */
+void sess_clear_history(struct sess_table *t, struct session *s);
+
 /* Forget cached K/V from position n on (history kept; it becomes pending). */
 void sess_uncache(struct sess_table *t, struct session *s, int n);
 /* Remove turns [first, first+count) and their tokens; later turns move

@@ -536,7 +536,8 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 	/* KV, straight from a host pool (runs of consecutive block ids in one
 	 * write), or a block at a time through host memory from a device */
 	const int32_t *bl = s->kv.blocks;
-	if (!kvpool_host_block(pool, 0) && h->n_blocks && !rc) {
+	int on_host = kvpool_host_block(pool, 0) != NULL;
+	if (!on_host && h->n_blocks && !rc) {
 		void *bounce = malloc(h->block_bytes);
 		if (!bounce)
 			return -ENOMEM;
@@ -547,7 +548,7 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 		}
 		free(bounce);
 	}
-	for (uint32_t i = 0, j; kvpool_host_block(pool, 0) && i < h->n_blocks && !rc; i = j) {
+	for (uint32_t i = 0, j; on_host && i < h->n_blocks && !rc; i = j) {
 		for (j = i + 1; j < h->n_blocks && bl[j] == bl[j - 1] + 1; j++)
 			;
 		rc = wr_put(w, kt_kv_block(&pool->kv, bl[i]), (size_t)(j - i) * h->block_bytes);
@@ -870,7 +871,8 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, int
 				return b;
 			L->blocks[L->n_blocks++] = b;
 		}
-		if (!kvpool_host_block(pool, 0)) {
+		int on_host = kvpool_host_block(pool, 0) != NULL;
+		if (!on_host) {
 			void *bounce = malloc(h->block_bytes);
 			if (!bounce)
 				return -ENOMEM;
@@ -883,7 +885,7 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, int
 			if (rc)
 				return rc;
 		}
-		for (uint32_t i = 0, j; kvpool_host_block(pool, 0) && i < h->n_blocks; i = j) {
+		for (uint32_t i = 0, j; on_host && i < h->n_blocks; i = j) {
 			for (j = i + 1; j < h->n_blocks && L->blocks[j] == L->blocks[j - 1] + 1; j++)
 				;
 			rc = rd_get(r, kt_kv_block(&pool->kv, L->blocks[i]),
