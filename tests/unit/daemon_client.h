@@ -1,8 +1,9 @@
 /*
  * tests/unit/daemon_client.h — the protocol client the daemon tests share:
  * send a request, read replies until the one for an id, keeping the others
- * for later. Include after <cmocka.h> and proto/frame.h, with WAIT_MS (the
- * longest wait for one reply) and RECV_MAX (largest frame) defined.
+ * for later, and collect a generation's streamed replies. Include after
+ * <cmocka.h> and proto/frame.h, with WAIT_MS (the longest wait for one
+ * reply) and RECV_MAX (largest frame) defined.
  */
 #ifndef LLAMAD_TESTS_DAEMON_CLIENT_H
 #define LLAMAD_TESTS_DAEMON_CLIENT_H
@@ -103,6 +104,94 @@ static inline const char *body_name(const Llamad__Response *r)
 	}
 	snprintf(buf, sizeof(buf), "body %d", r->body_case);
 	return buf;
+}
+
+/* ---- generations ---- */
+
+/* What to ask of a Generate. */
+struct genopt {
+	const char *prompt;      /* NULL: none */
+	int role;                /* -1: default */
+	uint32_t max_tokens;     /* 0: default */
+	float temperature;       /* < 0: default; 0: greedy */
+	int64_t seed;            /* < 0: unset */
+};
+
+#define GREEDY(p, n) ((struct genopt){ (p), -1, (n), 0.0f, -1 })
+
+static inline uint64_t gen_send(struct cli *c, const char *name, struct genopt o)
+{
+	Llamad__SamplerOptions so = LLAMAD__SAMPLER_OPTIONS__INIT;
+	so.has_temperature = o.temperature >= 0;
+	so.temperature = o.temperature;
+	so.has_seed = o.seed >= 0;
+	so.seed = (uint64_t)o.seed;
+	Llamad__Generate g = LLAMAD__GENERATE__INIT;
+	g.session = (char *)name;
+	g.prompt = (char *)o.prompt;
+	g.has_role = o.role >= 0;
+	g.role = o.role;
+	g.has_max_tokens = o.max_tokens > 0;
+	g.max_tokens = o.max_tokens;
+	g.sampler = &so;
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_GENERATE;
+	q.generate = &g;
+	return cli_send(c, &q);
+}
+
+struct gen {
+	char *text;
+	size_t len;
+	uint32_t *toks;
+	size_t n, events;
+	int error;               /* 0: ended with Done */
+	char msg[256];
+	int reason;
+	uint32_t prompt_tokens, generated, session_tokens;
+};
+
+static inline void gen_free(struct gen *g)
+{
+	free(g->text);
+	free(g->toks);
+	memset(g, 0, sizeof(*g));
+}
+
+/* Fold one reply of a generation into g; 1 once it was the terminal one. */
+static inline int gen_take(struct gen *g, Llamad__Response *r)
+{
+	int done = 1;
+	if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN) {
+		Llamad__TokenEvent *t = r->token;
+		size_t tl = t->text ? strlen(t->text) : 0;
+		g->text = realloc(g->text, g->len + tl + 1);
+		g->toks = realloc(g->toks, (g->n + t->n_tokens + 1) * sizeof(uint32_t));
+		assert_non_null(g->text);
+		assert_non_null(g->toks);
+		memcpy(g->text + g->len, t->text ? t->text : "", tl);
+		g->len += tl;
+		g->text[g->len] = 0;
+		if (t->n_tokens)
+			memcpy(g->toks + g->n, t->tokens, t->n_tokens * sizeof(uint32_t));
+		g->n += t->n_tokens;
+		g->events++;
+		done = 0;
+	} else if (r->body_case == LLAMAD__RESPONSE__BODY_DONE) {
+		g->reason = r->done->reason;
+		g->prompt_tokens = r->done->prompt_tokens;
+		g->generated = r->done->generated_tokens;
+		g->session_tokens = r->done->session_tokens;
+	} else if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
+		g->error = r->error->code;
+		snprintf(g->msg, sizeof(g->msg), "%s", r->error->message ? r->error->message : "");
+	} else {
+		fail_msg("unexpected reply to a generate: %s", body_name(r));
+	}
+	rfree(r);
+	if (!g->text)
+		g->text = calloc(1, 1);
+	return done;
 }
 
 #endif
