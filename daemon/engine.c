@@ -622,11 +622,8 @@ static void save_history(struct session *s, void *ctx)
 	/* changed since saved: dirty, or in the middle of a turn */
 	if (s->ephemeral || s->loc != SESS_POOL || !(s->dirty || s->busy) || !e->state_dir)
 		return;
-	int nc = s->n_cached;
-	s->n_cached = 0;
 	char *cause = NULL;
-	int rc = store_save(e->state_dir, s, e->pool, e->m->fingerprint, &cause);
-	s->n_cached = nc;
+	int rc = store_save_history(e->state_dir, s, e->pool, e->m->fingerprint, &cause);
 	if (rc)
 		log_msg(LL_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
 	free(cause);

@@ -427,8 +427,10 @@ static int text_ok(const char *t)
 /* Check that s can be written and that a reader would accept the result;
  * fill the header fields (not the checksum). 0 or -EINVAL / -E2BIG with a
  * reason in why. */
-static int save_check(const struct session *s, const struct kvpool *pool, uint64_t fingerprint,
-		      struct hdr *h, char *why, size_t whycap)
+/* n_cached: positions whose K/V go into the file (s->n_cached, or 0 for
+ * the history alone). */
+static int save_check(const struct session *s, int n_cached, const struct kvpool *pool,
+		      uint64_t fingerprint, struct hdr *h, char *why, size_t whycap)
 {
 	const struct kt_kv *kv = &pool->kv;
 	if (s->n_tokens < 0 || (uint64_t)s->n_tokens > MAX_TOKENS || s->n_turns < 0 ||
@@ -473,10 +475,10 @@ static int save_check(const struct session *s, const struct kvpool *pool, uint64
 		meta += 5 + text_bytes(t->text);
 	}
 	int bs = kv->block_size;
-	int n_blocks = (s->n_cached + bs - 1) / bs;
+	int n_blocks = (n_cached + bs - 1) / bs;
 	if (n_blocks > s->kv.n_blocks) {
 		snprintf(why, whycap, "cannot save: %d cached positions but %d blocks",
-			 s->n_cached, s->kv.n_blocks);
+			 n_cached, s->kv.n_blocks);
 		return -EINVAL;
 	}
 	for (int i = 0; i < n_blocks; i++) {
@@ -492,7 +494,7 @@ static int save_check(const struct session *s, const struct kvpool *pool, uint64
 	h->n_layers = (uint32_t)kv->n_layers;
 	h->kv_dim = (uint32_t)kv->kv_dim;
 	h->n_tokens = (uint32_t)s->n_tokens;
-	h->n_cached = (uint32_t)s->n_cached;
+	h->n_cached = (uint32_t)n_cached;
 	h->n_turns = (uint32_t)s->n_turns;
 	h->uid = (uint32_t)s->uid;
 	h->tmpl = (uint32_t)s->tmpl;
@@ -558,8 +560,8 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 	return rc;
 }
 
-int store_save(const char *dir, const struct session *s, const struct kvpool *pool,
-	       uint64_t fingerprint, char **cause)
+static int save_file(const char *dir, const struct session *s, int n_cached,
+		     const struct kvpool *pool, uint64_t fingerprint, char **cause)
 {
 	if (cause)
 		*cause = NULL;
@@ -569,7 +571,7 @@ int store_save(const char *dir, const struct session *s, const struct kvpool *po
 				       : -ENOMEM;
 	struct hdr h;
 	char why[256];
-	int rc = save_check(s, pool, fingerprint, &h, why, sizeof(why));
+	int rc = save_check(s, n_cached, pool, fingerprint, &h, why, sizeof(why));
 	if (rc) {
 		fail(cause, rc, path, "%s", why);
 		free(path);
@@ -665,6 +667,18 @@ out:
 	free(w.buf);
 	free(path);
 	return rc;
+}
+
+int store_save(const char *dir, const struct session *s, const struct kvpool *pool,
+	       uint64_t fingerprint, char **cause)
+{
+	return save_file(dir, s, s->n_cached, pool, fingerprint, cause);
+}
+
+int store_save_history(const char *dir, const struct session *s, const struct kvpool *pool,
+		       uint64_t fingerprint, char **cause)
+{
+	return save_file(dir, s, 0, pool, fingerprint, cause);
 }
 
 /* ---- load --------------------------------------------------------------- */

@@ -68,6 +68,11 @@ char *store_path(const char *dir, uid_t uid, const char *id);
  */
 int store_save(const char *dir, const struct session *s, const struct kvpool *pool,
 	       uint64_t fingerprint, char **cause);
+/* The same without any K/V (n_cached 0 in the file): restored, the session
+ * recomputes its cache from the tokens. For when the pool cannot be read
+ * (a failed device). */
+int store_save_history(const char *dir, const struct session *s, const struct kvpool *pool,
+		       uint64_t fingerprint, char **cause);
 
 /*
  * Read the session file at path into s (an empty session from
