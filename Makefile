@@ -91,7 +91,7 @@ CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-quantize $(BUILD)/llamad-bench \
-              $(BUILD)/llamad-bench-daemon $(BUILD)/llamad-gpucheck
+              $(BUILD)/llamad-bench-daemon $(BUILD)/llamad-gpucheck $(BUILD)/llamad-load
 
 BINS := $(BUILD)/llamad $(TOOL_BINS)
 ifneq ($(CLIENT_OBJ),)
@@ -164,6 +164,9 @@ $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)
 
 $(BUILD)/llamad-gpucheck: $(BUILD)/tests/gpu/check.o $(CORE_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)

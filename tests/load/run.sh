@@ -27,9 +27,8 @@
 # event is a Save must come back with at least the tokens it was saved with
 # and generate; then dropping them all empties the directory.
 #
-# Build (here, no make rule yet; the flags of llamad-bench-daemon, from the
-# sources like tests/integration/systemd.sh, so a sanitizer build's
-# libllamad-proto.a is not needed):
+# The generator is $BUILD/llamad-load (make builds it); when that is
+# missing (e.g. the TSan build) or LOAD_SAN is set, it is built here:
 #   cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -I. -I$BUILD/proto \
 #      tests/load/load.c proto/frame.c $BUILD/proto/llamad.pb-c.c \
 #      $(pkg-config --libs libprotobuf-c) -lm -o llamad-load
@@ -73,15 +72,18 @@ pass() { echo "PASS $*"; }
 bad()  { echo "FAIL $*"; fail=1; }
 note() { echo "NOTE $*"; }
 
-# ---- build the load generator ------------------------------------------------
-LOAD=$tmp/llamad-load
-san=
-[ -n "$LOAD_SAN" ] && san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined"
-# shellcheck disable=SC2046,SC2086  # word splitting on purpose
-cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE $san -I. -I"$BUILD/proto" \
-    tests/load/load.c proto/frame.c "$BUILD/proto/llamad.pb-c.c" \
-    $(pkg-config --libs libprotobuf-c) -lm -o "$LOAD" ||
-    { echo "FAIL cannot build tests/load/load.c"; exit 1; }
+# ---- the load generator: make's, else built here -----------------------------
+LOAD=$BUILD/llamad-load
+if [ -n "$LOAD_SAN" ] || [ ! -x "$LOAD" ]; then
+    LOAD=$tmp/llamad-load
+    san=
+    [ -n "$LOAD_SAN" ] && san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined"
+    # shellcheck disable=SC2046,SC2086  # word splitting on purpose
+    cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE $san -I. -I"$BUILD/proto" \
+        tests/load/load.c proto/frame.c "$BUILD/proto/llamad.pb-c.c" \
+        $(pkg-config --libs libprotobuf-c) -lm -o "$LOAD" ||
+        { echo "FAIL cannot build tests/load/load.c"; exit 1; }
+fi
 
 # ---- file descriptors: both processes hold every connection ------------------
 want=$((IDLE + CONNS + HALF + 256))
