@@ -664,22 +664,7 @@ static int get_vector(struct model *m, struct gguf *g, const char *name, int n,
 	float *v = model_own(m, (size_t)n * sizeof(float));
 	if (!v)
 		return -ENOMEM;
-	for (int i = 0; i < n; i++) {
-		uint16_t h;
-		switch (gt->kt) {
-		case KT_F32:
-			memcpy(&v[i], t->data + 4 * (size_t)i, 4);
-			break;
-		case KT_F16:
-			memcpy(&h, t->data + 2 * (size_t)i, 2);
-			v[i] = kt_f16_to_f32(h);
-			break;
-		default:
-			memcpy(&h, t->data + 2 * (size_t)i, 2);
-			v[i] = kt_bf16_to_f32(h);
-			break;
-		}
-	}
+	kt_row_to_f32(gt->kt, t->data, v, (size_t)n);  /* F32/F16/BF16, checked above */
 	*out = v;
 	return 0;
 }

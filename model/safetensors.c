@@ -220,29 +220,7 @@ static int get_vector(struct model *m, const struct st_set *s, const char *name,
 	float *v = model_own(m, (size_t)n * sizeof(float));
 	if (!v)
 		return -ENOMEM;
-	for (int i = 0; i < n; i++) {
-		uint16_t h;
-		switch (t->dtype) {
-		case KT_F32:
-			memcpy(&v[i], t->data + 4 * (size_t)i, 4);
-			break;
-		case KT_F16:
-			memcpy(&h, t->data + 2 * (size_t)i, 2);
-			v[i] = kt_f16_to_f32(h);
-			break;
-		case KT_BF16:
-			memcpy(&h, t->data + 2 * (size_t)i, 2);
-			v[i] = kt_bf16_to_f32(h);
-			break;
-		case KT_Q8_0:
-		case KT_Q4_0:
-		case KT_Q4_K:
-		case KT_Q5_K:
-		case KT_Q6_K:  /* parse_dtype never yields these */
-			v[i] = 0;
-			break;
-		}
-	}
+	kt_row_to_f32(t->dtype, t->data, v, (size_t)n);  /* parse_dtype gives F32/F16/BF16 only */
 	*out = v;
 	return 0;
 }
