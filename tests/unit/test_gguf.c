@@ -35,6 +35,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "model/tokenizer.h"
+#include "tests/unit/tok_vectors.h"
 #include "session/kvpool.h"
 
 #define BLOCK 16
@@ -735,52 +736,7 @@ static void test_vocab_only_vectors(void **state)
 	assert_int_equal(tok_drops_leading_space(t), 1);
 	assert_string_equal(tok_piece(t, 450), "\xe2\x96\x81The");
 
-	static const char sep[] = "\n__ggml_vocab_test__\n";
-	const size_t seplen = sizeof sep - 1;
-	const char *models = env_or("MODELS", "../shared/models");
-	char *pin = path_join(models, "ggml-vocab-llama-spm.gguf.inp");
-	char *pout = path_join(models, "ggml-vocab-llama-spm.gguf.out");
-	size_t inlen, outlen;
-	char *in = slurp(pin, &inlen), *out = slurp(pout, &outlen);
-	assert_non_null(in);
-	assert_non_null(out);
-	int n_cases = 0;
-	char *ip = in, *op = out;
-	while (ip < in + inlen) {
-		char *end = memmem(ip, (size_t)(in + inlen - ip), sep, seplen);
-		assert_non_null(end);
-		char *nl = strchr(op, '\n');
-		assert_non_null(nl);
-		*nl = '\0';
-		int32_t *ids = NULL;
-		int n = tok_encode(t, ip, (size_t)(end - ip), 0, &ids);
-		assert_true(n >= 0);
-		int k = 0;
-		char *q = op;
-		for (;;) {
-			char *e;
-			long v = strtol(q, &e, 10);
-			if (e == q)
-				break;
-			if (k >= n || ids[k] != v)
-				fail_msg("vector %d (\"%.*s\"): id %d is %d, expected %ld", n_cases,
-					 (int)(end - ip), ip, k, k < n ? ids[k] : -1, v);
-			k++;
-			q = e;
-		}
-		if (k != n)
-			fail_msg("vector %d: %d ids, expected %d", n_cases, n, k);
-		free(ids);
-		n_cases++;
-		ip = end + seplen;
-		op = nl + 1;
-	}
-	assert_true(op == out + outlen);
-	assert_int_equal(n_cases, 46);
-	free(in);
-	free(out);
-	free(pin);
-	free(pout);
+	check_ggml_vectors(t, NULL);
 	tok_free(t);
 
 	/* as a model it has no weights */

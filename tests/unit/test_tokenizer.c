@@ -23,6 +23,7 @@
 #include "tests/unit/testutil.h"
 
 #include "model/tokenizer.h"
+#include "tests/unit/tok_vectors.h"
 
 struct fixture {
 	struct tok *llama;  /* tokenizer.model */
@@ -133,76 +134,12 @@ static void assert_stream_matches_decode(const struct tok *t,
 
 /* ---- llama.cpp vectors ------------------------------------------------ */
 
-/*
- * Format (checked byte by byte): every test string is followed by
- * "\n__ggml_vocab_test__\n", including the last one, so the file ends with
- * the separator and there is no leading one. Strings may be empty or hold
- * newlines of their own ("\n\n" is a string). The .out file has one line
- * per string, ending in '\n'; an empty line is the empty string's (no ids).
- * There are 46 strings and 46 lines (a naive split on the separator gives a
- * 47th, empty, piece after the final separator, matching the empty piece
- * after the .out's final newline).
- */
+/* The 46 vectors (format in tok_vectors.h), each also streamed. */
 static void test_ggml_vectors(void **state)
 {
 	struct fixture *fx = *state;
-	static const char sep[] = "\n__ggml_vocab_test__\n";
-	const size_t seplen = sizeof sep - 1;
-	char *pin = model_path("ggml-vocab-llama-spm.gguf.inp");
-	char *pout = model_path("ggml-vocab-llama-spm.gguf.out");
-	size_t inlen, outlen;
-	char *in = slurp(pin, &inlen);
-	char *out = slurp(pout, &outlen);
-	assert_non_null(in);
-	assert_non_null(out);
-	assert_true(inlen >= seplen);
-	assert_memory_equal(in + inlen - seplen, sep, seplen);
-	assert_true(outlen > 0 && out[outlen - 1] == '\n');
-
-	int n_cases = 0;
-	char *ip = in, *op = out;
-	while (ip < in + inlen) {
-		char *end = memmem(ip, (size_t)(in + inlen - ip), sep, seplen);
-		assert_non_null(end);
-		char *nl = strchr(op, '\n');
-		assert_non_null(nl); /* a line for every string */
-		*nl = '\0';
-
-		int32_t *ids = NULL;
-		int n = tok_encode(fx->llama, ip, (size_t)(end - ip), 0, &ids);
-		assert_true(n >= 0);
-		int k = 0;
-		char *q = op;
-		for (;;) {
-			char *e;
-			long v = strtol(q, &e, 10);
-			if (e == q)
-				break;
-			if (k >= n || ids[k] != v)
-				fail_msg("vector %d (\"%.*s\"): id %d is %d, "
-					 "expected %ld", n_cases,
-					 (int)(end - ip), ip, k,
-					 k < n ? ids[k] : -1, v);
-			k++;
-			q = e;
-		}
-		if (k != n)
-			fail_msg("vector %d: %d ids, expected %d", n_cases, n,
-				 k);
-		/* normal text: streaming gives what tok_decode gives */
-		assert_stream_matches_decode(fx->llama, ids, n);
-		free(ids);
-
-		n_cases++;
-		ip = end + seplen;
-		op = nl + 1;
-	}
-	assert_true(op == out + outlen); /* no lines left over */
-	assert_int_equal(n_cases, 46);
-	free(in);
-	free(out);
-	free(pin);
-	free(pout);
+	/* normal text: streaming gives what tok_decode gives */
+	check_ggml_vectors(fx->llama, assert_stream_matches_decode);
 }
 
 /* ---- Llama 2 tokenizer ------------------------------------------------ */
