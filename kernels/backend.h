@@ -55,6 +55,21 @@ int kt_dtype_is_quant(enum kt_dtype t);
 const char *kt_dtype_name(enum kt_dtype t);
 /* Dequantize / convert one row of n elements of any dtype to fp32. */
 void kt_row_to_f32(enum kt_dtype t, const void *row, float *out, size_t n);
+/*
+ * The integer form of one block of a quantized dtype (KT_QBLOCK weights for
+ * Q8_0 / Q4_0, KT_QK_K for the K-quants): unsigned codes u[] and scales
+ * (d, dmin as f16 bits) such that weight i, in sub-block j = i / 32, is
+ *   Q8_0: d * (u - 128)              Q4_0: d * (u - 8)
+ *   Q4_K, Q5_K: (d * sc[j]) * u - dmin * m[j]     (u < 16, < 32; sc, m < 64)
+ *   Q6_K: (d * sc[i / 16]) * (u - 32)             (u < 64; sc int8)
+ * kt_row_to_f32 computes exactly these fp32 expressions.
+ */
+struct kt_qcodes {
+	uint8_t u[KT_QK_K];
+	uint16_t d, dmin;
+	int sc[16], m[8];
+};
+void kt_block_codes(enum kt_dtype t, const void *block, struct kt_qcodes *q);
 /* Quantize n fp32 values (n a multiple of KT_QBLOCK) to Q8_0 / Q4_0, with
  * the round-to-nearest scheme of the GGML reference quantizers. */
 void kt_quantize_q8_0(const float *x, void *out, size_t n);
@@ -76,7 +91,14 @@ struct kt_weight {
 	const void *data;
 	enum kt_dtype dtype;
 	int rows, cols;
+	/* the backend's own form of the matrix for matmul (the CPU backend's
+	 * row-interleaved quantized layout), or NULL: set by weight_place */
+	void *pack;
 };
+
+/* What a placed weight is used for (weight_place). */
+#define KT_USE_MATMUL 1  /* as W in matmul */
+#define KT_USE_ROWS 2    /* rows read by embed */
 
 /*
  * Paged KV store. Memory is n_blocks blocks; a block holds block_size
@@ -178,10 +200,12 @@ struct backend_ops {
 	int (*copy)(struct backend *be, void *dst, const void *src, size_t bytes);
 	/* Make dst a copy of src in backend memory, possibly in another dtype
 	 * or layout that only this backend's matmul/embed read (CUDA: f32 to
-	 * f16, quantized blocks repacked). The CPU backend aliases src.
-	 * Returns 0, -ENOMEM or -EIO. */
+	 * f16, quantized blocks repacked). `use` (KT_USE_*) says which ops
+	 * will read it. The CPU backend aliases src, and for matmul adds its
+	 * row-interleaved form of quantized matrices (dst->pack). Returns 0,
+	 * -ENOMEM or -EIO. */
 	int (*weight_place)(struct backend *be, struct kt_weight *dst,
-			    const struct kt_weight *src);
+			    const struct kt_weight *src, int use);
 	void (*weight_release)(struct backend *be, struct kt_weight *w);
 	/* Stage one batch before its ops run: the ops that take tok, pos or
 	 * rows until the next batch_begin are called with exactly these

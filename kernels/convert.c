@@ -276,42 +276,93 @@ static void k_pack_scale_min(uint8_t *s, const int *sc, const int *m)
 	}
 }
 
-/* One Q4_K (qh NULL) or Q5_K super-block to 256 floats. */
-static void deq_q45_k(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs, float *out)
+/* Codes and scales of one Q4_K (qh NULL) or Q5_K super-block. */
+static void codes_q45_k(const uint8_t *blk, const uint8_t *qh, const uint8_t *qs,
+			struct kt_qcodes *q)
 {
-	float d = kt_f16_to_f32(ld_u16(blk)), dmin = kt_f16_to_f32(ld_u16(blk + 2));
+	q->d = ld_u16(blk);
+	q->dmin = ld_u16(blk + 2);
 	for (int j = 0; j < 8; j++) {
-		int sc, m;
-		k_scale_min(blk + 4, j, &sc, &m);
-		float d1 = d * (float)sc, m1 = dmin * (float)m;
-		const uint8_t *q = qs + 32 * (j / 2);
+		k_scale_min(blk + 4, j, &q->sc[j], &q->m[j]);
+		const uint8_t *s = qs + 32 * (j / 2);
 		int shift = 4 * (j & 1);
-		for (int l = 0; l < 32; l++) {
-			int v = (q[l] >> shift) & 15;
-			if (qh)
-				v += ((qh[l] >> j) & 1) << 4;
-			out[32 * j + l] = d1 * (float)v - m1;
-		}
+		for (int l = 0; l < 32; l++)
+			q->u[32 * j + l] = (uint8_t)(((s[l] >> shift) & 15) |
+						     (qh ? ((qh[l] >> j) & 1) << 4 : 0));
 	}
 }
 
-static void deq_q6_k(const uint8_t *blk, float *out)
+static void codes_q6_k(const uint8_t *blk, struct kt_qcodes *q)
 {
 	const uint8_t *ql = blk, *qh = blk + 128;
-	const int8_t *sc = (const int8_t *)(blk + 192);
-	float d = kt_f16_to_f32(ld_u16(blk + 208));
+	q->d = ld_u16(blk + 208);
+	q->dmin = 0;
+	for (int i = 0; i < 16; i++)
+		q->sc[i] = (int8_t)blk[192 + i];
 	for (int h = 0; h < 2; h++)
 		for (int k = 0; k < 4; k++)
-			for (int l0 = 0; l0 < 32; l0 += 16) {
-				int i0 = 128 * h + 32 * k + l0;
-				float d1 = d * (float)sc[i0 / 16];
-				const uint8_t *lq = ql + 64 * h + 32 * (k & 1), *hq = qh + 32 * h;
-				for (int l = l0; l < l0 + 16; l++) {
-					int lo = (lq[l] >> (k < 2 ? 0 : 4)) & 15;
-					int hi = (hq[l] >> (2 * k)) & 3;
-					out[i0 - l0 + l] = d1 * (float)((lo | hi << 4) - 32);
-				}
+			for (int l = 0; l < 32; l++) {
+				int lo = (ql[64 * h + 32 * (k & 1) + l] >> (k < 2 ? 0 : 4)) & 15;
+				int hi = (qh[32 * h + l] >> (2 * k)) & 3;
+				q->u[128 * h + 32 * k + l] = (uint8_t)(lo | hi << 4);
 			}
+}
+
+void kt_block_codes(enum kt_dtype t, const void *block, struct kt_qcodes *q)
+{
+	const uint8_t *p = block;
+	switch (t) {
+	case KT_Q8_0:
+		q->d = ld_u16(p);
+		for (int j = 0; j < KT_QBLOCK; j++)
+			q->u[j] = (uint8_t)(p[2 + j] ^ 0x80);   /* int8 q + 128 */
+		break;
+	case KT_Q4_0:
+		q->d = ld_u16(p);
+		for (int j = 0; j < KT_QBLOCK / 2; j++) {
+			q->u[j] = p[2 + j] & 15;
+			q->u[j + KT_QBLOCK / 2] = p[2 + j] >> 4;
+		}
+		break;
+	case KT_Q4_K: codes_q45_k(p, NULL, p + 16, q); break;
+	case KT_Q5_K: codes_q45_k(p, p + 16, p + 48, q); break;
+	case KT_Q6_K: codes_q6_k(p, q); break;
+	case KT_F32:
+	case KT_F16:
+	case KT_BF16: break;
+	}
+}
+
+/* One block's weights from its codes: the fp32 expressions of kt_qcodes. */
+static void codes_to_f32(enum kt_dtype t, const struct kt_qcodes *q, float *out)
+{
+	float d = kt_f16_to_f32(q->d);
+	switch (t) {
+	case KT_Q8_0:
+	case KT_Q4_0: {
+		int off = t == KT_Q8_0 ? 128 : 8;
+		for (int j = 0; j < KT_QBLOCK; j++)
+			out[j] = d * (float)(q->u[j] - off);
+		break;
+	}
+	case KT_Q4_K:
+	case KT_Q5_K: {
+		float dmin = kt_f16_to_f32(q->dmin);
+		for (int j = 0; j < 8; j++) {
+			float d1 = d * (float)q->sc[j], m1 = dmin * (float)q->m[j];
+			for (int l = 0; l < 32; l++)
+				out[32 * j + l] = d1 * (float)q->u[32 * j + l] - m1;
+		}
+		break;
+	}
+	case KT_Q6_K:
+		for (int i = 0; i < KT_QK_K; i++)
+			out[i] = d * (float)q->sc[i / 16] * (float)(q->u[i] - 32);
+		break;
+	case KT_F32:
+	case KT_F16:
+	case KT_BF16: break;
+	}
 }
 
 /* The f16 scale nearest to top / steps, raised until steps of it cover top. */
@@ -436,32 +487,17 @@ void kt_row_to_f32(enum kt_dtype t, const void *row, float *out, size_t n)
 			out[i] = kt_bf16_to_f32(ld_u16(p + 2 * i));
 		return;
 	case KT_Q8_0:
-		for (size_t b = 0; b < n / KT_QBLOCK; b++, p += Q8_0_BYTES, out += KT_QBLOCK) {
-			float d = kt_f16_to_f32(ld_u16(p));
-			for (int j = 0; j < KT_QBLOCK; j++)
-				out[j] = d * (float)(int8_t)p[2 + j];
-		}
-		return;
 	case KT_Q4_0:
-		for (size_t b = 0; b < n / KT_QBLOCK; b++, p += Q4_0_BYTES, out += KT_QBLOCK) {
-			float d = kt_f16_to_f32(ld_u16(p));
-			for (int j = 0; j < KT_QBLOCK / 2; j++) {
-				out[j] = d * (float)((p[2 + j] & 15) - 8);
-				out[j + KT_QBLOCK / 2] = d * (float)((p[2 + j] >> 4) - 8);
-			}
+	case KT_Q4_K:
+	case KT_Q5_K:
+	case KT_Q6_K: {
+		size_t bw = kt_block_weights(t), bb = kt_row_bytes(t, bw);
+		struct kt_qcodes q;
+		for (size_t b = 0; b < n / bw; b++, p += bb, out += bw) {
+			kt_block_codes(t, p, &q);
+			codes_to_f32(t, &q, out);
 		}
 		return;
-	case KT_Q4_K:
-		for (size_t b = 0; b < n / KT_QK_K; b++, p += Q4_K_BYTES, out += KT_QK_K)
-			deq_q45_k(p, NULL, p + 16, out);
-		return;
-	case KT_Q5_K:
-		for (size_t b = 0; b < n / KT_QK_K; b++, p += Q5_K_BYTES, out += KT_QK_K)
-			deq_q45_k(p, p + 16, p + 48, out);
-		return;
-	case KT_Q6_K:
-		for (size_t b = 0; b < n / KT_QK_K; b++, p += Q6_K_BYTES, out += KT_QK_K)
-			deq_q6_k(p, out);
-		return;
+	}
 	}
 }

@@ -72,6 +72,15 @@ static const float *place_vec(struct fwd *f, const float *v, size_t n)
 }
 
 /* Place every weight of f->m into backend memory (f->dm). 0 or -errno. */
+/* A matmul-only weight the backend copied (device memory, the CPU's packed
+ * form): its file pages need not stay resident. */
+static void drop_source(struct fwd *f, const struct kt_weight *dst, const struct kt_weight *src)
+{
+	if (dst->pack || dst->data != src->data)
+		model_drop_pages(f->m, src->data,
+				 (size_t)src->rows * kt_row_bytes(src->dtype, (size_t)src->cols));
+}
+
 static int place_model(struct fwd *f)
 {
 	const struct model *m = f->m;
@@ -84,18 +93,23 @@ static int place_model(struct fwd *f)
 		return -ENOMEM;
 	f->dm.layers = f->dl;
 	f->placed = 1;
-	int rc = be->ops->weight_place(be, &f->dm.embed, &m->embed);
-	if (!rc && m->cls.data == m->embed.data)
+	int tied = m->cls.data == m->embed.data;
+	int rc = be->ops->weight_place(be, &f->dm.embed, &m->embed,
+				       KT_USE_ROWS | (tied ? KT_USE_MATMUL : 0));
+	if (!rc && tied)
 		f->dm.cls = f->dm.embed;   /* tied: one copy */
-	else if (!rc)
-		rc = be->ops->weight_place(be, &f->dm.cls, &m->cls);
+	else if (!rc && !(rc = be->ops->weight_place(be, &f->dm.cls, &m->cls, KT_USE_MATMUL)))
+		drop_source(f, &f->dm.cls, &m->cls);
 	for (int l = 0; l < c->n_layers && !rc; l++) {
 		const struct model_layer *L = &m->layers[l];
 		struct model_layer *D = &f->dl[l];
 		const struct kt_weight *src[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w1, &L->w2, &L->w3 };
 		struct kt_weight *dst[7] = { &D->wq, &D->wk, &D->wv, &D->wo, &D->w1, &D->w2, &D->w3 };
-		for (int i = 0; i < 7 && !rc; i++)
-			rc = be->ops->weight_place(be, dst[i], src[i]);
+		for (int i = 0; i < 7 && !rc; i++) {
+			rc = be->ops->weight_place(be, dst[i], src[i], KT_USE_MATMUL);
+			if (!rc)
+				drop_source(f, dst[i], src[i]);
+		}
 		if (!rc && (!(D->att_norm = place_vec(f, L->att_norm, (size_t)c->dim)) ||
 			    !(D->ffn_norm = place_vec(f, L->ffn_norm, (size_t)c->dim))))
 			rc = be->failed ? -EIO : -ENOMEM;

@@ -15,7 +15,7 @@
 
 static struct kt_weight take(const float **p, int rows, int cols)
 {
-	struct kt_weight w = { *p, KT_F32, rows, cols };
+	struct kt_weight w = { *p, KT_F32, rows, cols, NULL };
 	*p += (size_t)rows * cols;
 	return w;
 }

@@ -92,6 +92,21 @@ int model_map_file(struct model *m, const char *path, const uint8_t **data,
 	return 0;
 }
 
+void model_drop_pages(const struct model *m, const void *p, size_t len)
+{
+	uintptr_t a = (uintptr_t)p, e = a + len;
+	for (int i = 0; i < m->n_maps; i++) {
+		uintptr_t ma = (uintptr_t)m->maps[i].addr, me = ma + m->maps[i].len;
+		if (a < ma || e > me)
+			continue;
+		uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+		uintptr_t lo = (a + pg - 1) & ~(pg - 1), hi = e & ~(pg - 1);
+		if (lo < hi)   /* shared read-only file mapping: only drops PTEs */
+			madvise((void *)lo, hi - lo, MADV_DONTNEED);
+		return;
+	}
+}
+
 const char *model_config_check(const struct model_config *c)
 {
 	if (c->dim <= 0 || c->dim > 65536)

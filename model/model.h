@@ -83,6 +83,11 @@ struct model {
 struct model *model_load(const char *path, const char *tokenizer, char **cause);
 /* Free a model; accepts NULL. */
 void model_free(struct model *m);
+/* Tell the kernel the mapped file pages wholly inside [p, p+len) are not
+ * needed for now (a backend made its own copy of a weight): they leave
+ * the process's resident set and come back from the file if read again.
+ * Does nothing for memory that is not one of m's file mappings. */
+void model_drop_pages(const struct model *m, const void *p, size_t len);
 
 /*
  * Load only the tokenizer of a GGUF file (tokenizer.ggml.*, which must be

@@ -13,7 +13,35 @@ struct cpu_backend {
 	int have_avx512;
 	float **scratch;        /* per-thread scratch (attention scores) */
 	size_t scratch_len;     /* floats in each */
+	int have_vnni;          /* AVX512-VNNI: quantized weights are packed */
+	int pack_quant;         /* pack quantized weights at placement */
+	uint8_t *qx;            /* 8-bit activations for packed matmuls */
+	size_t qx_len;          /* bytes at qx */
+	int qx_cols;            /* widest packed weight placed */
+	int max_tokens;         /* from reserve */
 };
+
+/* Quantized weights with 8-bit activations (kernels/cpu/qdot.c). */
+struct cpu_qpack;
+/* Pack w (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) row-interleaved, with pool's
+ * threads if pool is not NULL. 0, -EINVAL (not a packable dtype or shape)
+ * or -ENOMEM. */
+int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out);
+void cpu_qpack_free(struct cpu_qpack *p);
+size_t cpu_qpack_bytes(const struct cpu_qpack *p);
+/* Row groups (16 rows each): the unit cpu_qpack_rows splits on. */
+int cpu_qpack_groups(const struct cpu_qpack *p);
+/* Bytes of one token's quantized activations of width cols. */
+size_t cpu_qx_row_bytes(int cols);
+/* Quantize tokens [t0, t1) of x (rows of cols) into qx (rows of
+ * cpu_qx_row_bytes(cols), 64-byte aligned). vnni picks the vector code;
+ * the bytes are the same either way. */
+void cpu_qx_quantize(int vnni, uint8_t *qx, const float *x, int cols, int t0, int t1);
+/* y (n_tok x rows) for row groups [g0, g1) of p from quantized activations;
+ * vnni picks the AVX512-VNNI kernel; the result is bit-identical either way
+ * and for any group range. */
+void cpu_qpack_rows(int vnni, float *y, const uint8_t *qx, const struct cpu_qpack *p,
+		    int n_tok, int g0, int g1);
 
 /* Matmul entry point of the CPU backend (kernels/cpu/matmul.c). */
 void cpu_matmul(struct backend *be, float *y, const float *x,
@@ -25,6 +53,9 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
  * way, and for any row range. */
 void cpu_matmul_rows(int avx512, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1);
+
+/* Room in cb->qx for n_tok tokens of width cols: 0 or -ENOMEM. */
+int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols);
 
 /* Dot product of n fp32 values with the fixed reduction order every op uses. */
 float cpu_dot(const float *a, const float *b, int n);

@@ -9,8 +9,10 @@
  * several rows only share loads, never partial sums, so an element's value
  * is the same whatever the tile, the thread split or the batch size.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
@@ -547,13 +549,70 @@ static void mm_worker(void *ctx, int ith, int nth)
 		cpu_matmul_rows(j->avx512, j->y, j->x, j->w, j->n_tok, r0, r1);
 }
 
+int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols)
+{
+	size_t need = (size_t)(n_tok > 0 ? n_tok : 1) * cpu_qx_row_bytes(cols);
+	if (need <= cb->qx_len)
+		return 0;
+	void *p;
+	if (posix_memalign(&p, 64, need))
+		return -ENOMEM;
+	free(cb->qx);
+	cb->qx = p;
+	cb->qx_len = need;
+	return 0;
+}
+
+/* Packed weights: activations quantized (tokens split over the threads),
+ * then row groups split over them. */
+struct qmm_job {
+	float *y;
+	const float *x;
+	const struct kt_weight *w;
+	uint8_t *qx;
+	int n_tok, vnni;
+};
+
+static void qx_worker(void *ctx, int ith, int nth)
+{
+	struct qmm_job *j = ctx;
+	int per = (j->n_tok + nth - 1) / nth, t0 = ith * per, t1 = t0 + per;
+	if (t1 > j->n_tok)
+		t1 = j->n_tok;
+	if (t0 < t1)
+		cpu_qx_quantize(j->vnni, j->qx, j->x, j->w->cols, t0, t1);
+}
+
+static void qmm_worker(void *ctx, int ith, int nth)
+{
+	struct qmm_job *j = ctx;
+	int ng = cpu_qpack_groups(j->w->pack);
+	/* whole tiles of 4 groups where there are enough */
+	int per = (ng + nth - 1) / nth;
+	if (ng >= 4 * nth)
+		per = (per + 3) & ~3;
+	int g0 = ith * per, g1 = g0 + per;
+	if (g1 > ng)
+		g1 = ng;
+	if (g0 < g1)
+		cpu_qpack_rows(j->vnni, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
+}
+
 void cpu_matmul(struct backend *be, float *y, const float *x,
 		const struct kt_weight *w, int n_tok)
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
+	size_t wbytes = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
+	if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
+		struct qmm_job q = { y, x, w, cb->qx, n_tok, cb->have_vnni };
+		int nth = tpool_size(cb->pool);
+		tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
+		tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);
+		return;
+	}
+	/* not packed (or no memory for the activations: the exact path) */
 	struct mm_job j = { y, x, w, n_tok, cb->have_avx512 };
-	size_t work = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols) +
-		      (size_t)n_tok * w->rows * w->cols / 4;
+	size_t work = wbytes + (size_t)n_tok * w->rows * w->cols / 4;
 	/* below ~256 KiB of weights a second thread costs more than it gives */
 	int nth = work < (256u << 10) ? 1 : tpool_size(cb->pool);
 	tpool_run(cb->pool, mm_worker, &j, nth);

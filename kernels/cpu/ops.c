@@ -557,7 +557,9 @@ static void cpu_embed(struct backend *be, float *y, const struct kt_weight *tabl
 
 static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
 {
-	(void)max_tokens;
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	if (cb->qx_cols > 0 && cpu_qx_reserve(cb, max_tokens, cb->qx_cols) != 0)
+		return -ENOMEM;
 	/* scores are computed a whole block at a time: room for the last one */
 	/* room for four rows' scores, each up to a whole block past max_pos */
 	return ensure_scratch((struct cpu_backend *)be, 4 * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
@@ -572,6 +574,7 @@ static void cpu_free(struct backend *be)
 		free(cb->scratch);
 	}
 	tpool_free(cb->pool);
+	free(cb->qx);
 	free(cb);
 }
 
@@ -596,19 +599,33 @@ static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes
 	return 0;
 }
 
-/* Weights are read where they lie (mmapped or converted at load). */
+/* Weights are read where they lie (mmapped or converted at load); with
+ * AVX512-VNNI, quantized matrices for matmul also get their packed form. */
 static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
-			    const struct kt_weight *src)
+			    const struct kt_weight *src, int use)
 {
-	(void)be;
+	struct cpu_backend *cb = (struct cpu_backend *)be;
 	*dst = *src;
+	dst->pack = NULL;
+	if (!(use & KT_USE_MATMUL) || !cb->pack_quant || !kt_dtype_is_quant(src->dtype))
+		return 0;
+	struct cpu_qpack *p;
+	int rc = cpu_qpack_new(src, cb->pool, &p);
+	if (rc == -EINVAL)
+		return 0;      /* matmul's exact path serves it */
+	if (rc)
+		return rc;
+	dst->pack = p;
+	if (src->cols > cb->qx_cols)
+		cb->qx_cols = src->cols;
 	return 0;
 }
 
 static void cpu_weight_release(struct backend *be, struct kt_weight *w)
 {
 	(void)be;
-	(void)w;
+	cpu_qpack_free(w->pack);
+	w->pack = NULL;
 }
 
 static const struct backend_ops cpu_ops = {
@@ -646,6 +663,16 @@ static int detect_avx512(void)
 #endif
 }
 
+static int detect_vnni(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+#else
+	return 0;
+#endif
+}
+
 struct backend *backend_cpu_new(int n_threads)
 {
 	if (n_threads <= 0) {
@@ -659,8 +686,14 @@ struct backend *backend_cpu_new(int n_threads)
 	cb->be.n_threads = n_threads;
 	cb->be.host_mem = 1;
 	cb->have_avx512 = detect_avx512();
-	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s", n_threads,
-		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "");
+	/* the packed form's results do not depend on the kernel, so
+	 * LLAMAD_NO_AVX512 keeps packing and runs the portable one */
+	const char *exact = getenv("LLAMAD_CPU_EXACT_Q");
+	cb->pack_quant = detect_vnni() && !(exact && *exact && *exact != '0');
+	cb->have_vnni = cb->have_avx512 && detect_vnni();
+	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s", n_threads,
+		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "",
+		 cb->pack_quant ? (cb->have_vnni ? ", vnni" : ", packed quantized") : "");
 	cb->pool = tpool_new(n_threads);
 	cb->scratch = cb->pool ? calloc((size_t)n_threads, sizeof(float *)) : NULL;
 	if (!cb->pool || !cb->scratch || ensure_scratch(cb, 4096) != 0) {

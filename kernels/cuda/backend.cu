@@ -232,8 +232,10 @@ static int put_f32(struct cu_backend *c, void *dst, enum kt_dtype dt, const floa
 	return ck(c, cudaStreamSynchronize(c->stream), "weights");
 }
 
-static int cu_weight_place(struct backend *be, struct kt_weight *dst, const struct kt_weight *src)
+static int cu_weight_place(struct backend *be, struct kt_weight *dst, const struct kt_weight *src,
+			   int use)
 {
+	(void)use;   /* every placed weight serves matmul and embed alike */
 	struct cu_backend *c = CB(be);
 	size_t rows = (size_t)src->rows, cols = (size_t)src->cols, n = rows * cols;
 	*dst = *src;

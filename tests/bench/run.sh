@@ -31,7 +31,7 @@ for s in $SHAPES; do
 done
 
 # quantized GGUF copies of the 110M shape (llamad-quantize from the f16 folder)
-for t in q8_0 q4_0; do
+for t in q8_0 q4_0 q4_k q5_k q6_k; do
     q=$OUT/stories110M-$t.gguf
     [ -f "$q" ] || "$BUILD/llamad-quantize" --model "$OUT/stories110M-f16" --type $t --out "$q" >/dev/null
     "$BUILD/llamad-bench" --model "$q" --threads "$THREADS" | tee -a "$log"

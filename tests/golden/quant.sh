@@ -27,12 +27,17 @@ awk '/^--- stdout ---$/ { k++; if (k == 1) { on = 1; next } } /^--- end stdout -
     --max-tokens 60 --echo > "$tmp/got" 2>"$tmp/err" || bad "llamad on q8_0.gguf: $(cat "$tmp/err")"
 cmp -s "$tmp/want" "$tmp/got" && echo "ok   Q8_0 greedy text = golden (60 tokens)" ||
     { bad "Q8_0 greedy text differs"; diff "$tmp/want" "$tmp/got" | head -4; }
+LLAMAD_CPU_EXACT_Q=1 "$BUILD/llamad" --model "$tmp/q8_0.gguf" --prompt "Once upon a time" \
+    --temperature 0 --max-tokens 60 --echo > "$tmp/got" 2>"$tmp/err" || bad "llamad on q8_0.gguf: $(cat "$tmp/err")"
+cmp -s "$tmp/want" "$tmp/got" && echo "ok   Q8_0 greedy text = golden with LLAMAD_CPU_EXACT_Q=1" ||
+    { bad "Q8_0 greedy text differs (exact)"; diff "$tmp/want" "$tmp/got" | head -4; }
 "$BUILD/llamad" --model "$tmp/q4_0.gguf" --prompt "Once upon a time" --temperature 0 \
     --max-tokens 30 > "$tmp/got4" 2>"$tmp/err" && [ -s "$tmp/got4" ] || bad "Q4_0 generation"
 
 ppl() { "$BUILD/llamad-bench" "$@" --perplexity "$tmp/story.txt" | sed -n 's/.*perplexity=\([0-9.]*\).*/\1/p'; }
 p32=$(ppl $BIN); p8=$(ppl --model "$tmp/q8_0.gguf"); p4=$(ppl --model "$tmp/q4_0.gguf")
-echo "perplexity on a fixed story: f32 $p32, Q8_0 $p8, Q4_0 $p4"
+p4x=$(LLAMAD_CPU_EXACT_Q=1 ppl --model "$tmp/q4_0.gguf")
+echo "perplexity on a fixed story: f32 $p32, Q8_0 $p8, Q4_0 $p4 (exact dot products: $p4x)"
 awk -v a="$p32" -v b="$p8" 'BEGIN { exit !(a > 1 && b <= a * 1.01 && b >= a * 0.99) }' ||
     bad "Q8_0 perplexity $p8 not within 1 % of f32 $p32"
 awk -v a="$p32" -v b="$p4" 'BEGIN { exit !(a > 1 && b <= a * 1.10) }' ||
@@ -40,25 +45,33 @@ awk -v a="$p32" -v b="$p4" 'BEGIN { exit !(a > 1 && b <= a * 1.10) }' ||
 
 # K-quants: stories260K's rows (64, 172) are not whole 256-weight
 # super-blocks, so a random stories110M-shaped model cut to one layer (dim
-# 768, ffn 2048: every matrix K-quantized) stands in. Each K-quant GGUF must
-# give exactly the perplexity and greedy text of its own weights dequantized
-# to f32 (llamad-quantize --type f32 of it): the K-quant matmul is the f32
-# one on the dequantized rows. A Q4_K tensor whose rows are not whole
-# super-blocks is refused, naming the tensor.
+# 768, ffn 2048: every matrix K-quantized) stands in. With
+# LLAMAD_CPU_EXACT_Q=1 each K-quant GGUF must give exactly the perplexity
+# and greedy text of its own weights dequantized to f32 (llamad-quantize
+# --type f32 of it): that matmul is the f32 one on the dequantized rows. By
+# default (8-bit activations and integer dot products where the CPU has
+# AVX512-VNNI) the perplexity must be within 1 % of the dequantized copy's.
+# A Q4_K tensor whose rows are not whole super-blocks is refused, naming the
+# tensor.
 MODELS="$MODELS" "$BUILD/llamad-genmodel" --shape stories110M --layers 1 --out "$tmp/hf" \
     >/dev/null 2>&1 || bad "llamad-genmodel stories110M failed"
 for t in q4_k q5_k q6_k; do
     "$BUILD/llamad-quantize" --model "$tmp/hf" --type $t --out "$tmp/$t.gguf" >"$tmp/q.log" 2>&1 &&
         "$BUILD/llamad-quantize" --model "$tmp/$t.gguf" --type f32 --out "$tmp/$t.f32.gguf" \
         >"$tmp/q.log" 2>&1 || { bad "llamad-quantize --type $t (or back to f32) failed"; cat "$tmp/q.log"; continue; }
-    pk=$(ppl --model "$tmp/$t.gguf"); pf=$(ppl --model "$tmp/$t.f32.gguf")
+    pk=$(LLAMAD_CPU_EXACT_Q=1 ppl --model "$tmp/$t.gguf"); pf=$(ppl --model "$tmp/$t.f32.gguf")
     for f in $t $t.f32; do
-        "$BUILD/llamad" --model "$tmp/$f.gguf" --prompt "Once upon a time" --temperature 0 \
-            --max-tokens 16 > "$tmp/g.$f" 2>"$tmp/err" || bad "llamad on $f.gguf: $(cat "$tmp/err")"
+        LLAMAD_CPU_EXACT_Q=1 "$BUILD/llamad" --model "$tmp/$f.gguf" --prompt "Once upon a time" \
+            --temperature 0 --max-tokens 16 > "$tmp/g.$f" 2>"$tmp/err" ||
+            bad "llamad on $f.gguf: $(cat "$tmp/err")"
     done
     [ -n "$pk" ] && [ "$pk" = "$pf" ] && cmp -s "$tmp/g.$t" "$tmp/g.$t.f32" &&
-        echo "ok   $t: perplexity $pk and greedy text = its dequantized f32 copy" ||
-        bad "$t: perplexity $pk vs dequantized f32 $pf, or greedy text differs"
+        echo "ok   $t exact: perplexity $pk and greedy text = its dequantized f32 copy" ||
+        bad "$t exact: perplexity $pk vs dequantized f32 $pf, or greedy text differs"
+    pd=$(ppl --model "$tmp/$t.gguf")
+    awk -v a="$pf" -v b="$pd" 'BEGIN { exit !(a > 1 && b <= a * 1.01 && b >= a * 0.99) }' &&
+        echo "ok   $t default: perplexity $pd within 1 % of the dequantized copy's $pf" ||
+        bad "$t default: perplexity $pd not within 1 % of the dequantized copy's $pf"
 done
 python3 - "$tmp/q4_k.gguf" "$tmp/bad.gguf" <<'PY' || bad "could not patch q4_k.gguf"
 import struct, sys

@@ -166,11 +166,11 @@ static void check_matmul(struct backend *cpu, struct backend *g, enum kt_dtype t
 			 int cols, int T, double tol)
 {
 	float *wf = rand_vec((size_t)rows * cols, 1.0f / sqrtf((float)cols));
-	struct kt_weight w = { make_weight(t, wf, rows, cols), t, rows, cols }, dw;
+	struct kt_weight w = { make_weight(t, wf, rows, cols), t, rows, cols, NULL }, dw;
 	float *x = rand_vec((size_t)T * cols, 1.0f);
 	float *ref = xmalloc((size_t)T * rows * sizeof(float));
 	cpu->ops->matmul(cpu, ref, x, &w, T);
-	if (g->ops->weight_place(g, &dw, &w) != 0) {
+	if (g->ops->weight_place(g, &dw, &w, KT_USE_MATMUL) != 0) {
 		fprintf(stderr, "weight_place failed\n");
 		exit(1);
 	}
@@ -197,12 +197,12 @@ static void check_fused(struct backend *cpu, struct backend *g, enum kt_dtype t,
 {
 	int D = 512, F = 1376, KV = 128;
 	struct rmodel tmp = { 0 };
-	struct kt_weight w[3] = { { wbuf(&tmp, t, D, D), t, D, D }, { wbuf(&tmp, t, KV, D), t, KV, D },
-				  { wbuf(&tmp, t, F, D), t, F, D } };
-	struct kt_weight up = { wbuf(&tmp, t, F, D), t, F, D }, dw[3], dup;
+	struct kt_weight w[3] = { { wbuf(&tmp, t, D, D), t, D, D, NULL }, { wbuf(&tmp, t, KV, D), t, KV, D, NULL },
+				  { wbuf(&tmp, t, F, D), t, F, D, NULL } };
+	struct kt_weight up = { wbuf(&tmp, t, F, D), t, F, D, NULL }, dw[3], dup;
 	for (int i = 0; i < 3; i++)
-		g->ops->weight_place(g, &dw[i], &w[i]);
-	g->ops->weight_place(g, &dup, &up);
+		g->ops->weight_place(g, &dw[i], &w[i], KT_USE_MATMUL);
+	g->ops->weight_place(g, &dup, &up, KT_USE_MATMUL);
 	float *x = rand_vec((size_t)T * D, 1.f), *dx = dev(g, x, (size_t)T * D);
 	/* matmul_n */
 	float *ref[3], *dy[3];
@@ -298,8 +298,8 @@ static void check_embed(struct backend *cpu, struct backend *g, enum kt_dtype t)
 {
 	int V = 1000, D = 4096, T = 13;
 	float *f = rand_vec((size_t)V * D, 1.f);
-	struct kt_weight w = { make_weight(t, f, V, D), t, V, D }, dw;
-	g->ops->weight_place(g, &dw, &w);
+	struct kt_weight w = { make_weight(t, f, V, D), t, V, D, NULL }, dw;
+	g->ops->weight_place(g, &dw, &w, KT_USE_MATMUL);
 	struct pbatch b = { .T = T };
 	int32_t tab[1] = { 0 };
 	for (int i = 0; i < T; i++) {
@@ -516,7 +516,7 @@ static struct rmodel *rmodel_new(int dim, int layers, int heads, int kv_heads, i
 	m->inv_freq = xmalloc((size_t)hd / 2 * sizeof(float));
 	for (int i = 0; i < hd / 2; i++)
 		m->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / hd);
-	m->embed = (struct kt_weight){ wbuf(r, t, vocab, dim), t, vocab, dim };
+	m->embed = (struct kt_weight){ wbuf(r, t, vocab, dim), t, vocab, dim, NULL };
 	m->cls = m->embed;
 	m->final_norm = norms + (size_t)2 * layers * dim;
 	for (int l = 0; l < layers; l++) {
@@ -526,13 +526,13 @@ static struct rmodel *rmodel_new(int dim, int layers, int heads, int kv_heads, i
 				fprintf(stderr, "rmodel: too many distinct layers\n");
 				exit(2);
 			}
-			L->wq = (struct kt_weight){ wbuf(r, t, dim, dim), t, dim, dim };
-			L->wk = (struct kt_weight){ wbuf(r, t, kvd, dim), t, kvd, dim };
-			L->wv = (struct kt_weight){ L->wk.data, t, kvd, dim };
-			L->wo = (struct kt_weight){ L->wq.data, t, dim, dim };
-			L->w1 = (struct kt_weight){ wbuf(r, t, ffn, dim), t, ffn, dim };
-			L->w3 = (struct kt_weight){ L->w1.data, t, ffn, dim };
-			L->w2 = (struct kt_weight){ wbuf(r, t, dim, ffn), t, dim, ffn };
+			L->wq = (struct kt_weight){ wbuf(r, t, dim, dim), t, dim, dim, NULL };
+			L->wk = (struct kt_weight){ wbuf(r, t, kvd, dim), t, kvd, dim, NULL };
+			L->wv = (struct kt_weight){ L->wk.data, t, kvd, dim, NULL };
+			L->wo = (struct kt_weight){ L->wq.data, t, dim, dim, NULL };
+			L->w1 = (struct kt_weight){ wbuf(r, t, ffn, dim), t, ffn, dim, NULL };
+			L->w3 = (struct kt_weight){ L->w1.data, t, ffn, dim, NULL };
+			L->w2 = (struct kt_weight){ wbuf(r, t, dim, ffn), t, dim, ffn, NULL };
 		} else {
 			struct model_layer *F = &m->layers[0];
 			L->wq = F->wq; L->wk = F->wk; L->wv = F->wv; L->wo = F->wo;
@@ -662,8 +662,8 @@ static double bench_gemm(struct backend *g)
 	int M = 8192, K = 8192, T = 4096;
 	struct rmodel tmp = { 0 };
 	void *w = wbuf(&tmp, KT_F16, M, K);
-	struct kt_weight hw = { w, KT_F16, M, K }, dw;
-	if (g->ops->weight_place(g, &dw, &hw) != 0)
+	struct kt_weight hw = { w, KT_F16, M, K, NULL }, dw;
+	if (g->ops->weight_place(g, &dw, &hw, KT_USE_MATMUL) != 0)
 		return 0;
 	float *x = rand_vec((size_t)T * K, 1.f);
 	float *dx = dev(g, x, (size_t)T * K), *dy = dev(g, NULL, (size_t)T * M);
@@ -689,9 +689,9 @@ static double bench_gemm(struct backend *g)
 static void bench_gemv(struct backend *g, enum kt_dtype t, int rows, int cols, double bw)
 {
 	struct rmodel tmp = { 0 };
-	struct kt_weight hw = { wbuf(&tmp, t, rows, cols), t, rows, cols }, dw[8];
+	struct kt_weight hw = { wbuf(&tmp, t, rows, cols), t, rows, cols, NULL }, dw[8];
 	for (int i = 0; i < 8; i++)  /* rotate over 8 copies: more than the L2 */
-		if (g->ops->weight_place(g, &dw[i], &hw) != 0)
+		if (g->ops->weight_place(g, &dw[i], &hw, KT_USE_MATMUL) != 0)
 			return;
 	float *x = rand_vec(cols, 1.f), *dx = dev(g, x, cols), *dy = dev(g, NULL, rows);
 	for (int i = 0; i < 8; i++)

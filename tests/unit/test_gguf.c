@@ -977,8 +977,23 @@ static void test_quant_compute(void **state)
 		model_describe(mq, desc, sizeof desc);
 		assert_non_null(strstr(desc, kt_dtype_name(kts[k])));
 		assert_true(mq->weight_bytes < md->weight_bytes);
+		/* exact path: logits bit-identical to the dequantized model's */
+		struct backend *def = fx->be;
+		setenv("LLAMAD_CPU_EXACT_Q", "1", 1);
+		fx->be = backend_cpu_new(1);
+		unsetenv("LLAMAD_CPU_EXACT_Q");
+		assert_non_null(fx->be);
 		char *text = greedy(mq, md);
-		print_message("%s: %s\n", kt_dtype_name(kts[k]), text);
+		backend_free(fx->be);
+		fx->be = def;
+		/* default path (8-bit activations where the CPU has VNNI): Q8_0
+		 * still gives the same greedy text */
+		char *fast = greedy(mq, NULL);
+		print_message("%s: %s\n%s, default path: %s\n", kt_dtype_name(kts[k]), text,
+			      kt_dtype_name(kts[k]), fast);
+		if (kts[k] == KT_Q8_0)
+			assert_string_equal(fast, text);
+		free(fast);
 		free(text);
 		model_free(mq);
 		model_free(md);

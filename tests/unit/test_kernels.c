@@ -214,7 +214,7 @@ static void mm_case_make(struct mm_case *c, enum kt_dtype dt, int rows, int cols
 			fail_msg("quantized weights are tested in test_quant.c");
 		}
 	}
-	c->w = (struct kt_weight){ data, dt, rows, cols };
+	c->w = (struct kt_weight){ data, dt, rows, cols, NULL };
 	c->x = xmalloc((size_t)MAX_TOK * cols * sizeof(float));
 	fill(c->x, (size_t)MAX_TOK * cols, -1, 1);
 }
@@ -885,7 +885,7 @@ static void test_embed(void **state)
 				else
 					((uint16_t *)data)[i] = (uint16_t)rng_u64();
 			}
-			struct kt_weight tab = { data, dt, V, d };
+			struct kt_weight tab = { data, dt, V, d, NULL };
 			float *y = xmalloc((size_t)NT * d * sizeof(float));
 			for (int bi = 0; bi < 2; bi++) {
 				struct backend *be = bi ? g_be2 : g_be1;

@@ -720,7 +720,7 @@ static void q_case_make(struct q_case *c, enum kt_dtype dt, int rows, int cols, 
 		}
 	}
 	free(tmp);
-	c->w = (struct kt_weight){ c->data, dt, rows, cols };
+	c->w = (struct kt_weight){ c->data, dt, rows, cols, NULL };
 	c->x = xmalloc((size_t)n_x * cols * sizeof(float));
 	for (size_t i = 0; i < (size_t)n_x * cols; i++)
 		c->x[i] = rng_float(-1, 1);
@@ -960,6 +960,225 @@ static void test_matmul_k_paths_identical(void **state)
 	paths_identical(k_dtypes, N_ELEMS(k_dtypes), shapes, N_ELEMS(shapes));
 }
 
+/* ---- packed weights, 8-bit activations (kernels/cpu/qdot.c) ------------
+ *
+ * Paths: 4 portable, 5 AVX512-VNNI (cpu_qx_quantize + cpu_qpack_rows), 6 and
+ * 7 the 1- and 2-thread backends on a weight placed for matmul. Bounds, with
+ * x^ the activations as quantized (dx * xq, decoded here from the bytes the
+ * portable quantizer wrote):
+ *   vs sum_k w_k x^_k (double):  |y - ref^| <= 1e-5 * sum |w x^|
+ *   vs sum_k w_k x_k  (double):  |y - ref| <= sum_b dx_b/2 * sum_{k in b} |w_k|
+ *                                             + 1e-5 * sum |w x|
+ * (the second is the activation rounding's worst case); paths 5-7
+ * bit-identical to 4, a token alone bit-identical to it in a batch, and a
+ * group range computed alone identical to the whole.
+ */
+
+static int have_vnni(void)
+{
+#if defined(__x86_64__)
+	return have_avx512() && __builtin_cpu_supports("avx512vnni");
+#else
+	return 0;
+#endif
+}
+
+static uint8_t *qx_alloc(int n_tok, int cols)
+{
+	void *p = NULL;
+	if (posix_memalign(&p, 64, (size_t)n_tok * cpu_qx_row_bytes(cols)))
+		fail_msg("out of memory");
+	return p;
+}
+
+/* y = x W^T through path 4-7; returns 0, or -1 when the path is missing
+ * here (no VNNI: the backends do not pack). */
+static int qp_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
+{
+	poison(y, (size_t)n_tok * w->rows);
+	if (path >= 5 && !have_vnni())
+		return -1;
+	if (path >= 6) {
+		struct backend *be = path == 6 ? g_be1 : g_be2;
+		struct kt_weight pw;
+		assert_int_equal(be->ops->weight_place(be, &pw, w, KT_USE_MATMUL), 0);
+		if (!pw.pack)
+			fail_msg("%s placed for matmul without a packed form", kt_dtype_name(w->dtype));
+		be->ops->matmul(be, y, x, &pw, n_tok);
+		be->ops->weight_release(be, &pw);
+		assert_null(pw.pack);
+		return 0;
+	}
+	struct cpu_qpack *p;
+	assert_int_equal(cpu_qpack_new(w, NULL, &p), 0);
+	uint8_t *qx = qx_alloc(n_tok, w->cols);
+	cpu_qx_quantize(path == 5, qx, x, w->cols, 0, n_tok);
+	cpu_qpack_rows(path == 5, y, qx, p, n_tok, 0, cpu_qpack_groups(p));
+	free(qx);
+	cpu_qpack_free(p);
+	return 0;
+}
+
+static void qp_check(const struct q_case *c, const float *y, int n_tok)
+{
+	int R = c->w.rows, K = c->w.cols, nb = K / 32;
+	size_t rb = kt_row_bytes(c->w.dtype, (size_t)K);
+	uint8_t *qx = qx_alloc(n_tok, K);
+	cpu_qx_quantize(0, qx, c->x, K, 0, n_tok);
+	for (int t = 0; t < n_tok; t++) {
+		const uint8_t *qr = qx + (size_t)t * cpu_qx_row_bytes(K);
+		float dx[1024];
+		memcpy(dx, qr + K, (size_t)nb * sizeof(float));
+		for (int r = 0; r < R; r++) {
+			double s = 0, sa = 0, sh = 0, sha = 0, bound = 0;
+			for (int k = 0; k < K; k++) {
+				double w = ref_weight(c->w.dtype, c->data + (size_t)r * rb, (size_t)k);
+				double xt = c->x[(size_t)t * K + k];
+				double xh = (double)dx[k / 32] * (int8_t)qr[k];
+				s += w * xt;
+				sa += fabs(w * xt);
+				sh += w * xh;
+				sha += fabs(w * xh);
+				bound += fabs(w) * dx[k / 32] / 2;
+			}
+			double g = y[(size_t)t * R + r];
+			if (!(fabs(g - sh) <= 1e-5 * sha + 1e-30))
+				fail_msg("packed %s %d x %d n_tok %d: y[%d][%d] = %.9g, ref with the "
+					 "quantized activations %.9g (tol %.3g)", kt_dtype_name(c->w.dtype),
+					 R, K, n_tok, t, r, g, sh, 1e-5 * sha);
+			if (!(fabs(g - s) <= bound + 1e-5 * sa + 1e-30))
+				fail_msg("packed %s %d x %d n_tok %d: y[%d][%d] = %.9g, ref %.9g "
+					 "(activation bound %.3g)", kt_dtype_name(c->w.dtype), R, K,
+					 n_tok, t, r, g, s, bound);
+		}
+	}
+	free(qx);
+}
+
+static void test_packed_matmul(void **state)
+{
+	(void)state;
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	static const int rows[] = { 1, 17, 37, 130 }, ntok[] = { 1, 2, 5, 9 };
+	rng_seed(400);
+	for (size_t di = 0; di < N_ELEMS(dts); di++)
+		for (int ci = 0; ci < 2; ci++)
+			for (size_t ri = 0; ri < N_ELEMS(rows); ri++) {
+				int R = rows[ri], K = is_k(dts[di]) ? (ci ? 1280 : 256) : (ci ? 800 : 64);
+				struct q_case c;
+				q_case_make(&c, dts[di], R, K, 9);
+				float *y1 = xmalloc((size_t)9 * R * sizeof(float));
+				float *y = xmalloc((size_t)9 * R * sizeof(float));
+				for (int t = 0; t < 9; t++)
+					qp_run(4, y1 + (size_t)t * R, c.x + (size_t)t * K, &c.w, 1);
+				qp_check(&c, y1, 9);
+				for (int path = 4; path < 8; path++)
+					for (size_t ti = 0; ti < N_ELEMS(ntok); ti++) {
+						if (qp_run(path, y, c.x, &c.w, ntok[ti]))
+							continue;
+						expect_same(y1, y, (size_t)ntok[ti] * R,
+							    "packed %s %d x %d path %d: alone vs batch of %d",
+							    kt_dtype_name(c.w.dtype), R, K, path, ntok[ti]);
+					}
+				free(y);
+				free(y1);
+				q_case_done(&c);
+			}
+}
+
+/* Group ranges alone equal the whole (a thread's share), in both kernels,
+ * on batches that reach every tile (4 groups x 1 token, 2 x 4, 1 x 4 and
+ * the one-token tails). */
+static void test_packed_group_range(void **state)
+{
+	(void)state;
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	rng_seed(401);
+	for (size_t di = 0; di < N_ELEMS(dts); di++) {
+		const int R = 16 * 11 + 5, K = 512, T = 7;
+		struct q_case c;
+		q_case_make(&c, dts[di], R, K, T);
+		struct cpu_qpack *p;
+		assert_int_equal(cpu_qpack_new(&c.w, NULL, &p), 0);
+		assert_int_equal(cpu_qpack_groups(p), 12);
+		uint8_t *qx = qx_alloc(T, K);
+		cpu_qx_quantize(0, qx, c.x, K, 0, T);
+		float *y = xmalloc((size_t)T * R * sizeof(float));
+		float *ys = xmalloc((size_t)T * R * sizeof(float));
+		for (int v = 0; v <= have_vnni(); v++)
+			for (int nt = 1; nt <= T; nt += T - 1) {
+				poison(y, (size_t)T * R);
+				poison(ys, (size_t)T * R);
+				cpu_qpack_rows(v, y, qx, p, nt, 0, 12);
+				cpu_qpack_rows(v, ys, qx, p, nt, 0, 3);
+				cpu_qpack_rows(v, ys, qx, p, nt, 3, 9);
+				cpu_qpack_rows(v, ys, qx, p, nt, 9, 12);
+				expect_same(y, ys, (size_t)nt * R, "packed %s vnni %d n_tok %d: group ranges",
+					    kt_dtype_name(c.w.dtype), v, nt);
+			}
+		free(ys);
+		free(y);
+		free(qx);
+		cpu_qpack_free(p);
+		q_case_done(&c);
+	}
+}
+
+/* The activation quantizer: the vector code writes the portable code's
+ * bytes; known values: ties round to even, the block's largest magnitude
+ * maps to +-127, zeros to a zero scale. */
+static void test_packed_quantize_x(void **state)
+{
+	(void)state;
+	enum { K = 96 };
+	float x[3 * K];
+	rng_seed(402);
+	for (int i = 0; i < K; i++)
+		x[i] = rng_float(-5, 5);
+	for (int i = 0; i < 32; i++) {   /* block 0 of token 1: dx = 1 exactly */
+		x[K + i] = (float)(i % 8) - 3.5f;
+		x[2 * K + i] = 0;
+	}
+	x[K + 31] = 127;
+	for (int i = 32; i < K; i++) {
+		x[K + i] = rng_float(-1e-3f, 1e-3f);
+		x[2 * K + i] = rng_float(-1e6f, 1e6f);
+	}
+	size_t rb = cpu_qx_row_bytes(K);
+	uint8_t *a = qx_alloc(3, K), *b = qx_alloc(3, K);
+	memset(a, 0, 3 * rb);
+	memset(b, 0, 3 * rb);
+	cpu_qx_quantize(0, a, x, K, 0, 3);
+	if (have_vnni()) {
+		cpu_qx_quantize(1, b, x, K, 0, 3);
+		assert_memory_equal(a, b, 3 * rb);
+	}
+	const int8_t *q = (const int8_t *)(a + rb);
+	float d;
+	memcpy(&d, a + rb + K, 4);
+	assert_true(d == 1.0f);
+	for (int i = 0; i < 31; i++) {
+		int want = (int)lrint((double)(i % 8) - 3.5);   /* to even */
+		if (q[i] != want)
+			fail_msg("x %g: code %d, want %d", (double)x[K + i], q[i], want);
+	}
+	assert_int_equal(q[31], 127);
+	int32_t sums[2];
+	memcpy(sums, a + rb + K + 3 * 4, 4);       /* sl of block 0 */
+	memcpy(sums + 1, a + rb + K + 6 * 4, 4);   /* sh of block 0 */
+	int want_l = 0, want_h = 0;
+	for (int i = 0; i < 32; i++)
+		*(i < 16 ? &want_l : &want_h) += q[i];
+	assert_int_equal(sums[0], want_l);
+	assert_int_equal(sums[1], want_h);
+	memcpy(&d, a + 2 * rb + K, 4);
+	assert_true(d == 0.0f);
+	for (int i = 0; i < 32; i++)
+		assert_int_equal(((const int8_t *)(a + 2 * rb))[i], 0);
+	free(a);
+	free(b);
+}
+
 /* ---- embed ----------------------------------------------------------------- */
 
 static void embed_dtypes(const enum kt_dtype *dts, size_t n_dt, const int *dims, size_t n_dims)
@@ -1080,6 +1299,9 @@ int main(void)
 		cmocka_unit_test(test_matmul_k_backend_2threads),
 		cmocka_unit_test(test_matmul_k_paths_identical),
 		cmocka_unit_test(test_embed_k),
+		cmocka_unit_test(test_packed_matmul),
+		cmocka_unit_test(test_packed_group_range),
+		cmocka_unit_test(test_packed_quantize_x),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
