@@ -1950,8 +1950,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	double t_place = now_s();
 	e->fwd = fwd_new(m, e->be, e->step_cap);
 	if (e->fwd)   /* uploads, or the CPU's packing of quantized matrices */
-		log_msg(LL_INFO, "weights placed on the %s backend in %.0f ms", e->be->ops->name,
-			(now_s() - t_place) * 1e3);
+		log_msg(LL_INFO, "weights placed in %.0f ms (%s)", (now_s() - t_place) * 1e3,
+			e->be->desc);
 	if (!e->fwd) {
 		if (asprintf(cause, "%s placing the weights and %d-token scratch on the %s",
 			     e->be->failed ? "device error" : "out of memory", e->step_cap,

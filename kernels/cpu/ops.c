@@ -611,10 +611,16 @@ static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
 		return 0;
 	struct cpu_qpack *p;
 	int rc = cpu_qpack_new(src, cb->pool, &p);
-	if (rc == -EINVAL)
-		return 0;      /* matmul's exact path serves it */
+	if (rc == -ENOMEM) {
+		/* the mapped weights still serve, on the exact path: slower,
+		 * not fatal; status says so */
+		cb->pack_quant = 0;
+		size_t n = strlen(be->desc);
+		snprintf(be->desc + n, sizeof(be->desc) - n, " (out of memory packing: exact path)");
+		return 0;
+	}
 	if (rc)
-		return rc;
+		return 0;      /* not packable (-EINVAL): matmul's exact path serves it */
 	dst->pack = p;
 	if (src->cols > cb->qx_cols)
 		cb->qx_cols = src->cols;

@@ -45,6 +45,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels/cpu/cpu.h"
 
@@ -187,10 +188,16 @@ int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpac
 	p->s_off = (size_t)p->nb * p->ub;
 	p->h_off = p->s_off + (size_t)p->nb * 32;
 	p->group_bytes = (p->h_off + (size_t)(p->nb / 8) * h_bytes(p->dt) + 63) & ~(size_t)63;
-	if (posix_memalign((void **)&p->data, 64, (size_t)p->n_groups * p->group_bytes)) {
+	/* its own mapping: page-aligned, transparent huge pages where the
+	 * system allows (fewer TLB misses on the streams) */
+	void *m = mmap(NULL, cpu_qpack_bytes(p), PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED) {
 		free(p);
 		return -ENOMEM;
 	}
+	madvise(m, cpu_qpack_bytes(p), MADV_HUGEPAGE);
+	p->data = m;
 	struct pack_job j = { p, w };
 	if (pool)
 		tpool_run(pool, pack_worker, &j, tpool_size(pool));
@@ -203,7 +210,7 @@ int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpac
 void cpu_qpack_free(struct cpu_qpack *p)
 {
 	if (p) {
-		free(p->data);
+		munmap(p->data, cpu_qpack_bytes(p));
 		free(p);
 	}
 }

@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <cmocka.h>
 
@@ -1124,6 +1125,54 @@ static void test_packed_group_range(void **state)
 	}
 }
 
+/* Out of memory while packing: the weight is placed unpacked (the exact
+ * path serves it, same results as an unplaced weight), the backend stops
+ * packing and its description says so. Not under AddressSanitizer, whose
+ * shadow memory an address-space limit breaks. */
+static void test_packed_out_of_memory(void **state)
+{
+	(void)state;
+#if defined(__SANITIZE_ADDRESS__)
+	skip();
+#else
+	if (!have_vnni())
+		skip();
+	struct backend *be = backend_cpu_new(1);
+	assert_non_null(be);
+	struct q_case c;
+	rng_seed(403);
+	q_case_make(&c, KT_Q4_0, 16 * 64, 4096, 2);
+	struct rlimit old, lim;
+	assert_int_equal(getrlimit(RLIMIT_AS, &old), 0);
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long pages = 0;
+	assert_non_null(f);
+	assert_int_equal(fscanf(f, "%lu", &pages), 1);
+	fclose(f);
+	/* room for a little more than now, not for the 2.4 MB packed copy */
+	lim.rlim_cur = (rlim_t)pages * 4096 + (1u << 20);
+	lim.rlim_max = old.rlim_max;
+	assert_int_equal(setrlimit(RLIMIT_AS, &lim), 0);
+	struct kt_weight pw;
+	int rc = be->ops->weight_place(be, &pw, &c.w, KT_USE_MATMUL);
+	assert_int_equal(setrlimit(RLIMIT_AS, &old), 0);
+	assert_int_equal(rc, 0);
+	assert_null(pw.pack);
+	assert_non_null(strstr(be->desc, "out of memory packing"));
+	float *y = xmalloc((size_t)2 * c.w.rows * sizeof(float));
+	float *ye = xmalloc((size_t)2 * c.w.rows * sizeof(float));
+	poison(y, (size_t)2 * c.w.rows);
+	be->ops->matmul(be, y, c.x, &pw, 2);
+	q_run(2, ye, c.x, &c.w, 2);
+	expect_same(ye, y, (size_t)2 * c.w.rows, "unpacked after out of memory");
+	be->ops->weight_release(be, &pw);
+	free(y);
+	free(ye);
+	q_case_done(&c);
+	backend_free(be);
+#endif
+}
+
 /* The activation quantizer: the vector code writes the portable code's
  * bytes; known values: ties round to even, the block's largest magnitude
  * maps to +-127, zeros to a zero scale. */
@@ -1302,6 +1351,7 @@ int main(void)
 		cmocka_unit_test(test_packed_matmul),
 		cmocka_unit_test(test_packed_group_range),
 		cmocka_unit_test(test_packed_quantize_x),
+		cmocka_unit_test(test_packed_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
