@@ -71,7 +71,6 @@ static const float *place_vec(struct fwd *f, const float *v, size_t n)
 	return d;
 }
 
-/* Place every weight of f->m into backend memory (f->dm). 0 or -errno. */
 /* A matmul-only weight the backend copied (device memory, the CPU's packed
  * form): its file pages need not stay resident. */
 static void drop_source(struct fwd *f, const struct kt_weight *dst, const struct kt_weight *src)
@@ -81,6 +80,7 @@ static void drop_source(struct fwd *f, const struct kt_weight *dst, const struct
 				 (size_t)src->rows * kt_row_bytes(src->dtype, (size_t)src->cols));
 }
 
+/* Place every weight of f->m into backend memory (f->dm). 0 or -errno. */
 static int place_model(struct fwd *f)
 {
 	const struct model *m = f->m;
