@@ -25,8 +25,13 @@ struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
 	size_t bytes = kt_kv_block_bytes(&p->kv) * (size_t)n_blocks;
 	if (p->be)
 		p->kv.base = p->be->ops->mem_alloc(p->be, bytes);
-	else
-		p->kv.base = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	else {
+		/* page-aligned, so a block of whole pages gives all of them
+		 * back in kvpool_release_free (at 64 bytes the pages each block
+		 * shares with its neighbours stayed resident) */
+		size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+		p->kv.base = aligned_alloc(pg, (bytes + pg - 1) & ~(pg - 1));
+	}
 	p->refs = calloc((size_t)n_blocks, sizeof(int32_t));
 	p->touched = calloc((size_t)n_blocks, 1);
 	p->free_list = malloc((size_t)n_blocks * sizeof(int32_t));
