@@ -86,22 +86,17 @@ static uint16_t ld16(const uint8_t *p)
 	return v;
 }
 
-/* Row `lane` of group g: its sub-blocks b (codes cs = u of the sub-block,
- * q = its block's codes, j = sub-block within the block) into the pack. */
+/* K-quants: sub-block j of a row's block (codes q) into the pack as
+ * sub-block b of lane `lane` of group g. */
 static void pack_sub(const struct cpu_qpack *p, uint8_t *g, int lane, int b,
 		     const struct kt_qcodes *q, int j)
 {
 	const uint8_t *u = q->u + QB * j;
 	uint8_t *ur = g + (size_t)b * p->ub, *s = g + p->s_off + (size_t)b * 32;
-	if (p->dt == KT_Q8_0) {
-		for (int c = 0; c < 8; c++)
-			memcpy(ur + 64 * c + 4 * lane, u + 4 * c, 4);
-	} else {
-		for (int c = 0; c < 4; c++)
-			for (int i = 0; i < 4; i++)
-				ur[64 * c + 4 * lane + i] =
-					(uint8_t)((u[4 * c + i] & 15) | (u[16 + 4 * c + i] & 15) << 4);
-	}
+	for (int c = 0; c < 4; c++)
+		for (int i = 0; i < 4; i++)
+			ur[64 * c + 4 * lane + i] =
+				(uint8_t)((u[4 * c + i] & 15) | (u[16 + 4 * c + i] & 15) << 4);
 	if (p->dt == KT_Q5_K) {
 		for (int c = 0; c < 8; c++) {
 			uint64_t m;
@@ -121,10 +116,6 @@ static void pack_sub(const struct cpu_qpack *p, uint8_t *g, int lane, int b,
 			}
 	}
 	switch (p->dt) {
-	case KT_Q8_0:
-	case KT_Q4_0:
-		st16(s + 2 * lane, q->d);
-		break;
 	case KT_Q4_K:
 	case KT_Q5_K:
 		s[lane] = (uint8_t)q->sc[j];
@@ -149,6 +140,27 @@ struct pack_job {
 	const struct kt_weight *w;
 };
 
+/* Q8_0 / Q4_0 rows: their blocks' bytes are already in chunk order (a
+ * Q4_0 byte i holds codes i and i+16), so dwords are copied as they are,
+ * Q8_0's offset by 128 per byte. */
+static void pack_row_fast(const struct cpu_qpack *p, uint8_t *gp, int lane, const uint8_t *row)
+{
+	size_t bb = kt_row_bytes(p->dt, QB);
+	int nc = p->dt == KT_Q8_0 ? 8 : 4;
+	for (int b = 0; b < p->nb; b++) {
+		const uint8_t *blk = row + (size_t)b * bb;
+		uint8_t *ur = gp + (size_t)b * p->ub;
+		for (int c = 0; c < nc; c++) {
+			uint32_t v;
+			memcpy(&v, blk + 2 + 4 * c, 4);
+			if (p->dt == KT_Q8_0)
+				v ^= 0x80808080u;
+			memcpy(ur + 64 * c + 4 * lane, &v, 4);
+		}
+		memcpy(gp + p->s_off + (size_t)b * 32 + 2 * lane, blk, 2);
+	}
+}
+
 static void pack_worker(void *ctx, int ith, int nth)
 {
 	struct pack_job *j = ctx;
@@ -157,10 +169,13 @@ static void pack_worker(void *ctx, int ith, int nth)
 	size_t rb = kt_row_bytes(p->dt, (size_t)p->cols), bb = kt_row_bytes(p->dt, (size_t)bw);
 	struct kt_qcodes q;
 	for (int g = ith; g < p->n_groups; g += nth) {
-		uint8_t *gp = p->data + (size_t)g * p->group_bytes;
-		memset(gp, 0, p->group_bytes);
+		uint8_t *gp = p->data + (size_t)g * p->group_bytes;   /* zeroed by mmap */
 		for (int lane = 0; lane < QG && g * QG + lane < p->rows; lane++) {
 			const uint8_t *row = (const uint8_t *)j->w->data + (size_t)(g * QG + lane) * rb;
+			if (p->dt == KT_Q8_0 || p->dt == KT_Q4_0) {
+				pack_row_fast(p, gp, lane, row);
+				continue;
+			}
 			for (int blk = 0; blk < p->cols / bw; blk++) {
 				kt_block_codes(p->dt, row + (size_t)blk * bb, &q);
 				for (int s = 0; s < bw / QB; s++)
