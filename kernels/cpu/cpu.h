@@ -18,7 +18,6 @@ struct cpu_backend {
 	uint8_t *qx;            /* 8-bit activations for packed matmuls */
 	size_t qx_len;          /* bytes at qx */
 	int qx_cols;            /* widest packed weight placed */
-	int max_tokens;         /* from reserve */
 };
 
 /* Quantized weights with 8-bit activations (kernels/cpu/qdot.c). */

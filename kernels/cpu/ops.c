@@ -695,8 +695,9 @@ struct backend *backend_cpu_new(int n_threads)
 	/* the packed form's results do not depend on the kernel, so
 	 * LLAMAD_NO_AVX512 keeps packing and runs the portable one */
 	const char *exact = getenv("LLAMAD_CPU_EXACT_Q");
-	cb->pack_quant = detect_vnni() && !(exact && *exact && *exact != '0');
-	cb->have_vnni = cb->have_avx512 && detect_vnni();
+	int vnni = detect_vnni();
+	cb->pack_quant = vnni && !(exact && *exact && *exact != '0');
+	cb->have_vnni = cb->have_avx512 && vnni;
 	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s", n_threads,
 		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "",
 		 cb->pack_quant ? (cb->have_vnni ? ", vnni" : ", packed quantized") : "");

@@ -243,18 +243,20 @@ size_t cpu_qx_row_bytes(int cols)
 	return ((size_t)cols + (size_t)(cols / QB) * 12 + 63) & ~(size_t)63;
 }
 
+/* Token t's row of qx: codes, block scales, half sums. The pointers are
+ * writable only where qx is (cpu_qx_quantize); the kernels only read. */
 struct qx_row {
-	const int8_t *q;
-	const float *d;
-	const int32_t *sl, *sh;
+	int8_t *q;
+	float *d;
+	int32_t *sl, *sh;
 };
 
 static struct qx_row qx_row(const uint8_t *qx, int cols, int t)
 {
-	const uint8_t *p = qx + (size_t)t * cpu_qx_row_bytes(cols);
+	uint8_t *p = (uint8_t *)qx + (size_t)t * cpu_qx_row_bytes(cols);
 	int nb = cols / QB;
-	struct qx_row r = { (const int8_t *)p, (const float *)(p + cols),
-			    (const int32_t *)(p + cols) + nb, (const int32_t *)(p + cols) + 2 * nb };
+	struct qx_row r = { (int8_t *)p, (float *)(p + cols), (int32_t *)(p + cols) + nb,
+			    (int32_t *)(p + cols) + 2 * nb };
 	return r;
 }
 
@@ -304,22 +306,18 @@ VNNI static void qx_block_avx512(const float *x, int8_t *q, float *d, int32_t *s
 void cpu_qx_quantize(int vnni, uint8_t *qx, const float *x, int cols, int t0, int t1)
 {
 	for (int t = t0; t < t1; t++) {
-		uint8_t *p = qx + (size_t)t * cpu_qx_row_bytes(cols);
-		int nb = cols / QB;
-		int8_t *q = (int8_t *)p;
-		float *d = (float *)(p + cols);
-		int32_t *sl = (int32_t *)(p + cols) + nb, *sh = sl + nb;
+		struct qx_row r = qx_row(qx, cols, t);
 		const float *xr = x + (size_t)t * cols;
-		for (int b = 0; b < nb; b++) {
+		for (int b = 0; b < cols / QB; b++) {
 #if defined(__x86_64__)
 			if (vnni) {
-				qx_block_avx512(xr + b * QB, q + b * QB, d + b, sl + b, sh + b);
+				qx_block_avx512(xr + b * QB, r.q + b * QB, r.d + b, r.sl + b, r.sh + b);
 				continue;
 			}
 #else
 			(void)vnni;
 #endif
-			qx_block_generic(xr + b * QB, q + b * QB, d + b, sl + b, sh + b);
+			qx_block_generic(xr + b * QB, r.q + b * QB, r.d + b, r.sl + b, r.sh + b);
 		}
 	}
 }
