@@ -6,8 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "client/conn.h"
@@ -35,23 +33,9 @@ void conn_init(struct conn *c)
 
 int conn_connect(struct conn *c, const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	size_t len = strlen(path);
-	if (len == 0)
-		return -ENOENT;
-	if (len >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, path, len + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = frame_dial(path);
 	if (fd < 0)
-		return -errno;
-	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		if (errno == EINTR)
-			continue;
-		int e = errno;
-		close(fd);
-		return -e;
-	}
+		return fd;
 	c->fd = fd;
 	return 0;
 }

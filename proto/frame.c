@@ -3,6 +3,9 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "proto/frame.h"
@@ -20,6 +23,28 @@ int frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
 	*out = buf;
 	*len = FRAME_HDR + n;
 	return 0;
+}
+
+int frame_dial(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len = strlen(path);
+	if (len == 0)
+		return -ENOENT;
+	if (len >= sizeof(sa.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(sa.sun_path, path, len + 1);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	while (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		if (errno == EINTR)
+			continue;
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	return fd;
 }
 
 int frame_write_all(int fd, const void *buf, size_t len)

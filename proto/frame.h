@@ -41,6 +41,11 @@ static inline void frame_put_len(uint8_t *p, uint32_t n)
  * *out / *len, or -ENOMEM. */
 int frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len);
 
+/* A blocking stream socket connected to the Unix socket at path (close on
+ * exec; connect retried on EINTR): the fd, or -errno (-ENAMETOOLONG if
+ * path does not fit a sockaddr_un, -ENOENT if it is empty). */
+int frame_dial(const char *path);
+
 /* Write all len bytes to fd (blocking, retrying on EINTR). 0 or -errno. */
 int frame_write_all(int fd, const void *buf, size_t len);
 

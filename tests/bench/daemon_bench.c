@@ -37,8 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -450,12 +448,10 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", argv[1]);
-	fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+	fd = frame_dial(argv[1]);
+	if (fd < 0) {
 		fprintf(stderr, "llamad-bench-daemon: cannot connect to %s: %s\n", argv[1],
-			strerror(errno));
+			strerror(-fd));
 		return 3;
 	}
 	greedy.has_temperature = 1;

@@ -62,7 +62,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -205,23 +204,7 @@ static int valid_utf8(const char *s)
 /* A connected socket (blocking), or -errno. */
 static int dial(void)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(opt.socket) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, opt.socket, strlen(opt.socket) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	int rc;
-	do
-		rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	while (rc != 0 && errno == EINTR);
-	if (rc != 0) {
-		int e = errno;
-		close(fd);
-		return -e;
-	}
-	return fd;
+	return frame_dial(opt.socket);
 }
 
 static int set_nonblock(int fd)
@@ -285,6 +268,17 @@ static int is_error(const Llamad__Response *r)
 	return r->body_case == LLAMAD__RESPONSE__BODY_ERROR;
 }
 
+/* q: a Hello from `client` (h filled, q pointing at it). */
+static void hello_request(Llamad__Hello *h, Llamad__Request *q, const char *client)
+{
+	*h = (Llamad__Hello)LLAMAD__HELLO__INIT;
+	PB_SET(h, protocol_version, LLAMAD_PROTOCOL_VERSION);
+	h->client = (char *)client;
+	*q = (Llamad__Request)LLAMAD__REQUEST__INIT;
+	q->op_case = LLAMAD__REQUEST__OP_HELLO;
+	q->hello = h;
+}
+
 /* Hello + Status on a new connection within 5 s: 0, or -1. Prints the
  * daemon's counts as key=value into out. */
 static int probe(char *out, size_t cap)
@@ -294,12 +288,9 @@ static int probe(char *out, size_t cap)
 	if (fd < 0)
 		return -1;
 	int ok = -1;
-	Llamad__Hello h = LLAMAD__HELLO__INIT;
-	PB_SET(&h, protocol_version, LLAMAD_PROTOCOL_VERSION);
-	h.client = (char *)"llamad-load probe";
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_HELLO;
-	q.hello = &h;
+	Llamad__Hello h;
+	Llamad__Request q;
+	hello_request(&h, &q, "llamad-load probe");
 	Llamad__Response *r = blk_call(fd, &q, 5000, NULL);
 	if (r && r->body_case == LLAMAD__RESPONSE__BODY_HELLO) {
 		llamad__response__free_unpacked(r, NULL);
@@ -470,12 +461,9 @@ static int flush_out(struct conn *c)
 
 static void send_hello(struct conn *c)
 {
-	Llamad__Hello h = LLAMAD__HELLO__INIT;
-	PB_SET(&h, protocol_version, LLAMAD_PROTOCOL_VERSION);
-	h.client = (char *)"llamad-load";
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_HELLO;
-	q.hello = &h;
+	Llamad__Hello h;
+	Llamad__Request q;
+	hello_request(&h, &q, "llamad-load");
 	conn_send(c, &q, OP_HELLO);
 }
 

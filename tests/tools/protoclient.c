@@ -31,8 +31,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "proto/frame.h"
@@ -46,17 +44,9 @@ static int usage(void)
 
 static int dial(const char *path)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(path) >= sizeof(sa.sun_path)) {
-		fprintf(stderr, "protoclient: socket path too long\n");
-		return -1;
-	}
-	memcpy(sa.sun_path, path, strlen(path) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		fprintf(stderr, "protoclient: cannot connect to %s: %s\n", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	int fd = frame_dial(path);
+	if (fd < 0) {
+		fprintf(stderr, "protoclient: cannot connect to %s: %s\n", path, strerror(-fd));
 		return -1;
 	}
 	return fd;

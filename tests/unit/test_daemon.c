@@ -31,7 +31,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,19 +79,7 @@ static void sleep_ms(int ms)
 /* Connected socket to the daemon, or -errno. */
 static int dial(void)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	if (strlen(D.sock) >= sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	memcpy(sa.sun_path, D.sock, strlen(D.sock) + 1);
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
-		int e = errno;
-		close(fd);
-		return -e;
-	}
-	return fd;
+	return frame_dial(D.sock);
 }
 
 static struct cli *cli_new(void)
