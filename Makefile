@@ -135,7 +135,7 @@ $(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/cuda.cuh kernels/backend.h
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/cuda.cuh kernels/cuda/kq.h kernels/backend.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -I. -DLLAMAD_CUDA $(NVCCFLAGS) -c $< -o $@
 

@@ -45,7 +45,7 @@ static const struct key keys[] = {
 	{ "device", K_ENUM, O(device), 0, 0, 0,
 	  "backend: auto (the GPU when one is usable), cpu or cuda", device_names, (int)(sizeof(device_names) / sizeof(device_names[0])) },
 	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, 0,
-	  "dtype of f32/f16/bf16 matrices on the GPU: f16, bf16 or f32", wtype_names, (int)(sizeof(wtype_names) / sizeof(wtype_names[0])) },
+	  "dtype on the GPU of the model file's f32 matrices: f16, bf16 or f32", wtype_names, (int)(sizeof(wtype_names) / sizeof(wtype_names[0])) },
 	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 0,
 	  "percent of the GPU memory free after the weights taken by the KV cache" },
 	{ "threads", K_INT, O(threads), 0, 1024, 0, "CPU worker threads (0: all cores)" },

@@ -11,6 +11,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,9 @@ struct cu_backend {
 	void *xq;                 /* activations as 8 bits for Q8_0 / Q4_0 */
 	size_t xq_bytes;
 	int q8_act;               /* quantize activations for Q8_0 / Q4_0 */
+	/* K-quants (Q4_K, Q5_K, Q6_K): 0 not yet checked, 1 kept in the file's
+	 * blocks, -1 expanded to the 16-bit type (kq_check, LLAMAD_CUDA_KQ_F16) */
+	int kq[3];
 	size_t max_cols, max_rows, max_qelems;
 	/* graphs */
 	struct cu_graph *graphs;
@@ -232,6 +236,88 @@ static int put_f32(struct cu_backend *c, void *dst, enum kt_dtype dt, const floa
 	return ck(c, cudaStreamSynchronize(c->stream), "weights");
 }
 
+static int kq_index(enum kt_dtype t)
+{
+	return t == KT_Q4_K ? 0 : t == KT_Q5_K ? 1 : t == KT_Q6_K ? 2 : -1;
+}
+
+/*
+ * The K-quant kernels (kq.h; matmul.cu's matrix-vector product, the f16
+ * expansion for cuBLAS) had not run on a GPU when they were written, so the
+ * first matrix of each K type placed is checked against the host decoder:
+ * its first rows times a fixed vector, and the same rows expanded to f16.
+ * 1: they agree; 0: they do not (the type is then expanded at load, as
+ * before, and the log says so); -EIO / -ENOMEM: the device failed.
+ */
+static int kq_check(struct cu_backend *c, const void *d, const struct kt_weight *src)
+{
+	int rows = src->rows < 16 ? src->rows : 16, cols = src->cols;
+	size_t n = (size_t)rows * cols, rb = kt_row_bytes(src->dtype, (size_t)cols);
+	float *hx = (float *)malloc((size_t)cols * 4), *hw = (float *)malloc((size_t)cols * 4);
+	float *hy = (float *)malloc((size_t)rows * 4);
+	__half *hh = (__half *)malloc(n * 2);
+	void *dev = NULL;
+	int rc = hx && hw && hy && hh ? 0 : -ENOMEM;
+	if (!rc)
+		rc = ck(c, cudaMalloc(&dev, (size_t)cols * 4 + (size_t)rows * 4 + n * 2),
+			"cudaMalloc K-quant check");
+	if (!rc) {
+		float *dx = (float *)dev, *dy = dx + cols;
+		__half *dh = (__half *)(dy + rows);
+		for (int i = 0; i < cols; i++)
+			hx[i] = (float)(i * 37 % 101 - 50) / 50.f;
+		struct kt_weight w = { d, src->dtype, rows, cols, NULL };
+		rc = ck(c, cudaMemcpyAsync(dx, hx, (size_t)cols * 4, cudaMemcpyHostToDevice, c->stream),
+			"K-quant check");
+		cu_gemv(c->stream, dy, dx, &w, 1);
+		launched(c, "K-quant check");
+		cu_dequant_f16(c->stream, dh, &w);
+		launched(c, "K-quant check");
+		if (!rc)
+			rc = ck(c, cudaMemcpyAsync(hy, dy, (size_t)rows * 4, cudaMemcpyDeviceToHost,
+						   c->stream), "K-quant check");
+		if (!rc)
+			rc = ck(c, cudaMemcpyAsync(hh, dh, n * 2, cudaMemcpyDeviceToHost, c->stream),
+				"K-quant check");
+		if (!rc)
+			rc = ck(c, cudaStreamSynchronize(c->stream), "K-quant check");
+		if (c->be.failed)
+			rc = -EIO;
+	}
+	int bad_r = -1, bad_c = -1;
+	double got = 0, want = 0;
+	for (int r = 0; !rc && r < rows && bad_r < 0; r++) {
+		kt_row_to_f32(src->dtype, (const uint8_t *)src->data + (size_t)r * rb, hw, (size_t)cols);
+		double sum = 0, mag = 0;
+		for (int i = 0; i < cols && bad_r < 0; i++) {
+			sum += (double)hw[i] * hx[i];
+			mag += fabs((double)hw[i] * hx[i]);
+			double h = (double)__half2float(hh[(size_t)r * cols + i]);
+			if (isfinite(hw[i]) && !(fabs(h - hw[i]) <= fabs((double)hw[i]) / 1024 + 6e-8)) {
+				bad_r = r, bad_c = i;
+				got = h, want = hw[i];
+			}
+		}
+		/* (a row with non-finite weights, as a corrupt file may have,
+		 * proves nothing either way) */
+		if (bad_r < 0 && isfinite(sum) && !(fabs(hy[r] - sum) <= 1e-4 * mag + 1e-30)) {
+			bad_r = r;
+			got = hy[r], want = sum;
+		}
+	}
+	if (!rc && bad_r >= 0)
+		fprintf(stderr, "llamad: cuda: the device %s decoder disagrees with the host's (%s of "
+			"row %d: %.6g, want %.6g): %s matrices are expanded to 16 bits at load\n",
+			kt_dtype_name(src->dtype), bad_c < 0 ? "product" : "weight", bad_r, got, want,
+			kt_dtype_name(src->dtype));
+	cudaFree(dev);
+	free(hx);
+	free(hw);
+	free(hy);
+	free(hh);
+	return rc ? rc : bad_r < 0;
+}
+
 static int cu_weight_place(struct backend *be, struct kt_weight *dst, const struct kt_weight *src,
 			   int use)
 {
@@ -242,33 +328,31 @@ static int cu_weight_place(struct backend *be, struct kt_weight *dst, const stru
 	dst->data = NULL;
 	if (be->failed)
 		return -EIO;
-	enum kt_dtype dt = src->dtype;
-	switch (src->dtype) {
-	case KT_F32:
-		dt = c->wtype == BACKEND_W_F32 ? KT_F32 : c->wtype == BACKEND_W_BF16 ? KT_BF16 : KT_F16;
-		break;
-	case KT_F16: case KT_BF16: case KT_Q8_0: case KT_Q4_0:
-		break;
-	default:  /* K-quants: dequantized at load (no device kernels for them yet) */
-		dt = c->wtype == BACKEND_W_F32 ? KT_F32 : c->wtype == BACKEND_W_BF16 ? KT_BF16 : KT_F16;
-		break;
-	}
-	size_t bytes = kt_dtype_is_quant(dt) ? cu_q_quant_bytes(dt, rows, cols) + n / 32 * 2
+	enum kt_dtype dt = src->dtype, wide =
+		c->wtype == BACKEND_W_F32 ? KT_F32 : c->wtype == BACKEND_W_BF16 ? KT_BF16 : KT_F16;
+	int kq = kq_index(dt);
+	if (dt == KT_F32 || (kq >= 0 && c->kq[kq] < 0))
+		dt = wide;   /* f32 checkpoints, K-quants found wrong on this device */
+	/* placed as the file has them: f16, bf16, K-quants; Q8_0 / Q4_0 are
+	 * repacked (quants, then scales) */
+	int raw = dt == src->dtype && (!kt_dtype_is_quant(dt) || kq >= 0);
+	size_t bytes = raw ? kt_row_bytes(dt, cols) * rows
+		     : kt_dtype_is_quant(dt) ? cu_q_quant_bytes(dt, rows, cols) + n / 32 * 2
 					     : n * kt_dtype_size(dt);
 	void *d = NULL, *tmp = NULL;
 	int rc = ck(c, cudaMalloc(&d, bytes), "cudaMalloc weights");
 	if (rc)
 		return rc;
-	if (dt == src->dtype && !kt_dtype_is_quant(dt)) {
+	if (raw) {
 		rc = ck(c, cudaMemcpyAsync(d, src->data, bytes, cudaMemcpyHostToDevice, c->stream),
 			"weights");
 		if (!rc)
 			rc = ck(c, cudaStreamSynchronize(c->stream), "weights");
 	} else if (dt == src->dtype) {  /* Q8_0 / Q4_0: repack on the device */
-		size_t raw = kt_row_bytes(dt, cols) * rows;
-		rc = ck(c, cudaMalloc(&tmp, raw), "cudaMalloc weights");
+		size_t fb = kt_row_bytes(dt, cols) * rows;
+		rc = ck(c, cudaMalloc(&tmp, fb), "cudaMalloc weights");
 		if (!rc)
-			rc = ck(c, cudaMemcpyAsync(tmp, src->data, raw, cudaMemcpyHostToDevice,
+			rc = ck(c, cudaMemcpyAsync(tmp, src->data, fb, cudaMemcpyHostToDevice,
 						   c->stream), "weights");
 		if (!rc) {
 			cu_repack_q(c->stream, d, tmp, dt, rows, cols);
@@ -279,7 +363,7 @@ static int cu_weight_place(struct backend *be, struct kt_weight *dst, const stru
 		rc = ck(c, cudaMalloc(&tmp, (size_t)CHUNK * 4), "cudaMalloc weights");
 		if (!rc)
 			rc = put_f32(c, d, dt, (const float *)src->data, n, (float *)tmp);
-	} else {  /* K-quants: rows to fp32 on the host, a chunk at a time */
+	} else {  /* K-quants expanded: rows to fp32 on the host, a chunk at a time */
 		size_t rows_per = CHUNK / cols ? CHUNK / cols : 1;
 		float *host = (float *)malloc(rows_per * cols * sizeof(float));
 		rc = host ? ck(c, cudaMalloc(&tmp, rows_per * cols * 4), "cudaMalloc weights") : -ENOMEM;
@@ -295,6 +379,17 @@ static int cu_weight_place(struct backend *be, struct kt_weight *dst, const stru
 		free(host);
 	}
 	cudaFree(tmp);
+	if (!rc && raw && kq >= 0 && !c->kq[kq]) {
+		rc = kq_check(c, d, src);
+		if (rc >= 0) {
+			c->kq[kq] = rc ? 1 : -1;
+			rc = 0;
+			if (c->kq[kq] < 0) {
+				cudaFree(d);
+				return cu_weight_place(be, dst, src, use);
+			}
+		}
+	}
 	if (rc) {
 		cudaFree(d);
 		return rc;
@@ -554,8 +649,10 @@ static void cu_op_matmul_swiglu(struct backend *be, float *h, const float *x,
 	struct cu_backend *c = CB(be);
 	if (be->failed || n_tok <= 0)
 		return;
+	/* K-quants take the separate products: two rows' decoding in one warp
+	 * needs about 250 registers (one block per SM) */
 	if (n_tok <= CU_GEMV_MAX && gate->dtype == up->dtype && gate->rows == up->rows &&
-	    gate->cols == up->cols) {
+	    gate->cols == up->cols && kq_index(gate->dtype) < 0) {
 		const struct kt_weight *w[2] = { gate, up };
 		float *y[2] = { h, NULL };
 		gemv(c, 2, 2, y, w, x, n_tok);
@@ -959,6 +1056,11 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	 * bits (__dp4a); LLAMAD_CUDA_EXACT_Q=1 keeps them fp32 */
 	const char *eq = getenv("LLAMAD_CUDA_EXACT_Q");
 	c->q8_act = !(eq && *eq && *eq != '0');
+	/* K-quants stay in their blocks; LLAMAD_CUDA_KQ_F16=1 expands them to
+	 * the 16-bit type at load (more memory, cuBLAS-free decode of f16) */
+	const char *kf = getenv("LLAMAD_CUDA_KQ_F16");
+	if (kf && *kf && *kf != '0')
+		c->kq[0] = c->kq[1] = c->kq[2] = -1;
 	if (load_cublas(&c->cb, cause) ||
 	    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
 	    cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming) != cudaSuccess ||

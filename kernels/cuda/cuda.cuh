@@ -3,8 +3,9 @@
  *
  * One .cu per op; each exports a launcher taking the stream (and the few
  * staged arrays it reads) so the ops in backend.cu stay thin. Activations
- * are fp32 on the device; weights are f16/bf16/f32 or repacked Q8_0/Q4_0
- * (quants first, then one f16 scale per 32 weights); the KV pool keeps the
+ * are fp32 on the device; weights are f16/bf16/f32, repacked Q8_0/Q4_0
+ * (quants first, then one f16 scale per 32 weights) or K-quants in the
+ * file's own super-blocks (decoded by kq.h); the KV pool keeps the
  * CPU backend's layout (kernels/backend.h) so blocks move between them
  * byte for byte.
  */
@@ -20,6 +21,7 @@
 extern "C" {
 #include "kernels/backend.h"
 }
+#include "kernels/cuda/kq.h"
 
 /* largest batch the matrix-vector kernels take; bigger ones go to cuBLAS */
 #define CU_GEMV_MAX 8
@@ -71,7 +73,7 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 		 const float *x, int n_tok);
 /* x (nb blocks of 32) as 8-bit values, scales and sums. */
 void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x, size_t nb);
-/* W (Q8_0 / Q4_0, repacked) to f16, row-major rows x cols. */
+/* W (Q8_0 / Q4_0 repacked, or a K-quant) to f16, row-major rows x cols. */
 void cu_dequant_f16(cudaStream_t st, __half *dst, const struct kt_weight *w);
 /* n fp32 values to f16 / bf16. */
 void cu_f32_to_f16(cudaStream_t st, __half *dst, const float *src, size_t n);
@@ -177,6 +179,10 @@ static __device__ __forceinline__ float cu_w_at(const void *w, enum kt_dtype dt,
 		int q = (qs[blk * 16 + in % 16] >> (in >= 16 ? 4 : 0)) & 15;
 		return __half2float(sc[blk]) * (float)(q - 8);
 	}
+	case KT_Q4_K:
+	case KT_Q5_K:
+	case KT_Q6_K:
+		return kq_w_at(dt, w, cols, r, c);
 	default:
 		return 0.f;
 	}

@@ -9,6 +9,10 @@
  * are summed with shuffles; fp32 accumulation throughout.
  *  - f32 / f16 / bf16 (and quantized ones in exact mode): weights widened
  *    to fp32 in registers, fp32 activations.
+ *  - Q4_K / Q5_K / Q6_K: each lane decodes a 32-weight sub-block of the
+ *    file's super-blocks (kq.h) to fp32 in registers, fp32 activations.
+ *    Never run on a GPU yet: the backend checks them against the host
+ *    decoder when it places the first matrix of each type (backend.cu).
  *  - Q8_0 / Q4_0 (default): the activations are first quantized to 8 bits
  *    per block of 32 (scale = max|x| / 127, as llama.cpp does on GPUs), and
  *    each block's dot product is 8 __dp4a integer instructions, times the
@@ -21,7 +25,9 @@
 
 
 /* weights per lane step: 16-byte loads of every dtype */
-template <enum kt_dtype DT> struct step { static constexpr int W = DT == KT_Q8_0 ? 16 : DT == KT_Q4_0 ? 32 : 8; };
+template <enum kt_dtype DT> struct step {
+	static constexpr int W = DT == KT_Q8_0 ? 16 : DT == KT_F32 || DT == KT_F16 || DT == KT_BF16 ? 8 : 32;
+};
 
 /* Weights c..c+W-1 of row r as fp32 (c a multiple of W). */
 template <enum kt_dtype DT>
@@ -73,6 +79,13 @@ __device__ __forceinline__ void loadw(const void *w, size_t rows, int cols, int 
 			f[i] = d * (float)((b[i] & 15) - 8);
 			f[i + 16] = d * (float)((b[i] >> 4) - 8);
 		}
+	} else {
+		/* K-quants: one 32-weight sub-block of a super-block */
+		const uint8_t *b = (const uint8_t *)w +
+			((size_t)r * (cols / 256) + c / 256) * kq_block_bytes(DT);
+#pragma unroll
+		for (int i = 0; i < 32; i++)
+			f[i] = kq_at(DT, b, c % 256 + i);
 	}
 }
 
@@ -198,7 +211,9 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 	int span = QX ? cols / 32 : j.vec;
 	uint4 wa[NWR][U], wb[NWR][U];
 	float dw[NWR][U];
-	if (valid && !(DT == KT_Q8_0 || DT == KT_Q4_0) || (valid && QX))
+	/* the 16-byte streaming loads: 8-bit products, f32 / f16 / bf16 */
+	const int PRE = QX || DT == KT_F32 || DT == KT_F16 || DT == KT_BF16;
+	if (valid && PRE)
 		fetch<DT, QX, U, NWR, 1>(wp, wrows, wr, cols, j.vec, 0, lane, wa, wb, dw);
 	cu_pdl_wait();
 	cu_pdl_trigger();
@@ -238,7 +253,7 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 #pragma unroll
 		for (int t = 0; t < NT; t++)
 			acc[i][t] = 0.f;
-	if (QX || DT == KT_F16 || DT == KT_BF16 || DT == KT_F32) {
+	if (PRE) {
 		int nb = cols / 32;
 		for (int base = 0; base < span; base += STEP) {
 #pragma unroll
@@ -295,7 +310,7 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 				fetch<DT, QX, U, NWR, 1>(wp, wrows, wr, cols, j.vec, base + STEP, lane, wa, wb, dw);
 		}
 	} else {
-		/* Q8_0 / Q4_0 widened to fp32 (exact mode) */
+		/* Q8_0 / Q4_0 widened to fp32 (exact mode), K-quants */
 		const int W = step<DT>::W;
 		for (int c = lane * W; c < j.vec; c += 32 * W) {
 #pragma unroll
@@ -389,6 +404,10 @@ static void gemv_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtype 
 		else
 			launch<NT, KT_Q4_0, MODE, 0, 1>(st, j, x, NT);
 		break;
+	/* K-quants: not in the SwiGLU form (the backend splits it for them) */
+	case KT_Q4_K: if constexpr (MODE != 2) launch<NT, KT_Q4_K, MODE, 0, 1>(st, j, x, NT); break;
+	case KT_Q5_K: if constexpr (MODE != 2) launch<NT, KT_Q5_K, MODE, 0, 1>(st, j, x, NT); break;
+	case KT_Q6_K: if constexpr (MODE != 2) launch<NT, KT_Q6_K, MODE, 0, 1>(st, j, x, NT); break;
 	default: break;
 	}
 }
@@ -443,7 +462,7 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 		 const float *x, int n_tok)
 {
 	/* W-wide steps need rows (weights and x) starting W-aligned */
-	int W = dt == KT_Q8_0 ? 16 : dt == KT_Q4_0 ? 32 : 8;
+	int W = dt == KT_Q8_0 ? 16 : dt == KT_F32 || dt == KT_F16 || dt == KT_BF16 ? 8 : 32;
 	j->vec = j->cols % W == 0 ? j->cols : 0;
 	int qx = j->xq && (dt == KT_Q8_0 || dt == KT_Q4_0) && j->cols % 32 == 0;
 	if (qx)

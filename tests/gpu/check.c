@@ -316,7 +316,10 @@ static void check_embed(struct backend *cpu, struct backend *g, enum kt_dtype t)
 	float *got = back(g, dy, (size_t)T * D);
 	char name[64];
 	snprintf(name, sizeof(name), "embed %s 1000x4096 T=13", kt_dtype_name(t));
-	report(name, rel_err(got, ref, (size_t)T * D), t == KT_F32 || kt_dtype_is_quant(t) ? 1e-7 : 1e-3);
+	/* exact types; K-quants within an fp32 rounding (the device may fuse
+	 * d*sc*q - dmin*m into one fma) */
+	double tol = t == KT_F32 || t == KT_Q8_0 || t == KT_Q4_0 ? 1e-7 : kt_dtype_is_quant(t) ? 1e-6 : 1e-3;
+	report(name, rel_err(got, ref, (size_t)T * D), tol);
 	g->ops->weight_release(g, &dw);
 	g->ops->mem_free(g, dy);
 	free(f); free((void *)w.data); free(ref); free(got);
@@ -433,6 +436,8 @@ static void check_attention(struct backend *cpu, struct backend *g, int nh, int 
 	kvpool_free(gp);
 }
 
+static const enum kt_dtype kq_types[3] = { KT_Q4_K, KT_Q5_K, KT_Q6_K };
+
 static int run_ops(struct backend *cpu, struct backend *g16, struct backend *g32)
 {
 	/* Q8_0 / Q4_0 products with fp32 activations (LLAMAD_CUDA_EXACT_Q) */
@@ -445,8 +450,8 @@ static int run_ops(struct backend *cpu, struct backend *g16, struct backend *g32
 	check_elementwise(cpu, g16);
 	check_rope(cpu, g16, KT_ROPE_INTERLEAVED);
 	check_rope(cpu, g16, KT_ROPE_HALF);
-	enum kt_dtype et[] = { KT_F32, KT_F16, KT_Q8_0, KT_Q4_0 };
-	for (int i = 0; i < 4; i++)
+	enum kt_dtype et[] = { KT_F32, KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	for (int i = 0; i < 7; i++)
 		check_embed(cpu, g32, et[i]);
 	check_attention(cpu, g16, 32, 8, 128);
 	check_attention(cpu, g16, 12, 12, 64);
@@ -462,6 +467,8 @@ static int run_ops(struct backend *cpu, struct backend *g16, struct backend *g32
 		check_fused(cpu, g16, KT_Q8_0, Tf[i], Tf[i] > 8 ? 2e-3 : q8act);
 		check_fused(cpu, gq, KT_Q4_0, Tf[i], Tf[i] > 8 ? 2e-3 : 1e-5);
 		check_fused(cpu, g32, KT_F32, Tf[i], 1e-5);
+		check_fused(cpu, g16, KT_Q4_K, Tf[i], Tf[i] > 8 ? 2e-3 : 1e-5);
+		check_fused(cpu, g16, KT_Q6_K, Tf[i], Tf[i] > 8 ? 2e-3 : 1e-5);
 	}
 	int Ts[] = { 1, 2, 5, 8, 9, 64 };
 	for (int i = 0; i < 6; i++) {
@@ -479,7 +486,10 @@ static int run_ops(struct backend *cpu, struct backend *g16, struct backend *g32
 		check_matmul(cpu, gq, KT_Q8_0, 512, 4096, T, big ? 2e-3 : 1e-5);
 		check_matmul(cpu, gq, KT_Q8_0, 96, 288, T, big ? 2e-3 : 1e-5);
 		check_matmul(cpu, gq, KT_Q4_0, 512, 4096, T, big ? 2e-3 : 1e-5);
-		check_matmul(cpu, g16, KT_Q4_K, 256, 4096, T, 2e-3);
+		/* K-quants in their blocks: fp32 decode at <= 8 rows, f16
+		 * expansion for cuBLAS above */
+		for (int k = 0; k < 3; k++)
+			check_matmul(cpu, g16, kq_types[k], 256, 4096, T, big ? 2e-3 : 1e-5);
 		check_matmul(cpu, g16, KT_F32, 300, 4096, T, 2e-3);  /* f32 file, f16 device */
 	}
 	backend_free(gq);
@@ -569,9 +579,10 @@ static int run_seq(struct fwd *f, struct kvpool *p, struct kvseq *s, const int32
 
 /* Logits of a 2-layer model of 7B width, CPU vs CUDA (f32 and f16 device
  * weights): a 40-token prefill (every row) and 8 decode steps. */
-static void run_logits(struct backend *cpu, struct backend *g, const char *label, double tol)
+static void run_logits(struct backend *cpu, struct backend *g, const char *label, double tol,
+		       enum kt_dtype t)
 {
-	struct rmodel *r = rmodel_new(4096, 2, 32, 32, 11008, 32000, 4096, KT_F32, 1);
+	struct rmodel *r = rmodel_new(4096, 2, 32, 32, 11008, 32000, 4096, t, 1);
 	const struct model *m = &r->m;
 	int V = m->cfg.vocab, NP = 40, ND = 8;
 	struct fwd *fc = fwd_new(m, cpu, 64), *fg = fwd_new(m, g, 64);
@@ -853,26 +864,37 @@ int main(int argc, char **argv)
 		unsetenv("LLAMAD_CUDA_GEMM_ATTN");
 		if (!gx)
 			return 1;
-		run_logits(cpu, gx, "f32 weights, fp32 attention", 1e-4);
+		run_logits(cpu, gx, "f32 weights, fp32 attention", 1e-4, KT_F32);
 		backend_free(gx);
-		run_logits(cpu, g32, "f32 weights", 3e-3);
-		run_logits(cpu, g16, "f16 weights", 2e-2);
+		run_logits(cpu, g32, "f32 weights", 3e-3, KT_F32);
+		run_logits(cpu, g16, "f16 weights", 2e-2, KT_F32);
+		/* Q4_K kept in its blocks on the device, against the CPU's exact
+		 * (dequantized fp32) path; the 40-row prefill expands to f16 */
+		setenv("LLAMAD_CPU_EXACT_Q", "1", 1);
+		struct backend *cx = backend_cpu_new(0);
+		unsetenv("LLAMAD_CPU_EXACT_Q");
+		if (!cx)
+			return 1;
+		run_logits(cx, g16, "q4_k weights", 2e-2, KT_Q4_K);
+		backend_free(cx);
 	} else if (!strcmp(mode, "prof")) {
 		/* a few batch-1 products and one decode step, for a profiler */
 		double bw = 4.2e12;
 		bench_gemv(g16, KT_F16, 11008, 4096, bw);
 		bench_gemv(g16, KT_Q4_0, 11008, 4096, bw);
+		bench_gemv(g16, KT_Q4_K, 11008, 4096, bw);
 	} else if (!strcmp(mode, "bench")) {
 		double bw = bench_copy(g16), gemm = bench_gemm(g16);
 		printf("copy_bw_gb_s=%.0f gemm_f16_tflops=%.1f\n", bw / 1e9, gemm / 1e12);
-		enum kt_dtype gt[3] = { KT_F16, KT_Q8_0, KT_Q4_0 };
-		for (int i = 0; i < 3; i++) {
+		enum kt_dtype gt[5] = { KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q6_K };
+		for (int i = 0; i < 5; i++) {
 			bench_gemv(g16, gt[i], 4096, 4096, bw);
 			bench_gemv(g16, gt[i], 11008, 4096, bw);
 		}
 		bench_model(g16, KT_F16, bw, gemm, quick);
 		bench_model(g16, KT_Q8_0, bw, gemm, quick);
 		bench_model(g16, KT_Q4_0, bw, gemm, quick);
+		bench_model(g16, KT_Q4_K, bw, gemm, quick);
 	} else {
 		fprintf(stderr, "usage: llamad-gpucheck ops|logits|prof|bench [--quick]\n");
 		return 2;

@@ -28,6 +28,9 @@
  *                    the fp32 rounding of the exact value computed from the
  *                    chosen parameters; the independent byte decoder
  *                    (ref_weight) equal to it too.
+ *   device decoder   kernels/cuda/kq.h (the CUDA kernels' decoder, built
+ *                    here as C): bit-identical to kt_row_to_f32 on the
+ *                    known blocks and quantized rows, in-bounds (ASan).
  *   round trip       kt_quantize_q4_k/q5_k/q6_k on random rows with
  *                    sub-block magnitudes over many octaves: with d1 =
  *                    d*sc of the weight's sub-block (and dmin for Q4_K/Q5_K)
@@ -54,6 +57,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu.h"
+#include "kernels/cuda/kq.h"
 
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -418,6 +422,37 @@ static uint16_t rand_f16(int lo, int hi, int sgn)
 	return h;
 }
 
+/* Random parameters of one super-block; kind 0 all zero, 1 all max, 2 max
+ * codes under zero scales, 3 subnormal scales, 4 one-hot (at rep), 5
+ * negative d, 6 random. */
+static void kparams_make(enum kt_dtype dt, int kind, int rep, struct kparams *k)
+{
+	int qmax = dt == KT_Q4_K ? 15 : dt == KT_Q5_K ? 31 : 63;
+	k->d = kind == 0 ? 0 : kind == 3 ? (uint16_t)(1 + rng_u64() % 1023)
+	     : kind == 5 ? 0xbc00 : rand_f16(1, 24, 0);
+	k->dmin = kind == 0 ? 0 : kind == 3 ? (uint16_t)(rng_u64() % 1024)
+		: rand_f16(1, 24, kind == 6);
+	for (int j = 0; j < 16; j++) {
+		int r = (int)(rng_u64() % 256);
+		k->sc[j] = dt == KT_Q6_K ? r - 128 : r % 64;
+		if (kind == 1)
+			k->sc[j] = dt == KT_Q6_K ? (j % 2 ? 127 : -128) : 63;
+		if (kind == 0 || kind == 2)
+			k->sc[j] = 0;
+	}
+	for (int j = 0; j < 8; j++)
+		k->m[j] = kind == 1 || kind == 2 ? 63 : kind == 0 ? 0 : (int)(rng_u64() % 64);
+	for (int i = 0; i < 256; i++) {
+		k->q[i] = (int)(rng_u64() % (uint64_t)(qmax + 1));
+		if (kind == 1 || kind == 2)
+			k->q[i] = qmax;
+		if (kind == 0)
+			k->q[i] = 0;
+		if (kind == 4)
+			k->q[i] = i == (rep * 37) % 256 ? qmax : 0;
+	}
+}
+
 static void test_kquant_known_blocks(void **state)
 {
 	(void)state;
@@ -426,39 +461,11 @@ static void test_kquant_known_blocks(void **state)
 	float out[512];
 	for (size_t di = 0; di < N_ELEMS(k_dtypes); di++) {
 		enum kt_dtype dt = k_dtypes[di];
-		int qmax = dt == KT_Q4_K ? 15 : dt == KT_Q5_K ? 31 : 63;
 		for (int rep = 0; rep < 300; rep++) {
 			struct kparams p[2];
 			for (int b = 0; b < 2; b++) {
-				struct kparams *k = &p[b];
-				int kind = rep < 6 ? rep : 6;
-				/* 0 all zero, 1 all max, 2 max codes under zero scales,
-				 * 3 subnormal scales, 4 one-hot, 5 negative d, 6 random */
-				k->d = kind == 0 ? 0 : kind == 3 ? (uint16_t)(1 + rng_u64() % 1023)
-				     : kind == 5 ? 0xbc00 : rand_f16(1, 24, 0);
-				k->dmin = kind == 0 ? 0 : kind == 3 ? (uint16_t)(rng_u64() % 1024)
-					: rand_f16(1, 24, kind == 6);
-				for (int j = 0; j < 16; j++) {
-					int r = (int)(rng_u64() % 256);
-					k->sc[j] = dt == KT_Q6_K ? r - 128 : r % 64;
-					if (kind == 1)
-						k->sc[j] = dt == KT_Q6_K ? (j % 2 ? 127 : -128) : 63;
-					if (kind == 0 || kind == 2)
-						k->sc[j] = 0;
-				}
-				for (int j = 0; j < 8; j++)
-					k->m[j] = kind == 1 || kind == 2 ? 63 : kind == 0 ? 0
-						: (int)(rng_u64() % 64);
-				for (int i = 0; i < 256; i++) {
-					k->q[i] = (int)(rng_u64() % (uint64_t)(qmax + 1));
-					if (kind == 1 || kind == 2)
-						k->q[i] = qmax;
-					if (kind == 0)
-						k->q[i] = 0;
-					if (kind == 4)
-						k->q[i] = i == (rep * 37) % 256 ? qmax : 0;
-				}
-				kenc(dt, k, blk[b]);
+				kparams_make(dt, rep < 6 ? rep : 6, rep, &p[b]);
+				kenc(dt, &p[b], blk[b]);
 			}
 			/* two super-blocks in one row */
 			uint8_t row[512];
@@ -483,6 +490,8 @@ static void test_kquant_known_blocks(void **state)
 	}
 }
 
+
+/* K-quant round trip: the bounds in the header. */
 static void quantize(enum kt_dtype dt, const float *x, void *out, size_t n)
 {
 	switch (dt) {
@@ -495,7 +504,58 @@ static void quantize(enum kt_dtype dt, const float *x, void *out, size_t n)
 	}
 }
 
-/* K-quant round trip: the bounds in the header. */
+/* The CUDA backend's K-quant decoder (kernels/cuda/kq.h, compiled here as
+ * C): every weight bit-identical to kt_row_to_f32, reading only its
+ * super-block's bytes (each block alone in an allocation of exactly its
+ * size: AddressSanitizer catches a read past it), and kq_w_at finding
+ * element (r, c) in a matrix of several rows of several super-blocks. */
+static void test_kquant_device_decoder(void **state)
+{
+	(void)state;
+	rng_seed(78);
+	for (size_t di = 0; di < N_ELEMS(k_dtypes); di++) {
+		enum kt_dtype dt = k_dtypes[di];
+		size_t bb = kt_row_bytes(dt, 256);
+		assert_int_equal(kq_block_bytes(dt), (int)bb);
+		for (int rep = 0; rep < 300; rep++) {
+			struct kparams p;
+			kparams_make(dt, rep < 6 ? rep : 6, rep, &p);
+			uint8_t *blk = xmalloc(bb);
+			kenc(dt, &p, blk);
+			float want[256];
+			poison(want, 256);
+			kt_row_to_f32(dt, blk, want, 256);
+			for (int i = 0; i < 256; i++) {
+				float got = kq_at(dt, blk, i);
+				if (memcmp(&got, &want[i], 4))
+					fail_msg("%s rep %d weight %d: kq_at %.9g, kt_row_to_f32 %.9g",
+						 kt_dtype_name(dt), rep, i, (double)got, (double)want[i]);
+			}
+			free(blk);
+		}
+		int rows = 3, cols = 5 * 256;
+		size_t rb = kt_row_bytes(dt, (size_t)cols);
+		float *x = xmalloc((size_t)rows * cols * sizeof(float)), *row = xmalloc(cols * sizeof(float));
+		for (int i = 0; i < rows * cols; i++)
+			x[i] = rng_float(-1.f, 1.f) * (float)(1 + i % 7);
+		uint8_t *w = xmalloc(rb * rows);
+		quantize(dt, x, w, (size_t)rows * cols);
+		for (int r = 0; r < rows; r++) {
+			poison(row, (size_t)cols);
+			kt_row_to_f32(dt, w + r * rb, row, (size_t)cols);
+			for (int c = 0; c < cols; c++) {
+				float got = kq_w_at(dt, w, cols, r, c);
+				if (memcmp(&got, &row[c], 4))
+					fail_msg("%s (%d, %d): kq_w_at %.9g, kt_row_to_f32 %.9g",
+						 kt_dtype_name(dt), r, c, (double)got, (double)row[c]);
+			}
+		}
+		free(x);
+		free(row);
+		free(w);
+	}
+}
+
 static void k_round_trip(enum kt_dtype dt)
 {
 	enum { N = 256 * 16 };
@@ -1339,6 +1399,7 @@ int main(void)
 		cmocka_unit_test(test_matmul_q_paths_identical),
 		cmocka_unit_test(test_embed_q),
 		cmocka_unit_test(test_kquant_known_blocks),
+		cmocka_unit_test(test_kquant_device_decoder),
 		cmocka_unit_test(test_q4_k_round_trip),
 		cmocka_unit_test(test_q5_k_round_trip),
 		cmocka_unit_test(test_q6_k_round_trip),
