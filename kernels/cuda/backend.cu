@@ -649,10 +649,8 @@ static void cu_op_matmul_swiglu(struct backend *be, float *h, const float *x,
 	struct cu_backend *c = CB(be);
 	if (be->failed || n_tok <= 0)
 		return;
-	/* K-quants take the separate products: two rows' decoding in one warp
-	 * needs about 250 registers (one block per SM) */
 	if (n_tok <= CU_GEMV_MAX && gate->dtype == up->dtype && gate->rows == up->rows &&
-	    gate->cols == up->cols && kq_index(gate->dtype) < 0) {
+	    gate->cols == up->cols) {
 		const struct kt_weight *w[2] = { gate, up };
 		float *y[2] = { h, NULL };
 		gemv(c, 2, 2, y, w, x, n_tok);

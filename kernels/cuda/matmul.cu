@@ -83,9 +83,7 @@ __device__ __forceinline__ void loadw(const void *w, size_t rows, int cols, int 
 		/* K-quants: one 32-weight sub-block of a super-block */
 		const uint8_t *b = (const uint8_t *)w +
 			((size_t)r * (cols / 256) + c / 256) * kq_block_bytes(DT);
-#pragma unroll
-		for (int i = 0; i < 32; i++)
-			f[i] = kq_at(DT, b, c % 256 + i);
+		kq_sub(DT, b, c % 256 / 32, f);
 	}
 }
 
@@ -404,10 +402,9 @@ static void gemv_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtype 
 		else
 			launch<NT, KT_Q4_0, MODE, 0, 1>(st, j, x, NT);
 		break;
-	/* K-quants: not in the SwiGLU form (the backend splits it for them) */
-	case KT_Q4_K: if constexpr (MODE != 2) launch<NT, KT_Q4_K, MODE, 0, 1>(st, j, x, NT); break;
-	case KT_Q5_K: if constexpr (MODE != 2) launch<NT, KT_Q5_K, MODE, 0, 1>(st, j, x, NT); break;
-	case KT_Q6_K: if constexpr (MODE != 2) launch<NT, KT_Q6_K, MODE, 0, 1>(st, j, x, NT); break;
+	case KT_Q4_K: launch<NT, KT_Q4_K, MODE, 0, 1>(st, j, x, NT); break;
+	case KT_Q5_K: launch<NT, KT_Q5_K, MODE, 0, 1>(st, j, x, NT); break;
+	case KT_Q6_K: launch<NT, KT_Q6_K, MODE, 0, 1>(st, j, x, NT); break;
 	default: break;
 	}
 }

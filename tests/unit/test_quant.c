@@ -29,8 +29,9 @@
  *                    chosen parameters; the independent byte decoder
  *                    (ref_weight) equal to it too.
  *   device decoder   kernels/cuda/kq.h (the CUDA kernels' decoder, built
- *                    here as C): bit-identical to kt_row_to_f32 on the
- *                    known blocks and quantized rows, in-bounds (ASan).
+ *                    here as C): weight by weight and a sub-block at once,
+ *                    bit-identical to kt_row_to_f32 on the known blocks
+ *                    and quantized rows, in bounds (ASan).
  *   round trip       kt_quantize_q4_k/q5_k/q6_k on random rows with
  *                    sub-block magnitudes over many octaves: with d1 =
  *                    d*sc of the weight's sub-block (and dmin for Q4_K/Q5_K)
@@ -530,6 +531,15 @@ static void test_kquant_device_decoder(void **state)
 				if (memcmp(&got, &want[i], 4))
 					fail_msg("%s rep %d weight %d: kq_at %.9g, kt_row_to_f32 %.9g",
 						 kt_dtype_name(dt), rep, i, (double)got, (double)want[i]);
+			}
+			/* the matrix-vector kernel's form: a sub-block at once */
+			for (int j = 0; j < 8; j++) {
+				float sub[32];
+				poison(sub, 32);
+				kq_sub(dt, blk, j, sub);
+				if (memcmp(sub, want + 32 * j, sizeof(sub)))
+					fail_msg("%s rep %d sub-block %d: kq_sub differs from kt_row_to_f32",
+						 kt_dtype_name(dt), rep, j);
 			}
 			free(blk);
 		}
