@@ -577,24 +577,7 @@ static int chat_once(struct chat *c, char *text)
 		return EXIT_DAEMON;
 	}
 	cli_expect(res.term, LLAMAD__RESPONSE__BODY_DONE);
-	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_key(&j, "session");
-		json_str(&j, c->ephemeral ? NULL : c->session);
-		json_key(&j, "text");
-		json_strn(&j, res.text ? res.text : "", res.len);
-		cli_json_done(&j, t->done);
-		json_obj_end(&j);
-		json_end(&j);
-	} else {
-		fputc('\n', stdout);
-	}
-	cli_flush_stdout();
-	cli_report_done(cli, t->done);
-	gen_result_done(&res);
-	return EXIT_OK;
+	return cli_gen_finish(cli, c->ephemeral ? NULL : c->session, &res);
 }
 
 int cmd_chat(struct cli *cli, int argc, char **argv)

@@ -499,6 +499,29 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 	}
 }
 
+int cli_gen_finish(struct cli *cli, const char *session, struct gen_result *res)
+{
+	const Llamad__Done *d = res->term->done;
+	if (cli->json) {
+		struct json j;
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_key(&j, "session");
+		json_str(&j, session);
+		json_key(&j, "text");
+		json_strn(&j, res->text ? res->text : "", res->len);
+		cli_json_done(&j, d);
+		json_obj_end(&j);
+		json_end(&j);
+	} else {
+		fputc('\n', stdout);
+	}
+	cli_flush_stdout();
+	cli_report_done(cli, d);
+	gen_result_done(res);
+	return EXIT_OK;
+}
+
 const char *cli_location_name(int loc)
 {
 	switch (loc) {

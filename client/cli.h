@@ -211,6 +211,11 @@ void cli_json_done(struct json *j, const Llamad__Done *d);
  * note a context-full stop there. */
 void cli_report_done(const struct cli *cli, const Llamad__Done *d);
 
+/* Finish a generation that ended with its Done: with --json the object
+ * {"session", "text", Done's fields} (session NULL: null), else the newline
+ * after the echoed text; then cli_report_done. Frees res; returns 0. */
+int cli_gen_finish(struct cli *cli, const char *session, struct gen_result *res);
+
 /* Write a SessionInfo as a JSON object. */
 /* "pool", "ram" or "disk" for a Location value. */
 const char *cli_location_name(int loc);

@@ -244,24 +244,7 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 		return EXIT_DAEMON;
 	}
 	cli_expect(t, LLAMAD__RESPONSE__BODY_DONE);
-	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_key(&j, "session");
-		json_str(&j, session == eph ? NULL : session);
-		json_key(&j, "text");
-		json_strn(&j, res.text ? res.text : "", res.len);
-		cli_json_done(&j, t->done);
-		json_obj_end(&j);
-		json_end(&j);
-	} else {
-		fputc('\n', stdout);
-	}
-	cli_flush_stdout();
-	cli_report_done(cli, t->done);
-	gen_result_done(&res);
-	return EXIT_OK;
+	return cli_gen_finish(cli, session == eph ? NULL : session, &res);
 }
 
 /* ---- sessions, show, fork, drop -------------------------------------------- */

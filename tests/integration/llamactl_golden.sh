@@ -52,6 +52,22 @@ ctl show work2 > /dev/null 2>&1; rc=$?
 [ "$rc" -eq 1 ] || bad "show of a dropped session exited $rc, expected 1"
 echo "ok   chat from a pipe, show, fork, sessions, drop"
 
+# --json: one object per generation, its text the golden text's start
+block 1 > "$dir/want"
+ctl --json generate --raw --temperature 0 --max-tokens 60 "Once upon a time" > "$dir/j1" ||
+    bad "--json generate exited $?"
+echo "Hello there" | ctl --json chat --session js --max-tokens 5 --temperature 0 > "$dir/j2" ||
+    bad "--json chat exited $?"
+python3 - "$dir/j1" "$dir/j2" "$dir/want" <<'PY' && echo "ok   --json generate and chat" || bad "--json output"
+import json, sys
+g, c = (json.load(open(f)) for f in sys.argv[1:3])
+want = open(sys.argv[3]).read().rstrip("\n")  # the block ends with a newline
+assert g["session"] is None, g
+assert "Once upon a time" + g["text"] == want, (g["text"], want)
+assert g["generated_tokens"] == 60 and g["reason"] == "max_tokens", g
+assert c["session"] == "js" and c["generated_tokens"] <= 5 and c["text"], c
+PY
+
 kill "$pid"; wait "$pid"; rc=$?; pid=
 [ "$rc" -eq 0 ] || bad "daemon exited $rc on SIGTERM"
 [ "$fail" -eq 0 ] && echo "llamactl_golden: all ok"
