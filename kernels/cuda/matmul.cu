@@ -24,7 +24,7 @@
 #include "kernels/cuda/cuda.cuh"
 
 
-/* weights per lane step: 16-byte loads of every dtype */
+/* weights per lane step: a 16-byte load (f32: two), a K-quant sub-block */
 template <enum kt_dtype DT> struct step {
 	static constexpr int W = DT == KT_Q8_0 ? 16 : DT == KT_F32 || DT == KT_F16 || DT == KT_BF16 ? 8 : 32;
 };
