@@ -46,7 +46,9 @@ struct backend *backend_open(const struct backend_opts *o, char **cause, char **
 		return be;
 	}
 	if (o->kind == BACKEND_CUDA) {
-		*cause = why;
+		if (asprintf(cause, "--device cuda: %s", why ? why : "the CUDA backend cannot start") < 0)
+			*cause = NULL;
+		free(why);
 		return NULL;
 	}
 	if (note)

@@ -1014,8 +1014,23 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	int n = 0;
 	cudaError_t e = cudaGetDeviceCount(&n);
 	if (e != cudaSuccess || n == 0) {
-		if (asprintf(cause, "no usable CUDA device (%s)",
-			     e != cudaSuccess ? cudaGetErrorString(e) : "none found") < 0)
+		/* the runtime reports a missing driver as an old one: tell them
+		 * apart, and say which versions when it is old */
+		void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+		int dv = 0;
+		char why[160];
+		if (!drv)
+			snprintf(why, sizeof(why), "no NVIDIA driver: libcuda.so.1 cannot be loaded");
+		else if (e == cudaErrorInsufficientDriver && cudaDriverGetVersion(&dv) == cudaSuccess)
+			snprintf(why, sizeof(why), "the NVIDIA driver supports CUDA %d.%d, this build "
+				 "needs %d.%d or newer", dv / 1000, dv % 1000 / 10, CUDART_VERSION / 1000,
+				 CUDART_VERSION % 1000 / 10);
+		else
+			snprintf(why, sizeof(why), "%s",
+				 e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+		if (drv)
+			dlclose(drv);
+		if (asprintf(cause, "no usable CUDA device (%s)", why) < 0)
 			*cause = NULL;
 		cudaGetLastError();
 		return NULL;
