@@ -8,7 +8,8 @@
 #   3. stories260K greedy golden on the CUDA backend (one-shot and through
 #      the daemon + llamactl), f32 device weights; f16 weights reported
 #   4. logits of a 2-layer model of 7B width, CUDA vs CPU (gpucheck logits)
-#   5. sessions survive a daemon restart on the GPU
+#   5. sessions survive a daemon restart on the GPU; --device cuda and auto
+#      take the GPU (tests/integration/device.sh)
 #   6. benchmarks, 7B shape (gpucheck bench)
 # Full logs go to LOGDIR (default gpu-logs); one short table is printed last.
 # Exit status: 0 when every check passed.
@@ -85,6 +86,7 @@ restart_check() {
     grep -q '"turns": *4' "$d/show"
 }
 step "sessions survive a restart (GPU)" restart.log restart_check
+BUILD=$BUILD step "--device cuda/auto take the GPU" device.log sh tests/integration/device.sh
 
 if [ "${BENCH_QUICK:-0}" = 1 ]; then
     step "bench 7B shape (quick)" bench.log "$BUILD/llamad-gpucheck" bench --quick
