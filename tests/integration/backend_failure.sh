@@ -8,13 +8,8 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-dir=$(mktemp -d) || exit 1
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$dir"; }
-trap cleanup EXIT INT TERM
+test_frame
 [ -n "$KEEP" ] && trap "echo $dir" EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
 args="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model --socket $dir/s
       --state-dir $dir/state --save-delay 3600 --log-level info"
 start() {

@@ -8,12 +8,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-dir=$(mktemp -d) || exit 1
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$dir"; }
-trap cleanup EXIT INT TERM
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+test_frame
 model() { "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" "$@"; }
 
 # one-shot: is a GPU usable here? if not, the error must say why

@@ -8,13 +8,8 @@ MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 SHARED=${SHARED:-../shared}
 GOLD=$SHARED/reference/stories260K_greedy.txt
-dir=$(mktemp -d) || exit 1
+test_frame
 sock=$dir/s
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$dir"; }
-trap cleanup EXIT INT TERM
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
 
 # shellcheck disable=SC2086
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \

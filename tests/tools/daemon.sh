@@ -14,3 +14,15 @@ wait_socket() {
         sleep 0.1
     done
 }
+
+# test_frame: what these tests share: a temporary folder $dir, removed at
+# exit (or on INT / TERM) after stopping the daemon whose pid is in $pid,
+# if any; bad MSG prints a FAIL line and sets fail=1.
+test_frame() {
+    dir=$(mktemp -d) || exit 1
+    pid=
+    fail=0
+    trap test_cleanup EXIT INT TERM
+}
+test_cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$dir"; }
+bad() { echo "FAIL: $*"; fail=1; }
