@@ -10,6 +10,8 @@ MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 test_frame
 model() { "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" "$@"; }
+# in the background (with &), so that $! is llamad's own pid
+model_bg() { exec "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" "$@"; }
 
 # one-shot: is a GPU usable here? if not, the error must say why
 model --device cuda --prompt "Once" --max-tokens 2 >"$dir/out" 2>"$dir/err"; rc=$?
@@ -25,7 +27,7 @@ else
     echo "ok   --device cuda without a GPU: exit 1, $(head -1 "$dir/err")"
 
     # the daemon: exits 1 before it listens, the log saying why
-    model --device cuda --socket "$dir/s0" --state-dir "$dir/st0" 2>"$dir/log0" & p=$!
+    model_bg --device cuda --socket "$dir/s0" --state-dir "$dir/st0" 2>"$dir/log0" & p=$!
     i=0
     while kill -0 "$p" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     kill -0 "$p" 2>/dev/null && { kill "$p"; bad "llamad --device cuda without a GPU still runs after 10 s"; }
@@ -38,7 +40,7 @@ fi
 
 # auto and cpu: serve, and status names the backend
 for dev in auto cpu; do
-    model --device "$dev" --socket "$dir/s-$dev" --state-dir "$dir/st-$dev" --log-level info \
+    model_bg --device "$dev" --socket "$dir/s-$dev" --state-dir "$dir/st-$dev" --log-level info \
         2>"$dir/log-$dev" & pid=$!
     wait_socket "$dir/s-$dev" "$pid" "$dir/log-$dev"
     "$BUILD/llamactl" --socket "$dir/s-$dev" status >"$dir/status-$dev" || bad "status ($dev)"
@@ -49,7 +51,8 @@ for dev in auto cpu; do
     "$BUILD/llamactl" --socket "$dir/s-$dev" generate --raw --max-tokens 3 "Once" >"$dir/gen-$dev" ||
         bad "generate on --device $dev"
     [ -s "$dir/gen-$dev" ] || bad "generate on --device $dev printed nothing"
-    kill "$pid"; wait "$pid"; pid=
+    kill "$pid"; wait "$pid"; rc=$?; pid=
+    [ "$rc" -eq 0 ] || bad "llamad --device $dev exited $rc on SIGTERM"
     echo "ok   --device $dev: $(grep '^backend' "$dir/status-$dev")"
 done
 if [ "$gpu" -eq 0 ]; then
