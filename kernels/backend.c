@@ -32,6 +32,12 @@ struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause
 }
 #endif
 
+int backend_env_flag(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v && *v != '0';
+}
+
 struct backend *backend_open(const struct backend_opts *o, char **cause, char **note)
 {
 	*cause = NULL;

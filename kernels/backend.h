@@ -251,6 +251,10 @@ struct backend {
 	char desc[96];     /* for logs and status: "cpu, 2 threads, avx512" */
 };
 
+/* 1 if the environment variable name is set to something other than "" or
+ * a string starting with '0' (the backends' LLAMAD_* switches). */
+int backend_env_flag(const char *name);
+
 /* Which backend backend_open() makes. */
 enum backend_kind {
 	BACKEND_AUTO = 0,  /* CUDA when a usable GPU is there, else the CPU */

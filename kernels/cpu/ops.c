@@ -658,8 +658,7 @@ static const struct backend_ops cpu_ops = {
 static int detect_avx512(void)
 {
 #if defined(__x86_64__)
-	const char *off = getenv("LLAMAD_NO_AVX512");
-	if (off && *off && *off != '0')
+	if (backend_env_flag("LLAMAD_NO_AVX512"))
 		return 0;
 	__builtin_cpu_init();
 	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -694,9 +693,8 @@ struct backend *backend_cpu_new(int n_threads)
 	cb->have_avx512 = detect_avx512();
 	/* the packed form's results do not depend on the kernel, so
 	 * LLAMAD_NO_AVX512 keeps packing and runs the portable one */
-	const char *exact = getenv("LLAMAD_CPU_EXACT_Q");
 	int vnni = detect_vnni();
-	cb->pack_quant = vnni && !(exact && *exact && *exact != '0');
+	cb->pack_quant = vnni && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
 	cb->have_vnni = cb->have_avx512 && vnni;
 	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s", n_threads,
 		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "",

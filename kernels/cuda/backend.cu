@@ -79,7 +79,7 @@ struct cu_backend {
 	size_t xq_bytes;
 	int q8_act;               /* quantize activations for Q8_0 / Q4_0 */
 	/* K-quants (Q4_K, Q5_K, Q6_K): 0 not yet checked, 1 kept in the file's
-	 * blocks, -1 expanded to the 16-bit type (kq_check, LLAMAD_CUDA_KQ_F16) */
+	 * blocks, -1 expanded to wtype (kq_check, LLAMAD_CUDA_KQ_F16) */
 	int kq[3];
 	size_t max_cols, max_rows, max_qelems;
 	/* graphs */
@@ -321,7 +321,8 @@ static int kq_check(struct cu_backend *c, const void *d, const struct kt_weight 
 static int cu_weight_place(struct backend *be, struct kt_weight *dst, const struct kt_weight *src,
 			   int use)
 {
-	(void)use;   /* every placed weight serves matmul and embed alike */
+	/* `use` is only passed on: every placed weight serves matmul and
+	 * embed alike */
 	struct cu_backend *c = CB(be);
 	size_t rows = (size_t)src->rows, cols = (size_t)src->cols, n = rows * cols;
 	*dst = *src;
@@ -1067,12 +1068,10 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	c->big_run = ga && *ga ? atoi(ga) : CU_BIG_RUN;
 	/* Q8_0 / Q4_0 matrix-vector products quantize the activations to 8
 	 * bits (__dp4a); LLAMAD_CUDA_EXACT_Q=1 keeps them fp32 */
-	const char *eq = getenv("LLAMAD_CUDA_EXACT_Q");
-	c->q8_act = !(eq && *eq && *eq != '0');
-	/* K-quants stay in their blocks; LLAMAD_CUDA_KQ_F16=1 expands them to
-	 * the 16-bit type at load (more memory, cuBLAS-free decode of f16) */
-	const char *kf = getenv("LLAMAD_CUDA_KQ_F16");
-	if (kf && *kf && *kf != '0')
+	c->q8_act = !backend_env_flag("LLAMAD_CUDA_EXACT_Q");
+	/* K-quants stay in their blocks; LLAMAD_CUDA_KQ_F16=1 expands them at
+	 * load to the type of the file's f32 matrices (wtype) */
+	if (backend_env_flag("LLAMAD_CUDA_KQ_F16"))
 		c->kq[0] = c->kq[1] = c->kq[2] = -1;
 	if (load_cublas(&c->cb, cause) ||
 	    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
