@@ -25,9 +25,10 @@
 
 
 /* weights per lane step: a 16-byte load (f32: two), a K-quant sub-block */
-template <enum kt_dtype DT> struct step {
-	static constexpr int W = DT == KT_Q8_0 ? 16 : DT == KT_F32 || DT == KT_F16 || DT == KT_BF16 ? 8 : 32;
-};
+static constexpr __host__ __device__ int step_w(enum kt_dtype dt)
+{
+	return dt == KT_Q8_0 ? 16 : dt == KT_F32 || dt == KT_F16 || dt == KT_BF16 ? 8 : 32;
+}
 
 /* Weights c..c+W-1 of row r as fp32 (c a multiple of W). */
 template <enum kt_dtype DT>
@@ -309,7 +310,7 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
 		}
 	} else {
 		/* Q8_0 / Q4_0 widened to fp32 (exact mode), K-quants */
-		const int W = step<DT>::W;
+		constexpr int W = step_w(DT);
 		for (int c = lane * W; c < j.vec; c += 32 * W) {
 #pragma unroll
 			for (int i = 0; i < NWR; i++) {
@@ -459,7 +460,7 @@ void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int m
 		 const float *x, int n_tok)
 {
 	/* W-wide steps need rows (weights and x) starting W-aligned */
-	int W = dt == KT_Q8_0 ? 16 : dt == KT_F32 || dt == KT_F16 || dt == KT_BF16 ? 8 : 32;
+	int W = step_w(dt);
 	j->vec = j->cols % W == 0 ? j->cols : 0;
 	int qx = j->xq && (dt == KT_Q8_0 || dt == KT_Q4_0) && j->cols % 32 == 0;
 	if (qx)
