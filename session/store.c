@@ -424,11 +424,10 @@ static int text_ok(const char *t)
 	return !t || strlen(t) < NO_TEXT;
 }
 
-/* Check that s can be written and that a reader would accept the result;
- * fill the header fields (not the checksum). 0 or -EINVAL / -E2BIG with a
- * reason in why. */
-/* n_cached: positions whose K/V go into the file (s->n_cached, or 0 for
- * the history alone). */
+/* Check that s can be written, with the K/V of its first n_cached positions
+ * (s->n_cached, or 0 for the history alone), and that a reader would accept
+ * the result; fill the header fields (not the checksum). 0 or -EINVAL /
+ * -E2BIG with a reason in why. */
 static int save_check(const struct session *s, int n_cached, const struct kvpool *pool,
 		      uint64_t fingerprint, struct hdr *h, char *why, size_t whycap)
 {

@@ -560,9 +560,9 @@ static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	if (cb->qx_cols > 0 && cpu_qx_reserve(cb, max_tokens, cb->qx_cols) != 0)
 		return -ENOMEM;
-	/* scores are computed a whole block at a time: room for the last one */
-	/* room for four rows' scores, each up to a whole block past max_pos */
-	return ensure_scratch((struct cpu_backend *)be, 4 * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
+	/* scores are computed a whole block at a time: room for four rows'
+	 * scores, each up to a whole block past max_pos */
+	return ensure_scratch(cb, 4 * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
 }
 
 static void cpu_free(struct backend *be)

@@ -38,7 +38,7 @@
  * The same fp32 operations in the same order in the portable code and the
  * vector code, for any batch or split: bit-identical, batch-invariant. The
  * result differs from the dequantized-f32 product by the activation
- * rounding (relative error ~1e-3 on a dot product; tests/unit/test_qdot.c).
+ * rounding (relative error ~1e-3 on a dot product; tests/unit/test_quant.c).
  */
 #include <errno.h>
 #include <math.h>

@@ -299,7 +299,7 @@ static void check_embed(struct backend *cpu, struct backend *g, enum kt_dtype t)
 	int V = 1000, D = 4096, T = 13;
 	float *f = rand_vec((size_t)V * D, 1.f);
 	struct kt_weight w = { make_weight(t, f, V, D), t, V, D, NULL }, dw;
-	g->ops->weight_place(g, &dw, &w, KT_USE_MATMUL);
+	g->ops->weight_place(g, &dw, &w, KT_USE_ROWS);
 	struct pbatch b = { .T = T };
 	int32_t tab[1] = { 0 };
 	for (int i = 0; i < T; i++) {
