@@ -4,17 +4,17 @@
 # `auto` then runs on the CPU, saying why in the log, and `llamactl status`
 # names the backend in use; `cpu` never tries CUDA. Where a GPU is usable
 # the same script expects `cuda` and `auto` to take it.
-# Env: BUILD, MODELS.
+# Env: BUILD, MODELS (paths without spaces).
+# shellcheck disable=SC2086
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 test_frame
-model() { "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" "$@"; }
-# in the background (with &), so that $! is llamad's own pid
-model_bg() { exec "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" "$@"; }
+# llamad on the tiny model; a plain command, so that with & $! is llamad's pid
+LLAMAD="$BUILD/llamad --model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model"
 
 # one-shot: is a GPU usable here? if not, the error must say why
-model --device cuda --prompt "Once" --max-tokens 2 >"$dir/out" 2>"$dir/err"; rc=$?
+$LLAMAD --device cuda --prompt "Once" --max-tokens 2 >"$dir/out" 2>"$dir/err"; rc=$?
 if [ "$rc" -eq 0 ]; then
     gpu=1
     echo "ok   --device cuda: a GPU is usable here"
@@ -27,7 +27,7 @@ else
     echo "ok   --device cuda without a GPU: exit 1, $(head -1 "$dir/err")"
 
     # the daemon: exits 1 before it listens, the log saying why
-    model_bg --device cuda --socket "$dir/s0" --state-dir "$dir/st0" 2>"$dir/log0" & p=$!
+    $LLAMAD --device cuda --socket "$dir/s0" --state-dir "$dir/st0" 2>"$dir/log0" & p=$!
     i=0
     while kill -0 "$p" 2>/dev/null && [ "$i" -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     kill -0 "$p" 2>/dev/null && { kill "$p"; bad "llamad --device cuda without a GPU still runs after 10 s"; }
@@ -40,7 +40,7 @@ fi
 
 # auto and cpu: serve, and status names the backend
 for dev in auto cpu; do
-    model_bg --device "$dev" --socket "$dir/s-$dev" --state-dir "$dir/st-$dev" --log-level info \
+    $LLAMAD --device "$dev" --socket "$dir/s-$dev" --state-dir "$dir/st-$dev" --log-level info \
         2>"$dir/log-$dev" & pid=$!
     wait_socket "$dir/s-$dev" "$pid" "$dir/log-$dev"
     "$BUILD/llamactl" --socket "$dir/s-$dev" status >"$dir/status-$dev" || bad "status ($dev)"
