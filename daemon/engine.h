@@ -17,18 +17,11 @@
 #include <sys/types.h>
 
 #include "daemon/config.h"
+#include "daemon/reply.h"
 #include "llamad.pb-c.h"
 #include "model/model.h"
 
 struct engine;
-
-/* One framed Response (or a close order) for connection conn. */
-struct engine_out {
-	struct engine_out *next;
-	uint64_t conn;
-	size_t len;
-	uint8_t data[];
-};
 
 /* Build the engine over a loaded model (not owned) with the settings in cfg
  * (copied). Allocates the KV pool (cfg->kv_memory). NULL with *cause on
@@ -48,8 +41,12 @@ void engine_reload(struct engine *e, const struct config *cfg);
 void engine_shutdown(struct engine *e);
 /* 1 once the engine thread has stopped after engine_shutdown(). */
 int engine_finished(struct engine *e);
-/* Take all queued outputs, oldest first (caller frees each with free()). */
-struct engine_out *engine_take_out(struct engine *e);
+/* Take all queued replies, oldest first (caller frees each with free()). */
+struct reply *engine_take_out(struct engine *e);
+/* fn(status) is called on the engine thread before the daemon exits on a
+ * failed backend (the service manager's status line); before
+ * engine_start. */
+void engine_on_fatal(struct engine *e, void (*fn)(const char *status));
 /* Open connections, for status (the event thread keeps it current). */
 void engine_set_connections(struct engine *e, int open, uint64_t accepted);
 /* Wait for the thread to end (after engine_shutdown); idempotent. */

@@ -1,7 +1,6 @@
 /*
  * daemon/oneshot.c — see oneshot.h. Prefill the prompt in one batch, then
- * decode token by token, streaming text through the detokenizer and the stop
- * string matcher.
+ * decode token by token through model/generate.c's loop.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -10,11 +9,15 @@
 
 #include "daemon/oneshot.h"
 #include "model/forward.h"
-#include "model/stop.h"
+#include "model/generate.h"
 #include "session/kvpool.h"
 
-#define KV_BLOCK 16
 #define PREFILL_CHUNK 512
+
+static const char *const end_names[] = {
+	[GEN_EOS] = "eos", [GEN_MAX_TOKENS] = "max tokens", [GEN_STOP_STRING] = "stop string",
+	[GEN_CONTEXT_FULL] = "context full",
+};
 
 static double now_s(void)
 {
@@ -78,17 +81,15 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		fprintf(stderr, "llamad: backend %s%s%s%s\n", be->desc, note ? " (GPU not used: " : "",
 			note ? note : "", note ? ")" : "");
 	free(note);
-	struct kvpool *pool = kvpool_new_on(be, (total + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK,
-					    c->n_layers, model_kv_dim(c));
+	struct kvpool *pool = kvpool_new_on(be, (total + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS,
+					    KV_BLOCK_TOKENS, c->n_layers, model_kv_dim(c));
 	struct fwd *f = be ? fwd_new(m, be, PREFILL_CHUNK) : NULL;
 	float *logits = malloc((size_t)c->vocab * sizeof(float));
 	struct kvseq seq = { 0 };
-	struct sampler smp;
-	struct stopper stop;
-	int smp_ok = sampler_init(&smp, &o->sp, c->vocab) == 0;
-	int stop_ok = stopper_init(&stop, o->stops, o->n_stops) == 0;
-	if (!be || !pool || !f || !logits || !smp_ok || !stop_ok ||
-	    kvseq_prepare(pool, &seq, total, 0) != 0) {
+	struct gen g;
+	int gen_ok = gen_init(&g, m, &o->sp, o->stops, o->n_stops, o->max_tokens, 0, emit_file,
+			      out) == 0;
+	if (!be || !pool || !f || !logits || !gen_ok || kvseq_prepare(pool, &seq, total, 0) != 0) {
 		fprintf(stderr, "llamad: out of memory\n");
 		goto out;
 	}
@@ -96,8 +97,6 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		fputs(o->prompt, out);
 		fflush(out);
 	}
-	struct detok dt;
-	detok_init(&dt, m->tok, 0);
 
 	double t0 = now_s();
 	struct fwd_seq s = { hist, n, 0, seq.blocks, logits, 0 };
@@ -106,26 +105,18 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		goto out;
 	}
 	double t1 = now_s();
-	int pos = n, gen = 0;
-	const char *why = "max tokens";
-	char buf[256];
+	int pos = n, why;
 	for (;;) {
-		int32_t next = sampler_sample(&smp, logits, hist, pos);
-		if (next == c->eos) {
-			why = "eos";
+		int32_t next = gen_sample(&g, logits, hist, pos);
+		if (gen_is_end(&g, next)) {  /* not part of the text, nor counted */
+			why = GEN_EOS;
 			break;
 		}
 		hist[pos] = next;
-		gen++;
-		int k = detok_feed(&dt, next, buf, sizeof(buf));
-		if (k > 0 && stopper_push(&stop, buf, (size_t)k, emit_file, out) == 1) {
-			why = "stop string";
-			break;
-		}
-		if (gen >= o->max_tokens)
+		if ((why = gen_accept(&g, next)) != GEN_GO)
 			break;
 		if (pos + 1 >= c->max_ctx) {
-			why = "context full";
+			why = GEN_CONTEXT_FULL;
 			break;
 		}
 		struct fwd_seq d = { &hist[pos], 1, pos, seq.blocks, logits, 0 };
@@ -135,26 +126,21 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		}
 		pos++;
 	}
-	int k = detok_flush(&dt, buf, sizeof(buf));
-	if (k > 0)
-		stopper_push(&stop, buf, (size_t)k, emit_file, out);
-	stopper_flush(&stop, emit_file, out);
+	gen_finish(&g, why);
 	fputc('\n', out);
 	fflush(out);
 	double t2 = now_s();
 	if (o->verbose)
 		fprintf(stderr, "llamad: prompt %d tokens in %.1f ms (%.1f tok/s); "
 			"generated %d tokens in %.1f ms (%.1f tok/s); stop: %s\n",
-			n, (t1 - t0) * 1e3, n / (t1 - t0), gen, (t2 - t1) * 1e3,
-			gen > 1 ? (gen - 1) / (t2 - t1) : 0.0, why);
+			n, (t1 - t0) * 1e3, n / (t1 - t0), g.generated, (t2 - t1) * 1e3,
+			g.generated > 1 ? (g.generated - 1) / (t2 - t1) : 0.0, end_names[why]);
 	rc = 0;
 out:
 	if (pool)
 		kvseq_release(pool, &seq);
-	if (stop_ok)
-		stopper_done(&stop);
-	if (smp_ok)
-		sampler_done(&smp);
+	if (gen_ok)
+		gen_done(&g);
 	free(logits);
 	fwd_free(f);
 	kvpool_free(pool);

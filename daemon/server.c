@@ -153,28 +153,18 @@ static void conn_close(struct conn *c)
 	publish_counts(s);
 }
 
-static void conn_send(struct conn *c, const Llamad__Response *r)
-{
-	uint8_t *buf;
-	size_t len;
-	if (frame_pack(&r->base, &buf, &len) != 0)
-		return;
-	bufferevent_write(c->bev, buf, len);
-	free(buf);
-}
-
+/* Refuse request id of c before it reaches the engine (counted with the
+ * engine's errors: daemon/reply.c). */
 static void conn_error(struct conn *c, uint64_t id, int code, const char *msg)
 {
-	Llamad__Error err = LLAMAD__ERROR__INIT;
-	err.has_code = 1;
-	err.code = code;
-	err.message = (char *)msg;
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.has_id = 1;
-	r.id = id;
-	r.body_case = LLAMAD__RESPONSE__BODY_ERROR;
-	r.error = &err;
-	conn_send(c, &r);
+	struct reply *r = reply_error(c->id, id, code, msg);
+	if (!r) {
+		log_msg(LL_ERROR, "out of memory for a reply to connection %llu",
+			(unsigned long long)c->id);
+		return;
+	}
+	bufferevent_write(c->bev, r->data, r->len);
+	free(r);
 }
 
 /* Close c once what is queued for it has been written. */
@@ -229,7 +219,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 			continue;
 		}
 		if (s->stopping) {
-			conn_error(c, q->id, LLAMAD__ERROR_CODE__SHUTTING_DOWN, "the daemon is stopping");
+			conn_error(c, q->id, reply_code(-ESHUTDOWN), "the daemon is stopping");
 			llamad__request__free_unpacked(q, NULL);
 			continue;
 		}
@@ -325,9 +315,9 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 	uint64_t v;
 	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_msg(LL_ERROR, "eventfd read: %s", strerror(errno));
-	struct engine_out *o = engine_take_out(s->eng);
+	struct reply *o = engine_take_out(s->eng);
 	while (o) {
-		struct engine_out *n = o->next;
+		struct reply *n = o->next;
 		struct conn *c = map_get(s, o->conn);
 		if (c && !c->closing) {
 			struct evbuffer *out = bufferevent_get_output(c->bev);
@@ -612,6 +602,12 @@ static int open_listener(struct server *s, char **cause)
 	return s->ev_relisten ? 0 : -ENOMEM;
 }
 
+/* The engine's backend failed and the daemon exits: say so to systemd. */
+static void on_fatal(const char *status)
+{
+	sd_notifyf(0, "STATUS=%s\nSTOPPING=1", status);
+}
+
 int server_run(struct config *cfg, const char *config_path, struct engine *eng, char **cause)
 {
 	struct server s = { 0 };
@@ -650,6 +646,7 @@ int server_run(struct config *cfg, const char *config_path, struct engine *eng, 
 			event_add(s.ev_watchdog, &tv);
 		log_msg(LL_INFO, "watchdog every %.1f s", s.watchdog_usec / 2e6);
 	}
+	engine_on_fatal(eng, on_fatal);
 	if ((rc = engine_start(eng, s.notify_fd)) != 0) {
 		if (asprintf(cause, "cannot start the engine thread: %s", strerror(-rc)) < 0)
 			*cause = NULL;

@@ -150,3 +150,94 @@ int chat_encode_dialog(const struct tok *t, const struct chat_msg *msgs, int n,
 	}
 	return len;
 }
+
+static int is_blank(char c)
+{
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r';
+}
+
+/* ids of text followed by eos (the client's llama2 answer). */
+static int encode_answer(const struct tok *t, const struct chat_ctx *c, const char *text,
+			 int32_t **ids)
+{
+	size_t a = 0, b = strlen(text);
+	while (a < b && is_blank(text[a]))
+		a++;
+	while (b > a && is_blank(text[b - 1]))
+		b--;
+	char *s = malloc(b - a + 2);
+	if (!s)
+		return -ENOMEM;
+	memcpy(s, text + a, b - a);
+	s[b - a] = ' ';
+	s[b - a + 1] = 0;
+	int32_t *v = NULL;
+	int n = tok_encode(t, s, b - a + 1, 0, &v);
+	free(s);
+	if (n < 0)
+		return -EPROTO;
+	int32_t *w = realloc(v, (size_t)(n + 1) * sizeof(int32_t));
+	if (!w) {
+		free(v);
+		return -ENOMEM;
+	}
+	w[n++] = c->eos;
+	*ids = w;
+	return n;
+}
+
+int chat_encode_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
+		     const char *text, int32_t **ids)
+{
+	*ids = NULL;
+	if (c->tmpl == CHAT_TEMPLATE_RAW || role == CHAT_RAW) {
+		int first = c->n_tokens == 0;
+		if (!first && text[0] == ' ')
+			text++;
+		int n = tok_encode(t, text, strlen(text), first, ids);
+		return n < 0 ? -EPROTO : n;
+	}
+	if ((role == CHAT_USER || role == CHAT_SYSTEM) && chat_has_tags(text, strlen(text)))
+		return -EPERM;
+	if (role == CHAT_SYSTEM)
+		return 0;
+	if (role == CHAT_ASSISTANT)
+		return encode_answer(t, c, text, ids);
+	const char *sys = c->next_system ? c->next_system : (c->has_user_turn ? NULL : c->system);
+	int32_t *u = NULL;
+	int n = chat_encode_user_turn(t, sys, text, &u);
+	if (n < 0)
+		return n == -EPERM || n == -ENOMEM ? n : -EPROTO;
+	if (c->open_answer) {  /* close an answer that ended without EOS */
+		int32_t *v = realloc(u, (size_t)(n + 1) * sizeof(int32_t));
+		if (!v) {
+			free(u);
+			return -ENOMEM;
+		}
+		memmove(v + 1, v, (size_t)n * sizeof(int32_t));
+		v[0] = c->eos;
+		u = v;
+		n++;
+	}
+	*ids = u;
+	return n;
+}
+
+int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
+			   const char *text, const int32_t *old, int n_old, int32_t **ids)
+{
+	*ids = NULL;
+	if (c->tmpl == CHAT_TEMPLATE_LLAMA2 && role == CHAT_USER && text) {
+		int n = chat_encode_user_turn(t, c->system, text, ids);
+		return n < 0 && n != -EPERM && n != -ENOMEM ? -EPROTO : n;
+	}
+	if (n_old > 0 && old[0] == c->bos)
+		return 0;
+	int32_t *v = malloc((size_t)(n_old + 1) * sizeof(int32_t));
+	if (!v)
+		return -ENOMEM;
+	v[0] = c->bos;
+	memcpy(v + 1, old, (size_t)n_old * sizeof(int32_t));
+	*ids = v;
+	return n_old + 1;
+}

@@ -209,3 +209,29 @@ void kvseq_release(struct kvpool *p, struct kvseq *s)
 	s->blocks = NULL;
 	s->cap = 0;
 }
+
+int kvseq_to_host(const struct kvpool *p, const struct kvseq *s, void *dst)
+{
+	size_t bb = kt_kv_block_bytes(&p->kv);
+	for (int i = 0; i < s->n_blocks; i++)
+		if (kvpool_get_block(p, s->blocks[i], (char *)dst + (size_t)i * bb) != 0)
+			return -EIO;
+	return 0;
+}
+
+int kvseq_from_host(struct kvpool *p, struct kvseq *s, const void *src, int n_blocks)
+{
+	if (n_blocks > p->n_free)
+		return -ENOSPC;
+	if (seq_grow(s, n_blocks ? n_blocks : 1) != 0)
+		return -ENOMEM;
+	size_t bb = kt_kv_block_bytes(&p->kv);
+	for (int i = 0; i < n_blocks; i++) {
+		s->blocks[s->n_blocks++] = kvpool_alloc(p);
+		if (kvpool_put_block(p, s->blocks[i], (const char *)src + (size_t)i * bb) != 0) {
+			kvseq_release(p, s);
+			return -EIO;
+		}
+	}
+	return 0;
+}

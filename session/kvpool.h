@@ -13,6 +13,9 @@
 
 #include "kernels/backend.h"
 
+/* Positions per KV block: the daemon's pool and one-shot runs use this. */
+#define KV_BLOCK_TOKENS 16
+
 struct kvpool {
 	struct kt_kv kv;
 	struct backend *be;   /* owner of kv.base's memory; NULL: host malloc */
@@ -66,5 +69,12 @@ int kvseq_fork(struct kvpool *p, struct kvseq *dst, const struct kvseq *src);
 void kvseq_truncate(struct kvpool *p, struct kvseq *s, int n_pos);
 /* Release every block and the table itself. */
 void kvseq_release(struct kvpool *p, struct kvseq *s);
+/* Copy s's blocks, in table order, to host memory at dst (s->n_blocks x
+ * kt_kv_block_bytes); s is unchanged. 0 or -EIO (the device failed). */
+int kvseq_to_host(const struct kvpool *p, const struct kvseq *s, void *dst);
+/* Fill the empty sequence s with n_blocks new blocks holding the bytes at
+ * src (as kvseq_to_host wrote them). 0, -ENOSPC (fewer free blocks than
+ * n_blocks), -ENOMEM or -EIO; on error s stays empty and no block is kept. */
+int kvseq_from_host(struct kvpool *p, struct kvseq *s, const void *src, int n_blocks);
 
 #endif

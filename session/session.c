@@ -56,7 +56,6 @@ void sess_clear_history(struct sess_table *t, struct session *s)
 static void sess_free(struct sess_table *t, struct session *s)
 {
 	sess_clear_history(t, s);
-	free(s->ram_kv);
 	free(s);
 }
 
@@ -106,7 +105,7 @@ struct session *sess_create(struct sess_table *t, uid_t uid, const char *id)
 		return NULL;
 	memcpy(s->id, id, strlen(id) + 1);
 	s->uid = uid;
-	s->tmpl = SESS_TMPL_LLAMA2;
+	s->tmpl = CHAT_TEMPLATE_LLAMA2;
 	s->policy = SESS_CTX_ERROR;
 	uint32_t b = hash_id(uid, id) % (uint32_t)t->n_buckets;
 	s->hnext = t->buckets[b];
@@ -287,7 +286,9 @@ void sess_foreach(struct sess_table *t, uid_t uid,
 		  void (*fn)(struct session *s, void *ctx), void *ctx)
 {
 	for (int b = 0; b < t->n_buckets; b++)
-		for (struct session *s = t->buckets[b]; s; s = s->hnext)
+		for (struct session *s = t->buckets[b], *next; s; s = next) {
+			next = s->hnext;  /* fn may drop s */
 			if (uid == 0 || s->uid == uid)
 				fn(s, ctx);
+		}
 }

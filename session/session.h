@@ -14,20 +14,21 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "model/chat.h"
 #include "session/kvpool.h"
 
 #define SESSION_ID_MAX 128
 
-/* Values match proto/llamad.proto (Role, Template, ContextPolicy). */
-enum sess_role { SESS_USER = 0, SESS_SYSTEM = 1, SESS_ASSISTANT = 2, SESS_RAW = 3 };
-enum sess_template { SESS_TMPL_LLAMA2 = 1, SESS_TMPL_RAW = 2 };
+/* Roles and templates are model/chat.h's enum chat_role / chat_template
+ * (the session stores and checks them, never interprets them). Values
+ * match proto/llamad.proto (ContextPolicy). */
 enum sess_policy { SESS_CTX_ERROR = 1, SESS_CTX_SHIFT = 2 };
 /* Where a session's K/V is (values match proto Location). */
 enum sess_loc { SESS_POOL = 0, SESS_RAM = 1, SESS_DISK = 2 };
 
 struct sess_turn {
 	int start;            /* index of its first token */
-	uint8_t role;         /* enum sess_role */
+	uint8_t role;         /* enum chat_role */
 	char *text;           /* the client's text (NULL for generated answers) */
 };
 
@@ -42,7 +43,7 @@ struct session {
 	int n_turns, turns_cap;
 	char *system;         /* system prompt of the first user turn (llama2) */
 	char *next_system;    /* set by a system turn: used by the next user turn */
-	int tmpl;             /* enum sess_template */
+	int tmpl;             /* enum chat_template */
 	int policy;           /* enum sess_policy */
 	int64_t last_use_ms;
 	uint64_t prefilled;   /* tokens run through the model, ever */
@@ -55,7 +56,8 @@ struct session {
 	int dirty;            /* changed since its state file was written */
 	int foreign;          /* its state file was written under another model */
 	uint64_t file_bytes;  /* size of its state file (0: none) */
-	void *ram_kv;         /* SESS_RAM: its blocks, kv_block_bytes each */
+	void *ram_kv;         /* SESS_RAM: its blocks, kv_block_bytes each (owned
+			       * by session/residency.c, which frees it) */
 	size_t ram_bytes;
 	int ram_blocks;
 	uint32_t disk_tokens; /* SESS_DISK: history length from the file header */
@@ -86,7 +88,8 @@ struct session *sess_find(struct sess_table *t, uid_t uid, const char *id);
 struct session *sess_create(struct sess_table *t, uid_t uid, const char *id);
 /* The session (uid, id) exactly, no root fallback. NULL if none. */
 struct session *sess_get(struct sess_table *t, uid_t uid, const char *id);
-/* Remove and free a session, releasing its blocks. */
+/* Remove and free a session, releasing its blocks (one in host memory goes
+ * through res_drop, which frees that memory). */
 void sess_drop(struct sess_table *t, struct session *s);
 /* New session dst_id for uid sharing all of src's history and KV blocks
  * (no KV copied). NULL on ENOMEM. */
@@ -119,8 +122,17 @@ int sess_replace_turn(struct sess_table *t, struct session *s, int idx,
 /* Blocks of s that other sessions share. */
 int sess_shared_blocks(const struct sess_table *t, const struct session *s);
 
-/* Visit every session visible to uid (all for root). */
+/* Visit every session visible to uid (all for root). fn may drop the
+ * session it is given (and no other). */
 void sess_foreach(struct sess_table *t, uid_t uid,
 		  void (*fn)(struct session *s, void *ctx), void *ctx);
+
+/* TEMP: old names until the config/main branch is merged */
+#define SESS_TMPL_LLAMA2 CHAT_TEMPLATE_LLAMA2
+#define SESS_TMPL_RAW CHAT_TEMPLATE_RAW
+#define SESS_USER CHAT_USER
+#define SESS_SYSTEM CHAT_SYSTEM
+#define SESS_ASSISTANT CHAT_ASSISTANT
+#define SESS_RAW CHAT_RAW
 
 #endif

@@ -58,9 +58,9 @@ _Static_assert(sizeof(STORE_MAGIC) - 1 == 8, "store magic is 8 bytes");
 #define MAX_BLOCK_SIZE (1u << 16)
 #define MAX_LAYERS     (1u << 16)
 #define MAX_KV_DIM     (1u << 20)
-#define MAX_ROLE       SESS_RAW
+#define MAX_ROLE       CHAT_ROLE_MAX
 /* Highest enum sess_template / sess_policy value: raise with the enums. */
-#define MAX_TMPL       SESS_TMPL_RAW
+#define MAX_TMPL       CHAT_TEMPLATE_MAX
 #define MAX_POLICY     SESS_CTX_SHIFT
 
 #define NO_TEXT    0xffffffffu      /* text_len of an absent text */

@@ -113,11 +113,11 @@ int main(int argc, char **argv)
 	int32_t tok[20];
 	for (int i = 0; i < 20; i++)
 		tok[i] = 1 + i * 7;
-	if (!s || sess_append(s, tok, 12, SESS_USER, "hi ☃", 1) ||
-	    sess_append(s, tok + 12, 8, SESS_ASSISTANT, NULL, 1))
+	if (!s || sess_append(s, tok, 12, CHAT_USER, "hi ☃", 1) ||
+	    sess_append(s, tok + 12, 8, CHAT_ASSISTANT, NULL, 1))
 		abort();
 	s->system = strdup("be brief");
-	s->tmpl = SESS_TMPL_LLAMA2;
+	s->tmpl = CHAT_TEMPLATE_LLAMA2;
 	s->policy = SESS_CTX_SHIFT;
 	if (kvseq_prepare(pool, &s->kv, 18, 0) != 0)
 		abort();

@@ -1,0 +1,132 @@
+/*
+ * daemon/engine_int.h — the engine's insides, shared by engine.c (the
+ * thread, its queues, the jobs and the batched step) and handlers.c (what
+ * each request does). Nothing else includes it.
+ *
+ * Everything below runs on the engine thread, except where a field says
+ * "under mu".
+ */
+#ifndef LLAMAD_DAEMON_ENGINE_INT_H
+#define LLAMAD_DAEMON_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "daemon/engine.h"
+#include "daemon/reply.h"
+#include "daemon/turns.h"
+#include "model/forward.h"
+#include "model/generate.h"
+#include "session/residency.h"
+#include "session/session.h"
+
+enum cmd_kind { CMD_REQUEST, CMD_DISCONNECT };
+
+/* A request or a connection close, queued by the event thread. */
+struct cmd {
+	struct cmd *next;
+	int kind;
+	uint64_t conn;
+	uid_t uid;
+	Llamad__Request *req;
+};
+
+enum job_kind { JOB_APPEND, JOB_GENERATE };
+
+/* A request that runs over several steps: an Append being prefilled or a
+ * Generate. Its session is busy while it runs. */
+struct job {
+	struct job *next;
+	int kind;
+	uint64_t conn, req_id;
+	struct session *s;
+	int cancelled;           /* 1: Cancel, 2: client gone */
+	int tokens_added;        /* append: the turn's tokens */
+	int prompt_tokens;       /* tokens prefilled by this request */
+	int answer_turn;         /* generate: assistant turn opened */
+	int gen_ok;              /* generate: gen set up */
+	struct gen gen;
+	char *text;              /* text released this step, for the token event */
+	size_t n_text, cap_text;
+	double t0, t_first;
+	float *logits;
+};
+
+struct engine {
+	struct model *m;
+	struct backend *be;
+	struct fwd *fwd;
+	struct kvpool *pool;
+	struct sess_table st;
+	struct residency res;    /* where sessions live; saving, eviction */
+	struct config cfg;       /* engine-thread copy */
+	struct config pending_cfg;  /* under mu: from engine_reload */
+	int have_pending_cfg;       /* under mu */
+	char backend_name[96];
+	char model_desc[512];
+	int ctx;                 /* model context length */
+	int step_cap;            /* scratch rows of fwd */
+	void (*on_fatal)(const char *status);
+
+	pthread_t thread;
+	int started;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct cmd *cmd_head, *cmd_tail;   /* under mu */
+	struct reply *out_head, *out_tail; /* under mu */
+	int notify_fd;
+	uint64_t fail_after;     /* LLAMAD_TEST_FAIL_AFTER (tests): fail at pass N */
+	int idle_ticks, trimmed; /* seconds idle; memory given back since */
+	int shutdown;            /* under mu */
+	int finished;            /* under mu */
+	int conns_open;          /* under mu */
+	uint64_t conns_accepted; /* under mu */
+
+	struct job *jobs;
+	int n_jobs;
+	unsigned rr;             /* round-robin start */
+	struct fwd_seq *seqs;
+	struct job **batch;
+	int batch_cap;
+	int out_pending;
+
+	double t_start;
+	double last_idle_scan;
+	uint64_t n_requests, n_prefilled, n_generated, n_forward;
+};
+
+/* ---- engine.c ---- */
+double engine_now(void);        /* monotonic seconds */
+int64_t engine_unix_ms(void);   /* wall clock, ms */
+/* Queue r (NULL: it could not be made, which is logged) for the event
+ * thread. */
+void engine_send(struct engine *e, struct reply *r);
+void engine_reply(struct engine *e, uint64_t conn, const Llamad__Response *r);
+/* An Error reply for -errno err (reply_code) with a printf message. */
+void engine_error(struct engine *e, uint64_t conn, uint64_t id, int err, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+/* Tokens one session may hold (the model's context, or max_session_tokens). */
+int engine_session_limit(const struct engine *e);
+/* The turn rules' view of the engine. */
+struct turn_env engine_turns(struct engine *e);
+/* A new job of kind for request id of conn on s (not yet running); NULL on
+ * ENOMEM. */
+struct job *job_new(int kind, uint64_t conn, uint64_t id, struct session *s);
+/* Start j: it joins the next step and its session is busy. */
+void job_add(struct engine *e, struct job *j);
+void job_free(struct job *j);
+/* Collects a generate job's text for its next token event (stop_emit_fn). */
+void job_emit_text(void *ctx, const char *text, size_t len);
+
+/* ---- handlers.c ---- */
+/* Apply one request (the table of operations and their preconditions). */
+void handle_request(struct engine *e, uint64_t conn, uid_t uid, const Llamad__Request *q);
+/* Connection conn closed: its jobs are cancelled, its idle ephemeral
+ * sessions dropped (busy ones when their job ends). */
+void handle_disconnect(struct engine *e, uint64_t conn);
+/* A SessionInfo reply on s (created / tokens_added < 0: not set). */
+void reply_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s, int created,
+		int tokens_added);
+
+#endif

@@ -1,0 +1,660 @@
+/*
+ * daemon/handlers.c — what each request does, on the engine thread.
+ *
+ * One table row per operation: the handler and the preconditions the
+ * dispatcher checks once, in this order, before calling it: the session
+ * the request names exists for the caller (NEED_SESSION), it is not
+ * running another request (NOT_BUSY), the caller is within its session
+ * quota (QUOTA), its K/V is in the pool (RESIDENT). A handler answers
+ * itself (a reply, or a job that answers later) and returns 0, or returns
+ * -errno with a one-line message in rq->msg and the dispatcher sends the
+ * error (reply_code maps the errno).
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "daemon/engine_int.h"
+#include "daemon/log.h"
+#include "daemon/version.h"
+#include "model/chat.h"
+#include "proto/frame.h"
+
+enum { NEED_SESSION = 1, NOT_BUSY = 2, QUOTA = 4, RESIDENT = 8 };
+
+/* One request being handled. */
+struct req {
+	uint64_t conn, id;
+	uid_t uid;
+	const Llamad__Request *q;
+	struct session *s;       /* NEED_SESSION: the session it names */
+	char msg[256];           /* the error's text */
+};
+
+static int fail(struct req *rq, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Set rq's error message; returns err. */
+static int fail(struct req *rq, int err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(rq->msg, sizeof(rq->msg), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+static void reply_body(struct engine *e, const struct req *rq, Llamad__Response *r)
+{
+	PB_SET(r, id, rq->id);
+	engine_reply(e, rq->conn, r);
+}
+
+/* ---- session replies -------------------------------------------------------- */
+
+static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *i)
+{
+	llamad__session_info__init(i);
+	i->session = s->id;
+	PB_SET(i, tokens, s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens);
+	PB_SET(i, location, s->loc);
+	PB_SET(i, saved, !s->dirty && s->file_bytes > 0);
+	PB_SET(i, file_bytes, s->file_bytes);
+	PB_SET(i, cached_tokens, (uint32_t)s->n_cached);
+	PB_SET(i, kv_blocks, (uint32_t)s->kv.n_blocks);
+	PB_SET(i, kv_bytes, (uint64_t)s->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
+	PB_SET(i, shared_blocks, (uint32_t)sess_shared_blocks(&e->st, s));
+	PB_SET(i, last_use_ms, s->last_use_ms);
+	PB_SET(i, template_, s->tmpl);
+	PB_SET(i, context_policy, s->policy);
+	PB_SET(i, turns, (uint32_t)s->n_turns);
+	PB_SET(i, busy, s->busy);
+	PB_SET(i, prefilled_tokens, s->prefilled);
+	PB_SET(i, generated_tokens, s->generated);
+	i->system = s->system;
+	PB_SET(i, owner_uid, (uint32_t)s->uid);
+	PB_SET(i, ephemeral, s->ephemeral);
+	PB_SET(i, context_length, (uint32_t)engine_session_limit(e));
+}
+
+void reply_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s, int created,
+		int tokens_added)
+{
+	Llamad__SessionInfo info;
+	fill_info(e, s, &info);
+	if (created >= 0) {
+		PB_SET(&info, created, created);
+	}
+	if (tokens_added >= 0) {
+		PB_SET(&info, tokens_added, (uint32_t)tokens_added);
+	}
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	PB_SET(&r, id, id);
+	r.body_case = LLAMAD__RESPONSE__BODY_SESSION;
+	r.session = &info;
+	engine_reply(e, conn, &r);
+}
+
+/* ---- preconditions ------------------------------------------------------------ */
+
+struct count_ctx {
+	uid_t uid;
+	int n, active, in_ram, on_disk;
+};
+
+static void count_one(struct session *s, void *ctx)
+{
+	struct count_ctx *c = ctx;
+	c->n++;
+	c->active += s->busy;
+	c->in_ram += s->loc == SESS_RAM;
+	c->on_disk += s->loc == SESS_DISK;
+}
+
+/* -EDQUOT if uid holds its quota of sessions. */
+static int check_quota(struct engine *e, struct req *rq)
+{
+	if (e->cfg.max_sessions_per_uid <= 0)
+		return 0;
+	struct count_ctx c = { rq->uid, 0, 0, 0, 0 };
+	sess_foreach(&e->st, rq->uid, count_one, &c);
+	if (c.n < e->cfg.max_sessions_per_uid)
+		return 0;
+	return fail(rq, -EDQUOT, "uid %u holds its quota of %d sessions", (unsigned)rq->uid,
+		    e->cfg.max_sessions_per_uid);
+}
+
+/* -EUSERS if the table is full. */
+static int check_room(struct engine *e, struct req *rq)
+{
+	if (e->st.count < e->cfg.max_sessions)
+		return 0;
+	return fail(rq, -EUSERS, "the daemon holds its maximum of %d sessions", e->cfg.max_sessions);
+}
+
+/* ---- the handlers ----------------------------------------------------------- */
+
+static int on_hello(struct engine *e, struct req *rq)
+{
+	const Llamad__Hello *h = rq->q->hello;
+	if (h->has_protocol_version && h->protocol_version != LLAMAD_PROTOCOL_VERSION)
+		return fail(rq, -EPROTONOSUPPORT,
+			    "protocol version %u is not supported (this daemon speaks %d)",
+			    h->protocol_version, LLAMAD_PROTOCOL_VERSION);
+	Llamad__HelloReply hr = LLAMAD__HELLO_REPLY__INIT;
+	PB_SET(&hr, protocol_version, LLAMAD_PROTOCOL_VERSION);
+	hr.server = (char *)"llamad " LLAMAD_VERSION;
+	hr.model = e->model_desc;
+	PB_SET(&hr, max_frame, e->cfg.max_frame);
+	PB_SET(&hr, context_length, (uint32_t)engine_session_limit(e));
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_HELLO;
+	r.hello = &hr;
+	reply_body(e, rq, &r);
+	return 0;
+}
+
+/* Template of new sessions that do not choose: the model file's when it
+ * names the Llama 2 format, else the configured one. */
+static int default_template(const struct engine *e)
+{
+	if (e->m->chat_template && !strcmp(e->m->chat_template, "llama2"))
+		return CHAT_TEMPLATE_LLAMA2;
+	return e->cfg.tmpl;
+}
+
+static int on_open(struct engine *e, struct req *rq)
+{
+	const Llamad__OpenSession *o = rq->q->open;
+	struct session *s = sess_find(&e->st, rq->uid, o->session);
+	if (s && s->uid != rq->uid)
+		s = NULL;  /* root opening its own session of a name another uid has */
+	if (s) {
+		if (o->create_only)
+			return fail(rq, -EEXIST, "session '%s' exists", o->session);
+		s->last_use_ms = engine_unix_ms();
+		reply_info(e, rq->conn, rq->id, s, 0, -1);
+		return 0;
+	}
+	if (o->system && chat_has_tags(o->system, strlen(o->system)))
+		return fail(rq, -EPERM, "system prompt contains a chat control tag");
+	int rc = check_room(e, rq);
+	if (rc || (rc = check_quota(e, rq)))
+		return rc;
+	s = sess_create(&e->st, rq->uid, o->session);
+	if (!s || (o->system && !(s->system = strdup(o->system)))) {
+		if (s)
+			sess_drop(&e->st, s);
+		return fail(rq, -ENOMEM, "out of memory");
+	}
+	s->tmpl = o->has_template_ && o->template_ ? (int)o->template_ : default_template(e);
+	s->policy = o->has_context_policy && o->context_policy ? (int)o->context_policy
+								: e->cfg.context_policy;
+	s->ephemeral = o->ephemeral;
+	s->owner_conn = rq->conn;
+	s->dirty = 1;
+	s->last_use_ms = engine_unix_ms();
+	log_msg(LL_DEBUG, "session %s created by uid %u", s->id, (unsigned)rq->uid);
+	reply_info(e, rq->conn, rq->id, s, 1, -1);
+	return 0;
+}
+
+/* Add a client's turn to rq's session: the token count or -errno. */
+static int add_turn(struct engine *e, struct req *rq, int has_role, int role, const char *text)
+{
+	struct turn_env te = engine_turns(e);
+	int n = turn_append(&te, rq->s, has_role ? role : CHAT_USER, text ? text : "", rq->msg,
+			    sizeof(rq->msg));
+	if (n >= 0)
+		rq->s->last_use_ms = engine_unix_ms();
+	return n;
+}
+
+static int on_append(struct engine *e, struct req *rq)
+{
+	const Llamad__Append *a = rq->q->append;
+	int n = add_turn(e, rq, a->has_role, (int)a->role, a->text);
+	if (n < 0)
+		return n;
+	struct job *j = job_new(JOB_APPEND, rq->conn, rq->id, rq->s);
+	if (!j)
+		return fail(rq, -ENOMEM, "out of memory");
+	j->tokens_added = n;
+	job_add(e, j);
+	return 0;
+}
+
+static void fill_sampler(const struct engine *e, const Llamad__SamplerOptions *o,
+			 struct sampler_params *p)
+{
+	const struct config *c = &e->cfg;
+	p->temperature = o && o->has_temperature ? o->temperature : c->temperature;
+	p->top_k = o && o->has_top_k ? o->top_k : c->top_k;
+	p->top_p = o && o->has_top_p ? o->top_p : c->top_p;
+	p->min_p = o && o->has_min_p ? o->min_p : c->min_p;
+	p->repeat_penalty = o && o->has_repeat_penalty ? o->repeat_penalty : c->repeat_penalty;
+	p->penalty_last_n = o && o->has_repeat_last_n ? o->repeat_last_n : c->repeat_last_n;
+	p->presence_penalty = o && o->has_presence_penalty ? o->presence_penalty : c->presence_penalty;
+	p->frequency_penalty = o && o->has_frequency_penalty ? o->frequency_penalty
+							      : c->frequency_penalty;
+	if (o && o->has_seed)
+		p->seed = o->seed;
+	else if (getrandom(&p->seed, sizeof(p->seed), 0) != sizeof(p->seed))
+		p->seed = (uint64_t)engine_unix_ms();
+}
+
+static int on_generate(struct engine *e, struct req *rq)
+{
+	const Llamad__Generate *g = rq->q->generate;
+	struct session *s = rq->s;
+	struct sampler_params sp;
+	fill_sampler(e, g->sampler, &sp);
+	const char *why = sampler_params_check(&sp);
+	if (why)
+		return fail(rq, -EINVAL, "%s", why);
+	int max_tokens = g->has_max_tokens && g->max_tokens ? (int)g->max_tokens : e->cfg.max_tokens;
+	struct job *j = job_new(JOB_GENERATE, rq->conn, rq->id, s);
+	if (!j || !(j->logits = malloc((size_t)e->m->cfg.vocab * sizeof(float)))) {
+		job_free(j);
+		return fail(rq, -ENOMEM, "out of memory");
+	}
+	/* a reply starts a new text: llama2 answers begin after [/INST] */
+	if (gen_init(&j->gen, e->m, &sp, (const char *const *)g->stop, (int)g->n_stop, max_tokens,
+		     s->tmpl == CHAT_TEMPLATE_LLAMA2, job_emit_text, j) != 0) {
+		job_free(j);
+		return fail(rq, -ENOMEM, "out of memory");
+	}
+	j->gen_ok = 1;
+	if (g->prompt) {
+		int n = add_turn(e, rq, g->has_role, (int)g->role, g->prompt);
+		if (n < 0) {
+			job_free(j);
+			return n;
+		}
+	}
+	if (s->n_tokens == 0) {
+		int32_t bos = e->m->cfg.bos;
+		if (sess_append(s, &bos, 1, CHAT_RAW, NULL, 1) != 0) {
+			job_free(j);
+			return fail(rq, -ENOMEM, "out of memory");
+		}
+	}
+	if (s->n_cached >= s->n_tokens)
+		sess_uncache(&e->st, s, s->n_tokens - 1);  /* we need the last token's logits */
+	job_add(e, j);
+	return 0;
+}
+
+static int on_fork(struct engine *e, struct req *rq)
+{
+	const Llamad__Fork *f = rq->q->fork;
+	struct session *dst = sess_find(&e->st, rq->uid, f->target);
+	if (dst && dst->uid == rq->uid)
+		return fail(rq, -EEXIST, "session '%s' exists", f->target);
+	int rc = check_room(e, rq);
+	if (rc)
+		return rc;
+	dst = sess_fork(&e->st, rq->s, rq->uid, f->target);
+	if (!dst)
+		return fail(rq, -ENOMEM, "out of memory");
+	dst->ephemeral = 0;
+	dst->dirty = 1;
+	dst->last_use_ms = engine_unix_ms();
+	reply_info(e, rq->conn, rq->id, dst, 1, -1);
+	return 0;
+}
+
+static void reply_ok(struct engine *e, const struct req *rq)
+{
+	Llamad__Ok ok = LLAMAD__OK__INIT;
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_OK;
+	r.ok = &ok;
+	reply_body(e, rq, &r);
+}
+
+static int on_drop(struct engine *e, struct req *rq)
+{
+	log_msg(LL_DEBUG, "session %s dropped", rq->s->id);
+	res_drop(&e->res, rq->s, 1);
+	reply_ok(e, rq);
+	return 0;
+}
+
+static int on_info(struct engine *e, struct req *rq)
+{
+	reply_info(e, rq->conn, rq->id, rq->s, -1, -1);
+	return 0;
+}
+
+struct list_ctx {
+	struct engine *e;
+	Llamad__SessionInfo *infos;
+	Llamad__SessionInfo **ptrs;
+	size_t n;
+};
+
+static void list_one(struct session *s, void *ctx)
+{
+	struct list_ctx *l = ctx;
+	fill_info(l->e, s, &l->infos[l->n]);
+	l->ptrs[l->n] = &l->infos[l->n];
+	l->n++;
+}
+
+static int on_list(struct engine *e, struct req *rq)
+{
+	size_t cap = (size_t)e->st.count + 1;
+	struct list_ctx l = { e, calloc(cap, sizeof(Llamad__SessionInfo)),
+			      calloc(cap, sizeof(Llamad__SessionInfo *)), 0 };
+	if (!l.infos || !l.ptrs) {
+		free(l.infos);
+		free(l.ptrs);
+		return fail(rq, -ENOMEM, "out of memory");
+	}
+	sess_foreach(&e->st, rq->uid, list_one, &l);
+	Llamad__SessionList sl = LLAMAD__SESSION_LIST__INIT;
+	sl.n_sessions = l.n;
+	sl.sessions = l.ptrs;
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_SESSIONS;
+	r.sessions = &sl;
+	reply_body(e, rq, &r);
+	free(l.infos);
+	free(l.ptrs);
+	return 0;
+}
+
+static int on_rewind(struct engine *e, struct req *rq)
+{
+	struct session *s = rq->s;
+	if (sess_rewind(&e->st, s) < 0)
+		return fail(rq, -EINVAL, "session '%s' has no turn to remove", s->id);
+	s->last_use_ms = engine_unix_ms();
+	s->dirty = 1;
+	reply_info(e, rq->conn, rq->id, s, -1, -1);
+	return 0;
+}
+
+static int on_tokenize(struct engine *e, struct req *rq)
+{
+	const Llamad__Tokenize *t = rq->q->tokenize;
+	int32_t *ids = NULL;
+	const char *text = t->text ? t->text : "";
+	int n = tok_encode(e->m->tok, text, strlen(text), t->add_bos, &ids);
+	uint32_t *u = n > 0 ? malloc((size_t)n * sizeof(uint32_t)) : NULL;
+	char **pieces = n > 0 ? malloc((size_t)n * sizeof(char *)) : NULL;
+	if (n < 0 || (n > 0 && (!u || !pieces))) {
+		free(ids);
+		free(u);
+		free(pieces);
+		return fail(rq, -EPROTO, "cannot tokenize the text");
+	}
+	for (int i = 0; i < n; i++) {
+		u[i] = (uint32_t)ids[i];
+		pieces[i] = (char *)tok_piece(e->m->tok, ids[i]);
+	}
+	Llamad__Tokens tk = LLAMAD__TOKENS__INIT;
+	tk.n_tokens = (size_t)n;
+	tk.tokens = u;
+	tk.n_pieces = (size_t)n;
+	tk.pieces = pieces;
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_TOKENS;
+	r.tokens = &tk;
+	reply_body(e, rq, &r);
+	free(ids);
+	free(u);
+	free(pieces);
+	return 0;
+}
+
+static int on_detokenize(struct engine *e, struct req *rq)
+{
+	const Llamad__Detokenize *d = rq->q->detokenize;
+	for (size_t i = 0; i < d->n_tokens; i++)
+		if (d->tokens[i] >= (uint32_t)e->m->cfg.vocab)
+			return fail(rq, -EINVAL, "token %u is outside the vocabulary (%d)",
+				    d->tokens[i], e->m->cfg.vocab);
+	int32_t *ids = malloc((d->n_tokens + 1) * sizeof(int32_t));
+	if (!ids)
+		return fail(rq, -ENOMEM, "out of memory");
+	for (size_t i = 0; i < d->n_tokens; i++)
+		ids[i] = (int32_t)d->tokens[i];
+	char *text = NULL;
+	int n = tok_decode(e->m->tok, ids, (int)d->n_tokens, &text);
+	free(ids);
+	if (n < 0)
+		return fail(rq, -EPROTO, "cannot decode");
+	Llamad__Text t = LLAMAD__TEXT__INIT;
+	t.text = text;
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_TEXT;
+	r.text = &t;
+	reply_body(e, rq, &r);
+	free(text);
+	return 0;
+}
+
+static int on_cancel(struct engine *e, struct req *rq)
+{
+	const Llamad__Cancel *c = rq->q->cancel;
+	for (struct job *j = e->jobs; j; j = j->next) {
+		if (j->conn == rq->conn && j->req_id == c->request_id && !j->cancelled) {
+			j->cancelled = 1;
+			reply_ok(e, rq);
+			return 0;
+		}
+	}
+	return fail(rq, -ESRCH, "no running request with id %llu on this connection",
+		    (unsigned long long)c->request_id);
+}
+
+static uint64_t rss_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "re");
+	unsigned long size = 0, res = 0;
+	if (f) {
+		if (fscanf(f, "%lu %lu", &size, &res) != 2)
+			res = 0;
+		fclose(f);
+	}
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static int on_status(struct engine *e, struct req *rq)
+{
+	const struct res_counters *n = &e->res.n;
+	Llamad__Counters c = LLAMAD__COUNTERS__INIT;
+	PB_SET(&c, requests, e->n_requests);
+	PB_SET(&c, errors, reply_errors());
+	PB_SET(&c, prefilled_tokens, e->n_prefilled);
+	PB_SET(&c, generated_tokens, e->n_generated);
+	PB_SET(&c, forward_passes, e->n_forward);
+	PB_SET(&c, cow_copies, e->pool->cow_copies);
+	PB_SET(&c, evictions_ram, n->evict_ram);
+	PB_SET(&c, evictions_disk, n->evict_disk);
+	PB_SET(&c, restores, n->restores);
+	PB_SET(&c, saves, n->saves);
+	PB_SET(&c, save_errors, n->save_errors);
+	pthread_mutex_lock(&e->mu);
+	PB_SET(&c, connections, e->conns_accepted);
+	int open = e->conns_open;
+	pthread_mutex_unlock(&e->mu);
+	Llamad__Status st = LLAMAD__STATUS__INIT;
+	st.server = (char *)"llamad " LLAMAD_VERSION;
+	st.model = e->model_desc;
+	st.backend = e->backend_name;
+	if (e->be->host_mem)  /* CPU worker threads; a GPU's desc says the rest */
+		PB_SET(&st, threads, (uint32_t)e->be->n_threads);
+	PB_SET(&st, uptime_s, engine_now() - e->t_start);
+	/* a non-root client sees only the count of its own sessions */
+	struct count_ctx k = { rq->uid, 0, 0, 0, 0 };
+	sess_foreach(&e->st, rq->uid, count_one, &k);
+	PB_SET(&st, sessions, (uint32_t)k.n);
+	PB_SET(&st, sessions_in_ram, (uint32_t)k.in_ram);
+	PB_SET(&st, sessions_on_disk, (uint32_t)k.on_disk);
+	st.state_dir = e->res.dir ? e->res.dir : (char *)"";
+	PB_SET(&st, ram_bytes_used, (uint64_t)e->res.ram_used);
+	PB_SET(&st, ram_bytes_total, e->cfg.ram_cache);
+	char tmpl[96];
+	int from_model = e->m->chat_template && !strcmp(e->m->chat_template, "llama2");
+	snprintf(tmpl, sizeof(tmpl), "%s (%s)",
+		 default_template(e) == CHAT_TEMPLATE_LLAMA2 ? "llama2" : "raw",
+		 from_model ? "from the model file" : "configured; the model file names no Llama 2 template");
+	st.chat_template = tmpl;
+	PB_SET(&st, active, (uint32_t)k.active);
+	PB_SET(&st, connections, (uint32_t)open);
+	PB_SET(&st, kv_blocks_total, (uint32_t)e->pool->kv.n_blocks);
+	PB_SET(&st, kv_blocks_free, (uint32_t)kvpool_n_free(e->pool));
+	PB_SET(&st, kv_block_tokens, (uint32_t)e->pool->kv.block_size);
+	PB_SET(&st, kv_bytes_total, (uint64_t)e->pool->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
+	PB_SET(&st, weight_bytes, e->m->weight_bytes);
+	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
+	st.counters = &c;
+	PB_SET(&st, rss_bytes, rss_bytes());
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_STATUS;
+	r.status = &st;
+	reply_body(e, rq, &r);
+	return 0;
+}
+
+static int on_save(struct engine *e, struct req *rq)
+{
+	const Llamad__Save *sv = rq->q->save;
+	if (!e->res.dir)
+		return fail(rq, -EIO, "persistence is off (state_dir = none)");
+	struct res_saved c = { 0 };
+	if (sv->all) {
+		res_save_all(&e->res, rq->uid, 0, &c);
+	} else {
+		struct session *s = sv->session ? sess_find(&e->st, rq->uid, sv->session) : NULL;
+		if (!s)
+			return fail(rq, -ENOENT, "no session named '%s'", sv->session ? sv->session : "");
+		if (s->ephemeral)
+			return fail(rq, -EINVAL, "session '%s' is ephemeral: it is never saved", s->id);
+		res_save_into(&e->res, s, 1, &c);  /* in RAM or on disk: saved already */
+	}
+	if (c.errors) {
+		fail(rq, -EIO, "%d session%s not saved: %s", c.errors, c.errors == 1 ? "" : "s",
+		     c.first_error ? c.first_error : "");
+		free(c.first_error);
+		return -EIO;
+	}
+	Llamad__Saved sd = LLAMAD__SAVED__INIT;
+	PB_SET(&sd, sessions, (uint32_t)c.n);
+	PB_SET(&sd, bytes, c.bytes);
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = LLAMAD__RESPONSE__BODY_SAVED;
+	r.saved = &sd;
+	reply_body(e, rq, &r);
+	return 0;
+}
+
+/* ---- the table -------------------------------------------------------------- */
+
+#define NAMED(field, name) \
+	static const char *session_of_##field(const Llamad__Request *q) { return q->field->name; }
+NAMED(append, session)
+NAMED(generate, session)
+NAMED(fork, session)
+NAMED(drop, session)
+NAMED(info, session)
+NAMED(rewind, session)
+#undef NAMED
+
+struct op {
+	Llamad__Request__OpCase op;
+	int (*run)(struct engine *e, struct req *rq);
+	unsigned pre;
+	const char *(*session_of)(const Llamad__Request *q);  /* NEED_SESSION */
+};
+
+static const struct op ops[] = {
+	{ LLAMAD__REQUEST__OP_HELLO, on_hello, 0, NULL },
+	{ LLAMAD__REQUEST__OP_OPEN, on_open, 0, NULL },
+	{ LLAMAD__REQUEST__OP_APPEND, on_append, NEED_SESSION | NOT_BUSY | RESIDENT, session_of_append },
+	{ LLAMAD__REQUEST__OP_GENERATE, on_generate, NEED_SESSION | NOT_BUSY | RESIDENT,
+	  session_of_generate },
+	{ LLAMAD__REQUEST__OP_FORK, on_fork, NEED_SESSION | QUOTA | RESIDENT, session_of_fork },
+	{ LLAMAD__REQUEST__OP_DROP, on_drop, NEED_SESSION | NOT_BUSY, session_of_drop },
+	{ LLAMAD__REQUEST__OP_LIST, on_list, 0, NULL },
+	{ LLAMAD__REQUEST__OP_INFO, on_info, NEED_SESSION, session_of_info },
+	{ LLAMAD__REQUEST__OP_REWIND, on_rewind, NEED_SESSION | NOT_BUSY | RESIDENT, session_of_rewind },
+	{ LLAMAD__REQUEST__OP_TOKENIZE, on_tokenize, 0, NULL },
+	{ LLAMAD__REQUEST__OP_DETOKENIZE, on_detokenize, 0, NULL },
+	{ LLAMAD__REQUEST__OP_CANCEL, on_cancel, 0, NULL },
+	{ LLAMAD__REQUEST__OP_STATUS, on_status, 0, NULL },
+	{ LLAMAD__REQUEST__OP_SAVE, on_save, 0, NULL },
+};
+
+/* The preconditions of op for rq: 0 or -errno with rq->msg. */
+static int check(struct engine *e, const struct op *op, struct req *rq)
+{
+	if (op->pre & NEED_SESSION) {
+		const char *name = op->session_of(rq->q);
+		rq->s = name ? sess_find(&e->st, rq->uid, name) : NULL;
+		if (!rq->s)
+			return fail(rq, -ENOENT, "no session named '%s'", name ? name : "");
+	}
+	if ((op->pre & NOT_BUSY) && rq->s->busy)
+		return fail(rq, -EBUSY, "session '%s' is running another request", rq->s->id);
+	int rc;
+	if ((op->pre & QUOTA) && (rc = check_quota(e, rq)))
+		return rc;
+	if (op->pre & RESIDENT) {
+		char *cause = NULL;
+		rc = res_ensure(&e->res, rq->s, &cause);
+		if (rc)
+			fail(rq, rc, "%s", cause ? cause : strerror(-rc));
+		free(cause);
+		return rc;
+	}
+	return 0;
+}
+
+void handle_request(struct engine *e, uint64_t conn, uid_t uid, const Llamad__Request *q)
+{
+	struct req rq = { .conn = conn, .id = q->id, .uid = uid, .q = q };
+	e->n_requests++;
+	const struct op *op = NULL;
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]) && !op; i++)
+		if (ops[i].op == q->op_case)
+			op = &ops[i];
+	int rc = op ? check(e, op, &rq) : fail(&rq, -ENOSYS, "unknown operation");
+	if (rc == 0)
+		rc = op->run(e, &rq);
+	if (rc)
+		engine_error(e, conn, rq.id, rc, "%s", rq.msg);
+}
+
+/* ---- a connection goes -------------------------------------------------------- */
+
+struct gone_ctx {
+	struct engine *e;
+	uint64_t conn;
+};
+
+static void drop_ephemeral(struct session *s, void *ctx)
+{
+	struct gone_ctx *g = ctx;
+	if (!s->ephemeral || s->owner_conn != g->conn)
+		return;
+	if (s->busy)
+		s->owner_conn = 0;  /* orphaned: its job's end drops it (job_remove) */
+	else
+		res_drop(&g->e->res, s, 0);
+}
+
+void handle_disconnect(struct engine *e, uint64_t conn)
+{
+	for (struct job *j = e->jobs; j; j = j->next)
+		if (j->conn == conn)
+			j->cancelled = 2;
+	struct gone_ctx g = { e, conn };
+	sess_foreach(&e->st, 0, drop_ephemeral, &g);
+}

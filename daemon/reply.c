@@ -1,0 +1,65 @@
+/*
+ * daemon/reply.c — see reply.h.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "daemon/reply.h"
+#include "proto/frame.h"
+
+static atomic_uint_fast64_t n_errors;
+
+struct reply *reply_pack(uint64_t conn, const Llamad__Response *r)
+{
+	size_t n = llamad__response__get_packed_size(r);
+	struct reply *o = malloc(sizeof(*o) + FRAME_HDR + n);
+	if (!o)
+		return NULL;
+	o->next = NULL;
+	o->conn = conn;
+	o->len = FRAME_HDR + n;
+	frame_put_len(o->data, (uint32_t)n);
+	llamad__response__pack(r, o->data + FRAME_HDR);
+	return o;
+}
+
+struct reply *reply_error(uint64_t conn, uint64_t id, int code, const char *msg)
+{
+	Llamad__Error err = LLAMAD__ERROR__INIT;
+	PB_SET(&err, code, code);
+	err.message = (char *)msg;
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	PB_SET(&r, id, id);
+	r.body_case = LLAMAD__RESPONSE__BODY_ERROR;
+	r.error = &err;
+	atomic_fetch_add(&n_errors, 1);
+	return reply_pack(conn, &r);
+}
+
+int reply_code(int err)
+{
+	switch (-err) {
+	case ENOENT: return LLAMAD__ERROR_CODE__UNKNOWN_SESSION;
+	case EEXIST: return LLAMAD__ERROR_CODE__SESSION_EXISTS;
+	case EBUSY: return LLAMAD__ERROR_CODE__BUSY;
+	case EINVAL: return LLAMAD__ERROR_CODE__BAD_REQUEST;
+	case EPERM: return LLAMAD__ERROR_CODE__REFUSED_TEXT;
+	case EMSGSIZE: return LLAMAD__ERROR_CODE__CONTEXT_FULL;
+	case E2BIG: return LLAMAD__ERROR_CODE__TOO_LARGE;
+	case ECANCELED: return LLAMAD__ERROR_CODE__CANCELLED;
+	case ESRCH: return LLAMAD__ERROR_CODE__UNKNOWN_REQUEST;
+	case EPROTONOSUPPORT: return LLAMAD__ERROR_CODE__BAD_VERSION;
+	case ENOSYS: return LLAMAD__ERROR_CODE__UNKNOWN_OP;
+	case ENOMEM: case ENOBUFS: case EDQUOT: case EUSERS:
+		return LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED;
+	case EIO: case ESTALE: return LLAMAD__ERROR_CODE__STORAGE;
+	case ESHUTDOWN: return LLAMAD__ERROR_CODE__SHUTTING_DOWN;
+	default: return LLAMAD__ERROR_CODE__INTERNAL;
+	}
+}
+
+uint64_t reply_errors(void)
+{
+	return atomic_load(&n_errors);
+}

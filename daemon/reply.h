@@ -1,0 +1,44 @@
+/*
+ * daemon/reply.h — the one way a reply is made: a Response packed into a
+ * frame for a connection, and errors with their code and one line of text.
+ * Used by the event thread (requests refused before the engine) and by the
+ * engine alike, so every refusal is counted in one place.
+ *
+ * Below the request handlers, functions return -errno; reply_code() is the
+ * one mapping from an errno to the wire's ErrorCode:
+ *   ENOENT UNKNOWN_SESSION     EEXIST SESSION_EXISTS    EBUSY BUSY
+ *   EINVAL BAD_REQUEST         EPERM REFUSED_TEXT       EMSGSIZE CONTEXT_FULL
+ *   E2BIG TOO_LARGE            ECANCELED CANCELLED      ESRCH UNKNOWN_REQUEST
+ *   EPROTONOSUPPORT BAD_VERSION                         ENOSYS UNKNOWN_OP
+ *   ENOMEM, ENOBUFS (the KV cache is full), EDQUOT (a uid's quota),
+ *   EUSERS (max_sessions) RESOURCE_EXHAUSTED
+ *   EIO, ESTALE (the state directory, a state file) STORAGE
+ *   ESHUTDOWN SHUTTING_DOWN    anything else INTERNAL
+ */
+#ifndef LLAMAD_DAEMON_REPLY_H
+#define LLAMAD_DAEMON_REPLY_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "llamad.pb-c.h"
+
+/* One framed Response (4-byte length + message) for connection conn. */
+struct reply {
+	struct reply *next;
+	uint64_t conn;
+	size_t len;
+	uint8_t data[];
+};
+
+/* Pack r for conn. NULL on ENOMEM (the caller logs). Free with free(). */
+struct reply *reply_pack(uint64_t conn, const Llamad__Response *r);
+/* An Error reply (code: Llamad__ErrorCode, msg: one line, no path) to
+ * request id of conn, counted in reply_errors(). NULL on ENOMEM. */
+struct reply *reply_error(uint64_t conn, uint64_t id, int code, const char *msg);
+/* The ErrorCode of -errno err (see above). */
+int reply_code(int err);
+/* Error replies made so far, by any thread. */
+uint64_t reply_errors(void);
+
+#endif

@@ -1,0 +1,520 @@
+/*
+ * session/residency.c — see residency.h. Everything here runs on the
+ * engine thread, between forward steps.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "session/residency.h"
+#include "session/store.h"
+
+static void say(struct residency *r, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void say(struct residency *r, int level, const char *fmt, ...)
+{
+	if (!r->report)
+		return;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	r->report(r->report_ctx, level, msg);
+}
+
+/* *cause = the formatted text (NULL if out of memory). */
+static void set_cause(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void set_cause(char **cause, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) < 0)
+		*cause = NULL;
+	va_end(ap);
+}
+
+static int64_t unix_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static size_t block_bytes(const struct residency *r)
+{
+	return kt_kv_block_bytes(&r->pool->kv);
+}
+
+void res_init(struct residency *r, struct sess_table *st, uint64_t fingerprint, int max_tokens,
+	      int vocab, size_t ram_cache, res_report_fn report, void *report_ctx)
+{
+	memset(r, 0, sizeof(*r));
+	r->st = st;
+	r->pool = st->pool;
+	r->fingerprint = fingerprint;
+	r->max_tokens = max_tokens;
+	r->vocab = vocab;
+	r->ram_cache = ram_cache;
+	r->report = report;
+	r->report_ctx = report_ctx;
+}
+
+/* Free s's K/V in host memory with its accounting: the one place that
+ * does. */
+static void ram_release(struct residency *r, struct session *s)
+{
+	if (!s->ram_kv)
+		return;
+	r->ram_used -= s->ram_bytes;
+	free(s->ram_kv);
+	s->ram_kv = NULL;
+	s->ram_bytes = 0;
+	s->ram_blocks = 0;
+}
+
+static void release_one(struct session *s, void *ctx)
+{
+	ram_release(ctx, s);
+}
+
+void res_done(struct residency *r)
+{
+	if (r->st)
+		sess_foreach(r->st, 0, release_one, r);
+	free(r->dir);
+	r->dir = NULL;
+}
+
+/* ---- the state directory ------------------------------------------------ */
+
+/* mkdir -p with mode 0700 for what it creates. */
+static int mkdirs(const char *path)
+{
+	char *p = strdup(path);
+	if (!p)
+		return -ENOMEM;
+	for (char *q = p + 1; ; q++) {
+		if (*q == '/' || !*q) {
+			char c = *q;
+			*q = 0;
+			if (mkdir(p, 0700) != 0 && errno != EEXIST) {
+				int e = errno;
+				free(p);
+				return -e;
+			}
+			*q = c;
+			if (!c)
+				break;
+		}
+	}
+	free(p);
+	return 0;
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : NULL;
+}
+
+int res_set_dir(struct residency *r, const char *setting)
+{
+	char *d = NULL;
+	if (setting && !strcmp(setting, "none"))
+		return 0;
+	if (setting) {
+		d = strdup(setting);
+	} else if (env("STATE_DIRECTORY")) {
+		d = strndup(env("STATE_DIRECTORY"), strcspn(env("STATE_DIRECTORY"), ":"));
+	} else if (geteuid() == 0) {
+		d = strdup("/var/lib/llamad");
+	} else if (env("XDG_STATE_HOME")) {
+		set_cause(&d, "%s/llamad", env("XDG_STATE_HOME"));
+	} else if (getenv("HOME")) {
+		set_cause(&d, "%s/.local/state/llamad", getenv("HOME"));
+	}
+	if (!d) {
+		say(r, RES_WARN, "no state directory: sessions will not be saved");
+		return -ENOENT;
+	}
+	int rc = mkdirs(d);
+	if (rc)
+		say(r, RES_ERROR, "state directory %s: %s; sessions cannot be saved until it "
+		    "can be written", d, strerror(-rc));
+	else
+		say(r, RES_INFO, "state directory %s", d);
+	free(r->dir);
+	r->dir = d;
+	return 0;
+}
+
+static void report_bad_file(void *ctx, const char *path, const char *reason)
+{
+	say(ctx, RES_WARN, "state file %s: %s", path, reason);
+}
+
+int res_list(struct residency *r, int max_sessions)
+{
+	struct store_entry *ents = NULL;
+	int n = store_list(r->dir, &ents, report_bad_file, r);
+	if (n < 0) {
+		say(r, RES_ERROR, "cannot read the state directory %s: %s", r->dir, strerror(-n));
+		return n;
+	}
+	int foreign = 0, listed = 0;
+	for (int i = 0; i < n; i++) {
+		if (sess_get(r->st, ents[i].uid, ents[i].id))
+			continue;
+		if (r->st->count >= max_sessions) {
+			say(r, RES_WARN, "state file %s: not listed: max_sessions (%d) reached",
+			    ents[i].path, max_sessions);
+			continue;
+		}
+		struct session *s = sess_create(r->st, ents[i].uid, ents[i].id);
+		if (!s)
+			break;
+		s->loc = SESS_DISK;
+		s->disk_tokens = ents[i].n_tokens;
+		s->tmpl = (int)ents[i].tmpl;
+		s->policy = (int)ents[i].policy;
+		s->prefilled = ents[i].prefilled;
+		s->generated = ents[i].generated;
+		s->last_use_ms = ents[i].last_use_ms;
+		s->file_bytes = ents[i].file_bytes;
+		s->foreign = ents[i].fingerprint != r->fingerprint;
+		foreign += s->foreign;
+		listed++;
+	}
+	if (listed > 0)
+		say(r, RES_INFO, "%d saved session%s in %s%s", listed, listed == 1 ? "" : "s",
+		    r->dir, foreign ? " (some saved under another model)" : "");
+	store_entries_free(ents, n);
+	return listed;
+}
+
+/* ---- saving ----------------------------------------------------------------- */
+
+int res_save(struct residency *r, struct session *s, char **cause)
+{
+	if (!r->dir || s->ephemeral || s->loc != SESS_POOL)
+		return 1;
+	int rc = store_save(r->dir, s, r->pool, r->fingerprint, cause);
+	if (rc) {
+		r->n.save_errors++;
+		return rc;
+	}
+	char *p = store_path(r->dir, s->uid, s->id);
+	struct stat st;
+	s->file_bytes = p && stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
+	free(p);
+	s->dirty = 0;
+	s->foreign = 0;
+	s->save_failed = 0;
+	r->n.saves++;
+	return 0;
+}
+
+/* The reason in a store.c cause ("state file PATH: reason") of session s,
+ * without the path; strerror(-rc) if the cause is not of that form. */
+static const char *store_reason(const struct residency *r, const struct session *s,
+				const char *cause, int rc)
+{
+	char *path = store_path(r->dir, s->uid, s->id);
+	const char *why = NULL;
+	size_t n = path ? strlen(path) : 0;
+	if (path && cause && !strncmp(cause, "state file ", 11) && !strncmp(cause + 11, path, n) &&
+	    !strncmp(cause + 11 + n, ": ", 2))
+		why = cause + 13 + n;
+	free(path);
+	return why ? why : strerror(-rc);
+}
+
+void res_save_into(struct residency *r, struct session *s, int count_saved, struct res_saved *out)
+{
+	char *cause = NULL;
+	int rc = res_save(r, s, &cause);
+	if (rc == 0 || (rc == 1 && count_saved)) {
+		out->n++;
+		out->bytes += s->file_bytes;
+	} else if (rc < 0) {
+		out->errors++;
+		say(r, RES_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
+		if (!out->first_error)
+			set_cause(&out->first_error, "session '%s': %s", s->id,
+				  store_reason(r, s, cause, rc));
+	}
+	free(cause);
+}
+
+struct save_all_ctx {
+	struct residency *r;
+	int only_dirty;
+	struct res_saved *out;
+};
+
+static void save_one_of_all(struct session *s, void *ctx)
+{
+	struct save_all_ctx *c = ctx;
+	if (!c->only_dirty || s->dirty)
+		res_save_into(c->r, s, 0, c->out);
+}
+
+void res_save_all(struct residency *r, uid_t uid, int only_dirty, struct res_saved *out)
+{
+	struct save_all_ctx c = { r, only_dirty, out };
+	sess_foreach(r->st, uid, save_one_of_all, &c);
+}
+
+struct idle_ctx {
+	struct residency *r;
+	int64_t before;
+};
+
+static void save_if_idle(struct session *s, void *ctx)
+{
+	struct idle_ctx *c = ctx;
+	if (!s->dirty || s->busy || s->ephemeral || s->loc != SESS_POOL || s->last_use_ms > c->before)
+		return;
+	char *cause = NULL;
+	if (res_save(c->r, s, &cause) < 0) {
+		if (!s->save_failed)  /* once until it works again */
+			say(c->r, RES_ERROR, "cannot save session %s: %s", s->id, cause);
+		s->save_failed = 1;
+		s->last_use_ms = unix_ms();  /* retry after another delay */
+	}
+	free(cause);
+}
+
+void res_save_idle(struct residency *r, int64_t before_ms)
+{
+	struct idle_ctx c = { r, before_ms };
+	if (r->dir)
+		sess_foreach(r->st, 0, save_if_idle, &c);
+}
+
+static void save_history(struct session *s, void *ctx)
+{
+	struct residency *r = ctx;
+	/* changed since saved: dirty, or in the middle of a turn */
+	if (s->ephemeral || s->loc != SESS_POOL || !(s->dirty || s->busy))
+		return;
+	char *cause = NULL;
+	int rc = store_save_history(r->dir, s, r->pool, r->fingerprint, &cause);
+	if (rc)
+		say(r, RES_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
+	free(cause);
+}
+
+void res_save_histories(struct residency *r)
+{
+	if (r->dir)
+		sess_foreach(r->st, 0, save_history, r);
+}
+
+/* ---- eviction ------------------------------------------------------------ */
+
+/* Turn a session into a disk stub: free its history, blocks and host K/V. */
+static void to_stub(struct residency *r, struct session *s)
+{
+	s->disk_tokens = (uint32_t)s->n_tokens;
+	sess_clear_history(r->st, s);
+	ram_release(r, s);
+	s->loc = SESS_DISK;
+}
+
+struct lru_ctx {
+	const struct session *keep;
+	int loc;
+	unsigned scan;
+	struct session *best;
+};
+
+static void lru_pick(struct session *s, void *ctx)
+{
+	struct lru_ctx *l = ctx;
+	if (s == l->keep || s->busy || s->loc != l->loc || s->ephemeral || s->evict_scan == l->scan)
+		return;
+	if (l->loc == SESS_POOL && s->kv.n_blocks == 0)
+		return;
+	if (l->loc == SESS_RAM && s->dirty)
+		return;  /* only saved sessions may leave host memory for disk */
+	if (!l->best || s->last_use_ms < l->best->last_use_ms)
+		l->best = s;
+}
+
+/* Least recently used idle session in loc not yet tried in this scan. */
+static struct session *lru(struct residency *r, const struct session *keep, int loc)
+{
+	struct lru_ctx l = { keep, loc, r->scan, NULL };
+	sess_foreach(r->st, 0, lru_pick, &l);
+	return l.best;
+}
+
+/* Move v's blocks to host memory. 1 on success. */
+static int to_ram(struct residency *r, struct session *v)
+{
+	size_t bytes = (size_t)v->kv.n_blocks * block_bytes(r);
+	if (r->ram_used + bytes > r->ram_cache || !(v->ram_kv = malloc(bytes ? bytes : 1)))
+		return 0;
+	if (kvseq_to_host(r->pool, &v->kv, v->ram_kv) != 0) {
+		free(v->ram_kv);
+		v->ram_kv = NULL;
+		return 0;
+	}
+	v->ram_bytes = bytes;
+	v->ram_blocks = v->kv.n_blocks;
+	r->ram_used += bytes;
+	kvseq_release(r->pool, &v->kv);
+	v->loc = SESS_RAM;
+	r->n.evict_ram++;
+	say(r, RES_DEBUG, "session %s moved to host memory (%zu bytes)", v->id, bytes);
+	return 1;
+}
+
+int res_evict_one(struct residency *r, const struct session *keep)
+{
+	r->scan++;
+	struct session *v;
+	while ((v = lru(r, keep, SESS_POOL))) {
+		v->evict_scan = r->scan;  /* try each candidate once */
+		if (r->dir && (v->dirty || !v->file_bytes)) {
+			char *cause = NULL;
+			if (res_save(r, v, &cause) < 0) {
+				if (!v->save_failed)
+					say(r, RES_ERROR, "cannot save session %s to evict it: %s",
+					    v->id, cause);
+				v->save_failed = 1;
+				free(cause);
+				continue;  /* keep it in the pool; try another */
+			}
+		}
+		size_t bytes = (size_t)v->kv.n_blocks * block_bytes(r);
+		if (bytes <= r->ram_cache) {
+			while (r->ram_used + bytes > r->ram_cache && r->dir) {
+				struct session *o = lru(r, keep, SESS_RAM);
+				if (!o)
+					break;
+				to_stub(r, o);
+				r->n.evict_disk++;
+			}
+			if (to_ram(r, v))
+				return 1;
+		}
+		if (r->dir) {
+			to_stub(r, v);
+			r->n.evict_disk++;
+			say(r, RES_DEBUG, "session %s moved to the state directory", v->id);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int res_reserve(struct residency *r, int n, const struct session *keep)
+{
+	while (kvpool_n_free(r->pool) < n)
+		if (!res_evict_one(r, keep))
+			return -ENOBUFS;
+	return 0;
+}
+
+/* ---- restore ---------------------------------------------------------------- */
+
+static int from_ram(struct residency *r, struct session *s, char **cause)
+{
+	if (res_reserve(r, s->ram_blocks, s) != 0) {
+		set_cause(cause, "the KV cache is full and nothing can be evicted");
+		return -ENOBUFS;
+	}
+	struct kvseq kv = { 0 };
+	int rc = kvseq_from_host(r->pool, &kv, s->ram_kv, s->ram_blocks);
+	if (rc) {
+		set_cause(cause, rc == -EIO ? "the device failed while restoring the session"
+					    : "out of memory");
+		return rc == -EIO ? -ENOTRECOVERABLE : -ENOMEM;
+	}
+	kvseq_release(r->pool, &s->kv);
+	s->kv = kv;
+	ram_release(r, s);
+	s->loc = SESS_POOL;
+	r->n.restores++;
+	return 0;
+}
+
+static int from_disk(struct residency *r, struct session *s, char **cause)
+{
+	char *path = store_path(r->dir, s->uid, s->id);
+	char *why = NULL;
+	int allow_foreign = !r->refuse_foreign;
+	int rc = path ? store_load(path, s, r->pool, r->fingerprint, allow_foreign, &why) : -ENOMEM;
+	if (rc == -ENOSPC) {
+		free(why);
+		why = NULL;
+		int bs = r->pool->kv.block_size;
+		int need = (int)((s->disk_tokens + (uint32_t)bs - 1) / (uint32_t)bs);
+		if (res_reserve(r, need, s) == 0)
+			rc = store_load(path, s, r->pool, r->fingerprint, allow_foreign, &why);
+	}
+	free(path);
+	if (rc) {
+		say(r, RES_WARN, "cannot restore session %s: %s", s->id, why ? why : strerror(-rc));
+		if (rc == -ESTALE)
+			set_cause(cause, "session '%s' was saved under a different model "
+				  "(foreign_cache = refuse)", s->id);
+		else if (rc == -ENOSPC)
+			set_cause(cause, "cannot restore session '%s': the KV cache is full", s->id);
+		else
+			set_cause(cause, "cannot restore session '%s': %s", s->id,
+				  store_reason(r, s, why, rc));
+		free(why);
+		return rc == -ESTALE ? -ESTALE : rc == -ENOSPC ? -ENOBUFS : -EIO;
+	}
+	/* checksums prove the file intact, not that this model can run it (a
+	 * foreign file may come from a bigger vocabulary or context): a token
+	 * the forward pass refuses would fail every job batched with it */
+	const char *unfit = NULL;
+	if (s->n_tokens > r->max_tokens)
+		unfit = "its history is longer than this model's context";
+	for (int i = 0; i < s->n_tokens && !unfit; i++)
+		if (s->tokens[i] < 0 || s->tokens[i] >= r->vocab)
+			unfit = "its history holds token ids outside this model's vocabulary";
+	if (unfit) {
+		say(r, RES_WARN, "cannot restore session %s: %s", s->id, unfit);
+		set_cause(cause, "cannot restore session '%s': %s", s->id, unfit);
+		to_stub(r, s);
+		return -EIO;
+	}
+	s->loc = SESS_POOL;
+	/* a cache rebuilt from the tokens (another model or KV shape) is worth
+	 * saving again once it exists */
+	s->dirty = s->foreign || (s->n_cached == 0 && s->n_tokens > 0);
+	if (s->foreign)
+		say(r, RES_INFO, "session %s was saved under another model: its cache is rebuilt "
+		    "from its %d tokens", s->id, s->n_tokens);
+	r->n.restores++;
+	return 0;
+}
+
+int res_ensure(struct residency *r, struct session *s, char **cause)
+{
+	*cause = NULL;
+	if (s->loc == SESS_POOL)
+		return 0;
+	return s->loc == SESS_RAM ? from_ram(r, s, cause) : from_disk(r, s, cause);
+}
+
+void res_drop(struct residency *r, struct session *s, int remove_file)
+{
+	if (remove_file && r->dir && store_remove(r->dir, s->uid, s->id) != 0)
+		say(r, RES_WARN, "session %s: cannot remove its state file", s->id);
+	ram_release(r, s);
+	sess_drop(r->st, s);
+}
