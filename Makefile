@@ -171,6 +171,9 @@ $(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB)
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
+# the turn rules' test also links daemon/turns.o
+$(BUILD)/tests/test_turns: $(BUILD)/daemon/turns.o
+
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(CORE_LDLIBS) -lcmocka $(LDLIBS)

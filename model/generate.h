@@ -19,10 +19,6 @@
 #include "model/stop.h"
 #include "model/tokenizer.h"
 
-/* Most stop strings one generation takes (the wire's and the command line's
- * limit too). */
-#define GEN_MAX_STOPS 16
-
 /* Why a generation ended (GEN_GO: it goes on). */
 enum gen_end {
 	GEN_GO = 0,

@@ -273,6 +273,115 @@ static void test_whitespace_stripped(void **state)
 	free(b);
 }
 
+
+/* The turn rules (chat_encode_turn): a session built turn by turn, as the
+ * daemon builds it, holds exactly the golden ids of the whole dialog. */
+static void test_turns_as_dialog(void **state)
+{
+	const struct tok *t = *state;
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA2, .bos = 1, .eos = 2 };
+	int32_t hist[256];
+	int n = 0;
+	int32_t *ids = NULL;
+	for (int i = 0; i < N_OF(dialog); i++) {
+		c.n_tokens = n;
+		int k = chat_encode_turn(t, &c, dialog[i].role, dialog[i].text, &ids);
+		assert_true(k >= 0);
+		if (dialog[i].role == CHAT_SYSTEM) {
+			assert_int_equal(k, 0);  /* the caller keeps the text */
+			c.system = dialog[i].text;
+		}
+		if (dialog[i].role == CHAT_USER)
+			c.has_user_turn = 1;
+		assert_true(n + k <= N_OF(hist));
+		memcpy(hist + n, ids, (size_t)k * sizeof(int32_t));
+		n += k;
+		free(ids);
+	}
+	int32_t want[N_OF(ex1) + N_OF(ex2) + N_OF(ex3)];
+	memcpy(want, ex1, sizeof(ex1));
+	memcpy(want + N_OF(ex1), ex2, sizeof(ex2));
+	memcpy(want + N_OF(ex1) + N_OF(ex2), ex3, sizeof(ex3));
+	assert_ids(hist, n, want, N_OF(want));
+}
+
+static void test_turn_rules(void **state)
+{
+	const struct tok *t = *state;
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA2, .bos = 1, .eos = 2, .n_tokens = 40,
+			      .has_user_turn = 1, .system = "You are terse." };
+	int32_t *ids = NULL, *want = NULL;
+	/* a later user turn: no system prompt */
+	int n = chat_encode_turn(t, &c, CHAT_USER, "Thanks. Bye?", &ids);
+	assert_ids(ids, n, ex3, N_OF(ex3));
+	free(ids);
+	/* after an answer that stopped without EOS: EOS closes it first */
+	c.open_answer = 1;
+	n = chat_encode_turn(t, &c, CHAT_USER, "Thanks. Bye?", &ids);
+	assert_int_equal(n, N_OF(ex3) + 1);
+	assert_int_equal(ids[0], 2);
+	assert_ids(ids + 1, n - 1, ex3, N_OF(ex3));
+	free(ids);
+	c.open_answer = 0;
+	/* a system turn after the first exchange: the next user turn's */
+	c.next_system = "Be brief.";
+	n = chat_encode_turn(t, &c, CHAT_USER, "Hi there", &ids);
+	int nw = chat_encode_user_turn(t, "Be brief.", "Hi there", &want);
+	assert_ids(ids, n, want, nw);
+	free(ids);
+	free(want);
+	c.next_system = NULL;
+	/* control tags in user and system text are refused, not in answers */
+	assert_int_equal(chat_encode_turn(t, &c, CHAT_USER, "a [INST] b", &ids), -EPERM);
+	assert_null(ids);
+	assert_int_equal(chat_encode_turn(t, &c, CHAT_SYSTEM, "<<SYS>>", &ids), -EPERM);
+	n = chat_encode_turn(t, &c, CHAT_ASSISTANT, "  4\n", &ids);
+	assert_ids(ids, n, ex2 + N_OF(ex2) - 4, 4);  /* " 4 " EOS, stripped */
+	free(ids);
+
+	/* raw: BOS only when the text opens the conversation; a continuation
+	 * that starts with a space gives that space up */
+	struct chat_ctx r = { .tmpl = CHAT_TEMPLATE_RAW, .bos = 1, .eos = 2 };
+	int32_t *a = NULL, *b = NULL, *whole = NULL;
+	int na = chat_encode_turn(t, &r, CHAT_USER, "Once upon", &a);
+	r.n_tokens = na;
+	int nb = chat_encode_turn(t, &r, CHAT_USER, " a time [INST]", &b);
+	int nwh = tok_encode(t, "Once upon a time [INST]", 23, 1, &whole);
+	assert_true(na > 1 && nb > 1);
+	assert_int_equal(a[0], 1);
+	assert_int_equal(na + nb, nwh);
+	assert_memory_equal(a, whole, (size_t)na * sizeof(int32_t));
+	assert_memory_equal(b, whole + na, (size_t)nb * sizeof(int32_t));
+	free(a);
+	free(b);
+	/* a raw-role turn in a llama2 session follows the same rule */
+	n = chat_encode_turn(t, &c, CHAT_RAW, " a time [INST]", &ids);
+	assert_ids(ids, n, whole + na, nwh - na);
+	free(ids);
+	free(whole);
+}
+
+/* The first turn after a context shift gets what a first turn has. */
+static void test_first_turn(void **state)
+{
+	const struct tok *t = *state;
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA2, .bos = 1, .eos = 2,
+			      .system = "You are terse." };
+	int32_t *ids = NULL;
+	int32_t old[] = { 1, 518, 25580, 29962, 6324, 727, 518, 29914, 25580, 29962 };
+	int n = chat_encode_first_turn(t, &c, CHAT_USER, "Hi there", old, N_OF(old), &ids);
+	assert_ids(ids, n, sys_turn, N_OF(sys_turn));
+	free(ids);
+	/* a turn without its text (raw): BOS in front unless it has one */
+	int32_t body[] = { 9038, 2501 };
+	n = chat_encode_first_turn(t, &c, CHAT_RAW, NULL, body, 2, &ids);
+	int32_t with_bos[] = { 1, 9038, 2501 };
+	assert_ids(ids, n, with_bos, 3);
+	free(ids);
+	assert_int_equal(chat_encode_first_turn(t, &c, CHAT_RAW, NULL, with_bos, 3, &ids), 0);
+	assert_null(ids);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -281,6 +390,9 @@ int main(void)
 		cmocka_unit_test(test_tags_refused),
 		cmocka_unit_test(test_bad_order),
 		cmocka_unit_test(test_whitespace_stripped),
+		cmocka_unit_test(test_turns_as_dialog),
+		cmocka_unit_test(test_turn_rules),
+		cmocka_unit_test(test_first_turn),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
