@@ -47,6 +47,14 @@ static int fail(struct req *rq, int err, const char *fmt, ...)
 	return err;
 }
 
+/* A Response with body c (the caller sets the body's pointer). */
+static Llamad__Response response(Llamad__Response__BodyCase c)
+{
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	r.body_case = c;
+	return r;
+}
+
 static void reply_body(struct engine *e, const struct req *rq, Llamad__Response *r)
 {
 	PB_SET(r, id, rq->id);
@@ -150,8 +158,7 @@ static int on_hello(struct engine *e, struct req *rq)
 	hr.model = e->model_desc;
 	PB_SET(&hr, max_frame, e->cfg.max_frame);
 	PB_SET(&hr, context_length, (uint32_t)engine_session_limit(e));
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_HELLO;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_HELLO);
 	r.hello = &hr;
 	reply_body(e, rq, &r);
 	return 0;
@@ -310,8 +317,7 @@ static int on_fork(struct engine *e, struct req *rq)
 static void reply_ok(struct engine *e, const struct req *rq)
 {
 	Llamad__Ok ok = LLAMAD__OK__INIT;
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_OK;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_OK);
 	r.ok = &ok;
 	reply_body(e, rq, &r);
 }
@@ -359,8 +365,7 @@ static int on_list(struct engine *e, struct req *rq)
 	Llamad__SessionList sl = LLAMAD__SESSION_LIST__INIT;
 	sl.n_sessions = l.n;
 	sl.sessions = l.ptrs;
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_SESSIONS;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_SESSIONS);
 	r.sessions = &sl;
 	reply_body(e, rq, &r);
 	free(l.infos);
@@ -402,8 +407,7 @@ static int on_tokenize(struct engine *e, struct req *rq)
 	tk.tokens = u;
 	tk.n_pieces = (size_t)n;
 	tk.pieces = pieces;
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_TOKENS;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_TOKENS);
 	r.tokens = &tk;
 	reply_body(e, rq, &r);
 	free(ids);
@@ -431,8 +435,7 @@ static int on_detokenize(struct engine *e, struct req *rq)
 		return fail(rq, -EPROTO, "cannot decode");
 	Llamad__Text t = LLAMAD__TEXT__INIT;
 	t.text = text;
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_TEXT;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_TEXT);
 	r.text = &t;
 	reply_body(e, rq, &r);
 	free(text);
@@ -516,8 +519,7 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;
 	PB_SET(&st, rss_bytes, rss_bytes());
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_STATUS;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_STATUS);
 	r.status = &st;
 	reply_body(e, rq, &r);
 	return 0;
@@ -548,8 +550,7 @@ static int on_save(struct engine *e, struct req *rq)
 	Llamad__Saved sd = LLAMAD__SAVED__INIT;
 	PB_SET(&sd, sessions, (uint32_t)c.n);
 	PB_SET(&sd, bytes, c.bytes);
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	r.body_case = LLAMAD__RESPONSE__BODY_SAVED;
+	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_SAVED);
 	r.saved = &sd;
 	reply_body(e, rq, &r);
 	return 0;

@@ -19,14 +19,13 @@ static void say(struct residency *r, int level, const char *fmt, ...)
 
 static void say(struct residency *r, int level, const char *fmt, ...)
 {
-	if (!r->report)
-		return;
-	char msg[512];
+	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (r->report && vasprintf(&msg, fmt, ap) >= 0)
+		r->report(r->report_ctx, level, msg);
 	va_end(ap);
-	r->report(r->report_ctx, level, msg);
+	free(msg);
 }
 
 /* *cause = the formatted text (NULL if out of memory). */

@@ -52,8 +52,7 @@
 
 #include <cmocka.h>
 
-#include "model/chat.h"
-#include "model/tokenizer.h"
+#include "tests/unit/llama2_chat.h"
 
 /* BOS "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello! " EOS */
 static const int32_t ex1[] = {
@@ -84,17 +83,8 @@ static const int32_t hi_turn[] = { 1, 518, 25580, 29962, 6324, 727, 518, 29914, 
 
 static int setup(void **state)
 {
-	const char *dir = getenv("MODELS");
-	char path[4096], *cause = NULL;
-	snprintf(path, sizeof(path), "%s/tokenizer.model", dir && *dir ? dir : "../shared/models");
-	struct tok *t = tok_load(path, &cause);
-	if (!t) {
-		fprintf(stderr, "%s\n", cause ? cause : path);
-		free(cause);
-		return -1;
-	}
-	*state = t;
-	return 0;
+	*state = llama2_tok();
+	return *state ? 0 : -1;
 }
 
 static int teardown(void **state)
@@ -116,15 +106,6 @@ static void assert_ids(const int32_t *got, int n, const int32_t *want, int nw)
 		fail();
 	}
 }
-
-static const struct chat_msg dialog[] = {
-	{ CHAT_SYSTEM, "You are terse." },
-	{ CHAT_USER, "Hi there" },
-	{ CHAT_ASSISTANT, "Hello!" },
-	{ CHAT_USER, "What is 2+2?" },
-	{ CHAT_ASSISTANT, "4" },
-	{ CHAT_USER, "Thanks. Bye?" },
-};
 
 static void test_three_turns(void **state)
 {

@@ -254,7 +254,8 @@ static void test_ram_full_to_disk(void **state)
 	fx_free(f);
 }
 
-/* Only saved sessions leave host memory for disk. */
+/* Only saved sessions leave host memory for disk; a drop from there gives
+ * its bytes back. */
 static void test_dirty_ram_stays(void **state)
 {
 	(void)state;
@@ -268,7 +269,16 @@ static void test_dirty_ram_stays(void **state)
 	assert_int_equal(res_reserve(&f->r, 6, NULL), 0);
 	assert_int_equal(a->loc, SESS_RAM);
 	assert_int_equal(b->loc, SESS_DISK);
-	fx_free(f);
+	/* dropped from host memory: its bytes and its file go */
+	char *path = store_path(f->dir, 1000, "a");
+	assert_int_equal(access(path, F_OK), 0);
+	res_drop(&f->r, a, 1);
+	assert_int_equal(f->r.ram_used, 0);
+	assert_int_equal(access(path, F_OK), -1);
+	assert_null(sess_get(&f->st, 1000, "a"));
+	assert_int_equal(f->st.count, 1);
+	free(path);
+	fx_free(f);  /* ASan: nothing leaked, nothing freed twice */
 }
 
 /* With a state directory, a session whose save fails stays in the pool. */
@@ -292,23 +302,6 @@ static void test_unsaved_never_leaves(void **state)
 	assert_int_equal(res_reserve(&f->r, 1, NULL), 0);
 	assert_int_equal(a->loc, SESS_RAM);
 	fx_free(f);
-}
-
-/* Dropping a session in host memory gives its bytes back. */
-static void test_drop_accounts(void **state)
-{
-	(void)state;
-	struct fx *f = fx_new(4, 1 << 20, 0);
-	struct session *a = make(f, "a", 32, 1);
-	make(f, "b", 16, 2);
-	assert_int_equal(res_reserve(&f->r, 3, NULL), 0);
-	assert_int_equal(a->loc, SESS_RAM);
-	assert_true(f->r.ram_used > 0);
-	res_drop(&f->r, a, 1);
-	assert_int_equal(f->r.ram_used, 0);
-	assert_null(sess_get(&f->st, 1000, "a"));
-	assert_int_equal(f->st.count, 1);
-	fx_free(f);  /* ASan: nothing leaked, nothing freed twice */
 }
 
 /* A state file that changed under the daemon: -EIO, a cause without the
@@ -388,11 +381,15 @@ static void test_save_idle(void **state)
 {
 	(void)state;
 	struct fx *f = fx_new(8, 0, 1);
-	struct session *a = make(f, "a", 16, 1000);
-	struct session *b = make(f, "b", 16, 5000);
-	res_save_idle(&f->r, 2000);
-	assert_false(a->dirty);
-	assert_true(b->dirty);
+	static const char *const ids[] = { "i0", "i1", "i2" };
+	struct session *s[3];
+	for (int i = 0; i < 3; i++)
+		s[i] = make(f, ids[i], 16, 1000 + 2000 * i);  /* 1000, 3000, 5000 */
+	s[1]->busy = 1;
+	res_save_idle(&f->r, 3000);
+	assert_false(s[0]->dirty);
+	assert_true(s[1]->dirty);  /* busy */
+	assert_true(s[2]->dirty);  /* not idle long enough */
 	assert_int_equal(f->r.n.saves, 1);
 	fx_free(f);
 }
@@ -428,7 +425,6 @@ int main(void)
 		cmocka_unit_test(test_ram_full_to_disk),
 		cmocka_unit_test(test_dirty_ram_stays),
 		cmocka_unit_test(test_unsaved_never_leaves),
-		cmocka_unit_test(test_drop_accounts),
 		cmocka_unit_test(test_restore_errors),
 		cmocka_unit_test(test_list_and_save_all),
 		cmocka_unit_test(test_save_idle),

@@ -18,7 +18,7 @@
 #include <cmocka.h>
 
 #include "daemon/turns.h"
-#include "model/chat.h"
+#include "tests/unit/llama2_chat.h"
 
 struct fx {
 	struct model m;
@@ -29,13 +29,8 @@ struct fx {
 
 static int setup(void **state)
 {
-	const char *dir = getenv("MODELS");
-	char path[4096], *cause = NULL;
-	snprintf(path, sizeof(path), "%s/tokenizer.model", dir && *dir ? dir : "../shared/models");
 	struct fx *f = calloc(1, sizeof(*f));
-	if (!f || !(f->m.tok = tok_load(path, &cause))) {
-		fprintf(stderr, "%s\n", cause ? cause : path);
-		free(cause);
+	if (!f || !(f->m.tok = llama2_tok())) {
 		free(f);
 		return -1;
 	}
@@ -92,23 +87,21 @@ static void assert_dialog(struct fx *f, const struct session *s, const struct ch
 	free(want);
 }
 
-static const struct chat_msg dialog[] = {
-	{ CHAT_SYSTEM, "You are terse." },
-	{ CHAT_USER, "Hi there" },
-	{ CHAT_ASSISTANT, "Hello!" },
-	{ CHAT_USER, "What is 2+2?" },
-	{ CHAT_ASSISTANT, "4" },
-	{ CHAT_USER, "Thanks. Bye?" },
-};
+/* A session id holding the first n messages of the dialog. */
+static struct session *dialog_session(struct fx *f, const char *id, int policy, int n)
+{
+	struct session *s = fresh(f, id, CHAT_TEMPLATE_LLAMA2, policy);
+	for (int i = 0; i < n; i++)
+		add(f, s, dialog[i].role, dialog[i].text);
+	return s;
+}
 
 /* Turns appended one by one hold the dialog's ids; the system turn sets
  * the prompt without tokens. */
 static void test_append_dialog(void **state)
 {
 	struct fx *f = *state;
-	struct session *s = fresh(f, "d", CHAT_TEMPLATE_LLAMA2, SESS_CTX_ERROR);
-	for (int i = 0; i < 6; i++)
-		add(f, s, dialog[i].role, dialog[i].text);
+	struct session *s = dialog_session(f, "d", SESS_CTX_ERROR, 6);
 	assert_string_equal(s->system, "You are terse.");
 	assert_int_equal(s->n_turns, 5);
 	assert_dialog(f, s, dialog, 6);
@@ -129,9 +122,7 @@ static void test_append_dialog(void **state)
 static void test_context_error(void **state)
 {
 	struct fx *f = *state;
-	struct session *s = fresh(f, "e", CHAT_TEMPLATE_LLAMA2, SESS_CTX_ERROR);
-	for (int i = 0; i < 5; i++)
-		add(f, s, dialog[i].role, dialog[i].text);
+	struct session *s = dialog_session(f, "e", SESS_CTX_ERROR, 5);
 	int n = s->n_tokens;
 	f->te.limit = n + 5;
 	char msg[200];
@@ -149,9 +140,7 @@ static void test_context_error(void **state)
 static void test_context_shift(void **state)
 {
 	struct fx *f = *state;
-	struct session *s = fresh(f, "s", CHAT_TEMPLATE_LLAMA2, SESS_CTX_SHIFT);
-	for (int i = 0; i < 5; i++)
-		add(f, s, dialog[i].role, dialog[i].text);
+	struct session *s = dialog_session(f, "s", SESS_CTX_SHIFT, 5);
 	const struct chat_msg left[] = { dialog[0], dialog[3], dialog[4], dialog[5] };
 	int32_t *want = NULL;
 	int nw = chat_encode_dialog(f->m.tok, left, 4, &want);
