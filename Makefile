@@ -2,7 +2,12 @@
 #
 #   make            build everything (build/)
 #   make deps       install the Debian packages the build and tests need
-#   make test       deps + build + every test (the CI entry point)
+#   make test       deps + build + every test (the CI entry point); ends with
+#                   the line "N passed, N failed"
+#   make test T=NAME  deps + build + one test: a unit binary (test_store) or
+#                   a shell test (device, llamactl_golden, load, mandoc-lint)
+#   make test-unit  deps + build + only the cmocka unit binaries
+#   make test-shell deps + build + only the shell tests and the man lint
 #   make demo       deps + build + the main job on the small default model
 #   make bench      deps + build + benchmarks (see docs/PERF.md)
 #   make test-asan  unit + golden tests under AddressSanitizer + UBSan
@@ -98,7 +103,7 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all deps test test-unit test-golden test-man test-asan test-tsan bench demo install clean \
+.PHONY: all deps test test-unit test-shell test-asan test-tsan bench demo install clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -180,17 +185,24 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
 
 # ---- tests -----------------------------------------------------------------
 
+# tests/run.sh picks what runs: LAYERS (unit, shell) or T (one test by name);
+# the fuzz targets run only in the whole `make test`.
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory fuzz-build
-	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BUILD=$(FUZZ_BUILD) \
-	    FUZZ_TIME=$(TEST_FUZZ_TIME) sh tests/run.sh
+	@$(if $(T),true,$(MAKE) --no-print-directory fuzz-build)
+	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BUILD=$(if $(T),,$(FUZZ_BUILD)) \
+	    FUZZ_TIME=$(TEST_FUZZ_TIME) T=$(T) sh tests/run.sh
+
+test-unit test-shell: deps
+	@$(MAKE) --no-print-directory all
+	@MODELS=$(MODELS) SHARED=$(SHARED) BUILD=$(BUILD) FUZZ_BUILD= T= \
+	    LAYERS=$(@:test-%=%) sh tests/run.sh
 
 test-asan: deps
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT=-O1 CUDA=0 \
 	    SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" all
 	@ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	    MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-asan sh tests/run.sh
+	    MODELS=$(MODELS) SHARED=$(SHARED) BUILD=build-asan FUZZ_BUILD= T=$(T) sh tests/run.sh
 
 # ThreadSanitizer over the daemon's threads (tests/tsan.sh), built with clang
 # into build-tsan (kernels/ with gcc, uninstrumented, as in the fuzz build).

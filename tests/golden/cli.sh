@@ -9,14 +9,9 @@ LLAMAD=$BUILD/llamad
 SRC=daemon/main.c
 BIN=$MODELS/stories260K.bin
 TOK=$MODELS/tok512.model
-for f in "$LLAMAD" "$SRC" "$BIN" "$TOK"; do
-    [ -e "$f" ] || { echo "missing $f"; exit 1; }
-done
-
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+. tests/tools/daemon.sh
+need_files "$LLAMAD" "$SRC" "$BIN" "$TOK"
+test_frame
 
 # ---- --help mentions every long option of daemon/main.c -------------------
 # The names are taken from the settings table of daemon/config.c (every
@@ -26,26 +21,26 @@ opts=$( (sed -n 's/^[[:space:]]*{[[:space:]]*"\([a-z][a-z0-9_]*\)",[[:space:]]*K
         sed -n 's/.*!strcmp(name, "\([a-z][a-z-]*\)").*/\1/p' "$SRC") | sort -u)
 nopts=$(printf '%s\n' "$opts" | grep -c .)
 [ "$nopts" -ge 15 ] || bad "found only $nopts long options in $SRC: the extraction is broken"
-"$LLAMAD" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
+"$LLAMAD" --help >"$dir/help" 2>"$dir/err"; rc=$?
 [ "$rc" -eq 0 ] || bad "--help exited $rc"
-[ -s "$tmp/err" ] && bad "--help wrote to stderr"
+[ -s "$dir/err" ] && bad "--help wrote to stderr"
 for o in $opts; do
-    grep -Eq -- "--$o([^a-z0-9-]|\$)" "$tmp/help" || bad "--help does not mention --$o"
+    grep -Eq -- "--$o([^a-z0-9-]|\$)" "$dir/help" || bad "--help does not mention --$o"
 done
-"$LLAMAD" -h >"$tmp/h" 2>&1 && cmp -s "$tmp/h" "$tmp/help" || bad "-h differs from --help"
-"$LLAMAD" --version >"$tmp/v" 2>&1 || bad "--version failed"
-grep -q '^llamad [0-9]' "$tmp/v" || bad "--version printed: $(cat "$tmp/v")"
+"$LLAMAD" -h >"$dir/h" 2>&1 && cmp -s "$dir/h" "$dir/help" || bad "-h differs from --help"
+"$LLAMAD" --version >"$dir/v" 2>&1 || bad "--version failed"
+grep -q '^llamad [0-9]' "$dir/v" || bad "--version printed: $(cat "$dir/v")"
 echo "ok   --help lists all $nopts long options"
 
 # ---- usage errors: exit 2, a message on stderr, nothing on stdout -----------
 usage_err() {  # expected-substring args...
     want=$1; shift
-    "$LLAMAD" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    "$LLAMAD" "$@" >"$dir/out" 2>"$dir/err" </dev/null; rc=$?
     if [ "$rc" -ne 2 ]; then
         bad "llamad $*: exit $rc, expected 2"
-    elif ! grep -q -e "$want" "$tmp/err"; then
-        bad "llamad $*: stderr lacks '$want': $(cat "$tmp/err")"
-    elif [ -s "$tmp/out" ]; then
+    elif ! grep -q -e "$want" "$dir/err"; then
+        bad "llamad $*: stderr lacks '$want': $(cat "$dir/err")"
+    elif [ -s "$dir/out" ]; then
         bad "llamad $*: wrote to stdout"
     fi
 }
@@ -85,72 +80,72 @@ usage_err "control tag"       $M --prompt "[INST] hi" --template llama2
 echo "ok   usage errors exit 2"
 
 # ---- a missing model: exit 1, the file named ---------------------------------
-nomodel=$tmp/no/such/model.bin
-"$LLAMAD" --model "$nomodel" --prompt hi >"$tmp/out" 2>"$tmp/err"; rc=$?
+nomodel=$dir/no/such/model.bin
+"$LLAMAD" --model "$nomodel" --prompt hi >"$dir/out" 2>"$dir/err"; rc=$?
 [ "$rc" -eq 1 ] || bad "missing model: exit $rc, expected 1"
-grep -qF "$nomodel" "$tmp/err" || bad "missing model: stderr does not name it: $(cat "$tmp/err")"
+grep -qF "$nomodel" "$dir/err" || bad "missing model: stderr does not name it: $(cat "$dir/err")"
 # a model whose default tokenizer is the wrong one: exit 1, tokenizer named
-"$LLAMAD" --model "$BIN" --prompt hi >"$tmp/out" 2>"$tmp/err"; rc=$?
+"$LLAMAD" --model "$BIN" --prompt hi >"$dir/out" 2>"$dir/err"; rc=$?
 [ "$rc" -eq 1 ] || bad "wrong tokenizer: exit $rc, expected 1"
-grep -q "tokenizer.model" "$tmp/err" || bad "wrong tokenizer not named: $(cat "$tmp/err")"
+grep -q "tokenizer.model" "$dir/err" || bad "wrong tokenizer not named: $(cat "$dir/err")"
 echo "ok   missing model exits 1"
 
-run() {  # args... -> stdout in $tmp/out; fails the test on a non-zero exit
-    "$LLAMAD" $M "$@" >"$tmp/out" 2>"$tmp/err" || bad "llamad $*: exit $?: $(cat "$tmp/err")"
+run() {  # args... -> stdout in $dir/out; fails the test on a non-zero exit
+    "$LLAMAD" $M "$@" >"$dir/out" 2>"$dir/err" || bad "llamad $*: exit $?: $(cat "$dir/err")"
 }
 
 # ---- --stop ------------------------------------------------------------------
 # greedy: "Once upon a time, there was a little girl named Lily. ..."
 run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop " named"
-printf ', there was a little girl\n' | cmp -s - "$tmp/out" || bad "--stop: got '$(cat "$tmp/out")'"
+printf ', there was a little girl\n' | cmp -s - "$dir/out" || bad "--stop: got '$(cat "$dir/out")'"
 run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop " named" --echo
-printf 'Once upon a time, there was a little girl\n' | cmp -s - "$tmp/out" ||
-    bad "--stop --echo: got '$(cat "$tmp/out")'"
+printf 'Once upon a time, there was a little girl\n' | cmp -s - "$dir/out" ||
+    bad "--stop --echo: got '$(cat "$dir/out")'"
 run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop "girl" --stop "was"
-printf ', there \n' | cmp -s - "$tmp/out" || bad "two --stop: got '$(cat "$tmp/out")'"
+printf ', there \n' | cmp -s - "$dir/out" || bad "two --stop: got '$(cat "$dir/out")'"
 run --prompt "Once upon a time" --temperature 0 --max-tokens 60 --stop "Lily."
-printf ', there was a little girl named \n' | cmp -s - "$tmp/out" ||
-    bad "--stop 'Lily.': got '$(cat "$tmp/out")'"
+printf ', there was a little girl named \n' | cmp -s - "$dir/out" ||
+    bad "--stop 'Lily.': got '$(cat "$dir/out")'"
 run --prompt "Once upon a time" --temperature 0 --max-tokens 30
-cp "$tmp/out" "$tmp/plain"
+cp "$dir/out" "$dir/plain"
 run --prompt "Once upon a time" --temperature 0 --max-tokens 30 --stop "zebra"
-cmp -s "$tmp/plain" "$tmp/out" || bad "a stop string that never occurs changed the output"
+cmp -s "$dir/plain" "$dir/out" || bad "a stop string that never occurs changed the output"
 echo "ok   --stop"
 
 # ---- --seed ------------------------------------------------------------------
 S="--prompt Once --temperature 1 --top-k 0 --top-p 1 --min-p 0 --max-tokens 60"
-run $S --seed 42;  cp "$tmp/out" "$tmp/s42a"
-run $S --seed 42;  cp "$tmp/out" "$tmp/s42b"
-run $S --seed 43;  cp "$tmp/out" "$tmp/s43"
-run $S --seed 7;   cp "$tmp/out" "$tmp/s7"
-cmp -s "$tmp/s42a" "$tmp/s42b" || bad "--seed 42 twice gave different output"
-[ "$(wc -c <"$tmp/s42a")" -gt 20 ] || bad "--seed 42: output too short: $(cat "$tmp/s42a")"
-cmp -s "$tmp/s42a" "$tmp/s43" && bad "--seed 42 and --seed 43 gave the same output"
-cmp -s "$tmp/s43" "$tmp/s7" && bad "--seed 43 and --seed 7 gave the same output"
+run $S --seed 42;  cp "$dir/out" "$dir/s42a"
+run $S --seed 42;  cp "$dir/out" "$dir/s42b"
+run $S --seed 43;  cp "$dir/out" "$dir/s43"
+run $S --seed 7;   cp "$dir/out" "$dir/s7"
+cmp -s "$dir/s42a" "$dir/s42b" || bad "--seed 42 twice gave different output"
+[ "$(wc -c <"$dir/s42a")" -gt 20 ] || bad "--seed 42: output too short: $(cat "$dir/s42a")"
+cmp -s "$dir/s42a" "$dir/s43" && bad "--seed 42 and --seed 43 gave the same output"
+cmp -s "$dir/s43" "$dir/s7" && bad "--seed 43 and --seed 7 gave the same output"
 # greedy ignores the seed
-run --prompt Once --temperature 0 --max-tokens 30 --seed 1; cp "$tmp/out" "$tmp/g1"
+run --prompt Once --temperature 0 --max-tokens 30 --seed 1; cp "$dir/out" "$dir/g1"
 run --prompt Once --temperature 0 --max-tokens 30 --seed 2
-cmp -s "$tmp/g1" "$tmp/out" || bad "greedy output depends on --seed"
+cmp -s "$dir/g1" "$dir/out" || bad "greedy output depends on --seed"
 echo "ok   --seed"
 
 # ---- --prompt - reads stdin ----------------------------------------------------
 run --prompt "Once upon a time" --temperature 0 --max-tokens 40 --echo
-cp "$tmp/out" "$tmp/arg"
+cp "$dir/out" "$dir/arg"
 printf 'Once upon a time' | "$LLAMAD" $M --prompt - --temperature 0 --max-tokens 40 --echo \
-    >"$tmp/out" 2>"$tmp/err" || bad "--prompt -: exit $?: $(cat "$tmp/err")"
-cmp -s "$tmp/arg" "$tmp/out" || { bad "--prompt - differs from --prompt TEXT"; diff "$tmp/arg" "$tmp/out"; }
+    >"$dir/out" 2>"$dir/err" || bad "--prompt -: exit $?: $(cat "$dir/err")"
+cmp -s "$dir/arg" "$dir/out" || { bad "--prompt - differs from --prompt TEXT"; diff "$dir/arg" "$dir/out"; }
 # a stdin prompt longer than the reader's first 4096-byte buffer that is
 # still a short token sequence (tok512 collapses runs of spaces): echoed whole
-awk 'BEGIN { printf "Once"; for (i = 0; i < 5000; i++) printf " "; printf "upon a time" }' >"$tmp/long"
-"$LLAMAD" $M -p - --temperature 0 --max-tokens 5 --echo <"$tmp/long" >"$tmp/out" 2>"$tmp/err" ||
-    bad "5 KB stdin prompt: exit $?: $(cat "$tmp/err")"
-head -c "$(wc -c <"$tmp/long")" "$tmp/out" | cmp -s - "$tmp/long" || bad "5 KB stdin prompt not echoed whole"
-[ "$(wc -c <"$tmp/out")" -gt "$(wc -c <"$tmp/long")" ] || bad "5 KB stdin prompt: nothing generated"
+awk 'BEGIN { printf "Once"; for (i = 0; i < 5000; i++) printf " "; printf "upon a time" }' >"$dir/long"
+"$LLAMAD" $M -p - --temperature 0 --max-tokens 5 --echo <"$dir/long" >"$dir/out" 2>"$dir/err" ||
+    bad "5 KB stdin prompt: exit $?: $(cat "$dir/err")"
+head -c "$(wc -c <"$dir/long")" "$dir/out" | cmp -s - "$dir/long" || bad "5 KB stdin prompt not echoed whole"
+[ "$(wc -c <"$dir/out")" -gt "$(wc -c <"$dir/long")" ] || bad "5 KB stdin prompt: nothing generated"
 # more tokens than the 512-token context: exit 2 naming the context
-awk 'BEGIN { for (i = 0; i < 600; i++) printf "Once upon a time. " }' >"$tmp/long"
-"$LLAMAD" $M -p - --temperature 0 --max-tokens 5 <"$tmp/long" >"$tmp/out" 2>"$tmp/err"; rc=$?
+awk 'BEGIN { for (i = 0; i < 600; i++) printf "Once upon a time. " }' >"$dir/long"
+"$LLAMAD" $M -p - --temperature 0 --max-tokens 5 <"$dir/long" >"$dir/out" 2>"$dir/err"; rc=$?
 [ "$rc" -eq 2 ] || bad "over-long stdin prompt: exit $rc, expected 2"
-grep -q "context" "$tmp/err" || bad "over-long prompt refused without naming the context: $(cat "$tmp/err")"
+grep -q "context" "$dir/err" || bad "over-long prompt refused without naming the context: $(cat "$dir/err")"
 echo "ok   --prompt -"
 
 [ "$fail" -eq 0 ] && echo "cli: all ok"

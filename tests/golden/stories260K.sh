@@ -14,13 +14,10 @@ SHARED=${SHARED:-../shared}
 REF=$SHARED/reference/stories260K_greedy.txt
 LLAMAD=$BUILD/llamad
 
-for f in "$LLAMAD" "$REF" "$MODELS/stories260K.bin" "$MODELS/tok512.model" \
-         "$MODELS/stories260K-hf/config.json"; do
-    [ -e "$f" ] || { echo "missing $f"; exit 1; }
-done
-
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
+. tests/tools/daemon.sh
+need_files "$LLAMAD" "$REF" "$MODELS/stories260K.bin" "$MODELS/tok512.model" \
+     "$MODELS/stories260K-hf/config.json"
+test_frame
 
 # Block k (1-based) of the reference: the lines between '--- stdout ---'
 # and '--- end stdout ---'. run.c ends its output with a newline, as llamad.
@@ -33,8 +30,8 @@ block() {
 
 fail=0
 for k in 1 2; do
-    block "$k" >"$tmp/ref$k"
-    [ -s "$tmp/ref$k" ] || { echo "no block $k in $REF"; exit 1; }
+    block "$k" >"$dir/ref$k"
+    [ -s "$dir/ref$k" ] || { echo "no block $k in $REF"; exit 1; }
 done
 
 check() {  # name ntokens block model-args...
@@ -42,16 +39,16 @@ check() {  # name ntokens block model-args...
     shift 3
     # shellcheck disable=SC2086
     "$LLAMAD" "$@" $LLAMAD_FLAGS --prompt "Once upon a time" --temperature 0 --max-tokens "$n" \
-        --echo >"$tmp/out" 2>"$tmp/err"
+        --echo >"$dir/out" 2>"$dir/err"
     rc=$?
     if [ "$rc" -ne 0 ]; then
-        echo "FAIL $name: llamad exited $rc"; cat "$tmp/err"; fail=1; return
+        echo "FAIL $name: llamad exited $rc"; cat "$dir/err"; fail=1; return
     fi
-    if cmp -s "$tmp/ref$k" "$tmp/out"; then
-        echo "ok   $name ($n tokens, $(wc -c <"$tmp/out") bytes)"
+    if cmp -s "$dir/ref$k" "$dir/out"; then
+        echo "ok   $name ($n tokens, $(wc -c <"$dir/out") bytes)"
     else
         echo "FAIL $name: output differs from block $k of $REF"
-        diff -u "$tmp/ref$k" "$tmp/out" | head -40
+        diff -u "$dir/ref$k" "$dir/out" | head -40
         fail=1
     fi
 }

@@ -9,7 +9,6 @@ BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 test_frame
-[ -n "$KEEP" ] && trap "echo $dir" EXIT
 args="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model --socket $dir/s
       --state-dir $dir/state --save-delay 3600 --log-level info"
 start() {

@@ -8,16 +8,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-dir=$(mktemp -d) || exit 1
-pid=; hold=
-cleanup() {
-    [ -n "$hold" ] && kill "$hold" 2>/dev/null
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"
-    rm -rf "$dir"
-}
-trap cleanup EXIT INT TERM
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+test_frame
 
 (
     # shellcheck disable=SC3045  # ulimit -n: dash and bash have it
@@ -39,7 +30,7 @@ for _ in range(100):
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.05)
 PY
-hold=$!
+pids=$!   # stopped at exit if the test fails before releasing them
 sleep 1
 ticks() { awk '{ print $14 + $15 }' "/proc/$pid/stat"; }
 t0=$(ticks); sleep 2; t1=$(ticks)
@@ -52,7 +43,7 @@ grep -q "max_connections 200 is more than the open-file limit" "$dir/log" ||
     bad "no warning that max_connections exceeds the open-file limit"
 echo "ok   out of descriptors: $((used / 2))% of a core, $n log line(s)"
 
-touch "$dir/release"; wait "$hold"; hold=
+touch "$dir/release"; wait "$pids"; pids=
 "$BUILD/llamactl" --socket "$dir/s" generate --raw --temperature 0 --max-tokens 5 "Once" \
     >/dev/null || bad "no service after the clients left"
 echo "ok   serving again once the clients left"

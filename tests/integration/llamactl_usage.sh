@@ -7,15 +7,10 @@
 BUILD=${BUILD:-build}
 CTL=$BUILD/llamactl
 SRC=client/llamactl.c
-for f in "$CTL" "$SRC"; do
-    [ -e "$f" ] || { echo "missing $f"; exit 1; }
-done
-
-tmp=$(mktemp -d) || exit 1
-trap 'rm -rf "$tmp"' EXIT INT TERM
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-NOSOCK=$tmp/none/llamad.sock      # nothing listens there
+. tests/tools/daemon.sh
+need_files "$CTL" "$SRC"
+test_frame
+NOSOCK=$dir/none/llamad.sock      # nothing listens there
 unset LLAMAD_SOCKET
 
 # The commands the brief requires, plus whatever the command table holds:
@@ -28,40 +23,40 @@ ncmds=$(printf '%s\n' "$table" | grep -c .)
 [ "$ncmds" -ge 9 ] || bad "found only $ncmds commands in $SRC: the extraction is broken"
 
 # ---- global --help, --version ------------------------------------------------
-"$CTL" --help >"$tmp/help" 2>"$tmp/err"; rc=$?
+"$CTL" --help >"$dir/help" 2>"$dir/err"; rc=$?
 [ "$rc" -eq 0 ] || bad "--help exited $rc"
-[ -s "$tmp/err" ] && bad "--help wrote to stderr: $(cat "$tmp/err")"
+[ -s "$dir/err" ] && bad "--help wrote to stderr: $(cat "$dir/err")"
 for c in $cmds; do
-    grep -Eq "^  $c( |\$)" "$tmp/help" || bad "--help does not list command $c"
+    grep -Eq "^  $c( |\$)" "$dir/help" || bad "--help does not list command $c"
 done
 for o in --socket --json --verbose --help --version; do
-    grep -q -- "$o" "$tmp/help" || bad "--help does not mention $o"
+    grep -q -- "$o" "$dir/help" || bad "--help does not mention $o"
 done
-"$CTL" -h >"$tmp/h" 2>&1
-cmp -s "$tmp/h" "$tmp/help" || bad "-h differs from --help"
-"$CTL" --version >"$tmp/v" 2>&1 || bad "--version failed"
-grep -q '^llamactl [0-9]' "$tmp/v" || bad "--version printed: $(cat "$tmp/v")"
+"$CTL" -h >"$dir/h" 2>&1
+cmp -s "$dir/h" "$dir/help" || bad "-h differs from --help"
+"$CTL" --version >"$dir/v" 2>&1 || bad "--version failed"
+grep -q '^llamactl [0-9]' "$dir/v" || bad "--version printed: $(cat "$dir/v")"
 echo "ok   --help lists every command; --version"
 
 # ---- each command's --help ---------------------------------------------------
 for c in $cmds; do
-    "$CTL" "$c" --help >"$tmp/ch" 2>"$tmp/err"; rc=$?
+    "$CTL" "$c" --help >"$dir/ch" 2>"$dir/err"; rc=$?
     if [ "$rc" -ne 0 ]; then
-        bad "$c --help exited $rc: $(cat "$tmp/err")"; continue
+        bad "$c --help exited $rc: $(cat "$dir/err")"; continue
     fi
-    [ -s "$tmp/err" ] && bad "$c --help wrote to stderr"
-    grep -q "^usage: llamactl $c" "$tmp/ch" || bad "$c --help lacks 'usage: llamactl $c'"
-    "$CTL" help "$c" >"$tmp/ch2" 2>&1 || bad "help $c failed"
-    cmp -s "$tmp/ch" "$tmp/ch2" || bad "'help $c' differs from '$c --help'"
-    "$CTL" "$c" -h >"$tmp/ch3" 2>&1
-    cmp -s "$tmp/ch" "$tmp/ch3" || bad "$c -h differs"
+    [ -s "$dir/err" ] && bad "$c --help wrote to stderr"
+    grep -q "^usage: llamactl $c" "$dir/ch" || bad "$c --help lacks 'usage: llamactl $c'"
+    "$CTL" help "$c" >"$dir/ch2" 2>&1 || bad "help $c failed"
+    cmp -s "$dir/ch" "$dir/ch2" || bad "'help $c' differs from '$c --help'"
+    "$CTL" "$c" -h >"$dir/ch3" 2>&1
+    cmp -s "$dir/ch" "$dir/ch3" || bad "$c -h differs"
 done
 # Options each command must document.
 need() {  # command options...
     c=$1; shift
-    "$CTL" "$c" --help >"$tmp/ch" 2>&1
+    "$CTL" "$c" --help >"$dir/ch" 2>&1
     for o in "$@"; do
-        grep -q -- "$o" "$tmp/ch" || bad "$c --help does not mention $o"
+        grep -q -- "$o" "$dir/ch" || bad "$c --help does not mention $o"
     done
 }
 # shellcheck disable=SC2086  # $SAMPLER: a list of words
@@ -79,14 +74,14 @@ echo "ok   every command's --help (and 'help CMD', '-h')"
 # (else the exit would be 3).
 usage_err() {  # expected-substring args...
     want=$1; shift
-    "$CTL" "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+    "$CTL" "$@" >"$dir/out" 2>"$dir/err" </dev/null; rc=$?
     if [ "$rc" -ne 2 ]; then
-        bad "llamactl $*: exit $rc, expected 2 ($(cat "$tmp/err"))"
-    elif ! grep -q -e "$want" "$tmp/err"; then
-        bad "llamactl $*: stderr lacks '$want': $(cat "$tmp/err")"
-    elif ! grep -q -e "--help" "$tmp/err"; then
-        bad "llamactl $*: no hint to --help: $(cat "$tmp/err")"
-    elif [ -s "$tmp/out" ]; then
+        bad "llamactl $*: exit $rc, expected 2 ($(cat "$dir/err"))"
+    elif ! grep -q -e "$want" "$dir/err"; then
+        bad "llamactl $*: stderr lacks '$want': $(cat "$dir/err")"
+    elif ! grep -q -e "--help" "$dir/err"; then
+        bad "llamactl $*: no hint to --help: $(cat "$dir/err")"
+    elif [ -s "$dir/out" ]; then
         bad "llamactl $*: wrote to stdout"
     fi
 }
@@ -123,12 +118,12 @@ echo "ok   usage errors exit 2 before connecting"
 # ---- cannot connect: exit 3 naming the socket --------------------------------
 no_conn() {  # expected-path args...   (stdin: a line of text)
     path=$1; shift
-    echo "some text" | "$CTL" "$@" >"$tmp/out" 2>"$tmp/err"; rc=$?
+    echo "some text" | "$CTL" "$@" >"$dir/out" 2>"$dir/err"; rc=$?
     if [ "$rc" -ne 3 ]; then
-        bad "llamactl $*: exit $rc, expected 3 ($(cat "$tmp/err"))"
-    elif ! grep -q "cannot connect to $path: " "$tmp/err"; then
-        bad "llamactl $*: stderr does not name $path: $(cat "$tmp/err")"
-    elif [ -s "$tmp/out" ]; then
+        bad "llamactl $*: exit $rc, expected 3 ($(cat "$dir/err"))"
+    elif ! grep -q "cannot connect to $path: " "$dir/err"; then
+        bad "llamactl $*: stderr does not name $path: $(cat "$dir/err")"
+    elif [ -s "$dir/out" ]; then
         bad "llamactl $*: wrote to stdout"
     fi
 }
@@ -138,24 +133,24 @@ for args in "status" "sessions" "show x" "fork a b" "drop x" "tokenize hello" \
     no_conn "$NOSOCK" --socket "$NOSOCK" $args
 done
 no_conn "$NOSOCK" status --socket "$NOSOCK"            # option after the command
-grep -q "No such file or directory" "$tmp/err" || bad "no errno text: $(cat "$tmp/err")"
-LLAMAD_SOCKET=$tmp/env.sock no_conn "$tmp/env.sock" status
-LLAMAD_SOCKET=$tmp/env.sock no_conn "$tmp/cli.sock" --socket "$tmp/cli.sock" status
+grep -q "No such file or directory" "$dir/err" || bad "no errno text: $(cat "$dir/err")"
+LLAMAD_SOCKET=$dir/env.sock no_conn "$dir/env.sock" status
+LLAMAD_SOCKET=$dir/env.sock no_conn "$dir/cli.sock" --socket "$dir/cli.sock" status
 # a file that is not a listening socket
-: >"$tmp/plain.sock"
-no_conn "$tmp/plain.sock" --socket "$tmp/plain.sock" status
+: >"$dir/plain.sock"
+no_conn "$dir/plain.sock" --socket "$dir/plain.sock" status
 # the default path
 if [ "$(id -u)" -ne 0 ]; then
-    mkdir -p "$tmp/xdg"
-    XDG_RUNTIME_DIR=$tmp/xdg no_conn "$tmp/xdg/llamad/llamad.sock" status
+    mkdir -p "$dir/xdg"
+    XDG_RUNTIME_DIR=$dir/xdg no_conn "$dir/xdg/llamad/llamad.sock" status
 fi
 if [ ! -e /run/llamad/llamad.sock ]; then
     if [ "$(id -u)" -eq 0 ]; then
-        XDG_RUNTIME_DIR=$tmp/xdg no_conn /run/llamad/llamad.sock status
+        XDG_RUNTIME_DIR=$dir/xdg no_conn /run/llamad/llamad.sock status
     else
-        env -u XDG_RUNTIME_DIR "$CTL" status >/dev/null 2>"$tmp/err"
-        grep -q "cannot connect to /run/llamad/llamad.sock" "$tmp/err" ||
-            bad "without XDG_RUNTIME_DIR: $(cat "$tmp/err")"
+        env -u XDG_RUNTIME_DIR "$CTL" status >/dev/null 2>"$dir/err"
+        grep -q "cannot connect to /run/llamad/llamad.sock" "$dir/err" ||
+            bad "without XDG_RUNTIME_DIR: $(cat "$dir/err")"
     fi
 fi
 echo "ok   no daemon: exit 3 naming the socket"

@@ -13,20 +13,14 @@ PY=/usr/bin/python3   # the system one: other uids can run it
 [ -x "$PY" ] || { echo "FAIL: $PY is missing"; exit 1; }
 gid=$(getent group nogroup | cut -d: -f3)
 [ -n "$gid" ] || { echo "skipped: no group nogroup"; exit 0; }
-tmp=$(mktemp -d /tmp/llamad-sock.XXXXXX) || exit 1
-chmod 755 "$tmp"
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$tmp"; }
-trap cleanup EXIT INT TERM
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
+test_frame 755   # other uids connect to the socket in it
 
 start() {  # socket-args...
-    rm -f "$tmp/s"
+    rm -f "$dir/s"
     "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-        --socket "$tmp/s" --state-dir none "$@" 2>>"$tmp/log" &
+        --socket "$dir/s" --state-dir none "$@" 2>>"$dir/log" &
     pid=$!
-    wait_socket "$tmp/s" "$pid" "$tmp/log"
+    wait_socket "$dir/s" "$pid" "$dir/log"
 }
 stop() { kill "$pid"; wait "$pid"; pid=; }
 # connect as uid:gid; prints ok or the errno name
@@ -37,11 +31,11 @@ s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 try:
     s.connect(sys.argv[1]); print("ok")
 except OSError as e:
-    print(errno.errorcode.get(e.errno, str(e.errno)))' "$tmp/s"
+    print(errno.errorcode.get(e.errno, str(e.errno)))' "$dir/s"
 }
 
 start --socket-mode 0660 --socket-group nogroup
-mode=$(stat -c %a "$tmp/s"); grp=$(stat -c %G "$tmp/s")
+mode=$(stat -c %a "$dir/s"); grp=$(stat -c %G "$dir/s")
 [ "$mode" = 660 ] && [ "$grp" = nogroup ] || bad "socket is $mode $grp, expected 660 nogroup"
 r=$(try 65533 "$gid"); [ "$r" = ok ] || bad "a member of nogroup could not connect: $r"
 r=$(try 65533 65533); [ "$r" = EACCES ] || bad "a non-member connected or failed otherwise: $r"

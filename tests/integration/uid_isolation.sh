@@ -13,6 +13,7 @@
 # Env: BUILD (build folder), MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
+. tests/tools/daemon.sh
 
 if [ "$(id -u)" -ne 0 ]; then
     command -v setpriv >/dev/null 2>&1 || { echo "skipped: no setpriv"; exit 0; }
@@ -20,24 +21,10 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 0
 fi
 command -v setpriv >/dev/null 2>&1 || { echo "FAIL: setpriv (util-linux) is missing"; exit 1; }
-for f in "$BUILD/llamad" "$MODELS/stories260K.bin" "$MODELS/tok512.model"; do
-    [ -e "$f" ] || { echo "FAIL: missing $f"; exit 1; }
-done
+need_files "$BUILD/llamad" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
 
-tmp=$(mktemp -d /tmp/llamad-iso.XXXXXX) || exit 1
-chmod 755 "$tmp"
-SOCK=$tmp/llamad.sock
-pid=
-cleanup() {
-    [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail=0
-ok()  { echo "ok   $*"; }
-bad() { echo "FAIL $*"; fail=1; }
+test_frame 755   # other uids connect to the socket in it
+SOCK=$dir/llamad.sock
 
 # run "$@" as uid $1 (0: as we are)
 as_uid() {
@@ -46,24 +33,17 @@ as_uid() {
 }
 
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
-    --socket "$SOCK" --state-dir none --socket-mode 0666 --max-tokens 8 --log-level debug 2>"$tmp/llamad.log" &
+    --socket "$SOCK" --state-dir none --socket-mode 0666 --max-tokens 8 --log-level debug 2>"$dir/llamad.log" &
 pid=$!
-i=0
-while [ ! -S "$SOCK" ]; do
-    i=$((i + 1))
-    if [ $i -gt 300 ] || ! kill -0 "$pid" 2>/dev/null; then
-        echo "FAIL: llamad did not start"; cat "$tmp/llamad.log"; exit 1
-    fi
-    sleep 0.1
-done
+wait_socket "$SOCK" "$pid" "$dir/llamad.log" 30
 mode=$(stat -c %a "$SOCK")
 [ "$mode" = 666 ] && ok "socket mode 0666" || bad "socket mode is $mode, not 666"
 
 # ---- the client ------------------------------------------------------------
 CLIENT=
 if [ "${TEST_CLIENT:-}" != protoclient ] && [ -x "$BUILD/llamactl" ]; then
-    cp "$BUILD/llamactl" "$tmp/llamactl" && chmod 755 "$tmp/llamactl"
-    out=$("$tmp/llamactl" --socket "$SOCK" sessions --json 2>&1)
+    cp "$BUILD/llamactl" "$dir/llamactl" && chmod 755 "$dir/llamactl"
+    out=$("$dir/llamactl" --socket "$SOCK" sessions --json 2>&1)
     case $out in
         \[*) CLIENT=llamactl ;;
         *) echo "note: $BUILD/llamactl does not work here ($out); using protoclient" ;;
@@ -71,9 +51,9 @@ if [ "${TEST_CLIENT:-}" != protoclient ] && [ -x "$BUILD/llamactl" ]; then
 fi
 if [ -z "$CLIENT" ]; then
     cc -std=c11 -D_GNU_SOURCE -I. -I"$BUILD/proto" tests/tools/protoclient.c \
-        proto/frame.c "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$tmp/protoclient" ||
+        proto/frame.c "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$dir/protoclient" ||
         { echo "FAIL: cannot build tests/tools/protoclient.c"; exit 1; }
-    chmod 755 "$tmp/protoclient"
+    chmod 755 "$dir/protoclient"
     CLIENT=protoclient
 fi
 echo "client: $CLIENT"
@@ -83,7 +63,7 @@ echo "client: $CLIENT"
 c() {
     u=$1 op=$2; shift 2
     if [ "$CLIENT" = llamactl ]; then
-        L="$tmp/llamactl --socket $SOCK"
+        L="$dir/llamactl --socket $SOCK"
         case $op in
             generate) out=$(as_uid "$u" $L generate --session "$1" -n 8 --temperature 0 "$2" 2>&1) ;;
             list) out=$(as_uid "$u" $L sessions --json 2>&1) ;;
@@ -92,7 +72,7 @@ c() {
             drop) out=$(as_uid "$u" $L drop "$1" 2>&1) ;;
         esac
     else
-        P="$tmp/protoclient $SOCK"
+        P="$dir/protoclient $SOCK"
         case $op in
             generate) out=$(as_uid "$u" $P generate "$1" "$2" 8 2>&1) ;;
             list) out=$(as_uid "$u" $P list 2>&1) ;;
@@ -140,7 +120,7 @@ c $OTHER fork $NAME stolen;  unknown "uid $OTHER fork"
 c $OTHER drop $NAME;         unknown "uid $OTHER drop"
 c $OTHER show stolen;        unknown "uid $OTHER: no fork was made"
 if [ "$CLIENT" = protoclient ]; then
-    out=$(as_uid $OTHER "$tmp/protoclient" "$SOCK" status 2>&1)
+    out=$(as_uid $OTHER "$dir/protoclient" "$SOCK" status 2>&1)
     printf '%s\n' "$out" | grep -q "^status sessions=0 " &&
         ok "uid $OTHER: status counts none of it" || bad "uid $OTHER status: $out"
 fi
@@ -179,5 +159,5 @@ printf '%s\n' "$out" | grep -q "$NAME" && bad "root still lists $NAME: $out" || 
 kill -TERM "$pid"
 wait "$pid"; st=$?
 pid=
-[ "$st" -eq 0 ] && ok "llamad exited 0 on SIGTERM" || { bad "llamad exited $st"; cat "$tmp/llamad.log"; }
+[ "$st" -eq 0 ] && ok "llamad exited 0 on SIGTERM" || { bad "llamad exited $st"; cat "$dir/llamad.log"; }
 exit $fail

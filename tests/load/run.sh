@@ -55,29 +55,18 @@ IDLE_TIMEOUT=${IDLE_TIMEOUT:-10}
 LLAMAD=$BUILD/llamad
 MODEL="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model"
 
-for f in "$LLAMAD" "$BUILD/proto/llamad.pb-c.c" "$MODELS/stories260K.bin" "$MODELS/tok512.model"; do
-    [ -e "$f" ] || { echo "FAIL missing $f (make first)"; exit 1; }
-done
+. tests/tools/daemon.sh
+need_files "$LLAMAD" "$BUILD/proto/llamad.pb-c.c" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
 
-tmp=$(mktemp -d /tmp/llamad-load.XXXXXX) || exit 1
-pid=
-# shellcheck disable=SC2317  # called by the trap
-cleanup() {
-    [ -n "$pid" ] && kill -KILL "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    if [ -n "$KEEP" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM
-
-fail=0
+stop_signal=KILL   # a daemon left running at exit is killed, not asked
+test_frame
 pass() { echo "PASS $*"; }
-bad()  { echo "FAIL $*"; fail=1; }
 note() { echo "NOTE $*"; }
 
 # ---- the load generator: make's, else built here -----------------------------
 LOAD=$BUILD/llamad-load
 if [ -n "$LOAD_SAN" ] || [ ! -x "$LOAD" ]; then
-    LOAD=$tmp/llamad-load
+    LOAD=$dir/llamad-load
     san=
     [ -n "$LOAD_SAN" ] && san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined"
     # shellcheck disable=SC2046,SC2086  # word splitting on purpose
@@ -108,7 +97,7 @@ grep -qaE "__asan_init|__tsan_init" "$LLAMAD" && san_daemon=1
 # ---- helpers -------------------------------------------------------------------
 start_daemon() {  # log-file extra-args...
     log=$1; shift
-    sock=$tmp/sock
+    sock=$dir/sock
     # shellcheck disable=SC2086
     "$LLAMAD" $MODEL --socket "$sock" --log-level ${LOAD_LOG_LEVEL:-warning} "$@" 2>>"$log" &
     pid=$!
@@ -166,7 +155,7 @@ daemon_log_clean() {  # log
 }
 # ==== scenario 1: load, idle connections, half frames, disconnects ============
 echo "== scenario 1: $CONNS connections for $SECS s, $IDLE idle, $HALF half frames, disconnect rate $DISC"
-log1=$tmp/daemon1.log
+log1=$dir/daemon1.log
 start_daemon "$log1" --state-dir none --max-connections "$MAXCONN" --idle-timeout "$IDLE_TIMEOUT"
 
 # warm-up: one second of the same load (every request kind, the idle
@@ -174,26 +163,26 @@ start_daemon "$log1" --state-dir none --max-connections "$MAXCONN" --idle-timeou
 # 2 s idle it gives back the free K/V blocks' pages and trims its heap, so
 # the baseline is a warmed-up idle daemon
 "$LOAD" --socket "$sock" --conns "$CONNS" --seconds 1 --idle "$IDLE" --prefix warm \
-    >"$tmp/warm.out" 2>&1 || { bad "warm-up load failed:"; cat "$tmp/warm.out"; }
+    >"$dir/warm.out" 2>&1 || { bad "warm-up load failed:"; cat "$dir/warm.out"; }
 "$LOAD" --socket "$sock" --cleanup >/dev/null
 sleep 3.5
-base_rss=$(rss_kb); base_fds=$(nfds); breakdown >"$tmp/bd0"
+base_rss=$(rss_kb); base_fds=$(nfds); breakdown >"$dir/bd0"
 lim=$(awk '/^Max open files/ { print $4 }' "/proc/$pid/limits")
 echo "baseline: rss ${base_rss} kB, ${base_fds} fds (daemon fd limit $lim, max_connections $MAXCONN)"
 
 # the fd count and RSS while the load runs (sampled in the middle)
 ( sleep "$(awk -v s="$SECS" 'BEGIN { print s / 2 }')"
-  echo "$(nfds) $(rss_kb)" >"$tmp/peak" ) &
+  echo "$(nfds) $(rss_kb)" >"$dir/peak" ) &
 sampler=$!
 "$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS" --idle "$IDLE" \
     --half-frames "$HALF" --half-frame-wait $((IDLE_TIMEOUT + 5)) --disconnect-rate "$DISC" \
-    >"$tmp/load1.out" 2>&1
+    >"$dir/load1.out" 2>&1
 rc=$?
 wait "$sampler"
-cat "$tmp/load1.out"
+cat "$dir/load1.out"
 if [ "$rc" -eq 0 ]; then pass "load: exit 0 (no error but busy/exhausted, no protocol violation)"
 else bad "load exited $rc"; fi
-o=$tmp/load1.out
+o=$dir/load1.out
 req=$(field requests "$o"); toks=$(field tokens "$o"); tps=$(field tok_s "$o")
 errs=$(field errors "$o"); allowed=$(field errors_allowed "$o"); viol=$(field violations "$o")
 idle_closed=$(field idle_closed "$o"); idle_n=$(field idle "$o")
@@ -207,7 +196,7 @@ echo "numbers: requests=$req tokens=$toks tok_s=$tps first_p50_ms=$(field first_
 if [ "$idle_n" = "$IDLE" ] && [ "$idle_closed" = 0 ]; then
     pass "idle connections: $idle_n held for the whole run"
 else bad "idle connections: $idle_n of $IDLE opened, $idle_closed closed during the run"; fi
-read -r peak_fds peak_rss <"$tmp/peak"
+read -r peak_fds peak_rss <"$dir/peak"
 if [ "$peak_fds" -ge $((base_fds + IDLE + CONNS)) ]; then
     pass "daemon held $peak_fds fds during the load (baseline $base_fds)"
 else bad "daemon held only $peak_fds fds during the load (baseline $base_fds + $IDLE idle + $CONNS)"; fi
@@ -228,7 +217,7 @@ while [ -z "$san_daemon" ] && ! within "$(rss_kb)" "$base_rss" 5 &&
     sleep 0.5
     waited=$(awk -v w="$waited" 'BEGIN { print w + 0.5 }')
 done
-after_rss=$(rss_kb); after_fds=$(nfds); breakdown >"$tmp/bd1"
+after_rss=$(rss_kb); after_fds=$(nfds); breakdown >"$dir/bd1"
 sessions=$(jnum sessions); kv_free=$(jnum kv_blocks_free); kv_total=$(jnum kv_blocks_total)
 echo "after: rss ${after_rss} kB, ${after_fds} fds, ${waited} s after the cleanup (during the load: rss ${peak_rss} kB)"
 [ "$after_fds" = "$base_fds" ] && pass "fds back to baseline ($after_fds)" ||
@@ -236,7 +225,7 @@ echo "after: rss ${after_rss} kB, ${after_fds} fds, ${waited} s after the cleanu
 [ "$sessions" = 0 ] && [ "$kv_free" = "$kv_total" ] &&
     pass "no session left, KV pool all free ($kv_free of $kv_total blocks)" ||
     bad "sessions=$sessions kv_blocks_free=$kv_free of $kv_total"
-echo "rss breakdown kB (baseline -> after): $(breakdown_diff "$tmp/bd0" "$tmp/bd1")"
+echo "rss breakdown kB (baseline -> after): $(breakdown_diff "$dir/bd0" "$dir/bd1")"
 if [ -n "$san_daemon" ]; then
     note "rss ${after_rss} kB vs ${base_rss} kB at baseline: not checked, $LLAMAD is a sanitizer build" \
          "(its allocator keeps freed memory in quarantine)"
@@ -251,17 +240,17 @@ fi
 
 # the same load again (no half frames): RSS must not grow from run to run
 "$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS2" --idle "$IDLE" --disconnect-rate "$DISC" \
-    >"$tmp/load2.out" 2>&1 || { bad "second load failed:"; cat "$tmp/load2.out"; }
+    >"$dir/load2.out" 2>&1 || { bad "second load failed:"; cat "$dir/load2.out"; }
 "$LOAD" --socket "$sock" --cleanup >/dev/null
 # as idle as after the first run (memory given back after 2 s idle), so the
 # two readings compare the same state
 sleep 3.5
-rss2=$(rss_kb); fds2=$(nfds); tps2=$(field tok_s "$tmp/load2.out"); breakdown >"$tmp/bd2"
-echo "second run ($IDLE idle): tok_s=$tps2 token_p50_ms=$(field token_p50_ms "$tmp/load2.out") rss ${rss2} kB, ${fds2} fds"
-echo "rss breakdown kB (after run 1 -> after run 2): $(breakdown_diff "$tmp/bd1" "$tmp/bd2")"
+rss2=$(rss_kb); fds2=$(nfds); tps2=$(field tok_s "$dir/load2.out"); breakdown >"$dir/bd2"
+echo "second run ($IDLE idle): tok_s=$tps2 token_p50_ms=$(field token_p50_ms "$dir/load2.out") rss ${rss2} kB, ${fds2} fds"
+echo "rss breakdown kB (after run 1 -> after run 2): $(breakdown_diff "$dir/bd1" "$dir/bd2")"
 # outside the KV pool (whose leaks the free-block count above catches, and
 # whose resident pages follow the peak of blocks in use at once)
-o1=$(awk '{ print $2 + $6 + $8 }' "$tmp/bd1"); o2=$(awk '{ print $2 + $6 + $8 }' "$tmp/bd2")
+o1=$(awk '{ print $2 + $6 + $8 }' "$dir/bd1"); o2=$(awk '{ print $2 + $6 + $8 }' "$dir/bd2")
 if [ -n "$san_daemon" ]; then
     note "rss from run to run: not checked under a sanitizer (${o1} kB -> ${o2} kB outside the pool)"
 elif within "$o2" "$o1" 5 || [ "$o2" -le "$o1" ]; then
@@ -272,27 +261,27 @@ else bad "rss outside the KV pool grew from run to run: ${o2} kB vs ${o1} kB ($(
 
 # and without the idle connections: they must not slow the active ones
 "$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS2" --disconnect-rate "$DISC" \
-    >"$tmp/load3.out" 2>&1 || { bad "third load failed:"; cat "$tmp/load3.out"; }
+    >"$dir/load3.out" 2>&1 || { bad "third load failed:"; cat "$dir/load3.out"; }
 "$LOAD" --socket "$sock" --cleanup >/dev/null
-tps3=$(field tok_s "$tmp/load3.out")
-echo "third run (no idle): tok_s=$tps3 token_p50_ms=$(field token_p50_ms "$tmp/load3.out") token_p99_ms=$(field token_p99_ms "$tmp/load3.out")"
+tps3=$(field tok_s "$dir/load3.out")
+echo "third run (no idle): tok_s=$tps3 token_p50_ms=$(field token_p50_ms "$dir/load3.out") token_p99_ms=$(field token_p99_ms "$dir/load3.out")"
 if awk -v a="$tps2" -v b="$tps3" 'BEGIN { exit !(a >= 0.8 * b) }'; then
     pass "throughput with $IDLE idle connections: $tps2 tok/s vs $tps3 without"
 else bad "throughput with $IDLE idle connections: $tps2 tok/s vs $tps3 without (< 80%)"; fi
 "$BUILD/llamactl" --socket "$sock" generate --raw --temperature 0 --max-tokens 8 "Once upon a time" \
-    >"$tmp/gen" 2>&1 && [ -s "$tmp/gen" ] && pass "daemon still generates" ||
-    bad "daemon does not generate: $(cat "$tmp/gen")"
+    >"$dir/gen" 2>&1 && [ -s "$dir/gen" ] && pass "daemon still generates" ||
+    bad "daemon does not generate: $(cat "$dir/gen")"
 kill "$pid"; wait "$pid"; rc=$?; pid=
 [ "$rc" -eq 0 ] || bad "daemon exited $rc on SIGTERM"
 daemon_log_clean "$log1"
 
 # ==== scenario 2: SIGKILL under load, restart, saved sessions come back =======
 echo "== scenario 2: SIGKILL under load with a state directory"
-state=$tmp/state
-log2=$tmp/daemon2.log
+state=$dir/state
+log2=$dir/daemon2.log
 start_daemon "$log2" --state-dir "$state" --save-delay 1
-"$LOAD" --socket "$sock" --conns 32 --seconds 30 --save-rate 0.3 --saved-log "$tmp/saved.log" \
-    --disconnect-rate 0.02 --expect-kill --keep-sessions --prefix crash >"$tmp/load3.out" 2>&1 &
+"$LOAD" --socket "$sock" --conns 32 --seconds 30 --save-rate 0.3 --saved-log "$dir/saved.log" \
+    --disconnect-rate 0.02 --expect-kill --keep-sessions --prefix crash >"$dir/load3.out" 2>&1 &
 lpid=$!
 sleep 4
 kill -KILL "$pid"; wait "$pid" 2>/dev/null; pid=
@@ -302,16 +291,16 @@ while kill -0 "$lpid" 2>/dev/null; do
     sleep 0.1
 done
 wait "$lpid"; rc=$?
-cat "$tmp/load3.out"
-gone=$(field daemon_gone "$tmp/load3.out")
+cat "$dir/load3.out"
+gone=$(field daemon_gone "$dir/load3.out")
 [ "$rc" -eq 0 ] && [ "$gone" = 1 ] && pass "load until SIGKILL: no error, no violation" ||
     bad "load under SIGKILL: exit $rc, daemon_gone=$gone"
-nsaved=$(grep -c '^saved ' "$tmp/saved.log" 2>/dev/null)
+nsaved=$(grep -c '^saved ' "$dir/saved.log" 2>/dev/null)
 [ "${nsaved:-0}" -gt 0 ] || bad "no Save was answered before the kill"
 start_daemon "$log2" --state-dir "$state" --save-delay 1
 on_disk=$(jnum sessions_on_disk)
-"$LOAD" --socket "$sock" --check-saved "$tmp/saved.log" >"$tmp/check.out" 2>&1; rc=$?
-cat "$tmp/check.out"
+"$LOAD" --socket "$sock" --check-saved "$dir/saved.log" >"$dir/check.out" 2>&1; rc=$?
+cat "$dir/check.out"
 [ "$rc" -eq 0 ] && pass "after SIGKILL and restart: every saved session is back and generates ($nsaved saves logged, $on_disk sessions on disk)" ||
     bad "saved sessions after SIGKILL: see above"
 "$LOAD" --socket "$sock" --cleanup >/dev/null || bad "cleanup failed"
@@ -323,5 +312,5 @@ kill "$pid"; wait "$pid"; rc=$?; pid=
 daemon_log_clean "$log2"
 
 if [ "$fail" -eq 0 ]; then echo "load: all ok"; else
-    echo "load: FAILED (daemon logs: KEEP=1 keeps $tmp)"; fi
+    echo "load: FAILED (daemon logs: KEEP=1 keeps $dir)"; fi
 exit "$fail"

@@ -1,12 +1,22 @@
-# tests/tools/daemon.sh — sourced by the shell tests that start llamad.
+# shellcheck shell=sh disable=SC2034  # fail, dir, pid, pids: set for the sourcing script
+# tests/tools/daemon.sh — sourced by the shell tests (tests/golden/*.sh,
+# tests/integration/*.sh, tests/load/run.sh): their shared frame.
 #
-# wait_socket SOCKET PID LOG: wait up to 10 s for the daemon to listen on
-# SOCKET; if it does not (or exits first), print FAIL with its log and exit 1.
+# need_files FILE...: exit 1 with "FAIL: missing FILE" unless every FILE exists.
+need_files() {
+    for _f in "$@"; do
+        [ -e "$_f" ] || { echo "FAIL: missing $_f"; exit 1; }
+    done
+}
+
+# wait_socket SOCKET PID LOG [SECONDS]: wait up to SECONDS (default 10) for
+# the daemon to listen on SOCKET; if it does not (or exits first), print FAIL
+# with its log and exit 1.
 wait_socket() {
     _i=0
     while [ ! -S "$1" ]; do
         _i=$((_i + 1))
-        if [ "$_i" -gt 100 ] || ! kill -0 "$2" 2>/dev/null; then
+        if [ "$_i" -gt $((${4:-10} * 10)) ] || ! kill -0 "$2" 2>/dev/null; then
             echo "FAIL: daemon did not start"
             cat "$3"
             exit 1
@@ -15,14 +25,29 @@ wait_socket() {
     done
 }
 
-# test_frame: what these tests share: a temporary folder $dir, removed at
-# exit (or on INT / TERM) after stopping the daemon whose pid is in $pid,
-# if any; bad MSG prints a FAIL line and sets fail=1.
+# test_frame [MODE]: what these tests share: a temporary folder $dir, removed
+# at exit (INT and TERM exit 1) after stopping the daemon whose pid is in
+# $pid and the other processes listed in $pids (a listener, a client holding
+# connections), with signal $stop_signal (TERM unless set). With MODE (e.g.
+# 755) the folder is made under /tmp and given that mode, so that processes
+# of other uids reach a socket in it. KEEP=1 keeps the folder (its path is
+# printed). bad MSG prints a FAIL line and sets fail=1; ok MSG an ok line.
 test_frame() {
-    dir=$(mktemp -d) || exit 1
+    if [ -n "$1" ]; then
+        dir=$(mktemp -d /tmp/llamad-test.XXXXXX) && chmod "$1" "$dir" || exit 1
+    else
+        dir=$(mktemp -d) || exit 1
+    fi
     pid=
+    pids=
     fail=0
-    trap test_cleanup EXIT INT TERM
+    trap test_cleanup EXIT
+    trap 'exit 1' INT TERM
 }
-test_cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid"; rm -rf "$dir"; }
+test_cleanup() {
+    for _p in $pids $pid; do kill -"${stop_signal:-TERM}" "$_p" 2>/dev/null; done
+    for _p in $pids $pid; do wait "$_p" 2>/dev/null; done
+    if [ -n "$KEEP" ]; then echo "kept $dir"; else rm -rf "$dir"; fi
+}
 bad() { echo "FAIL: $*"; fail=1; }
+ok() { echo "ok   $*"; }

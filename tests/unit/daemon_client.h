@@ -43,6 +43,14 @@ static inline Llamad__Response *recv_within(int fd, int ms, int *err)
 	return frame_recv_response(fd, RECV_MAX, err);
 }
 
+/* A Request for op_case (no id yet; the caller sets its body). */
+static inline Llamad__Request request_of(Llamad__Request__OpCase op_case)
+{
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = op_case;
+	return q;
+}
+
 static inline uint64_t cli_send(struct cli *c, Llamad__Request *q)
 {
 	q->has_id = 1;
@@ -134,8 +142,7 @@ static inline uint64_t gen_send(struct cli *c, const char *name, struct genopt o
 	g.has_max_tokens = o.max_tokens > 0;
 	g.max_tokens = o.max_tokens;
 	g.sampler = &so;
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_GENERATE;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_GENERATE);
 	q.generate = &g;
 	return cli_send(c, &q);
 }

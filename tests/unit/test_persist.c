@@ -57,11 +57,10 @@
 #define WAIT_MS 30000            /* longest wait for one reply */
 #define RECV_MAX (64u << 20)
 
-#include "tests/unit/daemon_client.h"
+#include "tests/unit/daemon_harness.h"
 #define BLOCK_BYTES 20480        /* stories260K: one KV block of 16 tokens */
 #define MAX_DAEMONS 8
 
-enum { T_LLAMA2 = LLAMAD__TEMPLATE__TEMPLATE_LLAMA2, T_RAW = LLAMAD__TEMPLATE__TEMPLATE_RAW };
 enum { L_POOL = LLAMAD__LOCATION__LOCATION_POOL, L_RAM = LLAMAD__LOCATION__LOCATION_RAM,
        L_DISK = LLAMAD__LOCATION__LOCATION_DISK };
 enum { E_STORAGE = LLAMAD__ERROR_CODE__STORAGE,
@@ -81,8 +80,6 @@ enum {
 	HEADER_BYTES = 256,
 };
 
-static const char *const PROMPT = "Once upon a time";
-
 static struct {
 	char base[64];           /* the mkdtemp folder */
 	char llamad[512], genmodel[512], model[512], tok[512];
@@ -92,27 +89,7 @@ static struct {
 	double t0;
 } T;
 
-struct daemon {
-	pid_t pid;
-	char tag[32];
-	char sock[160];
-	char log[160];
-};
-
 static struct daemon *live[MAX_DAEMONS];
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-	nanosleep(&ts, NULL);
-}
 
 static void sleep_us(long us)
 {
@@ -246,48 +223,6 @@ static void reseal(unsigned char *b, size_t len)
 
 /* ---- the daemon ---------------------------------------------------------- */
 
-static int dial(const char *sock)
-{
-	return frame_dial(sock);
-}
-
-static void dump_log_tail(const struct daemon *d)
-{
-	FILE *f = fopen(d->log, "r");
-	if (!f)
-		return;
-	char buf[4096];
-	fseek(f, 0, SEEK_END);
-	long sz = ftell(f);
-	fseek(f, sz > 3000 ? sz - 3000 : 0, SEEK_SET);
-	size_t k = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[k] = 0;
-	fclose(f);
-	fprintf(stderr, "---- %s (tail) ----\n%s---- end ----\n", d->log, buf);
-}
-
-/* Sanitizer reports in d's log: 1 if any (printed). */
-static int log_has_sanitizer_report(const struct daemon *d)
-{
-	FILE *f = fopen(d->log, "r");
-	if (!f)
-		return 0;
-	char *line = NULL;
-	size_t cap = 0;
-	int bad = 0;
-	while (getline(&line, &cap, f) > 0) {
-		if (strstr(line, "ERROR: AddressSanitizer") || strstr(line, "runtime error:") ||
-		    strstr(line, "ERROR: LeakSanitizer") ||
-		    strstr(line, "WARNING: ThreadSanitizer")) {
-			fprintf(stderr, "%s: %s", d->log, line);
-			bad = 1;
-		}
-	}
-	free(line);
-	fclose(f);
-	return bad;
-}
-
 /* 1 if a line of d's log holds every one of the strings (NULL ended). */
 static int log_line_has(const struct daemon *d, ...)
 {
@@ -328,72 +263,33 @@ static void forget(struct daemon *d)
 static void start_daemon(struct daemon *d, const char *tag, const char *model,
 			 const char *state_dir, ...)
 {
-	const char *argv[64];
+	const char *extra[48];
 	int n = 0;
-	argv[n++] = "llamad";
-	argv[n++] = "--model";
-	argv[n++] = model;
-	argv[n++] = "--tokenizer";
-	argv[n++] = T.tok;
-	argv[n++] = "--threads";
-	argv[n++] = "1";
-	argv[n++] = "--log-level";
-	argv[n++] = "debug";
-	argv[n++] = "--state-dir";
-	argv[n++] = state_dir;
 	va_list ap;
 	va_start(ap, state_dir);
-	for (const char *a; (a = va_arg(ap, const char *)) && n < 60;)
-		argv[n++] = a;
+	for (const char *a; (a = va_arg(ap, const char *)) && n < 47;)
+		extra[n++] = a;
 	va_end(ap);
+	extra[n] = NULL;
 	memset(d, 0, sizeof(*d));
 	snprintf(d->tag, sizeof(d->tag), "%s", tag);
 	snprintf(d->sock, sizeof(d->sock), "%s/%s.sock", T.base, tag);
 	snprintf(d->log, sizeof(d->log), "%s/%02d-%s.log", T.base, ++T.n_starts, tag);
-	argv[n++] = "--socket";
-	argv[n++] = d->sock;
-	argv[n] = NULL;
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		int fd = open(d->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-			close(fd);
-		}
-		unsetenv("NOTIFY_SOCKET");
-		unsetenv("LISTEN_FDS");
-		unsetenv("LISTEN_PID");
-		unsetenv("WATCHDOG_USEC");
-		unsetenv("STATE_DIRECTORY");
-		execv(T.llamad, (char *const *)argv);
-		_exit(127);
-	}
-	d->pid = pid;
+	assert_int_equal(daemon_spawn(d, T.llamad, model, T.tok, "1", state_dir, extra), 0);
 	for (int i = 0; i < MAX_DAEMONS; i++)
 		if (!live[i]) {
 			live[i] = d;
 			break;
 		}
-	double t0 = now_ms();
-	for (;;) {
-		int fd = dial(d->sock);
-		if (fd >= 0) {
-			close(fd);
-			return;
-		}
-		int status;
-		if (waitpid(d->pid, &status, WNOHANG) == d->pid) {
-			forget(d);
-			dump_log_tail(d);
-			fail_msg("llamad (%s) exited at startup (status 0x%x)", tag, status);
-		}
-		if (now_ms() - t0 > 30000) {
-			dump_log_tail(d);
-			fail_msg("llamad (%s) did not listen within 30 s", tag);
-		}
-		sleep_ms(5);
+	int status = 0, rc = daemon_wait_listening(d, 30000, &status);
+	if (rc == -ECHILD) {
+		forget(d);
+		daemon_dump_log_tail(d);
+		fail_msg("llamad (%s) exited at startup (status 0x%x)", tag, status);
+	}
+	if (rc) {
+		daemon_dump_log_tail(d);
+		fail_msg("llamad (%s) did not listen within 30 s", tag);
 	}
 }
 
@@ -401,24 +297,13 @@ static void start_daemon(struct daemon *d, const char *tag, const char *model,
 static void stop_daemon(struct daemon *d)
 {
 	assert_true(d->pid > 0);
-	kill(d->pid, SIGTERM);
-	int status = 0, killed = 0;
-	double t0 = now_ms();
-	while (waitpid(d->pid, &status, WNOHANG) != d->pid) {
-		if (now_ms() - t0 > 20000) {
-			kill(d->pid, SIGKILL);
-			waitpid(d->pid, &status, 0);
-			killed = 1;
-			break;
-		}
-		sleep_ms(2);
-	}
+	int status = daemon_stop(d, 20000);
 	forget(d);
-	int bad = log_has_sanitizer_report(d);
-	if (killed || !WIFEXITED(status) || WEXITSTATUS(status) != 0 || bad) {
-		dump_log_tail(d);
+	int bad = daemon_log_has_sanitizer_report(d);
+	if (!daemon_exited_ok(status) || bad) {
+		daemon_dump_log_tail(d);
 		fail_msg("llamad (%s): %s, status 0x%x%s", d->tag,
-			 killed ? "no exit within 20 s of SIGTERM" : "bad exit", status,
+			 status == -1 ? "no exit within 20 s of SIGTERM" : "bad exit", status,
 			 bad ? ", sanitizer report in its log" : "");
 	}
 }
@@ -430,103 +315,17 @@ static void kill_daemon(struct daemon *d)
 	kill(d->pid, SIGKILL);
 	waitpid(d->pid, NULL, 0);
 	forget(d);
-	if (log_has_sanitizer_report(d)) {
-		dump_log_tail(d);
+	if (daemon_log_has_sanitizer_report(d)) {
+		daemon_dump_log_tail(d);
 		fail_msg("llamad (%s): sanitizer report in its log", d->tag);
 	}
 }
 
-/* ---- the client layer (as in test_daemon.c) ------------------------------- */
-
-static struct cli *cli_new(const struct daemon *d)
-{
-	struct cli *c = calloc(1, sizeof(*c));
-	assert_non_null(c);
-	c->fd = dial(d->sock);
-	if (c->fd < 0)
-		fail_msg("cannot connect to %s: %s", d->sock, strerror(-c->fd));
-	c->next_id = 1000;
-	return c;
-}
-
-static void cli_free(struct cli *c)
-{
-	if (!c)
-		return;
-	if (c->fd >= 0)
-		close(c->fd);
-	for (struct stash *s = c->kept, *n; s; s = n) {
-		n = s->next;
-		llamad__response__free_unpacked(s->r, NULL);
-		free(s);
-	}
-	free(c);
-}
-
-/* Fail unless r is the error `code` with a one-line message containing
- * `text` (may be NULL); free r. */
-#define expect_error(r, code, text) expect_error_at((r), (code), (text), __LINE__)
-static void expect_error_at(Llamad__Response *r, int code, const char *text, int line)
-{
-	if (r->body_case != LLAMAD__RESPONSE__BODY_ERROR || (int)r->error->code != code)
-		fail_msg("line %d: expected error %d (%s), got %s", line, code,
-			 frame_error_name(code), body_name(r));
-	assert_non_null(r->error->message);
-	assert_null(strchr(r->error->message, '\n'));
-	if (strchr(r->error->message, '/'))   /* never a path on the wire */
-		fail_msg("line %d: error message \"%s\" holds a path", line, r->error->message);
-	if (text && !strstr(r->error->message, text))
-		fail_msg("line %d: error message \"%s\" does not mention \"%s\"", line,
-			 r->error->message, text);
-	rfree(r);
-}
-
-#define expect_body(r, bc) expect_body_at((r), (bc), __LINE__)
-static Llamad__Response *expect_body_at(Llamad__Response *r, int bc, int line)
-{
-	if (r->body_case != (Llamad__Response__BodyCase)bc)
-		fail_msg("line %d: expected body %d, got %s", line, bc, body_name(r));
-	return r;
-}
+/* Fail unless r is the error `code` with a non-empty one-line message
+ * that holds no path and contains `text` (may be NULL); free r. */
+#define expect_error(r, code, text) expect_error_at((r), (code), (text), 1, __LINE__)
 
 /* ---- requests -------------------------------------------------------------- */
-
-static Llamad__Response *op_open(struct cli *c, const char *name, int tmpl, const char *system,
-				 int ephemeral)
-{
-	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
-	o.session = (char *)name;
-	o.has_template_ = tmpl != 0;
-	o.template_ = tmpl;
-	o.system = (char *)system;
-	o.has_ephemeral = ephemeral != 0;
-	o.ephemeral = ephemeral != 0;
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_OPEN;
-	q.open = &o;
-	return cli_call(c, &q);
-}
-
-static void must_open(struct cli *c, const char *name, int tmpl, const char *system)
-{
-	Llamad__Response *r = expect_body(op_open(c, name, tmpl, system, 0),
-					  LLAMAD__RESPONSE__BODY_SESSION);
-	assert_true(r->session->created);
-	rfree(r);
-}
-
-#define SESSION_OP(fn, OPCASE, field, Type, INIT)                          \
-	static Llamad__Response *fn(struct cli *c, const char *name)       \
-	{                                                                   \
-		Type m = INIT;                                              \
-		m.session = (char *)name;                                   \
-		Llamad__Request q = LLAMAD__REQUEST__INIT;                  \
-		q.op_case = OPCASE;                                         \
-		q.field = &m;                                               \
-		return cli_call(c, &q);                                     \
-	}
-SESSION_OP(op_info, LLAMAD__REQUEST__OP_INFO, info, Llamad__GetInfo, LLAMAD__GET_INFO__INIT)
-SESSION_OP(op_drop, LLAMAD__REQUEST__OP_DROP, drop, Llamad__Drop, LLAMAD__DROP__INIT)
 
 static uint64_t save_send(struct cli *c, const char *name, int all)
 {
@@ -534,8 +333,7 @@ static uint64_t save_send(struct cli *c, const char *name, int all)
 	s.session = (char *)name;
 	s.has_all = all != 0;
 	s.all = all != 0;
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_SAVE;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_SAVE);
 	q.save = &s;
 	return cli_send(c, &q);
 }
@@ -545,34 +343,12 @@ static Llamad__Response *op_save(struct cli *c, const char *name, int all)
 	return cli_next(c, save_send(c, name, all));
 }
 
-static Llamad__Response *op_status(struct cli *c)
-{
-	Llamad__GetStatus g = LLAMAD__GET_STATUS__INIT;
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_STATUS;
-	q.status = &g;
-	return expect_body(cli_call(c, &q), LLAMAD__RESPONSE__BODY_STATUS);
-}
-
 static Llamad__Response *op_list(struct cli *c)
 {
 	Llamad__ListSessions l = LLAMAD__LIST_SESSIONS__INIT;
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_LIST;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_LIST);
 	q.list = &l;
 	return expect_body(cli_call(c, &q), LLAMAD__RESPONSE__BODY_SESSIONS);
-}
-
-static Llamad__Response *must_info(struct cli *c, const char *name)
-{
-	Llamad__Response *r = expect_body(op_info(c, name), LLAMAD__RESPONSE__BODY_SESSION);
-	assert_string_equal(r->session->session, name);
-	return r;
-}
-
-static void must_drop(struct cli *c, const char *name)
-{
-	rfree(expect_body(op_drop(c, name), LLAMAD__RESPONSE__BODY_OK));
 }
 
 /* Save name (or all) and expect Saved; returns the bytes reported. */
@@ -591,41 +367,6 @@ static Llamad__SessionInfo *list_find(Llamad__Response *l, const char *name)
 		if (!strcmp(l->sessions->sessions[i]->session, name))
 			return l->sessions->sessions[i];
 	return NULL;
-}
-
-/* ---- generation ------------------------------------------------------------ */
-
-static void generate(struct cli *c, const char *name, struct genopt o, struct gen *g)
-{
-	memset(g, 0, sizeof(*g));
-	uint64_t id = gen_send(c, name, o);
-	while (!gen_take(g, cli_next(c, id)))
-		;
-}
-
-/* A generation that must end with Done (max_tokens reached, or EOS for a
- * chat answer when allow_eos). */
-#define generate_ok(c, name, o, g, allow_eos) generate_ok_at((c), (name), (o), (g), (allow_eos), __LINE__)
-static void generate_ok_at(struct cli *c, const char *name, struct genopt o, struct gen *g,
-			   int allow_eos, int line)
-{
-	generate(c, name, o, g);
-	if (g->error)
-		fail_msg("line %d: generate on %s: error %d: %s", line, name, g->error, g->msg);
-	if (allow_eos && g->reason == LLAMAD__STOP_REASON__STOP_EOS)
-		return;
-	if (g->reason != LLAMAD__STOP_REASON__STOP_MAX_TOKENS || g->n != o.max_tokens)
-		fail_msg("line %d: generate on %s: reason %d after %zu tokens, wanted %u", line,
-			 name, g->reason, g->n, o.max_tokens);
-}
-
-#define assert_same_gen(a, b) assert_same_gen_at((a), (b), __LINE__)
-static void assert_same_gen_at(const struct gen *a, const struct gen *b, int line)
-{
-	if (strcmp(a->text, b->text) || a->n != b->n ||
-	    memcmp(a->toks, b->toks, a->n * sizeof(uint32_t)))
-		fail_msg("line %d: generations differ:\n  \"%s\" (%zu tokens)\n  \"%s\" (%zu tokens)",
-			 line, a->text, a->n, b->text, b->n);
 }
 
 /* ---- fixtures ------------------------------------------------------------------ */
@@ -705,7 +446,7 @@ static int case_teardown(void **state)
 			continue;
 		kill(d->pid, SIGKILL);
 		waitpid(d->pid, NULL, 0);
-		dump_log_tail(d);
+		daemon_dump_log_tail(d);
 		live[i] = NULL;
 	}
 	if (T.mounted[0]) {
@@ -728,10 +469,10 @@ static const char *const TURN3 = "And then?";
 /* The requests of case 1 up to the restart (both daemons make them). */
 static void restart_workload(struct cli *c, struct gen g[3])
 {
-	must_open(c, "work", T_LLAMA2, SYSTEM);
+	must_open(c, "work", T_LLAMA2, 0, SYSTEM, 0);
 	generate_ok(c, "work", GREEDY(TURN1, 30), &g[0], 1);
 	generate_ok(c, "work", GREEDY(TURN2, 30), &g[1], 1);
-	must_open(c, "raw", T_RAW, NULL);
+	must_open(c, "raw", T_RAW, 0, NULL, 0);
 	generate_ok(c, "raw", GREEDY(PROMPT, 40), &g[2], 0);
 }
 
@@ -749,7 +490,7 @@ static void test_restart_without_loss(void **state)
 	for (int i = 0; i < 3; i++)
 		assert_same_gen(&rg[i], &g[i]);
 	/* an ephemeral session is never written */
-	rfree(expect_body(op_open(c, "eph", T_RAW, NULL, 1), LLAMAD__RESPONSE__BODY_SESSION));
+	rfree(expect_body(op_open(c, "eph", T_RAW, 0, NULL, 1), LLAMAD__RESPONSE__BODY_SESSION));
 	expect_error(op_save(c, "eph", 0), LLAMAD__ERROR_CODE__BAD_REQUEST, "ephemeral");
 	Llamad__Response *iw = must_info(c, "work"), *ir = must_info(c, "raw");
 	uint32_t n_work = iw->session->tokens, n_raw = ir->session->tokens;
@@ -861,7 +602,7 @@ static void test_idle_save_then_crash(void **state)
 	struct daemon d;
 	start_daemon(&d, "d2", T.model, dir, "--save-delay", "1", NULL);
 	struct cli *c = cli_new(&d);
-	must_open(c, "idle", T_RAW, NULL);
+	must_open(c, "idle", T_RAW, 0, NULL, 0);
 	struct gen g;
 	generate_ok(c, "idle", GREEDY(PROMPT, 30), &g, 0);
 	uint32_t n1 = g.session_tokens;
@@ -951,7 +692,7 @@ static void test_kill_during_save(void **state)
 	struct daemon ref, d;
 	start_daemon(&ref, "ref3", T.model, "none", NULL);
 	struct cli *rc = cli_new(&ref);
-	must_open(rc, "big", T_RAW, NULL);
+	must_open(rc, "big", T_RAW, 0, NULL, 0);
 	struct gen want;
 	uint32_t total = BIG_TOKENS + KILL_ROUNDS * STEP_TOKENS + 10;
 	generate_ok(rc, "big", GREEDY(PROMPT, total), &want, 0);
@@ -960,7 +701,7 @@ static void test_kill_during_save(void **state)
 
 	start_daemon(&d, "d3", T.model, dir, "--save-delay", "3600", NULL);
 	struct cli *c = cli_new(&d);
-	must_open(c, "big", T_RAW, NULL);
+	must_open(c, "big", T_RAW, 0, NULL, 0);
 	struct gen g;
 	generate_ok(c, "big", GREEDY(PROMPT, BIG_TOKENS), &g, 0);
 	uint32_t prompt = g.session_tokens - BIG_TOKENS;
@@ -1047,7 +788,7 @@ static void test_kill_during_save(void **state)
 /* A raw session of PROMPT-like text + n greedy tokens. */
 static void make_raw(struct cli *c, const char *name, const char *prompt, uint32_t n)
 {
-	must_open(c, name, T_RAW, NULL);
+	must_open(c, name, T_RAW, 0, NULL, 0);
 	struct gen g;
 	generate_ok(c, name, GREEDY(prompt, n), &g, 0);
 	gen_free(&g);
@@ -1136,7 +877,7 @@ static void test_bad_files(void **state)
 	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
 		char *p = state_file(dir, why[k][0]);
 		if (!log_line_has(&d, p, why[k][1], NULL)) {
-			dump_log_tail(&d);
+			daemon_dump_log_tail(&d);
 			fail_msg("the log does not name %s with \"%s\"", p, why[k][1]);
 		}
 		free(p);
@@ -1220,7 +961,7 @@ static void test_foreign_model(void **state)
 	start_daemon(&d, "d5", T.model, dir, NULL);
 	struct cli *c = cli_new(&d);
 	make_raw(c, "f1", PROMPT, 30);
-	must_open(c, "f2", T_LLAMA2, SYSTEM);
+	must_open(c, "f2", T_LLAMA2, 0, SYSTEM, 0);
 	struct gen g;
 	generate_ok(c, "f2", GREEDY(TURN1, 20), &g, 1);
 	gen_free(&g);
@@ -1263,13 +1004,7 @@ static void test_foreign_model(void **state)
 	c = cli_new(&d);
 	/* a fork brings its source in without running anything: history, no
 	 * cache */
-	Llamad__Fork fk = LLAMAD__FORK__INIT;
-	fk.session = (char *)"f1";
-	fk.target = (char *)"f1-copy";
-	Llamad__Request q = LLAMAD__REQUEST__INIT;
-	q.op_case = LLAMAD__REQUEST__OP_FORK;
-	q.fork = &fk;
-	rfree(expect_body(cli_call(c, &q), LLAMAD__RESPONSE__BODY_SESSION));
+	rfree(expect_body(op_fork(c, "f1", "f1-copy"), LLAMAD__RESPONSE__BODY_SESSION));
 	Llamad__Response *i = must_info(c, "f1");
 	assert_int_equal(i->session->location, L_POOL);
 	assert_int_equal(i->session->tokens, n1);
@@ -1421,7 +1156,7 @@ static void many_workload(const struct daemon *d, struct hist *h, int ram_check)
 	for (int k = 0; k < N_MANY; k++) {
 		char name[16];
 		snprintf(name, sizeof(name), "m%02d", k);
-		must_open(c, name, T_RAW, NULL);
+		must_open(c, name, T_RAW, 0, NULL, 0);
 		struct gen g;
 		generate_ok(c, name, GREEDY(MANY_PROMPTS[k], MANY_FIRST), &g, 0);
 		hist_add(&h[k], &g);
@@ -1516,7 +1251,7 @@ static void test_more_sessions_than_pool(void **state)
 	start_daemon(&d, "d7n", T.model, "none", "--kv-memory", "1M", "--ram-cache", "0", NULL);
 	c = cli_new(&d);
 	make_raw(c, "hog", PROMPT, 440);          /* 445 tokens: 28 blocks */
-	must_open(c, "late", T_RAW, NULL);
+	must_open(c, "late", T_RAW, 0, NULL, 0);
 	struct gen g;
 	generate(c, "late", GREEDY(PROMPT, 440), &g);   /* 23 blocks left */
 	assert_int_equal(g.error, E_EXHAUSTED);
@@ -1543,7 +1278,7 @@ static void test_limits(void **state)
 	struct cli *c = cli_new(&d);
 	make_raw(c, "a", PROMPT, 10);
 	make_raw(c, "b", "The little dog", 10);
-	expect_error(op_open(c, "c", T_RAW, NULL, 0), E_EXHAUSTED, "quota");
+	expect_error(op_open(c, "c", T_RAW, 0, NULL, 0), E_EXHAUSTED, "quota");
 	must_save(c, "a", 0);
 	assert_true(exists(pa));
 	must_drop(c, "a");
@@ -1557,7 +1292,7 @@ static void test_limits(void **state)
 	 * its file for good */
 	start_daemon(&d, "d8", T.model, dir, "--max-sessions-per-uid", "2", NULL);
 	c = cli_new(&d);
-	expect_error(op_open(c, "d", T_RAW, NULL, 0), E_EXHAUSTED, "quota");
+	expect_error(op_open(c, "d", T_RAW, 0, NULL, 0), E_EXHAUSTED, "quota");
 	must_drop(c, "b");
 	assert_false(exists(pb));
 	cli_free(c);

@@ -60,9 +60,13 @@ static void env_done(struct env *e)
 	kvpool_free(e->pool);
 }
 
+/* The group's folder (group_setup); every case's folders are made in it. */
+static char group_dir[] = "/tmp/test_store.XXXXXX";
+
 static char *tmpdir_new(void)
 {
-	char t[] = "/tmp/test_store.XXXXXX";
+	char t[sizeof(group_dir) + 16];
+	snprintf(t, sizeof(t), "%s/case.XXXXXX", group_dir);
 	assert_non_null(mkdtemp(t));
 	char *d = strdup(t);
 	assert_non_null(d);
@@ -354,6 +358,69 @@ static int try_load(struct env *e, const char *path, uid_t uid, const char *id, 
 	return rc;
 }
 
+/* ---- fixtures ------------------------------------------------------------- */
+
+/* What a case gets in *state: an empty folder of its own (in group_dir), two
+ * pools with session tables of the standard shape (e to save from, e2 to load
+ * into) and, with setup_std, the standard session s saved in dir as path. */
+struct fx {
+	char *dir;
+	struct env e, e2;
+	struct session *s;
+	char *path;
+	int mounted;     /* dir is a mount point: unmounted by the teardown */
+};
+
+static int group_setup(void **state)
+{
+	(void)state;
+	if (!mkdtemp(group_dir)) {
+		perror("test_store: mkdtemp");
+		return -1;
+	}
+	return 0;
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	return rmdir(group_dir) == 0 ? 0 : -1;   /* every case removed its folder */
+}
+
+static int setup_env(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	assert_non_null(f);
+	f->dir = tmpdir_new();
+	env_init(&f->e, NB, BS, NL, KVD);
+	env_init(&f->e2, NB, BS, NL, KVD);
+	*state = f;
+	return 0;
+}
+
+static int setup_std(void **state)
+{
+	setup_env(state);
+	struct fx *f = *state;
+	f->path = save_std(f->dir, &f->e, &f->s);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fx *f = *state;
+	if (!f)
+		return 0;
+	if (f->mounted)
+		umount2(f->dir, MNT_DETACH);
+	free(f->path);
+	env_done(&f->e2);
+	env_done(&f->e);
+	tmpdir_free(f->dir);
+	free(f);
+	return 0;
+}
+
 /* ---- round trips ---------------------------------------------------------- */
 
 static void test_round_trip(void **state)
@@ -411,37 +478,29 @@ static void test_round_trip_big_blocks(void **state)
 /* Saving again replaces the file; mode 0600; nothing temporary left. */
 static void test_mode_and_replace(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
+	struct fx *f = *state;
 	struct session *s;
 	mode_t old = umask(0277);  /* the mode must not depend on the umask */
-	char *path = save_std(dir, &e, &s);
+	char *path = save_std(f->dir, &f->e, &s);
 	umask(old);
 	struct stat st;
 	assert_int_equal(stat(path, &st), 0);
 	assert_int_equal(st.st_mode & 07777, 0600);
 	assert_true(S_ISREG(st.st_mode));
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 
 	int32_t more[5] = { 9, 9, 9, 9, 9 };
 	assert_int_equal(sess_append(s, more, 5, SESS_USER, "again", 1), 0);
 	char *cause = NULL;
-	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), 0);
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
-	assert_int_equal(count_prefix(dir, "0-work"), 1);
+	assert_int_equal(store_save(f->dir, s, f->e.pool, FP, &cause), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, "0-work"), 1);
 
-	struct env e2;
-	env_init(&e2, NB, BS, NL, KVD);
-	struct session *b = sess_create(&e2.t, 0, "work");
-	assert_int_equal(store_load(path, b, e2.pool, FP, 0, &cause), 0);
-	assert_same(s, e.pool, b, e2.pool, 1);
+	struct session *b = sess_create(&f->e2.t, 0, "work");
+	assert_int_equal(store_load(path, b, f->e2.pool, FP, 0, &cause), 0);
+	assert_same(s, f->e.pool, b, f->e2.pool, 1);
 	assert_int_equal(b->n_tokens, 80);
 	free(path);
-	env_done(&e);
-	env_done(&e2);
-	tmpdir_free(dir);
 }
 
 static void test_store_path(void **state)
@@ -459,19 +518,12 @@ static void test_store_path(void **state)
 
 static void test_remove(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
-	assert_int_equal(access(path, F_OK), 0);
-	assert_int_equal(store_remove(dir, 0, "work"), 0);
-	assert_int_equal(access(path, F_OK), -1);
-	assert_int_equal(store_remove(dir, 0, "work"), 0);     /* already gone */
-	assert_int_equal(store_remove(dir, 0, "../x"), -EINVAL);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
+	struct fx *f = *state;
+	assert_int_equal(access(f->path, F_OK), 0);
+	assert_int_equal(store_remove(f->dir, 0, "work"), 0);
+	assert_int_equal(access(f->path, F_OK), -1);
+	assert_int_equal(store_remove(f->dir, 0, "work"), 0);     /* already gone */
+	assert_int_equal(store_remove(f->dir, 0, "../x"), -EINVAL);
 }
 
 /* ---- listing ------------------------------------------------------------ */
@@ -504,41 +556,38 @@ static const char *reason_of(const struct reports *r, const char *name)
 
 static void test_list(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
+	struct fx *f = *state;
 	char *cause = NULL;
-	struct session *a = make_session(&e, 0, "work", 75, 40, 0);
-	struct session *b = make_session(&e, 1001, "chat.1", 10, 0, 0);
+	struct session *a = make_session(&f->e, 0, "work", 75, 40, 0);
+	struct session *b = make_session(&f->e, 1001, "chat.1", 10, 0, 0);
 	b->last_use_ms = -5;
-	assert_int_equal(store_save(dir, a, e.pool, FP, &cause), 0);
-	assert_int_equal(store_save(dir, b, e.pool, FP ^ 1, &cause), 0);
+	assert_int_equal(store_save(f->dir, a, f->e.pool, FP, &cause), 0);
+	assert_int_equal(store_save(f->dir, b, f->e.pool, FP ^ 1, &cause), 0);
 
-	char *p = path_join(dir, ".tmp-0-work.session.123.0");
+	char *p = path_join(f->dir, ".tmp-0-work.session.123.0");
 	write_file(p, "partial", 7);
 	free(p);
-	p = path_join(dir, "junk.session");
+	p = path_join(f->dir, "junk.session");
 	write_file(p, "not a session file at all", 25);
 	free(p);
-	p = path_join(dir, "notes.txt");
+	p = path_join(f->dir, "notes.txt");
 	write_file(p, "skipped", 7);
 	free(p);
 	/* a valid file under another name */
 	size_t n;
-	char *src = store_path(dir, 0, "work");
+	char *src = store_path(f->dir, 0, "work");
 	unsigned char *buf = read_file(src, &n);
-	p = path_join(dir, "5-other.session");
+	p = path_join(f->dir, "5-other.session");
 	write_file(p, buf, n);
 	free(p);
 	free(buf);
-	p = path_join(dir, "7-dir.session");
+	p = path_join(f->dir, "7-f->dir.session");
 	assert_int_equal(mkdir(p, 0700), 0);
 	free(p);
 
 	struct reports r = { 0 };
 	struct store_entry *ents = NULL;
-	int cnt = store_list(dir, &ents, on_report, &r);
+	int cnt = store_list(f->dir, &ents, on_report, &r);
 	assert_int_equal(cnt, 2);
 	/* sorted by path: "0-work" before "1001-chat.1" */
 	assert_string_equal(ents[0].id, "work");
@@ -564,13 +613,13 @@ static void test_list(void **state)
 	assert_non_null(strstr(reason_of(&r, "/.tmp-0-work.session.123.0"), "removed"));
 	assert_non_null(strstr(reason_of(&r, "/junk.session"), "bad magic"));
 	assert_non_null(strstr(reason_of(&r, "/5-other.session"), "file name"));
-	assert_non_null(strstr(reason_of(&r, "/7-dir.session"), "not a regular file"));
+	assert_non_null(strstr(reason_of(&r, "/7-f->dir.session"), "not a regular file"));
 	assert_null(reason_of(&r, "notes.txt"));
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 
 	/* a second listing has nothing more to remove */
 	r.n = 0;
-	cnt = store_list(dir, &ents, NULL, NULL);
+	cnt = store_list(f->dir, &ents, NULL, NULL);
 	assert_int_equal(cnt, 2);
 	store_entries_free(ents, cnt);
 
@@ -583,20 +632,14 @@ static void test_list(void **state)
 	assert_int_equal(store_list("/nonexistent/llamad-state", &ents, NULL, NULL), -ENOENT);
 
 	free(src);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 /* Headers that store_list reports: corrupt, other version, truncated. */
 static void test_list_bad_headers(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	unsigned char *m = malloc(n);
 	assert_non_null(m);
 
@@ -604,80 +647,66 @@ static void test_list_bad_headers(void **state)
 	struct store_entry *ents;
 	memcpy(m, buf, n);
 	m[OFF_N_TOKENS] ^= 1;
-	write_file(path, m, n);
-	assert_int_equal(store_list(dir, &ents, on_report, &r), 0);
+	write_file(f->path, m, n);
+	assert_int_equal(store_list(f->dir, &ents, on_report, &r), 0);
 	assert_int_equal(r.n, 1);
-	assert_string_equal(r.path[0], path);
+	assert_string_equal(r.path[0], f->path);
 	assert_non_null(strstr(r.reason[0], "corrupt header"));
 
 	r.n = 0;
 	memcpy(m, buf, n);
 	put32(m + OFF_VERSION, 7);
 	fix_header_sum(m);
-	write_file(path, m, n);
-	assert_int_equal(store_list(dir, &ents, on_report, &r), 0);
+	write_file(f->path, m, n);
+	assert_int_equal(store_list(f->dir, &ents, on_report, &r), 0);
 	assert_int_equal(r.n, 1);
 	assert_non_null(strstr(r.reason[0], "format version 7"));
 
 	r.n = 0;
-	write_file(path, buf, n - 1);
-	assert_int_equal(store_list(dir, &ents, on_report, &r), 0);
+	write_file(f->path, buf, n - 1);
+	assert_int_equal(store_list(f->dir, &ents, on_report, &r), 0);
 	assert_int_equal(r.n, 1);
 	assert_non_null(strstr(r.reason[0], "truncated"));
 
 	free(m);
 	free(buf);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 /* ---- bad files ------------------------------------------------------------ */
 
 static void test_corrupt_body(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	/* one byte in the tokens, one in a text, one in the last K/V block */
 	size_t offs[] = { HB + 1, HB + 75 * 4 + 12, n - 3 };
 	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		buf[offs[i]] ^= 0x40;
-		write_file(path, buf, n);
+		write_file(f->path, buf, n);
 		char *cause;
-		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EBADMSG);
 		assert_non_null(strstr(cause, "checksum mismatch"));
 		free(cause);
 		buf[offs[i]] ^= 0x40;
 	}
-	write_file(path, buf, n);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), 0);
+	write_file(f->path, buf, n);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, NULL), 0);
 	free(buf);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 static void test_corrupt_header(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	/* any byte after the version: a field, the id, a checksum, padding */
 	size_t offs[] = { 12, 16, 40, 92, 100, 150, 229, 240, 250, 255 };
 	for (size_t i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
 		buf[offs[i]] ^= 0x01;
-		write_file(path, buf, n);
+		write_file(f->path, buf, n);
 		char *cause;
-		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EBADMSG);
 		assert_non_null(strstr(cause, "corrupt"));
 		free(cause);
 		buf[offs[i]] ^= 0x01;
@@ -696,26 +725,19 @@ static void test_corrupt_header(void **state)
 		memcpy(m, buf, n);
 		put32(m + bad[i].off, bad[i].v);
 		fix_header_sum(m);
-		write_file(path, m, n);
-		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -EBADMSG);
+		write_file(f->path, m, n);
+		assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, NULL), -EBADMSG);
 		free(m);
 	}
 	free(buf);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 /* Body fields that pass the checksums (a forged file) are still checked. */
 static void test_forged_body(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	unsigned char *m = malloc(n);
 	assert_non_null(m);
 	size_t turn0 = HB + 75 * 4;   /* the empty system turn at 0, text "be brief" */
@@ -734,9 +756,9 @@ static void test_forged_body(void **state)
 		else
 			put32(m + bad[i].off, bad[i].v);
 		fix_sums(m, n);
-		write_file(path, m, n);
+		write_file(f->path, m, n);
 		char *cause;
-		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EBADMSG);
 		if (bad[i].why)
 			assert_non_null(strstr(cause, bad[i].why));
 		free(cause);
@@ -745,66 +767,52 @@ static void test_forged_body(void **state)
 	memcpy(m, buf, n);
 	put64(m + OFF_BODY_BYTES, n - HB + 1);
 	fix_header_sum(m);
-	write_file(path, m, n);
+	write_file(f->path, m, n);
 	char *cause;
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EBADMSG);
 	assert_non_null(strstr(cause, "truncated"));
 	free(cause);
 	/* trailing bytes */
 	unsigned char *longer = calloc(1, n + 3);
 	memcpy(longer, buf, n);
-	write_file(path, longer, n + 3);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -EBADMSG);
+	write_file(f->path, longer, n + 3);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, NULL), -EBADMSG);
 	free(longer);
 	free(m);
 	free(buf);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 static void test_truncated(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	size_t lens[] = { 0, 5, 10, HB - 1, HB, HB + 5, n / 2, n - 1 };
 	for (size_t i = 0; i < sizeof(lens) / sizeof(lens[0]); i++) {
-		write_file(path, buf, lens[i]);
+		write_file(f->path, buf, lens[i]);
 		char *cause;
-		assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EBADMSG);
+		assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EBADMSG);
 		assert_non_null(strstr(cause, "truncated"));
 		free(cause);
 	}
 	/* "truncated: N bytes, header says M" */
-	write_file(path, buf, HB + 5);
+	write_file(f->path, buf, HB + 5);
 	char *cause, want[64];
-	try_load(&e, path, 0, "work", FP, 0, &cause);
+	try_load(&f->e, f->path, 0, "work", FP, 0, &cause);
 	snprintf(want, sizeof(want), "truncated: %d bytes, header says %zu", HB + 5, n);
 	assert_non_null(strstr(cause, want));
 	free(cause);
 	/* a file that does not exist */
-	unlink(path);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -ENOENT);
+	unlink(f->path);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, NULL), -ENOENT);
 	free(buf);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 static void test_version_and_magic(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	unsigned char *m = malloc(n);
 	assert_non_null(m);
 	char *cause;
@@ -812,142 +820,112 @@ static void test_version_and_magic(void **state)
 	memcpy(m, buf, n);
 	put32(m + OFF_VERSION, 7);
 	fix_header_sum(m);
-	write_file(path, m, n);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EPROTO);
+	write_file(f->path, m, n);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EPROTO);
 	assert_non_null(strstr(cause, "newer"));
 	assert_non_null(strstr(cause, "format version 7"));
 	free(cause);
 
 	memcpy(m, buf, n);
 	put32(m + OFF_VERSION, 0);
-	write_file(path, m, n);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EPROTO);
+	write_file(f->path, m, n);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EPROTO);
 	assert_non_null(strstr(cause, "older"));
 	assert_non_null(strstr(cause, "format version 0"));
 	free(cause);
 
 	memcpy(m, buf, n);
 	m[0] = 'X';
-	write_file(path, m, n);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, &cause), -EPROTO);
+	write_file(f->path, m, n);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EPROTO);
 	assert_non_null(strstr(cause, "magic"));
 	free(cause);
-	write_file(path, "GGUF....", 8);
-	assert_int_equal(try_load(&e, path, 0, "work", FP, 0, NULL), -EPROTO);
+	write_file(f->path, "GGUF....", 8);
+	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, NULL), -EPROTO);
 
 	free(m);
 	free(buf);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 static void test_foreign_model(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	struct session *a;
-	char *path = save_std(dir, &e, &a);
-	struct env e2;
-	env_init(&e2, NB, BS, NL, KVD);
+	struct fx *f = *state;
+	struct session *a = f->s;
 	char *cause;
-	assert_int_equal(try_load(&e2, path, 0, "work", FP + 1, 0, &cause), -ESTALE);
+	assert_int_equal(try_load(&f->e2, f->path, 0, "work", FP + 1, 0, &cause), -ESTALE);
 	assert_non_null(strstr(cause, "saved under a different model"));
 	free(cause);
 
-	struct session *b = sess_create(&e2.t, 0, "work");
-	assert_int_equal(store_load(path, b, e2.pool, FP + 1, 1, &cause), 0);
-	assert_same(a, e.pool, b, e2.pool, 0);
-	assert_int_equal(kvpool_n_free(e2.pool), NB);
+	struct session *b = sess_create(&f->e2.t, 0, "work");
+	assert_int_equal(store_load(f->path, b, f->e2.pool, FP + 1, 1, &cause), 0);
+	assert_same(a, f->e.pool, b, f->e2.pool, 0);
+	assert_int_equal(kvpool_n_free(f->e2.pool), NB);
 	/* history only: the body is still verified */
-	sess_drop(&e2.t, b);
+	sess_drop(&f->e2.t, b);
 	size_t n;
-	unsigned char *buf = read_file(path, &n);
+	unsigned char *buf = read_file(f->path, &n);
 	buf[n - 1] ^= 1;
-	write_file(path, buf, n);
-	assert_int_equal(try_load(&e2, path, 0, "work", FP + 1, 1, NULL), -EBADMSG);
+	write_file(f->path, buf, n);
+	assert_int_equal(try_load(&f->e2, f->path, 0, "work", FP + 1, 1, NULL), -EBADMSG);
 	free(buf);
-	free(path);
-	env_done(&e);
-	env_done(&e2);
-	tmpdir_free(dir);
 }
 
 static void test_kv_shape_mismatch(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	struct session *a;
-	char *path = save_std(dir, &e, &a);
+	struct fx *f = *state;
+	struct session *a = f->s;
 	int shapes[][3] = { { BS * 2, NL, KVD }, { BS, NL + 1, KVD }, { BS, NL, KVD * 2 } };
 	for (int i = 0; i < 3; i++) {
 		struct env e2;
 		env_init(&e2, NB, shapes[i][0], shapes[i][1], shapes[i][2]);
 		char *cause;
-		assert_int_equal(try_load(&e2, path, 0, "work", FP, 0, &cause), -ESTALE);
+		assert_int_equal(try_load(&e2, f->path, 0, "work", FP, 0, &cause), -ESTALE);
 		assert_non_null(strstr(cause, "KV layout"));
 		free(cause);
 		/* allowed: the history without the cache */
 		struct session *b = sess_create(&e2.t, 0, "work");
-		assert_int_equal(store_load(path, b, e2.pool, FP, 1, &cause), 0);
-		assert_same(a, e.pool, b, e2.pool, 0);
+		assert_int_equal(store_load(f->path, b, e2.pool, FP, 1, &cause), 0);
+		assert_same(a, f->e.pool, b, e2.pool, 0);
 		assert_int_equal(kvpool_n_free(e2.pool), NB);
 		env_done(&e2);
 	}
 	/* nothing cached: the shape does not matter */
-	struct session *c = make_session(&e, 0, "nocache", 20, 0, 0);
+	struct session *c = make_session(&f->e, 0, "nocache", 20, 0, 0);
 	char *cause = NULL;
-	assert_int_equal(store_save(dir, c, e.pool, FP, &cause), 0);
-	char *p2 = store_path(dir, 0, "nocache");
+	assert_int_equal(store_save(f->dir, c, f->e.pool, FP, &cause), 0);
+	char *p2 = store_path(f->dir, 0, "nocache");
 	struct env e3;
 	env_init(&e3, NB, BS * 2, NL, KVD);
 	assert_int_equal(try_load(&e3, p2, 0, "nocache", FP, 0, NULL), 0);
 	env_done(&e3);
 	free(p2);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 static void test_owner_mismatch(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	char *cause;
-	assert_int_equal(try_load(&e, path, 0, "other", FP, 0, &cause), -EINVAL);
+	assert_int_equal(try_load(&f->e, f->path, 0, "other", FP, 0, &cause), -EINVAL);
 	assert_non_null(strstr(cause, "'work'"));
 	free(cause);
-	assert_int_equal(try_load(&e, path, 1000, "work", FP, 0, NULL), -EINVAL);
+	assert_int_equal(try_load(&f->e, f->path, 1000, "work", FP, 0, NULL), -EINVAL);
 	/* a session that is not empty */
-	struct session *s = sess_create(&e.t, 0, "work");
+	struct session *s = sess_create(&f->e.t, 0, "work");
 	int32_t t = 1;
 	assert_int_equal(sess_append(s, &t, 1, SESS_USER, NULL, 1), 0);
-	assert_int_equal(store_load(path, s, e.pool, FP, 0, &cause), -EINVAL);
+	assert_int_equal(store_load(f->path, s, f->e.pool, FP, 0, &cause), -EINVAL);
 	assert_int_equal(s->n_tokens, 1);
 	free(cause);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 static void test_pool_full(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);   /* 5 blocks */
+	struct fx *f = *state;
+	/* the standard session: 5 blocks */
 	struct env small;
 	env_init(&small, 4, BS, NL, KVD);
 	char *cause;
-	assert_int_equal(try_load(&small, path, 0, "work", FP, 0, &cause), -ENOSPC);
+	assert_int_equal(try_load(&small, f->path, 0, "work", FP, 0, &cause), -ENOSPC);
 	assert_non_null(strstr(cause, "the KV cache is full"));
 	free(cause);
 	env_done(&small);
@@ -957,17 +935,14 @@ static void test_pool_full(void **state)
 	int32_t held[3];
 	for (int i = 0; i < 3; i++)
 		held[i] = kvpool_alloc(tight.pool);
-	assert_int_equal(try_load(&tight, path, 0, "work", FP, 0, NULL), 0);
+	assert_int_equal(try_load(&tight, f->path, 0, "work", FP, 0, NULL), 0);
 	kvpool_unref(tight.pool, held[0]);
 	kvpool_unref(tight.pool, held[1]);
 	held[0] = kvpool_alloc(tight.pool);
 	held[1] = kvpool_alloc(tight.pool);
 	(void)kvpool_alloc(tight.pool);   /* 4 free: one short */
-	assert_int_equal(try_load(&tight, path, 0, "work", FP, 0, NULL), -ENOSPC);
+	assert_int_equal(try_load(&tight, f->path, 0, "work", FP, 0, NULL), -ENOSPC);
 	env_done(&tight);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 /* ---- failed saves ----------------------------------------------------------- */
@@ -987,103 +962,91 @@ static void assert_std_intact(const char *path)
 
 static void test_save_errors(void **state)
 {
-	(void)state;
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	struct session *s = make_session(&e, 0, "work", 75, 75, 0);
+	struct fx *f = *state;
+	struct session *s = make_session(&f->e, 0, "work", 75, 75, 0);
 	char *cause = NULL;
 
 	/* the folder does not exist */
-	assert_int_equal(store_save("/nonexistent/llamad-state", s, e.pool, FP, &cause), -ENOENT);
+	assert_int_equal(store_save("/nonexistent/llamad-state", s, f->e.pool, FP, &cause), -ENOENT);
 	assert_non_null(strstr(cause, "state file /nonexistent/llamad-state/0-work.session: "));
 	assert_non_null(strstr(cause, strerror(ENOENT)));
 	free(cause);
 
 	/* a session whose block table does not cover its cache */
-	char *dir = tmpdir_new();
 	s->n_cached = 75;
 	struct kvseq saved = s->kv;
 	s->kv.n_blocks = 2;
-	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), -EINVAL);
+	assert_int_equal(store_save(f->dir, s, f->e.pool, FP, &cause), -EINVAL);
 	assert_non_null(cause);
 	free(cause);
 	s->kv = saved;
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 
 	/* the final name is taken by a folder: rename fails, the temp goes */
-	char *path = store_path(dir, 0, "work");
+	char *path = store_path(f->dir, 0, "work");
 	assert_int_equal(mkdir(path, 0700), 0);
-	int rc = store_save(dir, s, e.pool, FP, &cause);
+	int rc = store_save(f->dir, s, f->e.pool, FP, &cause);
 	assert_true(rc == -EISDIR || rc == -EEXIST || rc == -ENOTEMPTY);
 	assert_non_null(strstr(cause, path));
 	free(cause);
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 	assert_int_equal(rmdir(path), 0);
 
 	/* a read-only folder (only stops non-root) */
-	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), 0);
+	assert_int_equal(store_save(f->dir, s, f->e.pool, FP, &cause), 0);
 	if (geteuid() != 0) {
-		assert_int_equal(chmod(dir, 0500), 0);
+		assert_int_equal(chmod(f->dir, 0500), 0);
 		int32_t t = 5;
 		assert_int_equal(sess_append(s, &t, 1, SESS_USER, NULL, 1), 0);
-		assert_int_equal(store_save(dir, s, e.pool, FP, &cause), -EACCES);
+		assert_int_equal(store_save(f->dir, s, f->e.pool, FP, &cause), -EACCES);
 		free(cause);
-		assert_int_equal(chmod(dir, 0700), 0);
+		assert_int_equal(chmod(f->dir, 0700), 0);
 		assert_std_intact(path);
 	}
 	free(path);
-	tmpdir_free(dir);
-	env_done(&e);
 }
 
 /* A full filesystem (a 64 KiB tmpfs; needs root and mount rights, else
  * skipped): -ENOSPC, the old file intact, no temporary left. */
 static void test_save_enospc(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	if (geteuid() != 0 || mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700") != 0) {
+	struct fx *f = *state;
+	if (geteuid() != 0 || mount("tmpfs", f->dir, "tmpfs", 0, "size=64k,mode=0700") != 0) {
 		print_message("tmpfs mount not possible (%s): ENOSPC case skipped\n",
 			      strerror(errno));
-		tmpdir_free(dir);
 		skip();
 	}
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	f->mounted = 1;
+	char *path = save_std(f->dir, &f->e, NULL);
 	assert_std_intact(path);
 
-	struct env e2;
-	env_init(&e2, NB, BS, NL, KVD);
-	struct session *big = make_session(&e2, 0, "work", 75, 75, 200000);
+	struct session *big = make_session(&f->e2, 0, "work", 75, 75, 200000);
 	char *cause = NULL;
-	assert_int_equal(store_save(dir, big, e2.pool, FP, &cause), -ENOSPC);
+	assert_int_equal(store_save(f->dir, big, f->e2.pool, FP, &cause), -ENOSPC);
 	assert_non_null(strstr(cause, path));
 	assert_non_null(strstr(cause, strerror(ENOSPC)));
 	free(cause);
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 	assert_std_intact(path);
 
 	/* a full disk: even a small session does not fit */
-	char *filler = path_join(dir, "filler");
+	char *filler = path_join(f->dir, "filler");
 	int fd = open(filler, O_WRONLY | O_CREAT, 0600);
 	assert_true(fd >= 0);
 	char chunk[4096] = { 0 };
 	while (write(fd, chunk, sizeof(chunk)) > 0)
 		;
 	close(fd);
-	struct session *s2 = make_session(&e2, 0, "small", 5, 5, 0);
-	assert_true(store_save(dir, s2, e2.pool, FP, &cause) == -ENOSPC);
+	struct session *s2 = make_session(&f->e2, 0, "small", 5, 5, 0);
+	assert_true(store_save(f->dir, s2, f->e2.pool, FP, &cause) == -ENOSPC);
 	free(cause);
-	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 	assert_std_intact(path);
 	free(filler);
 
-	env_done(&e);
-	env_done(&e2);
 	free(path);
-	assert_int_equal(umount(dir), 0);
-	tmpdir_free(dir);
+	assert_int_equal(umount(f->dir), 0);
+	f->mounted = 0;
 }
 
 /* ---- garbage ------------------------------------------------------------ */
@@ -1100,13 +1063,9 @@ static uint32_t rnd(void)
 
 static void test_garbage(void **state)
 {
-	(void)state;
-	char *dir = tmpdir_new();
-	struct env e;
-	env_init(&e, NB, BS, NL, KVD);
-	char *path = save_std(dir, &e, NULL);
+	struct fx *f = *state;
 	size_t n0;
-	unsigned char *valid = read_file(path, &n0);
+	unsigned char *valid = read_file(f->path, &n0);
 	unsigned char *m = malloc(n0 + 4096);
 	assert_non_null(m);
 	uint32_t header_fields[] = { 12, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60, 64, 92, 96 };
@@ -1156,21 +1115,18 @@ static void test_garbage(void **state)
 			fix_sums(m, n);
 			break;
 		}
-		write_file(path, m, n);
-		int rc = try_load(&e, path, 0, "work", FP, it % 2, NULL);
+		write_file(f->path, m, n);
+		int rc = try_load(&f->e, f->path, 0, "work", FP, it % 2, NULL);
 		assert_true(rc <= 0);
 		loaded += rc == 0;
 		struct store_entry *ents;
-		int cnt = store_list(dir, &ents, NULL, NULL);
+		int cnt = store_list(f->dir, &ents, NULL, NULL);
 		assert_true(cnt == 0 || cnt == 1);
 		store_entries_free(ents, cnt);
 	}
 	print_message("garbage: %d of 200 files loaded (forged, consistent)\n", loaded);
 	free(m);
 	free(valid);
-	free(path);
-	env_done(&e);
-	tmpdir_free(dir);
 }
 
 int main(void)
@@ -1181,23 +1137,23 @@ int main(void)
 		cmocka_unit_test(test_round_trip_partial_cache),
 		cmocka_unit_test(test_round_trip_long_texts),
 		cmocka_unit_test(test_round_trip_big_blocks),
-		cmocka_unit_test(test_mode_and_replace),
+		cmocka_unit_test_setup_teardown(test_mode_and_replace, setup_env, teardown),
 		cmocka_unit_test(test_store_path),
-		cmocka_unit_test(test_remove),
-		cmocka_unit_test(test_list),
-		cmocka_unit_test(test_list_bad_headers),
-		cmocka_unit_test(test_corrupt_body),
-		cmocka_unit_test(test_corrupt_header),
-		cmocka_unit_test(test_forged_body),
-		cmocka_unit_test(test_truncated),
-		cmocka_unit_test(test_version_and_magic),
-		cmocka_unit_test(test_foreign_model),
-		cmocka_unit_test(test_kv_shape_mismatch),
-		cmocka_unit_test(test_owner_mismatch),
-		cmocka_unit_test(test_pool_full),
-		cmocka_unit_test(test_save_errors),
-		cmocka_unit_test(test_save_enospc),
-		cmocka_unit_test(test_garbage),
+		cmocka_unit_test_setup_teardown(test_remove, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_list, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_list_bad_headers, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_body, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_corrupt_header, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_forged_body, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_truncated, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_version_and_magic, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_foreign_model, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_kv_shape_mismatch, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_owner_mismatch, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_pool_full, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_save_errors, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_save_enospc, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_garbage, setup_std, teardown),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
