@@ -275,7 +275,8 @@ static void test_turns_as_dialog(void **state)
 		if (dialog[i].role == CHAT_USER)
 			c.has_user_turn = 1;
 		assert_true(n + k <= N_OF(hist));
-		memcpy(hist + n, ids, (size_t)k * sizeof(int32_t));
+		if (k > 0)
+			memcpy(hist + n, ids, (size_t)k * sizeof(int32_t));
 		n += k;
 		free(ids);
 	}
