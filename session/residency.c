@@ -221,19 +221,14 @@ int res_save(struct residency *r, struct session *s, char **cause)
 	return 0;
 }
 
-/* The reason in a store.c cause ("state file PATH: reason") of session s,
- * without the path; strerror(-rc) if the cause is not of that form. */
-static const char *store_reason(const struct residency *r, const struct session *s,
-				const char *cause, int rc)
+/* Report that `what` failed for s's state file because of why. */
+static void say_file(struct residency *r, int level, const char *what, const struct session *s,
+		     const char *why, int rc)
 {
 	char *path = store_path(r->dir, s->uid, s->id);
-	const char *why = NULL;
-	size_t n = path ? strlen(path) : 0;
-	if (path && cause && !strncmp(cause, "state file ", 11) && !strncmp(cause + 11, path, n) &&
-	    !strncmp(cause + 11 + n, ": ", 2))
-		why = cause + 13 + n;
+	say(r, level, "%s %s: state file %s: %s", what, s->id, path ? path : "?",
+	    why ? why : strerror(-rc));
 	free(path);
-	return why ? why : strerror(-rc);
 }
 
 void res_save_into(struct residency *r, struct session *s, int count_saved, struct res_saved *out)
@@ -245,10 +240,10 @@ void res_save_into(struct residency *r, struct session *s, int count_saved, stru
 		out->bytes += s->file_bytes;
 	} else if (rc < 0) {
 		out->errors++;
-		say(r, RES_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
+		say_file(r, RES_ERROR, "cannot save session", s, cause, rc);
 		if (!out->first_error)
 			set_cause(&out->first_error, "session '%s': %s", s->id,
-				  store_reason(r, s, cause, rc));
+				  cause ? cause : strerror(-rc));
 	}
 	free(cause);
 }
@@ -285,7 +280,7 @@ static void save_if_idle(struct session *s, void *ctx)
 	char *cause = NULL;
 	if (res_save(c->r, s, &cause) < 0) {
 		if (!s->save_failed)  /* once until it works again */
-			say(c->r, RES_ERROR, "cannot save session %s: %s", s->id, cause);
+			say_file(c->r, RES_ERROR, "cannot save session", s, cause, -EIO);
 		s->save_failed = 1;
 		s->last_use_ms = unix_ms();  /* retry after another delay */
 	}
@@ -308,7 +303,7 @@ static void save_history(struct session *s, void *ctx)
 	char *cause = NULL;
 	int rc = store_save_history(r->dir, s, r->pool, r->fingerprint, &cause);
 	if (rc)
-		say(r, RES_ERROR, "cannot save session %s: %s", s->id, cause ? cause : strerror(-rc));
+		say_file(r, RES_ERROR, "cannot save session", s, cause, rc);
 	free(cause);
 }
 
@@ -387,9 +382,12 @@ int res_evict_one(struct residency *r, const struct session *keep)
 		if (r->dir && (v->dirty || !v->file_bytes)) {
 			char *cause = NULL;
 			if (res_save(r, v, &cause) < 0) {
-				if (!v->save_failed)
-					say(r, RES_ERROR, "cannot save session %s to evict it: %s",
-					    v->id, cause);
+				if (!v->save_failed) {
+					char *p = store_path(r->dir, v->uid, v->id);
+					say(r, RES_ERROR, "cannot save session %s to evict it: "
+					    "state file %s: %s", v->id, p ? p : "?", cause);
+					free(p);
+				}
 				v->save_failed = 1;
 				free(cause);
 				continue;  /* keep it in the pool; try another */
@@ -464,7 +462,7 @@ static int from_disk(struct residency *r, struct session *s, char **cause)
 	}
 	free(path);
 	if (rc) {
-		say(r, RES_WARN, "cannot restore session %s: %s", s->id, why ? why : strerror(-rc));
+		say_file(r, RES_WARN, "cannot restore session", s, why, rc);
 		if (rc == -ESTALE)
 			set_cause(cause, "session '%s' was saved under a different model "
 				  "(foreign_cache = refuse)", s->id);
@@ -472,7 +470,7 @@ static int from_disk(struct residency *r, struct session *s, char **cause)
 			set_cause(cause, "cannot restore session '%s': the KV cache is full", s->id);
 		else
 			set_cause(cause, "cannot restore session '%s': %s", s->id,
-				  store_reason(r, s, why, rc));
+				  why ? why : strerror(-rc));
 		free(why);
 		return rc == -ESTALE ? -ESTALE : rc == -ENOSPC ? -ENOBUFS : -EIO;
 	}

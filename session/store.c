@@ -91,29 +91,25 @@ static uint64_t get_u64(const unsigned char *p) { return get_le(p, 8); }
 
 /* ---- messages ----------------------------------------------------------- */
 
-/* *cause = "state file <path>: <fmt...>" (without the prefix if path is NULL;
- * left NULL if out of memory). Returns
- * err, a negative errno. */
-__attribute__((format(printf, 4, 5)))
-static int fail(char **cause, int err, const char *path, const char *fmt, ...)
+/* *cause = the reason, formatted (no path: the caller knows the file;
+ * left NULL if out of memory). Returns err, a negative errno. */
+__attribute__((format(printf, 3, 4)))
+static int fail(char **cause, int err, const char *fmt, ...)
 {
 	if (!cause)
 		return err;
-	char msg[512];
+	free(*cause);
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	free(*cause);
-	if ((path ? asprintf(cause, "state file %s: %s", path, msg)
-		  : asprintf(cause, "%s", msg)) < 0)
+	if (vasprintf(cause, fmt, ap) < 0)
 		*cause = NULL;
+	va_end(ap);
 	return err;
 }
 
-static int fail_errno(char **cause, int err, const char *path)
+static int fail_errno(char **cause, int err)
 {
-	return fail(cause, err, path, "%s", strerror(-err));
+	return fail(cause, err, "%s", strerror(-err));
 }
 
 /* ---- paths ------------------------------------------------------------ */
@@ -566,13 +562,13 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 		*cause = NULL;
 	char *path = store_path(dir, s->uid, s->id);
 	if (!path)
-		return errno == EINVAL ? fail(cause, -EINVAL, NULL, "cannot save: invalid session id")
+		return errno == EINVAL ? fail(cause, -EINVAL, "cannot save: invalid session id")
 				       : -ENOMEM;
 	struct hdr h;
 	char why[256];
 	int rc = save_check(s, n_cached, pool, fingerprint, &h, why, sizeof(why));
 	if (rc) {
-		fail(cause, rc, path, "%s", why);
+		fail(cause, rc, "%s", why);
 		free(path);
 		return rc;
 	}
@@ -581,7 +577,7 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 	file_name(name, sizeof(name), s->uid, s->id);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
-		rc = fail_errno(cause, -errno, path);
+		rc = fail_errno(cause, -errno);
 		free(path);
 		return rc;
 	}
@@ -598,7 +594,7 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 			break;
 	}
 	if (fd < 0) {
-		rc = fail_errno(cause, -errno, path);
+		rc = fail_errno(cause, -errno);
 		close(dfd);
 		free(path);
 		return rc;
@@ -652,11 +648,11 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 	 * the error is still returned. Some filesystems cannot sync folders. */
 	if (fsync(dfd) < 0 && errno != EINVAL && errno != EROFS) {
 		rc = -errno;
-		fail(cause, rc, path, "saved, but syncing the folder failed: %s", strerror(errno));
+		fail(cause, rc, "saved, but syncing the folder failed: %s", strerror(errno));
 	}
 out:
 	if (rc && !(cause && *cause))
-		fail_errno(cause, rc, path);
+		fail_errno(cause, rc);
 	if (fd >= 0)
 		close(fd);
 	if (rc && tmp[0])
@@ -940,12 +936,12 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 		*cause = NULL;
 	if (s->n_tokens || s->n_turns || s->n_cached || s->kv.n_blocks || s->system ||
 	    s->next_system)
-		return fail(cause, -EINVAL, path, "cannot load into a session that is not empty");
+		return fail(cause, -EINVAL, "cannot load into a session that is not empty");
 
 	/* O_NONBLOCK: a FIFO planted under the name must not hang the open. */
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (fd < 0)
-		return fail_errno(cause, -errno, path);
+		return fail_errno(cause, -errno);
 	struct rd r = { .fd = fd, .off = STORE_HEADER_BYTES };
 	struct loaded L = { 0 };
 	struct hdr h;
@@ -954,26 +950,26 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	int rc;
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
-		rc = fail_errno(cause, -errno, path);
+		rc = fail_errno(cause, -errno);
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		rc = fail(cause, -EINVAL, path, "not a regular file");
+		rc = fail(cause, -EINVAL, "not a regular file");
 		goto out;
 	}
 	unsigned char hb[STORE_HEADER_BYTES];
 	ssize_t got = pread_all(fd, hb, sizeof(hb), 0);
 	if (got < 0) {
-		rc = fail_errno(cause, (int)got, path);
+		rc = fail_errno(cause, (int)got);
 		goto out;
 	}
 	rc = hdr_parse(hb, (size_t)got, (uint64_t)st.st_size, &h, why, sizeof(why));
 	if (rc) {
-		fail(cause, rc, path, "%s", why);
+		fail(cause, rc, "%s", why);
 		goto out;
 	}
 	if (h.uid != (uint32_t)s->uid || strcmp(h.id, s->id)) {
-		rc = fail(cause, -EINVAL, path, "holds session '%s' of uid %" PRIu32
+		rc = fail(cause, -EINVAL, "holds session '%s' of uid %" PRIu32
 			  ", not '%s' of uid %u", h.id, h.uid, s->id, (unsigned)s->uid);
 		goto out;
 	}
@@ -983,12 +979,12 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	int same_model = h.fingerprint == fingerprint;
 	int same_shape = h.n_cached == 0 || shape_matches(&h, pool);
 	if (!same_model && !allow_foreign) {
-		rc = fail(cause, -ESTALE, path, "saved under a different model (fingerprint %016"
+		rc = fail(cause, -ESTALE, "saved under a different model (fingerprint %016"
 			  PRIx64 ", this model %016" PRIx64 ")", h.fingerprint, fingerprint);
 		goto out;
 	}
 	if (!same_shape && !allow_foreign) {
-		rc = fail(cause, -ESTALE, path, "saved with a different KV layout (block_size %"
+		rc = fail(cause, -ESTALE, "saved with a different KV layout (block_size %"
 			  PRIu32 ", %" PRIu32 " layers, kv_dim %" PRIu32 "; the cache has %d, %d, %d)",
 			  h.block_size, h.n_layers, h.kv_dim, pool->kv.block_size,
 			  pool->kv.n_layers, pool->kv.kv_dim);
@@ -996,7 +992,7 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	}
 	int load_kv = same_model && same_shape && h.n_cached > 0;
 	if (load_kv && h.n_blocks > (uint32_t)kvpool_n_free(pool)) {
-		rc = fail(cause, -ENOSPC, path, "the KV cache is full (%" PRIu32
+		rc = fail(cause, -ENOSPC, "the KV cache is full (%" PRIu32
 			  " blocks needed, %d free)", h.n_blocks, kvpool_n_free(pool));
 		goto out;
 	}
@@ -1005,7 +1001,7 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	r.buf = malloc(IO_CHUNK);
 	r.st = XXH64_createState();
 	if (!r.buf || !r.st) {
-		rc = fail_errno(cause, -ENOMEM, path);
+		rc = fail_errno(cause, -ENOMEM);
 		goto out;
 	}
 	XXH64_reset(r.st, 0);
@@ -1021,13 +1017,13 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	}
 	if (rc) {
 		if (body_why)
-			fail(cause, rc, path, "%s", body_why);
+			fail(cause, rc, "%s", body_why);
 		else if (rc == -EBADMSG)
-			fail(cause, rc, path, "truncated while reading");
+			fail(cause, rc, "truncated while reading");
 		else if (rc == -ENOSPC)
-			fail(cause, rc, path, "the KV cache is full");
+			fail(cause, rc, "the KV cache is full");
 		else
-			fail_errno(cause, rc, path);
+			fail_errno(cause, rc);
 		goto out;
 	}
 

@@ -61,8 +61,8 @@ char *store_path(const char *dir, uid_t uid, const char *id);
  * Write s (history, turns, and the K/V of its first n_cached positions from
  * pool) to its file in dir, atomically. fingerprint identifies the model.
  * Returns 0 or -errno (e.g. -ENOSPC, -EROFS, -EACCES; -EINVAL or -E2BIG for
- * a session that cannot be written) with *cause set to a malloc'd message
- * naming the file; on error the previous file, if any, is untouched and no
+ * a session that cannot be written) with *cause set to the malloc'd reason
+ * (one line, no path: the caller knows the file, store_path); on error the previous file, if any, is untouched and no
  * temporary file is left behind (except when only the final fsync of the
  * folder fails: the new file is then in place, and the error is returned).
  */
@@ -83,7 +83,7 @@ int store_save_history(const char *dir, const struct session *s, const struct kv
  * the cache is rebuilt from the tokens on next use). The whole body is
  * checksummed before anything is stored into s. Token ids are only checked
  * to be >= 0: the caller checks them against its vocabulary. Returns 0, or
- * -errno with *cause naming the file and the reason: -EBADMSG (corrupt,
+ * -errno with *cause the reason (no path, as for store_save): -EBADMSG (corrupt,
  * checksum, truncated), -EPROTO (wrong magic or version, unknown flags or KV
  * type), -ESTALE (foreign model, or another KV shape, and !allow_foreign),
  * -ENOSPC (pool full), -EINVAL (s not empty, or the file holds another

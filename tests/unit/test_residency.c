@@ -297,6 +297,7 @@ static void test_unsaved_never_leaves(void **state)
 	assert_int_equal(f->r.n.save_errors, 2);
 	assert_true(f->reports[RES_ERROR] >= 2);
 	assert_non_null(strstr(f->last, "to evict it"));
+	assert_non_null(strstr(f->last, "state file /proc/llamad-no-such-dir/"));
 	free(f->r.dir);
 	f->r.dir = dir;
 	assert_int_equal(res_reserve(&f->r, 1, NULL), 0);

@@ -187,24 +187,24 @@ static struct session *make_session(struct env *e, uid_t uid, const char *id, in
 	assert_non_null(s->tokens);
 	s->cap = 256;
 	if (n_tokens > 0)
-		assert_int_equal(sess_append(s, ids, 0, SESS_SYSTEM, "be brief", 1), 0);
+		assert_int_equal(sess_append(s, ids, 0, CHAT_SYSTEM, "be brief", 1), 0);
 	for (int at = 0, k = 0; at < n_tokens; k++) {
 		int n = n_tokens - at < 13 ? n_tokens - at : 13;
 		for (int i = 0; i < n; i++)
 			ids[i] = (at + i) * 7 + 3;
-		int role = k % 2 ? SESS_ASSISTANT : SESS_USER;
+		int role = k % 2 ? CHAT_ASSISTANT : CHAT_USER;
 		char text[64];
 		snprintf(text, sizeof(text), "user text %d ü", k);
-		assert_int_equal(sess_append(s, ids, n, role, role == SESS_USER ? (big ? big : text)
+		assert_int_equal(sess_append(s, ids, n, role, role == CHAT_USER ? (big ? big : text)
 							 : NULL, 1), 0);
 		at += n;
 	}
 	if (n_tokens > 0)
-		assert_int_equal(sess_append(s, ids, 0, SESS_SYSTEM, "later", 1), 0);
+		assert_int_equal(sess_append(s, ids, 0, CHAT_SYSTEM, "later", 1), 0);
 	free(big);
 	s->system = strdup("You are a test.");
 	s->next_system = n_tokens ? strdup("next system") : NULL;
-	s->tmpl = SESS_TMPL_RAW;
+	s->tmpl = CHAT_TEMPLATE_RAW;
 	s->policy = SESS_CTX_SHIFT;
 	s->last_use_ms = 1700000000123LL;
 	s->prefilled = 123456789012ULL;
@@ -306,7 +306,7 @@ static void round_trip(int n_tokens, int n_cached, size_t text_len)
 
 	/* the loaded session works like any other: it grows and drops cleanly */
 	int32_t more[3] = { 1, 2, 3 };
-	assert_int_equal(sess_append(b, more, 3, SESS_USER, "more", 1), 0);
+	assert_int_equal(sess_append(b, more, 3, CHAT_USER, "more", 1), 0);
 	sess_drop(&e2.t, b);
 	assert_int_equal(kvpool_n_free(e2.pool), free0);
 
@@ -343,7 +343,8 @@ static int try_load(struct env *e, const char *path, uid_t uid, const char *id, 
 	if (rc) {
 		assert_true(rc < 0);
 		assert_non_null(cause);
-		assert_non_null(strstr(cause, path));
+		assert_true(*cause);
+		assert_null(strstr(cause, path));  /* the reason only */
 		assert_empty(s);
 		assert_int_equal(kvpool_n_free(e->pool), free0);
 	} else {
@@ -490,7 +491,7 @@ static void test_mode_and_replace(void **state)
 	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 
 	int32_t more[5] = { 9, 9, 9, 9, 9 };
-	assert_int_equal(sess_append(s, more, 5, SESS_USER, "again", 1), 0);
+	assert_int_equal(sess_append(s, more, 5, CHAT_USER, "again", 1), 0);
 	char *cause = NULL;
 	assert_int_equal(store_save(f->dir, s, f->e.pool, FP, &cause), 0);
 	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
@@ -912,7 +913,7 @@ static void test_owner_mismatch(void **state)
 	/* a session that is not empty */
 	struct session *s = sess_create(&f->e.t, 0, "work");
 	int32_t t = 1;
-	assert_int_equal(sess_append(s, &t, 1, SESS_USER, NULL, 1), 0);
+	assert_int_equal(sess_append(s, &t, 1, CHAT_USER, NULL, 1), 0);
 	assert_int_equal(store_load(f->path, s, f->e.pool, FP, 0, &cause), -EINVAL);
 	assert_int_equal(s->n_tokens, 1);
 	free(cause);
@@ -968,8 +969,8 @@ static void test_save_errors(void **state)
 
 	/* the folder does not exist */
 	assert_int_equal(store_save("/nonexistent/llamad-state", s, f->e.pool, FP, &cause), -ENOENT);
-	assert_non_null(strstr(cause, "state file /nonexistent/llamad-state/0-work.session: "));
-	assert_non_null(strstr(cause, strerror(ENOENT)));
+	assert_null(strstr(cause, "/nonexistent"));  /* the reason, not the path */
+	assert_string_equal(cause, strerror(ENOENT));
 	free(cause);
 
 	/* a session whose block table does not cover its cache */
@@ -987,7 +988,7 @@ static void test_save_errors(void **state)
 	assert_int_equal(mkdir(path, 0700), 0);
 	int rc = store_save(f->dir, s, f->e.pool, FP, &cause);
 	assert_true(rc == -EISDIR || rc == -EEXIST || rc == -ENOTEMPTY);
-	assert_non_null(strstr(cause, path));
+	assert_string_equal(cause, strerror(-rc));  /* the reason, no path */
 	free(cause);
 	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
 	assert_int_equal(rmdir(path), 0);
@@ -997,7 +998,7 @@ static void test_save_errors(void **state)
 	if (geteuid() != 0) {
 		assert_int_equal(chmod(f->dir, 0500), 0);
 		int32_t t = 5;
-		assert_int_equal(sess_append(s, &t, 1, SESS_USER, NULL, 1), 0);
+		assert_int_equal(sess_append(s, &t, 1, CHAT_USER, NULL, 1), 0);
 		assert_int_equal(store_save(f->dir, s, f->e.pool, FP, &cause), -EACCES);
 		free(cause);
 		assert_int_equal(chmod(f->dir, 0700), 0);
@@ -1023,7 +1024,7 @@ static void test_save_enospc(void **state)
 	struct session *big = make_session(&f->e2, 0, "work", 75, 75, 200000);
 	char *cause = NULL;
 	assert_int_equal(store_save(f->dir, big, f->e2.pool, FP, &cause), -ENOSPC);
-	assert_non_null(strstr(cause, path));
+	assert_null(strstr(cause, f->dir));
 	assert_non_null(strstr(cause, strerror(ENOSPC)));
 	free(cause);
 	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
