@@ -1017,11 +1017,13 @@ static void test_status(void **state)
 	generate_ok(a, "st-1", GREEDY(PROMPT, 10), &g, 0);
 	gen_free(&g);
 	expect_error(op_info(a, "st-none"), LLAMAD__ERROR_CODE__UNKNOWN_SESSION);
+	/* refused by the event thread's checks: counted too */
+	expect_error(op_append(a, "st-1", -1, "abc\xff"), LLAMAD__ERROR_CODE__BAD_REQUEST);
 	Llamad__Response *s1 = op_status(a);
 	Llamad__Counters *c0 = s0->status->counters, *c1 = s1->status->counters;
 	assert_int_equal(s1->status->sessions, s0->status->sessions + 2);
 	assert_true(c1->requests >= c0->requests + 5);
-	assert_true(c1->errors >= c0->errors + 1);
+	assert_int_equal(c1->errors, c0->errors + 2);
 	assert_true(c1->generated_tokens >= c0->generated_tokens + 10);
 	assert_true(c1->prefilled_tokens >= c0->prefilled_tokens + 14);
 	assert_true(c1->forward_passes >= c0->forward_passes + 10);
