@@ -153,11 +153,11 @@ static void conn_close(struct conn *c)
 	publish_counts(s);
 }
 
-/* Refuse request id of c before it reaches the engine (counted with the
- * engine's errors: daemon/reply.c). */
-static void conn_error(struct conn *c, uint64_t id, int code, const char *msg)
+/* Refuse request id of c for -errno err before it reaches the engine
+ * (counted with the engine's errors: daemon/reply.c). */
+static void conn_error(struct conn *c, uint64_t id, int err, const char *msg)
 {
-	struct reply *r = reply_error(c->id, id, code, msg);
+	struct reply *r = reply_error(c->id, id, reply_code(err), msg);
 	if (!r) {
 		log_msg(LL_ERROR, "out of memory for a reply to connection %llu",
 			(unsigned long long)c->id);
@@ -196,7 +196,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 				 s->cfg->max_frame);
 			log_msg(LL_INFO, "connection %llu (uid %u): %s; closing",
 				(unsigned long long)c->id, (unsigned)c->uid, msg);
-			conn_error(c, 0, LLAMAD__ERROR_CODE__TOO_LARGE, msg);
+			conn_error(c, 0, -E2BIG, msg);
 			conn_close_after_flush(c);
 			return;
 		}
@@ -207,19 +207,19 @@ static void on_read(struct bufferevent *bev, void *arg)
 		Llamad__Request *q = llamad__request__unpack(NULL, len, body);
 		evbuffer_drain(in, len);
 		if (!q) {
-			conn_error(c, 0, LLAMAD__ERROR_CODE__BAD_REQUEST,
+			conn_error(c, 0, -EINVAL,
 				   "malformed message (not a Request)");
 			continue;
 		}
 		const char *why = NULL;
-		int code = request_validate(q, s->cfg->max_text, &why);
-		if (code) {
-			conn_error(c, q->id, code, why);
+		int rc = request_validate(q, s->cfg->max_text, &why);
+		if (rc) {
+			conn_error(c, q->id, rc, why);
 			llamad__request__free_unpacked(q, NULL);
 			continue;
 		}
 		if (s->stopping) {
-			conn_error(c, q->id, reply_code(-ESHUTDOWN), "the daemon is stopping");
+			conn_error(c, q->id, -ESHUTDOWN, "the daemon is stopping");
 			llamad__request__free_unpacked(q, NULL);
 			continue;
 		}

@@ -2,6 +2,7 @@
  * daemon/validate.c — request validation, split from server.c so that it
  * builds without libevent (the fuzzer links it alone).
  */
+#include <errno.h>
 #include <string.h>
 
 #include "daemon/validate.h"
@@ -33,7 +34,7 @@ static int id_ok(const char *id)
 int request_validate(const Llamad__Request *q, uint32_t max_text, const char **why)
 {
 	uint32_t mt = max_text;
-	int bad = LLAMAD__ERROR_CODE__BAD_REQUEST, big = LLAMAD__ERROR_CODE__TOO_LARGE;
+	int bad = -EINVAL, big = -E2BIG;
 	const char *bad_id = "session ids are 1-128 characters of A-Z a-z 0-9 . _ : -";
 	switch (q->op_case) {
 	case LLAMAD__REQUEST__OP_HELLO:
@@ -111,6 +112,6 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 		return 0;
 	default:
 		*why = "unknown operation";
-		return LLAMAD__ERROR_CODE__UNKNOWN_OP;
+		return -ENOSYS;
 	}
 }

@@ -16,8 +16,9 @@
 
 /* Check request q (as unpacked by protobuf-c; not modified, not owned).
  * max_text bounds every text field and the token count of a Detokenize.
- * Returns 0, or a Llamad__ErrorCode (BAD_REQUEST, TOO_LARGE, UNKNOWN_OP)
- * with *why set to a static one-line message. */
+ * Returns 0, or -EINVAL (BAD_REQUEST), -E2BIG (TOO_LARGE) or -ENOSYS
+ * (UNKNOWN_OP; the wire codes by reply_code, daemon/reply.h) with *why set
+ * to a static one-line message. */
 int request_validate(const Llamad__Request *q, uint32_t max_text, const char **why);
 
 #endif
