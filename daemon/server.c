@@ -469,8 +469,8 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 		free(cause);
 		return;
 	}
+	config_apply(s->cfg, &n);
 	*s->cfg = n;
-	log_set_level(n.log_level);
 	engine_reload(s->eng, &n);
 	for (size_t i = 0; i < s->n_slots; i++)
 		if (s->slots[i])
