@@ -22,6 +22,7 @@
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
 #include "daemon/version.h"
+#include "proto/limits.h"
 #include "session/session.h"
 
 static void usage(FILE *f)
@@ -49,7 +50,7 @@ static void usage(FILE *f)
 "  -p, --prompt TEXT        generate a completion of TEXT (\"-\": read stdin)\n"
 "      --system TEXT        system prompt (with --template llama2)\n"
 "      --echo               print the prompt before the completion\n"
-"      --stop TEXT          stop before TEXT (repeatable, up to 16)\n"
+"      --stop TEXT          stop before TEXT (repeatable, up to " LLAMAD_STR(LLAMAD_MAX_STOPS) ")\n"
 "      --seed S             sampler seed (default: random)\n"
 "  -v, --verbose            print the model, seed and timings to stderr\n"
 "  One-shot uses --template raw unless told otherwise.\n"
@@ -90,7 +91,7 @@ int main(int argc, char **argv)
 {
 	struct config cfg;
 	config_defaults(&cfg);
-	static const char *stops[16];
+	static const char *stops[LLAMAD_MAX_STOPS];
 	struct oneshot_opts o = { 0 };
 	o.stops = stops;
 	const char *config_path = NULL;
@@ -180,8 +181,9 @@ int main(int argc, char **argv)
 		else if (!strcmp(name, "system"))
 			o.system = val;
 		else if (!strcmp(name, "stop")) {
-			if (o.n_stops == 16)
-				rc = bad_value(name, val, "at most 16 stop strings");
+			if (o.n_stops == LLAMAD_MAX_STOPS)
+				rc = bad_value(name, val,
+					       "at most " LLAMAD_STR(LLAMAD_MAX_STOPS) " stop strings");
 			else
 				stops[o.n_stops++] = val;
 		} else if (!strcmp(name, "seed")) {
