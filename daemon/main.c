@@ -22,6 +22,7 @@
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
 #include "daemon/version.h"
+#include "kernels/backend.h"
 #include "proto/limits.h"
 #include "session/session.h"
 
@@ -300,12 +301,23 @@ out:
 	return rc;
 }
 
+/* The kernels' messages (kernels/backend.h) into the daemon's log. */
+static void backend_log_hook(int level, const char *msg)
+{
+	log_msg(level, "%s", msg);
+}
+
+_Static_assert((int)BACKEND_LOG_ERROR == LL_ERROR && (int)BACKEND_LOG_WARN == LL_WARN &&
+	       (int)BACKEND_LOG_INFO == LL_INFO && (int)BACKEND_LOG_DEBUG == LL_DEBUG,
+	       "the backend's log levels are the daemon's");
+
 /* Load the model, start the engine and serve until told to stop. Returns
  * the exit status. */
 static int run_serve(struct args *a)
 {
 	struct config *cfg = &a->cfg;
 	char *cause = NULL;
+	backend_set_log(backend_log_hook);  /* before the engine opens one */
 	sd_notifyf(0, "STATUS=loading %s", cfg->model);
 	log_msg(LL_INFO, "loading %s", cfg->model);
 	struct timespec t0, t1;
