@@ -85,7 +85,7 @@ endif
 
 # proto/: the wire contract, compiled by protoc-c into $(BUILD)/proto
 PROTO_GEN := $(BUILD)/proto/llamad.pb-c.c $(BUILD)/proto/llamad.pb-c.h
-PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o
+PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o $(BUILD)/proto/path.o
 PROTO_LIB := $(BUILD)/libllamad-proto.a
 # SentencePiece's ModelProto (the subset model/gguf.c writes): part of the
 # core library, which therefore links libprotobuf-c

@@ -130,8 +130,8 @@ static bool sampler_opt(struct cli *cli, struct gen_opts *g, int o, const char *
 	case OPT_STOP:
 		if (!*arg)
 			cli_usage_error(cli, "--stop: empty stop string");
-		if (g->n_stop >= GEN_MAX_STOP)
-			cli_usage_error(cli, "--stop: at most %d stop strings", GEN_MAX_STOP);
+		if (g->n_stop >= LLAMAD_MAX_STOPS)
+			cli_usage_error(cli, "--stop: at most %d stop strings", LLAMAD_MAX_STOPS);
 		g->stop[g->n_stop++] = (char *)arg;
 		return true;
 	}

@@ -16,6 +16,7 @@
 
 #include "client/conn.h"
 #include "client/json.h"
+#include "proto/limits.h"
 
 /* Exit status. */
 enum {
@@ -25,8 +26,6 @@ enum {
 	EXIT_CONNECT = 3,     /* cannot connect to the socket */
 	EXIT_INTERRUPTED = 130,
 };
-
-#define GEN_MAX_STOP 16
 
 /* Long-option codes shared by the commands (command-specific ones start at
  * OPT_CMD). */
@@ -66,7 +65,7 @@ enum {
 "      --presence-penalty X  --frequency-penalty X\n" \
 "      --seed S            fixed seed (unset: random)\n" \
 "  -n, --max-tokens N      generate at most N tokens\n" \
-"      --stop TEXT         stop before TEXT (repeatable, up to 16)\n"
+"      --stop TEXT         stop before TEXT (repeatable, up to " LLAMAD_STR(LLAMAD_MAX_STOPS) ")\n"
 
 #define CLI_COMMON_HELP \
 "Common options: --socket PATH, --json, -v/--verbose, -h/--help\n"
@@ -97,7 +96,7 @@ struct gen_opts {
 	Llamad__SamplerOptions sampler;
 	bool has_max_tokens;
 	uint32_t max_tokens;
-	char *stop[GEN_MAX_STOP];
+	char *stop[LLAMAD_MAX_STOPS];
 	size_t n_stop;
 };
 

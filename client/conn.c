@@ -9,17 +9,13 @@
 #include <unistd.h>
 
 #include "client/conn.h"
+#include "proto/path.h"
 
 const char *conn_default_path(char *buf, size_t n)
 {
-	const char *env = getenv("LLAMAD_SOCKET");
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	if (env && *env)
-		snprintf(buf, n, "%s", env);
-	else if (geteuid() != 0 && xdg && *xdg)
-		snprintf(buf, n, "%s/llamad/llamad.sock", xdg);
-	else
-		snprintf(buf, n, "/run/llamad/llamad.sock");
+	char *p = path_default_socket();
+	snprintf(buf, n, "%s", p ? p : "");
+	free(p);
 	return buf;
 }
 

@@ -38,9 +38,9 @@ struct conn {
 };
 
 /* Fill buf (size n) with the socket path llamactl uses when --socket is not
- * given: $LLAMAD_SOCKET, else /run/llamad/llamad.sock for root, else
- * $XDG_RUNTIME_DIR/llamad/llamad.sock, else /run/llamad/llamad.sock.
- * Returns buf; an over-long result is truncated (connect then fails). */
+ * given: the daemon's default, path_default_socket() (proto/path.h).
+ * Returns buf; an over-long result is truncated (connect then fails), an
+ * empty one means out of memory. */
 const char *conn_default_path(char *buf, size_t n);
 
 /* Initialise c as closed. */

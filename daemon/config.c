@@ -10,117 +10,150 @@
 #include <string.h>
 
 #include "daemon/config.h"
+#include "daemon/log.h"
 #include "kernels/backend.h"
 #include "session/session.h"
 
-enum ktype { K_STR, K_INT, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
+enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
 
 struct key {
 	const char *name;
 	enum ktype type;
 	size_t off;
 	double min, max;
+	double def;          /* the default (K_STR: none, NULL) */
 	int reload;          /* may change on SIGHUP */
 	const char *help;
 	const char *const *names;  /* K_ENUM: value names by value (gaps NULL) */
 	int n_names;
+	/* run by config_apply when the value changes (NULL: the readers look
+	 * it up themselves) */
+	void (*apply)(const struct config *c);
 };
 
 static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw" };
 static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
-static const char *const level_names[] = { "error", "warning", "info", "debug" };
+static const char *const level_names[] = { [LL_ERROR] = "error", [LL_WARN] = "warning",
+					   [LL_INFO] = "info", [LL_DEBUG] = "debug" };
 static const char *const foreign_names[] = { "recompute", "refuse" };
 static const char *const device_names[] = { [BACKEND_AUTO] = "auto", [BACKEND_CPU] = "cpu",
 					    [BACKEND_CUDA] = "cuda" };
 static const char *const wtype_names[] = { [BACKEND_W_F16] = "f16", [BACKEND_W_BF16] = "bf16",
 					   [BACKEND_W_F32] = "f32" };
 
-/* rows name `names` only for K_ENUM keys */
+static void apply_log_level(const struct config *c)
+{
+	log_set_level(c->log_level);
+}
+
+/* Each row: name, type, field, min, max, default, reloadable, help; K_ENUM
+ * rows add their value names (NAMES), rows with an apply hook add it. */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #define O(f) offsetof(struct config, f)
+#define NAMES(a) a, (int)(sizeof(a) / sizeof(a[0]))
 static const struct key keys[] = {
-	{ "model", K_STR, O(model), 0, 0, 0, "model file or Hugging Face folder" },
-	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, "SentencePiece tokenizer.model (default: beside the model)" },
-	{ "device", K_ENUM, O(device), 0, 0, 0,
-	  "backend: auto (the GPU when one is usable), cpu or cuda", device_names, (int)(sizeof(device_names) / sizeof(device_names[0])) },
-	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, 0,
-	  "dtype on the GPU of the model file's f32 matrices: f16, bf16 or f32", wtype_names, (int)(sizeof(wtype_names) / sizeof(wtype_names[0])) },
-	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 0,
+	{ "model", K_STR, O(model), 0, 0, 0, 0, "model file or Hugging Face folder" },
+	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, 0, "SentencePiece tokenizer.model (default: beside the model)" },
+	{ "device", K_ENUM, O(device), 0, 0, BACKEND_AUTO, 0,
+	  "backend: auto (the GPU when one is usable), cpu or cuda", NAMES(device_names) },
+	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, BACKEND_W_F16, 0,
+	  "dtype on the GPU of the model file's f32 matrices: f16, bf16 or f32", NAMES(wtype_names) },
+	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 80, 0,
 	  "percent of the GPU memory free after the weights taken by the KV cache" },
-	{ "threads", K_INT, O(threads), 0, 1024, 0, "CPU worker threads (0: all cores)" },
-	{ "socket", K_STR, O(socket), 0, 0, 0, "listening socket path" },
-	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0, "socket permissions, octal (0660)" },
-	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, "group owning the socket" },
-	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 0,
+	{ "threads", K_INT, O(threads), 0, 1024, 0, 0, "CPU worker threads (0: all cores)" },
+	{ "socket", K_STR, O(socket), 0, 0, 0, 0, "listening socket path" },
+	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0660, 0, "socket permissions, octal (0660)" },
+	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, 0, "group owning the socket" },
+	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 256 << 20, 0,
 	  "KV cache: bytes (suffix K, M, G) or N% of available memory" },
-	{ "ram_cache", K_BYTES, O(ram_cache), 0, 1e15, 0,
+	{ "ram_cache", K_BYTES, O(ram_cache), 0, 1e15, 256 << 20, 0,
 	  "host memory for K/V evicted from the cache (0: evict straight to disk)" },
-	{ "state_dir", K_STR, O(state_dir), 0, 0, 0,
+	{ "state_dir", K_STR, O(state_dir), 0, 0, 0, 0,
 	  "folder of saved sessions (\"none\": no persistence)" },
-	{ "save_delay", K_INT, O(save_delay), 0, 86400, 1, "seconds idle before a changed session is saved" },
-	{ "foreign_cache", K_ENUM, O(foreign_cache), 0, 0, 1,
-	  "sessions saved under another model: recompute or refuse", foreign_names, (int)(sizeof(foreign_names) / sizeof(foreign_names[0])) },
-	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 1, "sessions per user (0: no quota)" },
-	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1, "most sessions held at once" },
-	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 1, "tokens per session (0: the model's context)" },
-	{ "max_frame", K_INT, O(max_frame), 1024, 1 << 30, 1, "largest request frame in bytes" },
-	{ "max_text", K_INT, O(max_text), 1, 1 << 30, 1, "largest text field in bytes" },
-	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 1, "tokens per forward step, all sessions together" },
-	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 1, "default reply length in tokens" },
-	{ "template", K_ENUM, O(tmpl), 0, 0, 1, "default template of new sessions: llama2 or raw", tmpl_names, (int)(sizeof(tmpl_names) / sizeof(tmpl_names[0])) },
-	{ "context_policy", K_ENUM, O(context_policy), 0, 0, 1, "when a session is full: error or shift", policy_names, (int)(sizeof(policy_names) / sizeof(policy_names[0])) },
-	{ "temperature", K_FLOAT, O(temperature), 0, 100, 1, "default sampling temperature (0: greedy)" },
-	{ "top_k", K_INT, O(top_k), 0, INT_MAX, 1, "default top-k (0: off)" },
-	{ "top_p", K_FLOAT, O(top_p), 1e-6, 1, 1, "default top-p (1: off)" },
-	{ "min_p", K_FLOAT, O(min_p), 0, 0.999, 1, "default min-p (0: off)" },
-	{ "repeat_penalty", K_FLOAT, O(repeat_penalty), 1e-3, 10, 1, "default repetition penalty (1: off)" },
-	{ "repeat_last_n", K_INT, O(repeat_last_n), -1, INT_MAX, 1, "penalty window (-1: whole history)" },
-	{ "presence_penalty", K_FLOAT, O(presence_penalty), -10, 10, 1, "default presence penalty" },
-	{ "frequency_penalty", K_FLOAT, O(frequency_penalty), -10, 10, 1, "default frequency penalty" },
-	{ "max_connections", K_INT, O(max_connections), 1, 1e6, 1, "most client connections at once" },
-	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 1, "close connections idle this many seconds (0: never)" },
-	{ "log_level", K_ENUM, O(log_level), 0, 0, 1, "error, warning, info or debug", level_names, (int)(sizeof(level_names) / sizeof(level_names[0])) },
+	{ "save_delay", K_INT, O(save_delay), 0, 86400, 5, 1, "seconds idle before a changed session is saved" },
+	{ "foreign_cache", K_ENUM, O(foreign_cache), 0, 0, 0, 1,
+	  "sessions saved under another model: recompute or refuse", NAMES(foreign_names) },
+	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 0, 1, "sessions per user (0: no quota)" },
+	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1024, 1, "most sessions held at once" },
+	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 0, 1, "tokens per session (0: the model's context)" },
+	{ "max_frame", K_U32, O(max_frame), 1024, 1 << 30, 16 << 20, 1, "largest request frame in bytes" },
+	{ "max_text", K_U32, O(max_text), 1, 1 << 30, 1 << 20, 1, "largest text field in bytes" },
+	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 512, 1, "tokens per forward step, all sessions together" },
+	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 512, 1, "default reply length in tokens" },
+	{ "template", K_ENUM, O(tmpl), 0, 0, SESS_TMPL_LLAMA2, 1,
+	  "default template of new sessions: llama2 or raw", NAMES(tmpl_names) },
+	{ "context_policy", K_ENUM, O(context_policy), 0, 0, SESS_CTX_ERROR, 1,
+	  "when a session is full: error or shift", NAMES(policy_names) },
+	{ "temperature", K_FLOAT, O(temperature), 0, 100, 0.8, 1, "default sampling temperature (0: greedy)" },
+	{ "top_k", K_INT, O(top_k), 0, INT_MAX, 40, 1, "default top-k (0: off)" },
+	{ "top_p", K_FLOAT, O(top_p), 1e-6, 1, 0.95, 1, "default top-p (1: off)" },
+	{ "min_p", K_FLOAT, O(min_p), 0, 0.999, 0.05, 1, "default min-p (0: off)" },
+	{ "repeat_penalty", K_FLOAT, O(repeat_penalty), 1e-3, 10, 1, 1, "default repetition penalty (1: off)" },
+	{ "repeat_last_n", K_INT, O(repeat_last_n), -1, INT_MAX, 64, 1, "penalty window (-1: whole history)" },
+	{ "presence_penalty", K_FLOAT, O(presence_penalty), -10, 10, 0, 1, "default presence penalty" },
+	{ "frequency_penalty", K_FLOAT, O(frequency_penalty), -10, 10, 0, 1, "default frequency penalty" },
+	{ "max_connections", K_INT, O(max_connections), 1, 1e6, 1024, 1, "most client connections at once" },
+	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 0, 1, "close connections idle this many seconds (0: never)" },
+	{ "log_level", K_ENUM, O(log_level), 0, 0, LL_INFO, 1, "error, warning, info or debug",
+	  NAMES(level_names), apply_log_level },
 };
+#undef NAMES
 #undef O
 #pragma GCC diagnostic pop
 
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 void config_defaults(struct config *c)
 {
-	memset(c, 0, sizeof(*c));
-	c->socket_mode = 0660;
-	c->kv_memory = 256ull << 20;
-	c->max_sessions = 1024;
-	c->max_frame = 16u << 20;
-	c->max_text = 1u << 20;
-	c->step_tokens = 512;
-	c->max_tokens = 512;
-	c->tmpl = SESS_TMPL_LLAMA2;
-	c->context_policy = SESS_CTX_ERROR;
-	c->temperature = 0.8f;
-	c->top_k = 40;
-	c->top_p = 0.95f;
-	c->min_p = 0.05f;
-	c->repeat_penalty = 1.0f;
-	c->repeat_last_n = 64;
-	c->max_connections = 1024;
-	c->log_level = 2;
-	c->save_delay = 5;
-	c->ram_cache = 256ull << 20;
-	c->device = BACKEND_AUTO;
-	c->gpu_weights = BACKEND_W_F16;
-	c->gpu_kv_share = 80;
+	memset(c, 0, sizeof(*c));  /* K_STR: NULL */
+	for (size_t i = 0; i < N_KEYS; i++) {
+		const struct key *k = &keys[i];
+		void *p = (char *)c + k->off;
+		switch (k->type) {
+		case K_STR: break;
+		case K_INT: case K_ENUM: *(int *)p = (int)k->def; break;
+		case K_U32: *(uint32_t *)p = (uint32_t)k->def; break;
+		case K_BYTES: *(uint64_t *)p = (uint64_t)k->def; break;
+		case K_MODE: *(unsigned *)p = (unsigned)k->def; break;
+		case K_FLOAT: *(float *)p = (float)k->def; break;
+		}
+	}
 }
 
 void config_done(struct config *c)
 {
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+	for (size_t i = 0; i < N_KEYS; i++)
 		if (keys[i].type == K_STR) {
 			char **p = (char **)((char *)c + keys[i].off);
 			free(*p);
 			*p = NULL;
 		}
+}
+
+/* 1 if the setting of k differs between a and b. */
+static int key_differs(const struct key *k, const struct config *a, const struct config *b)
+{
+	const void *pa = (const char *)a + k->off, *pb = (const char *)b + k->off;
+	switch (k->type) {
+	case K_STR: {
+		const char *sa = *(char *const *)pa, *sb = *(char *const *)pb;
+		return sa != sb && (!sa || !sb || strcmp(sa, sb));
+	}
+	case K_INT: case K_ENUM: return *(const int *)pa != *(const int *)pb;
+	case K_U32: return *(const uint32_t *)pa != *(const uint32_t *)pb;
+	case K_BYTES: return *(const uint64_t *)pa != *(const uint64_t *)pb;
+	case K_MODE: return *(const unsigned *)pa != *(const unsigned *)pb;
+	case K_FLOAT: return *(const float *)pa != *(const float *)pb;
+	}
+	return 1;
+}
+
+void config_apply(const struct config *old, const struct config *c)
+{
+	for (size_t i = 0; i < N_KEYS; i++)
+		if (keys[i].apply && (!old || key_differs(&keys[i], old, c)))
+			keys[i].apply(c);
 }
 
 static const struct key *find_key(const char *name)
@@ -131,7 +164,7 @@ static const struct key *find_key(const char *name)
 		return NULL;
 	for (size_t i = 0; i <= n; i++)
 		norm[i] = name[i] == '-' ? '_' : name[i];
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+	for (size_t i = 0; i < N_KEYS; i++)
 		if (!strcmp(keys[i].name, norm))
 			return &keys[i];
 	return NULL;
@@ -223,15 +256,15 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		*(char **)p = d;
 		return 0;
 	}
-	case K_INT: {
+	case K_INT:
+	case K_U32: {
 		errno = 0;
 		long long x = strtoll(v, &end, 10);
 		if (errno || end == v || *end || x < k->min || x > k->max) {
 			*why = "expected an integer in range (see llamad.conf(5))";
 			return -EINVAL;
 		}
-		if (k->off == offsetof(struct config, max_frame) ||
-		    k->off == offsetof(struct config, max_text))
+		if (k->type == K_U32)
 			*(uint32_t *)p = (uint32_t)x;
 		else
 			*(int *)p = (int)x;
@@ -359,7 +392,7 @@ int config_load(struct config *c, const char *path, int reload_only, char **caus
 
 void config_dump(const struct config *c, FILE *f)
 {
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+	for (size_t i = 0; i < N_KEYS; i++) {
 		const struct key *k = &keys[i];
 		const void *p = (const char *)c + k->off;
 		if (k->type == K_STR && !*(char *const *)p) {
@@ -369,13 +402,8 @@ void config_dump(const struct config *c, FILE *f)
 		fprintf(f, "%s = ", k->name);
 		switch (k->type) {
 		case K_STR: fprintf(f, "%s", *(char *const *)p); break;
-		case K_INT:
-			if (k->off == offsetof(struct config, max_frame) ||
-			    k->off == offsetof(struct config, max_text))
-				fprintf(f, "%u", *(const uint32_t *)p);
-			else
-				fprintf(f, "%d", *(const int *)p);
-			break;
+		case K_INT: fprintf(f, "%d", *(const int *)p); break;
+		case K_U32: fprintf(f, "%u", *(const uint32_t *)p); break;
 		case K_BYTES: fprintf(f, "%llu", (unsigned long long)*(const uint64_t *)p); break;
 		case K_MODE: fprintf(f, "0%o", *(const unsigned *)p); break;
 		case K_FLOAT: fprintf(f, "%g", (double)*(const float *)p); break;
@@ -387,7 +415,7 @@ void config_dump(const struct config *c, FILE *f)
 
 void config_help(FILE *f)
 {
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+	for (size_t i = 0; i < N_KEYS; i++) {
 		char flag[64];
 		snprintf(flag, sizeof(flag), "--%s", keys[i].name);
 		for (char *p = flag; *p; p++)

@@ -1,8 +1,8 @@
 /*
  * daemon/config.h — llamad's settings: one table of keys (name, type,
- * bounds, default, reloadable), read from a file (`key = value` lines,
- * `#` comments) and overridden by command-line flags `--key VALUE` (dashes
- * or underscores). Documented in llamad.conf(5).
+ * bounds, default, reloadable, apply hook), read from a file (`key = value`
+ * lines, `#` comments) and overridden by command-line flags `--key VALUE`
+ * (dashes or underscores). Documented in llamad.conf(5).
  */
 #ifndef LLAMAD_DAEMON_CONFIG_H
 #define LLAMAD_DAEMON_CONFIG_H
@@ -41,7 +41,8 @@ struct config {
 	int gpu_kv_share;        /* percent of free GPU memory for the KV pool */
 };
 
-/* Fill with defaults. */
+/* Fill c with the defaults (every row of the key table carries its own;
+ * strings NULL). */
 void config_defaults(struct config *c);
 /* Free owned strings. */
 void config_done(struct config *c);
@@ -54,6 +55,10 @@ int config_set(struct config *c, const char *key, const char *value, int reload_
 int config_load(struct config *c, const char *path, int reload_only, char **cause);
 /* 1 if key names a setting. */
 int config_is_key(const char *key);
+/* Make the settings of c take effect where a key has an apply hook (the
+ * log level): for each key whose value differs from old, or every such
+ * key when old is NULL (at start-up). Neither is modified or kept. */
+void config_apply(const struct config *old, const struct config *c);
 /* Print every key with its current value, as a config file. */
 void config_dump(const struct config *c, FILE *f);
 /* Print the keys with one line of help each (for --help). */

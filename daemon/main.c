@@ -22,6 +22,8 @@
 #include "daemon/oneshot.h"
 #include "daemon/server.h"
 #include "daemon/version.h"
+#include "kernels/backend.h"
+#include "proto/limits.h"
 #include "session/session.h"
 
 static void usage(FILE *f)
@@ -49,7 +51,7 @@ static void usage(FILE *f)
 "  -p, --prompt TEXT        generate a completion of TEXT (\"-\": read stdin)\n"
 "      --system TEXT        system prompt (with --template llama2)\n"
 "      --echo               print the prompt before the completion\n"
-"      --stop TEXT          stop before TEXT (repeatable, up to 16)\n"
+"      --stop TEXT          stop before TEXT (repeatable, up to " LLAMAD_STR(LLAMAD_MAX_STOPS) ")\n"
 "      --seed S             sampler seed (default: random)\n"
 "  -v, --verbose            print the model, seed and timings to stderr\n"
 "  One-shot uses --template raw unless told otherwise.\n"
@@ -86,72 +88,153 @@ static char *read_stdin(void)
 	return buf;
 }
 
-int main(int argc, char **argv)
-{
+/* What the command line and the config file ask for. */
+struct args {
 	struct config cfg;
-	config_defaults(&cfg);
-	static const char *stops[16];
-	struct oneshot_opts o = { 0 };
-	o.stops = stops;
-	const char *config_path = NULL;
-	int seed_set = 0, tmpl_set = 0, print_config = 0;
-	uint64_t seed = 0;
-	char *cause = NULL;
-	int rc;
+	const char *config_path;     /* --config FILE (argv's), or NULL */
+	int print_config;
+	struct oneshot_opts o;       /* o.prompt set: one generation */
+	const char *stops[LLAMAD_MAX_STOPS];  /* o.stops: argv's */
+	int seed_set;                /* o.sp.seed given with --seed */
+	int tmpl_set;                /* --template given */
+};
 
-	/* the config file first, wherever --config appears */
+#define GO_ON (-1)  /* no exit yet */
+
+/* Read the file of --config / -c / --config=FILE, wherever it appears (the
+ * flags then override it). GO_ON, or 2 with the message printed. */
+static int load_config_arg(struct args *a, int argc, char **argv)
+{
+	char *cause = NULL;
 	for (int i = 1; i < argc; i++) {
 		if ((!strcmp(argv[i], "--config") || !strcmp(argv[i], "-c")) && i + 1 < argc)
-			config_path = argv[++i];
+			a->config_path = argv[++i];
 		else if (!strncmp(argv[i], "--config=", 9))
-			config_path = argv[i] + 9;
+			a->config_path = argv[i] + 9;
 	}
-	if (config_path && config_load(&cfg, config_path, 0, &cause) != 0) {
-		fprintf(stderr, "llamad: %s\n", cause ? cause : config_path);
+	if (a->config_path && config_load(&a->cfg, a->config_path, 0, &cause) != 0) {
+		fprintf(stderr, "llamad: %s\n", cause ? cause : a->config_path);
 		free(cause);
-		config_done(&cfg);
 		return 2;
 	}
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		char name[64];
-		const char *val = NULL;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			config_done(&cfg);
-			return 0;
-		}
-		if (!strcmp(a, "--version")) {
-			printf("llamad %s\n", LLAMAD_VERSION);
-			config_done(&cfg);
-			return 0;
-		}
-		if (a[0] != '-' || !a[1]) {
-			fprintf(stderr, "llamad: unexpected argument '%s'\nTry 'llamad --help'.\n", a);
-			config_done(&cfg);
+	return GO_ON;
+}
+
+/* Apply option --name (long name; val NULL for the flags without a value).
+ * GO_ON, or 2 with the message printed. */
+static int set_option(struct args *a, const char *name, const char *val)
+{
+	struct oneshot_opts *o = &a->o;
+	if (!strcmp(name, "echo"))
+		o->echo = 1;
+	else if (!strcmp(name, "verbose"))
+		o->verbose = 1;
+	else if (!strcmp(name, "print-config"))
+		a->print_config = 1;
+	else if (!strcmp(name, "config"))
+		;  /* read by load_config_arg */
+	else if (!strcmp(name, "prompt"))
+		o->prompt = val;
+	else if (!strcmp(name, "system"))
+		o->system = val;
+	else if (!strcmp(name, "stop")) {
+		if (o->n_stops == LLAMAD_MAX_STOPS)
+			return bad_value(name, val,
+					 "at most " LLAMAD_STR(LLAMAD_MAX_STOPS) " stop strings");
+		a->stops[o->n_stops++] = val;
+	} else if (!strcmp(name, "seed")) {
+		char *end;
+		errno = 0;
+		unsigned long long sd = strtoull(val, &end, 10);
+		if (errno || end == val || *end || val[0] == '-')
+			return bad_value(name, val, "expected an unsigned integer");
+		o->sp.seed = sd;
+		a->seed_set = 1;
+	} else {
+		const char *why = NULL;
+		int r = config_set(&a->cfg, name, val, 0, &why);
+		if (r == -ENOENT) {
+			fprintf(stderr, "llamad: unknown option '--%s'\nTry 'llamad --help'.\n", name);
 			return 2;
 		}
-		if (a[1] != '-') {  /* short options */
+		if (r < 0)
+			return bad_value(name, val, why);
+		if (!strcmp(name, "template"))
+			a->tmpl_set = 1;
+	}
+	return GO_ON;
+}
+
+/* The checks across options, once all are read (none for --print-config).
+ * GO_ON, or 2 with the message printed. */
+static int check_args(struct args *a)
+{
+	struct oneshot_opts *o = &a->o;
+	if (a->print_config)
+		return GO_ON;
+	if (!a->cfg.model) {
+		fprintf(stderr, "llamad: no model: give --model PATH or model = PATH in the "
+			"config file\nTry 'llamad --help'.\n");
+		return 2;
+	}
+	if (o->prompt) {
+		o->tmpl = a->tmpl_set && a->cfg.tmpl == SESS_TMPL_LLAMA2 ? CHAT_TEMPLATE_LLAMA2
+									: CHAT_TEMPLATE_RAW;
+		if (o->system && o->tmpl != CHAT_TEMPLATE_LLAMA2) {
+			fprintf(stderr, "llamad: --system needs --template llama2\n");
+			return 2;
+		}
+	} else if (o->echo || o->system || o->n_stops || a->seed_set) {
+		fprintf(stderr, "llamad: --echo, --system, --stop and --seed need --prompt "
+			"(clients set them per request when serving)\n");
+		return 2;
+	}
+	return GO_ON;
+}
+
+/* The config file, then every option over it, then the checks across them:
+ * fills *a (a->cfg already holds the defaults). Returns GO_ON, or the exit
+ * status: 0 after --help / --version, 2 on a usage error (printed). */
+static int parse_args(struct args *a, int argc, char **argv)
+{
+	a->o.stops = a->stops;
+	int rc = load_config_arg(a, argc, argv);
+	for (int i = 1; rc == GO_ON && i < argc; i++) {
+		const char *arg = argv[i];
+		char name[64];
+		const char *val = NULL;
+		if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(arg, "--version")) {
+			printf("llamad %s\n", LLAMAD_VERSION);
+			return 0;
+		}
+		if (arg[0] != '-' || !arg[1]) {
+			fprintf(stderr, "llamad: unexpected argument '%s'\nTry 'llamad --help'.\n", arg);
+			return 2;
+		}
+		if (arg[1] != '-') {  /* short options */
 			static const char *const shorts[][2] = {
 				{ "-m", "model" }, { "-t", "threads" }, { "-p", "prompt" },
 				{ "-n", "max-tokens" }, { "-v", "verbose" }, { "-c", "config" },
 			};
 			const char *longname = NULL;
 			for (size_t k = 0; k < sizeof(shorts) / sizeof(shorts[0]); k++)
-				if (!strcmp(a, shorts[k][0]))
+				if (!strcmp(arg, shorts[k][0]))
 					longname = shorts[k][1];
 			if (!longname) {
-				fprintf(stderr, "llamad: unknown option '%s'\nTry 'llamad --help'.\n", a);
-				config_done(&cfg);
+				fprintf(stderr, "llamad: unknown option '%s'\nTry 'llamad --help'.\n", arg);
 				return 2;
 			}
 			snprintf(name, sizeof(name), "%s", longname);
 		} else {
-			const char *eq = strchr(a + 2, '=');
-			size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+			const char *eq = strchr(arg + 2, '=');
+			size_t n = eq ? (size_t)(eq - arg - 2) : strlen(arg + 2);
 			if (n >= sizeof(name))
 				n = sizeof(name) - 1;
-			memcpy(name, a + 2, n);
+			memcpy(name, arg + 2, n);
 			name[n] = 0;
 			if (eq)
 				val = eq + 1;
@@ -161,141 +244,89 @@ int main(int argc, char **argv)
 		if (!noarg && !val) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "llamad: --%s needs a value\n", name);
-				config_done(&cfg);
 				return 2;
 			}
 			val = argv[++i];
 		}
-		rc = 0;
-		if (!strcmp(name, "echo"))
-			o.echo = 1;
-		else if (!strcmp(name, "verbose"))
-			o.verbose = 1;
-		else if (!strcmp(name, "print-config"))
-			print_config = 1;
-		else if (!strcmp(name, "config"))
-			;  /* read above */
-		else if (!strcmp(name, "prompt"))
-			o.prompt = val;
-		else if (!strcmp(name, "system"))
-			o.system = val;
-		else if (!strcmp(name, "stop")) {
-			if (o.n_stops == 16)
-				rc = bad_value(name, val, "at most 16 stop strings");
-			else
-				stops[o.n_stops++] = val;
-		} else if (!strcmp(name, "seed")) {
-			char *end;
-			errno = 0;
-			unsigned long long sd = strtoull(val, &end, 10);
-			if (errno || end == val || *end || val[0] == '-')
-				rc = bad_value(name, val, "expected an unsigned integer");
-			seed = sd;
-			seed_set = 1;
-		} else {
-			const char *why = NULL;
-			int r = config_set(&cfg, name, val, 0, &why);
-			if (r == -ENOENT) {
-				fprintf(stderr, "llamad: unknown option '--%s'\nTry 'llamad --help'.\n",
-					name);
-				rc = 2;
-			} else if (r < 0) {
-				rc = bad_value(name, val, why);
-			}
-			if (!strcmp(name, "template"))
-				tmpl_set = 1;
-		}
-		if (rc) {
-			config_done(&cfg);
-			return rc;
-		}
+		rc = set_option(a, name, val);
 	}
-	if (print_config) {
-		config_dump(&cfg, stdout);
-		config_done(&cfg);
-		return 0;
-	}
-	if (!cfg.model) {
-		fprintf(stderr, "llamad: no model: give --model PATH or model = PATH in the "
-			"config file\nTry 'llamad --help'.\n");
-		config_done(&cfg);
-		return 2;
-	}
-	log_set_level(cfg.log_level);
-	if (getenv("JOURNAL_STREAM"))
-		log_set_journal(1);
+	return rc == GO_ON ? check_args(a) : rc;
+}
 
-	if (o.prompt) {
-		o.threads = cfg.threads;
-		o.device = cfg.device;
-		o.gpu_weights = cfg.gpu_weights;
-		o.max_tokens = cfg.max_tokens;
-		o.tmpl = tmpl_set && cfg.tmpl == SESS_TMPL_LLAMA2 ? CHAT_TEMPLATE_LLAMA2
-								   : CHAT_TEMPLATE_RAW;
-		o.sp.temperature = cfg.temperature;
-		o.sp.top_k = cfg.top_k;
-		o.sp.top_p = cfg.top_p;
-		o.sp.min_p = cfg.min_p;
-		o.sp.repeat_penalty = cfg.repeat_penalty;
-		o.sp.penalty_last_n = cfg.repeat_last_n;
-		o.sp.presence_penalty = cfg.presence_penalty;
-		o.sp.frequency_penalty = cfg.frequency_penalty;
-		if (o.system && o.tmpl != CHAT_TEMPLATE_LLAMA2) {
-			fprintf(stderr, "llamad: --system needs --template llama2\n");
-			config_done(&cfg);
-			return 2;
-		}
-		if (seed_set)
-			o.sp.seed = seed;
-		else if (getrandom(&o.sp.seed, sizeof(o.sp.seed), 0) != sizeof(o.sp.seed))
-			o.sp.seed = (uint64_t)time(NULL);
-		char *stdin_prompt = NULL;
-		if (!strcmp(o.prompt, "-")) {
-			if (!(stdin_prompt = read_stdin())) {
-				fprintf(stderr, "llamad: cannot read the prompt from stdin\n");
-				config_done(&cfg);
-				return 1;
-			}
-			o.prompt = stdin_prompt;
-		}
-		struct model *m = model_load(cfg.model, cfg.tokenizer, &cause);
-		if (!m) {
-			fprintf(stderr, "llamad: %s\n", cause ? cause : "cannot load the model");
-			free(cause);
-			free(stdin_prompt);
-			config_done(&cfg);
+/* `llamad --prompt`: one generation to stdout. Returns the exit status. */
+static int run_oneshot(struct args *a)
+{
+	const struct config *cfg = &a->cfg;
+	struct oneshot_opts *o = &a->o;
+	char *cause = NULL;
+	o->threads = cfg->threads;
+	o->device = cfg->device;
+	o->gpu_weights = cfg->gpu_weights;
+	o->max_tokens = cfg->max_tokens;
+	o->sp.temperature = cfg->temperature;
+	o->sp.top_k = cfg->top_k;
+	o->sp.top_p = cfg->top_p;
+	o->sp.min_p = cfg->min_p;
+	o->sp.repeat_penalty = cfg->repeat_penalty;
+	o->sp.penalty_last_n = cfg->repeat_last_n;
+	o->sp.presence_penalty = cfg->presence_penalty;
+	o->sp.frequency_penalty = cfg->frequency_penalty;
+	if (!a->seed_set && getrandom(&o->sp.seed, sizeof(o->sp.seed), 0) != sizeof(o->sp.seed))
+		o->sp.seed = (uint64_t)time(NULL);
+	char *stdin_prompt = NULL;
+	if (!strcmp(o->prompt, "-")) {
+		if (!(stdin_prompt = read_stdin())) {
+			fprintf(stderr, "llamad: cannot read the prompt from stdin\n");
 			return 1;
 		}
-		if (o.verbose) {
-			char desc[512];
-			model_describe(m, desc, sizeof(desc));
-			fprintf(stderr, "llamad: %s\nllamad: seed %llu\n", desc,
-				(unsigned long long)o.sp.seed);
-		}
-		rc = oneshot_run(m, &o, stdout);
-		model_free(m);
-		free(stdin_prompt);
-		config_done(&cfg);
-		return rc;
+		o->prompt = stdin_prompt;
 	}
-	if (o.echo || o.system || o.n_stops || seed_set) {
-		fprintf(stderr, "llamad: --echo, --system, --stop and --seed need --prompt "
-			"(clients set them per request when serving)\n");
-		config_done(&cfg);
-		return 2;
+	int rc = 1;
+	struct model *m = model_load(cfg->model, cfg->tokenizer, &cause);
+	if (!m) {
+		fprintf(stderr, "llamad: %s\n", cause ? cause : "cannot load the model");
+		free(cause);
+		goto out;
 	}
+	if (o->verbose) {
+		char desc[512];
+		model_describe(m, desc, sizeof(desc));
+		fprintf(stderr, "llamad: %s\nllamad: seed %llu\n", desc,
+			(unsigned long long)o->sp.seed);
+	}
+	rc = oneshot_run(m, o, stdout);
+	model_free(m);
+out:
+	free(stdin_prompt);
+	return rc;
+}
 
-	/* serve */
-	sd_notifyf(0, "STATUS=loading %s", cfg.model);
-	log_msg(LL_INFO, "loading %s", cfg.model);
+/* The kernels' messages (kernels/backend.h) into the daemon's log. */
+static void backend_log_hook(int level, const char *msg)
+{
+	log_msg(level, "%s", msg);
+}
+
+_Static_assert((int)BACKEND_LOG_ERROR == LL_ERROR && (int)BACKEND_LOG_WARN == LL_WARN &&
+	       (int)BACKEND_LOG_INFO == LL_INFO && (int)BACKEND_LOG_DEBUG == LL_DEBUG,
+	       "the backend's log levels are the daemon's");
+
+/* Load the model, start the engine and serve until told to stop. Returns
+ * the exit status. */
+static int run_serve(struct args *a)
+{
+	struct config *cfg = &a->cfg;
+	char *cause = NULL;
+	backend_set_log(backend_log_hook);  /* before the engine opens one */
+	sd_notifyf(0, "STATUS=loading %s", cfg->model);
+	log_msg(LL_INFO, "loading %s", cfg->model);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	struct model *m = model_load(cfg.model, cfg.tokenizer, &cause);
+	struct model *m = model_load(cfg->model, cfg->tokenizer, &cause);
 	if (!m) {
 		log_msg(LL_ERROR, "%s", cause ? cause : "cannot load the model");
 		sd_notifyf(0, "STATUS=cannot load the model: %s", cause ? cause : "");
 		free(cause);
-		config_done(&cfg);
 		return 1;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -303,16 +334,15 @@ int main(int argc, char **argv)
 	model_describe(m, desc, sizeof(desc));
 	log_msg(LL_INFO, "loaded %s in %.0f ms", desc,
 		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
-	struct engine *e = engine_new(m, &cfg, &cause);
+	struct engine *e = engine_new(m, cfg, &cause);
 	if (!e) {
 		log_msg(LL_ERROR, "%s", cause ? cause : "cannot start the engine");
 		sd_notifyf(0, "STATUS=%s", cause ? cause : "cannot start the engine");
 		free(cause);
 		model_free(m);
-		config_done(&cfg);
 		return 1;
 	}
-	rc = server_run(&cfg, config_path, e, &cause);
+	int rc = server_run(cfg, a->config_path, e, &cause);
 	if (rc) {
 		log_msg(LL_ERROR, "%s", cause ? cause : strerror(-rc));
 		sd_notifyf(0, "STATUS=%s", cause ? cause : strerror(-rc));
@@ -322,6 +352,23 @@ int main(int argc, char **argv)
 	}
 	engine_free(e);
 	model_free(m);
-	config_done(&cfg);
 	return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	static struct args a;  /* zeroed */
+	config_defaults(&a.cfg);
+	int rc = parse_args(&a, argc, argv);
+	if (rc == GO_ON && a.print_config) {
+		config_dump(&a.cfg, stdout);
+		rc = 0;
+	} else if (rc == GO_ON) {
+		config_apply(NULL, &a.cfg);  /* log_level */
+		if (getenv("JOURNAL_STREAM"))
+			log_set_journal(1);
+		rc = a.o.prompt ? run_oneshot(&a) : run_serve(&a);
+	}
+	config_done(&a.cfg);
+	return rc;
 }

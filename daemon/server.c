@@ -36,6 +36,7 @@
 #include "daemon/version.h"
 #include "model/tokenizer.h"
 #include "proto/frame.h"
+#include "proto/path.h"
 #include "session/session.h"
 
 #define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */
@@ -459,8 +460,8 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 		free(cause);
 		return;
 	}
+	config_apply(s->cfg, &n);
 	*s->cfg = n;
-	log_set_level(n.log_level);
 	engine_reload(s->eng, &n);
 	for (size_t i = 0; i < s->n_slots; i++)
 		if (s->slots[i])
@@ -477,21 +478,6 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 }
 
 /* ---- the socket ------------------------------------------------------------ */
-
-static char *default_socket(void)
-{
-	const char *env = getenv("LLAMAD_SOCKET");
-	if (env && *env)
-		return strdup(env);
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	char *p = NULL;
-	if (geteuid() != 0 && xdg && *xdg) {
-		if (asprintf(&p, "%s/llamad/llamad.sock", xdg) < 0)
-			p = NULL;
-		return p;
-	}
-	return strdup("/run/llamad/llamad.sock");
-}
 
 /* Bind and listen on path; fd or -errno with *cause. */
 static int bind_socket(struct server *s, const char *path, char **cause)
@@ -578,7 +564,7 @@ static int open_listener(struct server *s, char **cause)
 		evutil_make_socket_nonblocking(fd);
 		log_msg(LL_INFO, "listening on the socket passed by systemd");
 	} else {
-		char *path = s->cfg->socket ? strdup(s->cfg->socket) : default_socket();
+		char *path = s->cfg->socket ? strdup(s->cfg->socket) : path_default_socket();
 		if (!path)
 			return -ENOMEM;
 		fd = bind_socket(s, path, cause);

@@ -77,11 +77,11 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = "unknown role", bad);
 		if (g->has_max_tokens && g->max_tokens > MAX_GEN_TOKENS)
 			return (*why = "max_tokens is larger than 1048576", big);
-		if (g->n_stop > MAX_STOPS)
-			return (*why = "at most 16 stop strings", big);
+		if (g->n_stop > LLAMAD_MAX_STOPS)
+			return (*why = "at most " LLAMAD_STR(LLAMAD_MAX_STOPS) " stop strings", big);
 		for (size_t i = 0; i < g->n_stop; i++)
-			if (!text_ok(g->stop[i], MAX_STOP_LEN, why))
-				return strlen(g->stop[i]) > MAX_STOP_LEN ? big : bad;
+			if (!text_ok(g->stop[i], LLAMAD_MAX_STOP_LEN, why))
+				return strlen(g->stop[i]) > LLAMAD_MAX_STOP_LEN ? big : bad;
 		return 0;
 	}
 	case LLAMAD__REQUEST__OP_FORK:

@@ -9,9 +9,8 @@
 #include <stdint.h>
 
 #include "llamad.pb-c.h"
+#include "proto/limits.h"
 
-#define MAX_STOPS 16
-#define MAX_STOP_LEN 256
 #define MAX_GEN_TOKENS (1u << 20)
 
 /* Check request q (as unpacked by protobuf-c; not modified, not owned).

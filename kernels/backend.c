@@ -6,6 +6,7 @@
  * it did not otherwise.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -31,6 +32,26 @@ struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause
 	return NULL;
 }
 #endif
+
+static void (*log_fn)(int level, const char *msg);
+
+void backend_set_log(void (*fn)(int level, const char *msg))
+{
+	log_fn = fn;
+}
+
+void backend_log(int level, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (log_fn)
+		log_fn(level, msg);
+	else
+		fprintf(stderr, "llamad: %s\n", msg);
+}
 
 int backend_env_flag(const char *name)
 {

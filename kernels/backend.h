@@ -251,6 +251,24 @@ struct backend {
 	char desc[96];     /* for logs and status: "cpu, 2 threads, avx512" */
 };
 
+/* Levels of the backends' messages: the values of daemon/log.h's LL_*. */
+enum backend_log_level {
+	BACKEND_LOG_ERROR = 0,
+	BACKEND_LOG_WARN = 1,
+	BACKEND_LOG_INFO = 2,
+	BACKEND_LOG_DEBUG = 3,
+};
+
+/* Send the backends' messages (a device error, a fallback they take) to fn:
+ * it gets a level and one line without a newline ("cuda: ..."). NULL, the
+ * default, prints "llamad: LINE" on stderr (the tests and tools). Set it
+ * before any backend opens; it is read, not locked, from the threads that
+ * run ops. */
+void backend_set_log(void (*fn)(int level, const char *msg));
+/* Format a message as printf does and hand it to the hook of
+ * backend_set_log() (for the backends themselves). */
+void backend_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* 1 if the environment variable name is set to something other than "" or
  * a string starting with '0' (the backends' LLAMAD_* switches). */
 int backend_env_flag(const char *name);

@@ -101,7 +101,7 @@ static int ck(struct cu_backend *c, cudaError_t e, const char *what)
 		return -ENOMEM;
 	}
 	if (!c->be.failed)
-		fprintf(stderr, "llamad: cuda: %s: %s\n", what, cudaGetErrorString(e));
+		backend_log(BACKEND_LOG_ERROR, "cuda: %s: %s", what, cudaGetErrorString(e));
 	c->be.failed = 1;
 	return -EIO;
 }
@@ -131,7 +131,7 @@ static int blas_ck(struct cu_backend *c, cublasStatus_t s, const char *what)
 	if (s == CUBLAS_STATUS_SUCCESS)
 		return 0;
 	if (!c->be.failed)
-		fprintf(stderr, "llamad: cuda: %s: cuBLAS status %d\n", what, (int)s);
+		backend_log(BACKEND_LOG_ERROR, "cuda: %s: cuBLAS status %d", what, (int)s);
 	c->be.failed = 1;
 	return -EIO;
 }
@@ -306,10 +306,11 @@ static int kq_check(struct cu_backend *c, const void *d, const struct kt_weight 
 		}
 	}
 	if (!rc && bad_r >= 0)
-		fprintf(stderr, "llamad: cuda: the device %s decoder disagrees with the host's (%s of "
-			"row %d: %.6g, want %.6g): %s matrices are expanded to 16 bits at load\n",
-			kt_dtype_name(src->dtype), bad_c < 0 ? "product" : "weight", bad_r, got, want,
-			kt_dtype_name(src->dtype));
+		backend_log(BACKEND_LOG_WARN, "cuda: the device %s decoder disagrees with the host's "
+			    "(%s of row %d: %.6g, want %.6g): %s matrices are expanded to 16 bits "
+			    "at load",
+			    kt_dtype_name(src->dtype), bad_c < 0 ? "product" : "weight", bad_r, got,
+			    want, kt_dtype_name(src->dtype));
 	cudaFree(dev);
 	free(hx);
 	free(hw);
@@ -535,8 +536,8 @@ static int staged(struct cu_backend *c, int n_tok, const char *op)
 	if (n_tok == c->batch.n_tok)
 		return 1;
 	if (!c->be.failed)
-		fprintf(stderr, "llamad: cuda: %s called with %d rows, %d staged\n", op, n_tok,
-			c->batch.n_tok);
+		backend_log(BACKEND_LOG_ERROR, "cuda: %s called with %d rows, %d staged", op, n_tok,
+			    c->batch.n_tok);
 	c->be.failed = 1;
 	return 0;
 }
@@ -815,7 +816,7 @@ static void cu_op_embed(struct backend *be, float *y, const struct kt_weight *ta
 	if (be->failed || !staged(c, n_tok, "embed"))
 		return;
 	if (tok != c->h_tok) {
-		fprintf(stderr, "llamad: cuda: embed called with tokens that were not staged\n");
+		backend_log(BACKEND_LOG_ERROR, "cuda: embed called with tokens that were not staged");
 		be->failed = 1;
 		return;
 	}
@@ -899,8 +900,8 @@ static int cu_graph_record_end(struct backend *be, const void *owner, int key)
 		cudaGraphDestroy(graph);
 	if (e != cudaSuccess || be->failed) {
 		/* an op could not be recorded: run unrecorded from now on */
-		fprintf(stderr, "llamad: cuda: graph recording failed (%s); running without graphs\n",
-			cudaGetErrorString(e));
+		backend_log(BACKEND_LOG_WARN, "cuda: graph recording failed (%s); running without "
+			    "graphs", cudaGetErrorString(e));
 		cudaGetLastError();
 		c->graphs_off = 1;
 		be->failed = 0;  /* capture errors are not device errors */
