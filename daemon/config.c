@@ -12,6 +12,7 @@
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "kernels/backend.h"
+#include "model/chat.h"
 #include "session/session.h"
 
 enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
@@ -31,7 +32,7 @@ struct key {
 	void (*apply)(const struct config *c);
 };
 
-static const char *const tmpl_names[] = { [SESS_TMPL_LLAMA2] = "llama2", [SESS_TMPL_RAW] = "raw" };
+static const char *const tmpl_names[] = { [CHAT_TEMPLATE_LLAMA2] = "llama2", [CHAT_TEMPLATE_RAW] = "raw" };
 static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
 static const char *const level_names[] = { [LL_ERROR] = "error", [LL_WARN] = "warning",
 					   [LL_INFO] = "info", [LL_DEBUG] = "debug" };
@@ -81,7 +82,7 @@ static const struct key keys[] = {
 	{ "max_text", K_U32, O(max_text), 1, 1 << 30, 1 << 20, 1, "largest text field in bytes" },
 	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 512, 1, "tokens per forward step, all sessions together" },
 	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 512, 1, "default reply length in tokens" },
-	{ "template", K_ENUM, O(tmpl), 0, 0, SESS_TMPL_LLAMA2, 1,
+	{ "template", K_ENUM, O(tmpl), 0, 0, CHAT_TEMPLATE_LLAMA2, 1,
 	  "default template of new sessions: llama2 or raw", NAMES(tmpl_names) },
 	{ "context_policy", K_ENUM, O(context_policy), 0, 0, SESS_CTX_ERROR, 1,
 	  "when a session is full: error or shift", NAMES(policy_names) },

@@ -24,7 +24,7 @@
 #include "daemon/version.h"
 #include "kernels/backend.h"
 #include "proto/limits.h"
-#include "session/session.h"
+#include "model/chat.h"
 
 static void usage(FILE *f)
 {
@@ -178,8 +178,8 @@ static int check_args(struct args *a)
 		return 2;
 	}
 	if (o->prompt) {
-		o->tmpl = a->tmpl_set && a->cfg.tmpl == SESS_TMPL_LLAMA2 ? CHAT_TEMPLATE_LLAMA2
-									: CHAT_TEMPLATE_RAW;
+		/* one-shot is raw unless --template says otherwise */
+		o->tmpl = a->tmpl_set ? (enum chat_template)a->cfg.tmpl : CHAT_TEMPLATE_RAW;
 		if (o->system && o->tmpl != CHAT_TEMPLATE_LLAMA2) {
 			fprintf(stderr, "llamad: --system needs --template llama2\n");
 			return 2;

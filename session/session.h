@@ -127,12 +127,4 @@ int sess_shared_blocks(const struct sess_table *t, const struct session *s);
 void sess_foreach(struct sess_table *t, uid_t uid,
 		  void (*fn)(struct session *s, void *ctx), void *ctx);
 
-/* TEMP: old names until the config/main branch is merged */
-#define SESS_TMPL_LLAMA2 CHAT_TEMPLATE_LLAMA2
-#define SESS_TMPL_RAW CHAT_TEMPLATE_RAW
-#define SESS_USER CHAT_USER
-#define SESS_SYSTEM CHAT_SYSTEM
-#define SESS_ASSISTANT CHAT_ASSISTANT
-#define SESS_RAW CHAT_RAW
-
 #endif
