@@ -497,6 +497,10 @@ static void *engine_main(void *arg)
 	}
 }
 
+_Static_assert((int)RES_ERROR == LL_ERROR && (int)RES_WARN == LL_WARN &&
+	       (int)RES_INFO == LL_INFO && (int)RES_DEBUG == LL_DEBUG,
+	       "residency's report levels are the daemon's log levels");
+
 /* Reports of session/residency.c go to the log. */
 static void report(void *ctx, int level, const char *msg)
 {

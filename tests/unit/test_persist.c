@@ -331,8 +331,7 @@ static uint64_t save_send(struct cli *c, const char *name, int all)
 {
 	Llamad__Save s = LLAMAD__SAVE__INIT;
 	s.session = (char *)name;
-	s.has_all = all != 0;
-	s.all = all != 0;
+	PB_SET(&s, all, all != 0);
 	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_SAVE);
 	q.save = &s;
 	return cli_send(c, &q);
