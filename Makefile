@@ -132,13 +132,18 @@ $(BUILD)/%.o: %.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(PKG_CFLAGS) $(CFLAGS) -c $< -o $@
 
+# The hot loops of kernels/ start on 64-byte boundaries, so their speed does
+# not depend on where the linker happens to place them: on the AMD EPYC
+# machine kind, the f32 matmul ran ~20 % slower when unrelated daemon code
+# moved it by 16 bytes (docs/PERF.md, 2026-12-01).
+KERNEL_ALIGN ?= -falign-functions=64 -falign-loops=64
 # kernels/ may be built by another compiler (the fuzz build compiles them
 # with gcc, uninstrumented: clang 14 lacks __builtin_cpu_supports("f16c")).
 KERNEL_CC     ?= $(CC)
 KERNEL_CFLAGS ?= $(CFLAGS)
 $(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
-	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) -c $< -o $@
+	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) $(KERNEL_ALIGN) -c $< -o $@
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/cuda.cuh kernels/cuda/kq.h kernels/backend.h
 	@mkdir -p $(dir $@)
