@@ -109,7 +109,6 @@ void reply_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s,
 /* ---- preconditions ------------------------------------------------------------ */
 
 struct count_ctx {
-	uid_t uid;
 	int n, active, in_ram, on_disk;
 };
 
@@ -127,7 +126,7 @@ static int check_quota(struct engine *e, struct req *rq)
 {
 	if (e->cfg.max_sessions_per_uid <= 0)
 		return 0;
-	struct count_ctx c = { rq->uid, 0, 0, 0, 0 };
+	struct count_ctx c = { 0 };
 	sess_foreach(&e->st, rq->uid, count_one, &c);
 	if (c.n < e->cfg.max_sessions_per_uid)
 		return 0;
@@ -495,7 +494,7 @@ static int on_status(struct engine *e, struct req *rq)
 		PB_SET(&st, threads, (uint32_t)e->be->n_threads);
 	PB_SET(&st, uptime_s, engine_now() - e->t_start);
 	/* a non-root client sees only the count of its own sessions */
-	struct count_ctx k = { rq->uid, 0, 0, 0, 0 };
+	struct count_ctx k = { 0 };
 	sess_foreach(&e->st, rq->uid, count_one, &k);
 	PB_SET(&st, sessions, (uint32_t)k.n);
 	PB_SET(&st, sessions_in_ram, (uint32_t)k.in_ram);

@@ -221,12 +221,13 @@ int res_save(struct residency *r, struct session *s, char **cause)
 	return 0;
 }
 
-/* Report that `what` failed for s's state file because of why. */
+/* Report "WHAT SESSION-ID[AFTER]: state file PATH: WHY" (why NULL:
+ * strerror(-rc)). */
 static void say_file(struct residency *r, int level, const char *what, const struct session *s,
-		     const char *why, int rc)
+		     const char *after, const char *why, int rc)
 {
 	char *path = store_path(r->dir, s->uid, s->id);
-	say(r, level, "%s %s: state file %s: %s", what, s->id, path ? path : "?",
+	say(r, level, "%s %s%s: state file %s: %s", what, s->id, after, path ? path : "?",
 	    why ? why : strerror(-rc));
 	free(path);
 }
@@ -240,7 +241,7 @@ void res_save_into(struct residency *r, struct session *s, int count_saved, stru
 		out->bytes += s->file_bytes;
 	} else if (rc < 0) {
 		out->errors++;
-		say_file(r, RES_ERROR, "cannot save session", s, cause, rc);
+		say_file(r, RES_ERROR, "cannot save session", s, "", cause, rc);
 		if (!out->first_error)
 			set_cause(&out->first_error, "session '%s': %s", s->id,
 				  cause ? cause : strerror(-rc));
@@ -278,9 +279,10 @@ static void save_if_idle(struct session *s, void *ctx)
 	if (!s->dirty || s->busy || s->ephemeral || s->loc != SESS_POOL || s->last_use_ms > c->before)
 		return;
 	char *cause = NULL;
-	if (res_save(c->r, s, &cause) < 0) {
+	int rc = res_save(c->r, s, &cause);
+	if (rc < 0) {
 		if (!s->save_failed)  /* once until it works again */
-			say_file(c->r, RES_ERROR, "cannot save session", s, cause, -EIO);
+			say_file(c->r, RES_ERROR, "cannot save session", s, "", cause, rc);
 		s->save_failed = 1;
 		s->last_use_ms = unix_ms();  /* retry after another delay */
 	}
@@ -303,7 +305,7 @@ static void save_history(struct session *s, void *ctx)
 	char *cause = NULL;
 	int rc = store_save_history(r->dir, s, r->pool, r->fingerprint, &cause);
 	if (rc)
-		say_file(r, RES_ERROR, "cannot save session", s, cause, rc);
+		say_file(r, RES_ERROR, "cannot save session", s, "", cause, rc);
 	free(cause);
 }
 
@@ -381,13 +383,11 @@ int res_evict_one(struct residency *r, const struct session *keep)
 		v->evict_scan = r->scan;  /* try each candidate once */
 		if (r->dir && (v->dirty || !v->file_bytes)) {
 			char *cause = NULL;
-			if (res_save(r, v, &cause) < 0) {
-				if (!v->save_failed) {
-					char *p = store_path(r->dir, v->uid, v->id);
-					say(r, RES_ERROR, "cannot save session %s to evict it: "
-					    "state file %s: %s", v->id, p ? p : "?", cause);
-					free(p);
-				}
+			int rc = res_save(r, v, &cause);
+			if (rc < 0) {
+				if (!v->save_failed)
+					say_file(r, RES_ERROR, "cannot save session", v, " to evict it",
+						 cause, rc);
 				v->save_failed = 1;
 				free(cause);
 				continue;  /* keep it in the pool; try another */
@@ -462,7 +462,7 @@ static int from_disk(struct residency *r, struct session *s, char **cause)
 	}
 	free(path);
 	if (rc) {
-		say_file(r, RES_WARN, "cannot restore session", s, why, rc);
+		say_file(r, RES_WARN, "cannot restore session", s, "", why, rc);
 		if (rc == -ESTALE)
 			set_cause(cause, "session '%s' was saved under a different model "
 				  "(foreign_cache = refuse)", s->id);
