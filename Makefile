@@ -31,7 +31,7 @@ MODELS  ?= $(SHARED)/models
 
 # Debian packages needed to build and test (checked by `make deps`).
 DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
-            libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev \
+            libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
             libedit-dev libxxhash-dev mandoc python3 systemd util-linux \
             clang libclang-rt-14-dev
 
@@ -56,9 +56,9 @@ NVCCFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Werror all-warnings \
                -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 
 # pkg-config is evaluated lazily: `make deps` may be what installs it.
-PKG_LIBS = jansson sentencepiece libxxhash libprotobuf-c libevent libsystemd libedit
+PKG_LIBS = jansson libpcre2-8 sentencepiece libxxhash libprotobuf-c libevent libsystemd libedit
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKG_LIBS) 2>/dev/null)
-CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson sentencepiece libxxhash libprotobuf-c 2>/dev/null)
+CORE_PKG_LDLIBS = $(shell pkg-config --libs jansson libpcre2-8 sentencepiece libxxhash libprotobuf-c 2>/dev/null)
 PROTO_LDLIBS = $(shell pkg-config --libs libprotobuf-c 2>/dev/null)
 DAEMON_LDLIBS = $(shell pkg-config --libs libevent libsystemd 2>/dev/null)
 CLIENT_LDLIBS = $(shell pkg-config --libs libedit 2>/dev/null)

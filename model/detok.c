@@ -16,6 +16,10 @@
  *     U+FFFD;
  *   - control and unknown ids produce no text; BOS starts a new text.
  *
+ * Byte-level BPE ids stand for bytes (tok_bytes), fed through the same
+ * UTF-8 assembly: a character split across tokens is held back until it is
+ * complete, whatever tokens carry its bytes; a control id cuts it short.
+ *
  * Deliberate differences from tok_decode(): an unknown id decodes there to
  * " \u2047 " and here to nothing; a BOS in the middle of a sequence makes the
  * next piece drop its leading space here, not there.
@@ -176,7 +180,18 @@ int detok_feed(struct detok *d, int id, char *out, size_t cap)
 	piece = tok_piece(d->tok, id);
 	if (!piece)
 		return -EINVAL;
-	if (tok_is_byte(d->tok, id, &byte)) {
+	const uint8_t *bytes;
+	size_t nb;
+	if (tok_kind(d->tok) == TOK_BPE) {
+		/* byte-level: a character may be split across tokens; only a
+		 * control token cuts a held-back sequence short */
+		tok_bytes(d->tok, id, &bytes, &nb);
+		if (tok_is_control(d->tok, id))
+			pend_break(&s, &w);
+		for (size_t i = 0; i < nb; i++)
+			feed_byte(&s, &w, bytes[i]);
+		s.at_start = 0;
+	} else if (tok_is_byte(d->tok, id, &byte)) {
 		s.at_start = 0;
 		feed_byte(&s, &w, byte);
 	} else {

@@ -1,8 +1,17 @@
 /*
- * model/tokenizer.h — SentencePiece tokenizer (C interface over a C++ shim).
+ * model/tokenizer.h — the one tokenizer interface, over two kinds:
  *
- * The shim (tokenizer.cc) is the only C++ in the project and the only file
- * that includes sentencepiece headers. Everything here is thread-safe for
+ *  - SentencePiece (Llama 1/2): tokenizer.model, or a GGUF vocabulary with
+ *    tokenizer.ggml.model "llama"; model/tok_spm.cc, a C++ shim over
+ *    libsentencepiece (the only C++ in the project);
+ *  - byte-level BPE (Llama 3.x): a Hugging Face tokenizer.json, or a GGUF
+ *    vocabulary with tokenizer.ggml.model "gpt2"; model/tok_bpe.c, with the
+ *    pre-tokenizer regex run by PCRE2 (UTF + UCP, JIT where available).
+ *
+ * model/tokenizer.c holds struct tok and sends each call to its kind.
+ * Special tokens (control pieces: <s>, <|eot_id|>, ...) are never parsed out
+ * of text: tok_encode treats every byte as ordinary text, and templates put
+ * special ids in by id (tok_piece_to_id). Everything here is thread-safe for
  * concurrent readers once loaded.
  */
 #ifndef LLAMAD_MODEL_TOKENIZER_H
@@ -13,20 +22,71 @@
 
 struct tok;
 
-/* Load a SentencePiece model file (tokenizer.model). Returns NULL on error
- * and, if cause is not NULL, sets *cause to a malloc'd message naming the
- * file and the reason. */
+enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
+
+/* Load a tokenizer file: a SentencePiece model (tokenizer.model) or a
+ * Hugging Face tokenizer.json (a name ending in .json, or content starting
+ * with '{'); for tokenizer.json, tokenizer_config.json and
+ * generation_config.json beside it name BOS, EOS and the end-of-turn ids.
+ * Returns NULL on error and, if cause is not NULL, sets *cause to a malloc'd
+ * message naming the file and the reason. */
 struct tok *tok_load(const char *path, char **cause);
-/* Load from a serialized ModelProto held in memory (e.g. built from GGUF
- * metadata). Same error convention; `what` names the source in messages. */
+/* Load from a serialized SentencePiece ModelProto held in memory (e.g. built
+ * from GGUF metadata). Same error convention; `what` names the source in
+ * messages. */
 struct tok *tok_load_mem(const void *data, size_t len, const char *what,
+			 char **cause);
+
+/* A byte-level BPE vocabulary given as parts (a GGUF "gpt2" vocabulary).
+ * Strings are not NUL-terminated: (ptr, len) pairs; types may be NULL (all
+ * normal) and holds enum tok_type values. pre names the pre-tokenizer
+ * ("llama-bpe" for Llama 3, "gpt2"; NULL means "gpt2"). eot lists extra
+ * end-of-turn ids (may be NULL when n_eot is 0). Ids < 0 mean none. */
+struct tok_bpe_spec {
+	int n_vocab;
+	const char *const *tokens;
+	const size_t *token_len;
+	const int32_t *types;
+	int n_merges;
+	const char *const *merges;   /* "left right", one space between */
+	const size_t *merge_len;
+	const char *pre;
+	int bos, eos;
+	const int32_t *eot;
+	int n_eot;
+};
+/* Build a BPE tokenizer from parts (copied). Same error convention as
+ * tok_load; `what` names the source. */
+struct tok *tok_load_bpe(const struct tok_bpe_spec *spec, const char *what,
 			 char **cause);
 /* Free; accepts NULL. */
 void tok_free(struct tok *t);
 
+int tok_kind(const struct tok *t);  /* enum tok_kind */
 int tok_n_vocab(const struct tok *t);
 int tok_bos(const struct tok *t);   /* -1 if the model has none */
 int tok_eos(const struct tok *t);   /* -1 if the model has none */
+
+/* End-of-turn ids: generation stops on any of them. EOS, and for BPE
+ * vocabularies the control tokens <|eot_id|>, <|eom_id|>, <|end_of_text|>
+ * where present, the GGUF eot/eom ids and generation_config.json's
+ * eos_token_id list. */
+int tok_is_end(const struct tok *t, int id);
+int tok_n_end(const struct tok *t);
+int tok_end(const struct tok *t, int i);   /* i < tok_n_end; -1 otherwise */
+/* Add id (a control token in range) to the end-of-turn ids; 0, or -EINVAL. */
+int tok_add_end(struct tok *t, int id);
+
+/* BPE only (0 / NULL for SentencePiece): the merges in rank order as
+ * "left right" strings (what GGUF's tokenizer.ggml.merges holds), and the
+ * pre-tokenizer's GGUF name ("llama-bpe", "gpt2"). */
+int tok_n_merges(const struct tok *t);
+const char *tok_merge(const struct tok *t, int i);
+const char *tok_pre(const struct tok *t);
+/* The bytes id stands for (BPE: its byte-level string decoded; control
+ * tokens: none, *n = 0). Returns 1 with *p and *n set, 0 if out of range or the
+ * tokenizer is SentencePiece (whose pieces are text with U+2581). */
+int tok_bytes(const struct tok *t, int id, const uint8_t **p, size_t *n);
 
 /* Encode len bytes of UTF-8 text. If add_bos, the BOS id is prepended.
  * On success returns the number of ids and sets *ids to a malloc'd array the
@@ -36,11 +96,14 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int add_bos,
 	       int32_t **ids);
 
 /* Decode ids into text the way SentencePiece does for a whole sequence
- * (leading dummy-prefix space removed, byte pieces merged). Returns the
+ * (leading dummy-prefix space removed, byte pieces merged); BPE: the bytes
+ * of the ids, control tokens giving none, each invalid UTF-8 byte U+FFFD
+ * (what the streaming detokenizer gives). Returns the
  * length and sets *text (malloc'd, NUL-terminated) or a negative errno. */
 int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text);
 
-/* The piece string of id ("▁the", "<0x0A>", "<s>"), or NULL if out of range.
+/* The piece string of id ("▁the", "<0x0A>", "<s>"; BPE: "Ġthe", the
+ * vocabulary's byte-level string, "<|eot_id|>"), or NULL if out of range.
  * The pointer stays valid for the tokenizer's lifetime. */
 const char *tok_piece(const struct tok *t, int id);
 /* Id of a piece string, or -1 if absent. */

@@ -1,5 +1,6 @@
 /*
- * model/tokenizer.cc — the C interface of tokenizer.h over libsentencepiece.
+ * model/tok_spm.cc — the SentencePiece kind of tokenizer.h over
+ * libsentencepiece (entry points in tok_int.h; tokenizer.c dispatches).
  *
  * The only C++ in llamad and the only file that includes sentencepiece
  * headers. Every extern "C" entry point catches all exceptions: nothing
@@ -8,7 +9,7 @@
  * At load we precompute, per id, the piece string, whether the piece is
  * control/unknown, and the byte of a byte-fallback piece, so the lookups the
  * sampler and the streaming detokenizer do per token are plain array reads
- * and tok_piece() pointers stay valid for the tokenizer's lifetime.
+ * and spm_piece() pointers stay valid for the tokenizer's lifetime.
  */
 #include <sentencepiece_processor.h>
 
@@ -21,15 +22,13 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 extern "C" {
 #include "model/tokenizer.h"
+#include "model/tok_int.h"
 }
 
-struct tok {
+struct spm {
 	sentencepiece::SentencePieceProcessor sp;
 	std::vector<std::string> pieces;   /* (n_vocab) piece text */
 	std::vector<int16_t> byte_of;      /* (n_vocab) byte value, or -1 */
@@ -83,7 +82,7 @@ static int parse_byte_piece(const std::string &p)
 
 /* A valid id for a special token, or -1 (sentencepiece may report the unk
  * id, or an id out of range, for a piece the model lacks). */
-static int special_id(const tok *t, int id)
+static int special_id(const spm *t, int id)
 {
 	if (id < 0 || id >= t->n_vocab || !t->sp.IsControl(id))
 		return -1;
@@ -96,7 +95,7 @@ static int special_id(const tok *t, int id)
  * The normalizer spec is not reachable through the installed headers, so ask
  * the library: decode one ordinary piece that starts with U+2581.
  */
-static int probe_drops_space(const tok *t)
+static int probe_drops_space(const spm *t)
 {
 	for (int id = 0; id < t->n_vocab; id++) {
 		const std::string &p = t->pieces[id];
@@ -116,10 +115,10 @@ static int probe_drops_space(const tok *t)
 }
 
 /* Build a tok from a serialized ModelProto. NULL with *cause on error. */
-static tok *load_serialized(const char *data, size_t len, const char *what,
+static spm *load_serialized(const char *data, size_t len, const char *what,
 			    char **cause)
 {
-	tok *t = new (std::nothrow) tok;
+	spm *t = new (std::nothrow) spm;
 	if (!t) {
 		set_cause(cause, what, "out of memory");
 		return NULL;
@@ -170,63 +169,11 @@ static tok *load_serialized(const char *data, size_t len, const char *what,
 	return NULL;
 }
 
-/* Read a whole file into buf. 0, or a negative errno. */
-static int read_file(const char *path, std::string &buf)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0)
-		buf.reserve((size_t)st.st_size);
-	char chunk[65536];
-	for (;;) {
-		ssize_t r = read(fd, chunk, sizeof chunk);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			int e = errno;
-			close(fd);
-			return -e;
-		}
-		if (r == 0)
-			break;
-		buf.append(chunk, (size_t)r);
-	}
-	close(fd);
-	return 0;
-}
-
 extern "C" {
 
-/* tok_load — read and parse path. NULL with a malloc'd *cause ("tokenizer
- * <path>: cannot open: ..." or "...: not a SentencePiece model (...)"). */
-struct tok *tok_load(const char *path, char **cause)
-{
-	if (!path) {
-		set_cause(cause, "(null)", "no path given");
-		return NULL;
-	}
-	try {
-		std::string buf;
-		int rc = read_file(path, buf);
-		if (rc < 0) {
-			set_cause(cause, path,
-				  std::string(rc == -EISDIR ? "cannot read: "
-							    : "cannot open: ") +
-					  strerror(-rc));
-			return NULL;
-		}
-		return load_serialized(buf.data(), buf.size(), path, cause);
-	} catch (...) {
-		set_cause(cause, path, "out of memory");
-		return NULL;
-	}
-}
-
-/* tok_load_mem — parse a serialized ModelProto (copied; data may be freed
+/* spm_load_mem — parse a serialized ModelProto (copied; data may be freed
  * after). Errors as tok_load, naming `what`. */
-struct tok *tok_load_mem(const void *data, size_t len, const char *what,
+struct spm *spm_load_mem(const void *data, size_t len, const char *what,
 			 char **cause)
 {
 	if (!data && len) {
@@ -237,34 +184,34 @@ struct tok *tok_load_mem(const void *data, size_t len, const char *what,
 			       cause);
 }
 
-/* tok_free — release t; accepts NULL. */
-void tok_free(struct tok *t)
+/* spm_free — release t; accepts NULL. */
+void spm_free(struct spm *t)
 {
 	delete t;
 }
 
-/* tok_n_vocab — number of pieces. */
-int tok_n_vocab(const struct tok *t)
+/* spm_n_vocab — number of pieces. */
+int spm_n_vocab(const struct spm *t)
 {
 	return t->n_vocab;
 }
 
-/* tok_bos — BOS id, or -1 if the model has no control piece for it. */
-int tok_bos(const struct tok *t)
+/* spm_bos — BOS id, or -1 if the model has no control piece for it. */
+int spm_bos(const struct spm *t)
 {
 	return t->bos;
 }
 
-/* tok_eos — EOS id, or -1 if the model has no control piece for it. */
-int tok_eos(const struct tok *t)
+/* spm_eos — EOS id, or -1 if the model has no control piece for it. */
+int spm_eos(const struct spm *t)
 {
 	return t->eos;
 }
 
-/* tok_encode — ids of text[0..len) into a malloc'd *ids (never NULL on
+/* spm_encode — ids of text[0..len) into a malloc'd *ids (never NULL on
  * success, even for 0 ids); BOS first if add_bos and the model has one.
  * Returns the count, -EINVAL, -ENOMEM or -EOVERFLOW. */
-int tok_encode(const struct tok *t, const char *text, size_t len, int add_bos,
+int spm_encode(const struct spm *t, const char *text, size_t len, int add_bos,
 	       int32_t **ids)
 {
 	if (!t || !ids || (!text && len))
@@ -295,10 +242,10 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int add_bos,
 	}
 }
 
-/* tok_decode — sentencepiece's whole-sequence decode into a malloc'd,
+/* spm_decode — sentencepiece's whole-sequence decode into a malloc'd,
  * NUL-terminated *text. Returns its length; -EINVAL for an id out of
  * range, -ENOMEM. */
-int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text)
+int spm_decode(const struct spm *t, const int32_t *ids, int n, char **text)
 {
 	if (!t || !text || n < 0 || (!ids && n))
 		return -EINVAL;
@@ -327,16 +274,16 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text)
 	}
 }
 
-/* tok_piece — piece string of id (owned by t), NULL if out of range. */
-const char *tok_piece(const struct tok *t, int id)
+/* spm_piece — piece string of id (owned by t), NULL if out of range. */
+const char *spm_piece(const struct spm *t, int id)
 {
 	if (id < 0 || id >= t->n_vocab)
 		return NULL;
 	return t->pieces[id].c_str();
 }
 
-/* tok_piece_to_id — id of an exact piece string, -1 if absent. */
-int tok_piece_to_id(const struct tok *t, const char *piece)
+/* spm_piece_to_id — id of an exact piece string, -1 if absent. */
+int spm_piece_to_id(const struct spm *t, const char *piece)
 {
 	if (!piece)
 		return -1;
@@ -351,8 +298,8 @@ int tok_piece_to_id(const struct tok *t, const char *piece)
 	}
 }
 
-/* tok_is_byte — 1 and *byte (if byte is not NULL) for <0xAB> pieces. */
-int tok_is_byte(const struct tok *t, int id, uint8_t *byte)
+/* spm_is_byte — 1 and *byte (if byte is not NULL) for <0xAB> pieces. */
+int spm_is_byte(const struct spm *t, int id, uint8_t *byte)
 {
 	if (id < 0 || id >= t->n_vocab || t->byte_of[id] < 0)
 		return 0;
@@ -361,17 +308,17 @@ int tok_is_byte(const struct tok *t, int id, uint8_t *byte)
 	return 1;
 }
 
-/* tok_is_control — 1 for control and unknown pieces, 0 otherwise (and for
+/* spm_is_control — 1 for control and unknown pieces, 0 otherwise (and for
  * ids out of range). */
-int tok_is_control(const struct tok *t, int id)
+int spm_is_control(const struct spm *t, int id)
 {
 	if (id < 0 || id >= t->n_vocab)
 		return 0;
 	return t->control[id];
 }
 
-/* tok_score — sentencepiece's GetScore(id); 0 out of range. */
-float tok_score(const struct tok *t, int id)
+/* spm_score — sentencepiece's GetScore(id); 0 out of range. */
+float spm_score(const struct spm *t, int id)
 {
 	if (id < 0 || id >= t->n_vocab)
 		return 0;
@@ -382,9 +329,9 @@ float tok_score(const struct tok *t, int id)
 	}
 }
 
-/* tok_type — the piece's type from sentencepiece's Is* predicates, in
+/* spm_type — the piece's type from sentencepiece's Is* predicates, in
  * GGUF's numbering; 0 out of range. */
-int tok_type(const struct tok *t, int id)
+int spm_type(const struct spm *t, int id)
 {
 	if (id < 0 || id >= t->n_vocab)
 		return 0;
@@ -403,8 +350,8 @@ int tok_type(const struct tok *t, int id)
 	}
 }
 
-/* tok_drops_leading_space — probed at load, see probe_drops_space(). */
-int tok_drops_leading_space(const struct tok *t)
+/* spm_drops_leading_space — probed at load, see probe_drops_space(). */
+int spm_drops_leading_space(const struct spm *t)
 {
 	return t->drops_space;
 }

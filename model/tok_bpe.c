@@ -1,0 +1,1085 @@
+/*
+ * model/tok_bpe.c — byte-level BPE (GPT-2 style, as Llama 3 uses it).
+ *
+ * Encoding: the pre-tokenizer regex (PCRE2, UTF + UCP, JIT where the
+ * library has it) cuts the text into words, each match and each gap between
+ * matches one word; a word whose bytes are a vocabulary token is that token
+ * (tokenizer.json's ignore_merges, set for Llama 3), otherwise its bytes
+ * start as the 256 one-byte tokens and the adjacent pair of lowest merge rank
+ * is merged, leftmost first on a tie, until no pair has a merge (a heap of
+ * candidate pairs, so a long word costs n log n). Special tokens are never
+ * recognised in text.
+ *
+ * Tokens are kept as the vocabulary's strings (the ByteLevel alphabet: each
+ * byte is one code point, printable ASCII and Latin-1 as themselves, the
+ * other 68 bytes as U+0100..U+0143) and as the bytes they stand for, which
+ * is what encoding looks up and decoding emits. Control tokens stand for no
+ * bytes; user-defined added tokens for their text as written.
+ *
+ * Loading checks everything it relies on and refuses with the file and the
+ * reason: ids dense from 0 and each used once, every token a ByteLevel
+ * string, all 256 bytes present as tokens, merges naming known tokens whose
+ * concatenation is a token, a pre-tokenizer llamad knows.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <pcre2.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "model/tok_int.h"
+#include "model/tokenizer.h"
+
+#define BPE_MAX_VOCAB (1 << 22)
+#define BPE_MAX_MERGES (1 << 23)
+#define BPE_MAX_END 8
+
+/* The pre-tokenizers llamad knows, by their GGUF names (tokenizer.ggml.pre). */
+static const struct pre_kind {
+	const char *name;
+	const char *regex;
+	int ignore_merges;
+} k_pre[] = {
+	{ "llama-bpe",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+	  " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+	  1 },
+	{ "gpt2",
+	  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+	  0 },
+};
+
+/* A string in the arena: offset and length. */
+struct span {
+	uint32_t off, len;
+};
+
+/* Open-addressed table of ids, keyed by a span the caller resolves. */
+struct idtab {
+	int32_t *slot;   /* -1 empty */
+	uint32_t mask;
+};
+
+struct pair {
+	uint64_t key;    /* left << 32 | right; UINT64_MAX empty */
+	int32_t rank, id;
+};
+
+struct bpe {
+	int n_vocab;
+	char *arena;
+	size_t arena_len, arena_cap;
+	struct span *piece;     /* (n_vocab) vocabulary string, NUL-terminated in the arena */
+	struct span *bytes;     /* (n_vocab) bytes it stands for */
+	uint8_t *type;          /* (n_vocab) enum tok_type */
+	struct idtab by_piece, by_bytes;
+	struct pair *pairs;
+	uint32_t pair_mask;
+	int n_merges;
+	struct span *merge;     /* (n_merges) "left right" */
+	int32_t byte_id[256];
+	const struct pre_kind *pre;
+	int ignore_merges;
+	pcre2_code *re;
+	int bos, eos;
+	int32_t end[BPE_MAX_END];
+	int n_end;
+	/* load-time only */
+	const char *what;
+	char **cause;
+};
+
+static void fail(struct bpe *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(struct bpe *b, const char *fmt, ...)
+{
+	if (!b->cause || *b->cause)
+		return;
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (asprintf(b->cause, "tokenizer %s: %s", b->what, msg) < 0)
+		*b->cause = NULL;
+}
+
+/* Quote s[0..n) for a message: printable ASCII kept, the rest as \xNN,
+ * at most ~40 bytes. */
+static const char *shown(const char *s, size_t n, char out[200])
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n && o < 180; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
+			out[o++] = (char)c;
+		else
+			o += (size_t)snprintf(out + o, 200 - o, "\\x%02x", c);
+	}
+	if (o >= 180)
+		o += (size_t)snprintf(out + o, 200 - o, "...");
+	out[o] = 0;
+	return out;
+}
+
+/* ---- arena and tables ------------------------------------------------------ */
+
+static int arena_add(struct bpe *b, const void *p, size_t n, struct span *sp)
+{
+	if (n > UINT32_MAX / 2 || b->arena_len + n + 1 > UINT32_MAX)
+		return -E2BIG;
+	if (b->arena_len + n + 1 > b->arena_cap) {
+		size_t c = b->arena_cap ? b->arena_cap : 1 << 16;
+		while (c < b->arena_len + n + 1)
+			c *= 2;
+		char *a = realloc(b->arena, c);
+		if (!a)
+			return -ENOMEM;
+		b->arena = a;
+		b->arena_cap = c;
+	}
+	memcpy(b->arena + b->arena_len, p, n);
+	b->arena[b->arena_len + n] = 0;
+	sp->off = (uint32_t)b->arena_len;
+	sp->len = (uint32_t)n;
+	b->arena_len += n + 1;
+	return 0;
+}
+
+static const char *at(const struct bpe *b, struct span s)
+{
+	return b->arena + s.off;
+}
+
+static int tab_init(struct idtab *t, size_t n)
+{
+	size_t sz = 16;
+	while (sz < 2 * n)
+		sz *= 2;
+	t->slot = malloc(sz * sizeof(*t->slot));
+	if (!t->slot)
+		return -ENOMEM;
+	memset(t->slot, 0xff, sz * sizeof(*t->slot));
+	t->mask = (uint32_t)(sz - 1);
+	return 0;
+}
+
+/* Id whose span (in spans) equals s[0..n), or -1. */
+static int tab_find(const struct bpe *b, const struct idtab *t, const struct span *spans,
+		    const void *s, size_t n)
+{
+	uint32_t h = (uint32_t)XXH3_64bits(s, n) & t->mask;
+	for (;;) {
+		int32_t id = t->slot[h];
+		if (id < 0)
+			return -1;
+		if (spans[id].len == n && memcmp(at(b, spans[id]), s, n) == 0)
+			return id;
+		h = (h + 1) & t->mask;
+	}
+}
+
+/* Insert id under its span unless an equal key is there; returns the id
+ * already holding the key, or -1 if id was inserted. */
+static int tab_put(const struct bpe *b, struct idtab *t, const struct span *spans, int id)
+{
+	const char *s = at(b, spans[id]);
+	size_t n = spans[id].len;
+	uint32_t h = (uint32_t)XXH3_64bits(s, n) & t->mask;
+	for (;;) {
+		int32_t o = t->slot[h];
+		if (o < 0) {
+			t->slot[h] = id;
+			return -1;
+		}
+		if (spans[o].len == n && memcmp(at(b, spans[o]), s, n) == 0)
+			return o;
+		h = (h + 1) & t->mask;
+	}
+}
+
+static uint32_t pair_hash(uint64_t k)
+{
+	k ^= k >> 29;
+	k *= 0xbf58476d1ce4e5b9ull;
+	k ^= k >> 32;
+	return (uint32_t)k;
+}
+
+static const struct pair *pair_find(const struct bpe *b, int32_t l, int32_t r)
+{
+	uint64_t k = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+	uint32_t h = pair_hash(k) & b->pair_mask;
+	for (;;) {
+		const struct pair *p = &b->pairs[h];
+		if (p->key == k)
+			return p;
+		if (p->key == UINT64_MAX)
+			return NULL;
+		h = (h + 1) & b->pair_mask;
+	}
+}
+
+/* ---- ByteLevel alphabet ------------------------------------------------------ */
+
+/* Code point that stands for byte v (GPT-2's bytes_to_unicode). */
+static unsigned byte_cp(unsigned v)
+{
+	if ((v >= 0x21 && v <= 0x7e) || (v >= 0xa1 && v <= 0xac) || (v >= 0xae && v <= 0xff))
+		return v;
+	unsigned k = 0;
+	for (unsigned u = 0; u < v; u++)
+		if (!((u >= 0x21 && u <= 0x7e) || (u >= 0xa1 && u <= 0xac) || (u >= 0xae && u <= 0xff)))
+			k++;
+	return 0x100 + k;
+}
+
+/* Decode a ByteLevel string into out (at most n bytes: each code point is
+ * one byte). Returns the byte count, or -1 if s is not such a string. */
+static int unbyte(const int16_t *cp_byte, const char *s, size_t n, uint8_t *out)
+{
+	size_t i = 0;
+	int o = 0;
+	while (i < n) {
+		unsigned c = (unsigned char)s[i], cp;
+		if (c < 0x80) {
+			cp = c;
+			i++;
+		} else if ((c & 0xe0) == 0xc0 && i + 1 < n && ((unsigned char)s[i + 1] & 0xc0) == 0x80) {
+			cp = (c & 0x1f) << 6 | ((unsigned char)s[i + 1] & 0x3f);
+			i += 2;
+		} else {
+			return -1;
+		}
+		if (cp >= 0x144 || cp_byte[cp] < 0)
+			return -1;
+		out[o++] = (uint8_t)cp_byte[cp];
+	}
+	return o;
+}
+
+/* ---- building ----------------------------------------------------------------- */
+
+/* One vocabulary entry as the loaders see it. */
+struct entry {
+	const char *s;
+	size_t n;
+	int type;
+};
+
+/* Fill pieces, bytes and the lookup tables from ents[0..n). */
+static int build_vocab(struct bpe *b, const struct entry *ents, int n)
+{
+	char sb[200];
+	int16_t cp_byte[0x144];
+	memset(cp_byte, 0xff, sizeof cp_byte);
+	for (unsigned v = 0; v < 256; v++)
+		cp_byte[byte_cp(v)] = (int16_t)v;
+
+	b->n_vocab = n;
+	b->piece = calloc((size_t)n, sizeof(*b->piece));
+	b->bytes = calloc((size_t)n, sizeof(*b->bytes));
+	b->type = calloc((size_t)n, 1);
+	uint8_t *tmp = NULL;
+	size_t tmp_cap = 0;
+	if (!b->piece || !b->bytes || !b->type || tab_init(&b->by_piece, (size_t)n) ||
+	    tab_init(&b->by_bytes, (size_t)n))
+		goto oom;
+	for (int i = 0; i < 256; i++)
+		b->byte_id[i] = -1;
+	for (int id = 0; id < n; id++) {
+		const struct entry *e = &ents[id];
+		if (!e->s) {
+			fail(b, "id %d has no token (ids must run from 0 to %d)", id, n - 1);
+			goto bad;
+		}
+		if (memchr(e->s, 0, e->n) || e->n == 0) {
+			fail(b, "token %d is %s", id, e->n ? "a string with a NUL byte" : "empty");
+			goto bad;
+		}
+		if (arena_add(b, e->s, e->n, &b->piece[id]))
+			goto oom;
+		b->type[id] = (uint8_t)e->type;
+	}
+	for (int id = 0; id < n; id++) {
+		int o = tab_put(b, &b->by_piece, b->piece, id);
+		if (o >= 0) {
+			fail(b, "token \"%s\" appears twice (ids %d and %d)",
+			     shown(at(b, b->piece[id]), b->piece[id].len, sb), o, id);
+			goto bad;
+		}
+		size_t len = b->piece[id].len;
+		if (len > tmp_cap) {
+			free(tmp);
+			tmp_cap = len * 2;
+			if (!(tmp = malloc(tmp_cap)))
+				goto oom;
+		}
+		int k = 0;
+		int ty = b->type[id];
+		if (ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN || ty == TOK_TYPE_UNUSED) {
+			k = 0;
+		} else if (ty == TOK_TYPE_USER_DEFINED) {
+			memcpy(tmp, at(b, b->piece[id]), len);
+			k = (int)len;
+		} else {
+			k = unbyte(cp_byte, at(b, b->piece[id]), len, tmp);
+			if (k < 0) {
+				fail(b, "token %d \"%s\" is not a byte-level BPE string", id,
+				     shown(at(b, b->piece[id]), len, sb));
+				goto bad;
+			}
+		}
+		if (arena_add(b, tmp, (size_t)k, &b->bytes[id]))
+			goto oom;
+	}
+	/* by_bytes: encodable tokens only; the first of equal byte strings wins */
+	for (int id = 0; id < n; id++) {
+		if (b->bytes[id].len == 0 || b->type[id] != TOK_TYPE_NORMAL)
+			continue;
+		tab_put(b, &b->by_bytes, b->bytes, id);
+		if (b->bytes[id].len == 1 && b->byte_id[(uint8_t)at(b, b->bytes[id])[0]] < 0)
+			b->byte_id[(uint8_t)at(b, b->bytes[id])[0]] = id;
+	}
+	for (int v = 0; v < 256; v++) {
+		if (b->byte_id[v] < 0) {
+			fail(b, "byte 0x%02x has no token (a byte-level BPE vocabulary has all 256)",
+			     v);
+			goto bad;
+		}
+	}
+	free(tmp);
+	return 0;
+oom:
+	free(tmp);
+	fail(b, "out of memory");
+	return -ENOMEM;
+bad:
+	free(tmp);
+	return -EINVAL;
+}
+
+/* Add merge number rank, "left right" given as its two halves. */
+static int add_merge(struct bpe *b, int rank, const char *l, size_t ln, const char *r, size_t rn)
+{
+	char s1[200], s2[200];
+	int li = tab_find(b, &b->by_piece, b->piece, l, ln);
+	int ri = tab_find(b, &b->by_piece, b->piece, r, rn);
+	if (li < 0 || ri < 0) {
+		fail(b, "merge %d \"%s %s\" names an unknown token \"%s\"", rank, shown(l, ln, s1),
+		     shown(r, rn, s2), li < 0 ? s1 : s2);
+		return -EINVAL;
+	}
+	char stack[256];
+	char *cat = ln + rn + 1 <= sizeof stack ? stack : malloc(ln + rn + 1);
+	if (!cat) {
+		fail(b, "out of memory");
+		return -ENOMEM;
+	}
+	memcpy(cat, l, ln);
+	memcpy(cat + ln, r, rn);
+	int mi = tab_find(b, &b->by_piece, b->piece, cat, ln + rn);
+	cat[ln] = ' ';
+	memcpy(cat + ln + 1, r, rn);
+	int rc = arena_add(b, cat, ln + rn + 1, &b->merge[rank]);
+	if (cat != stack)
+		free(cat);
+	if (rc) {
+		fail(b, "out of memory");
+		return -ENOMEM;
+	}
+	if (mi < 0) {
+		fail(b, "merge %d \"%s %s\" makes a token the vocabulary lacks", rank,
+		     shown(l, ln, s1), shown(r, rn, s2));
+		return -EINVAL;
+	}
+	uint64_t k = (uint64_t)(uint32_t)li << 32 | (uint32_t)ri;
+	uint32_t h = pair_hash(k) & b->pair_mask;
+	while (b->pairs[h].key != UINT64_MAX && b->pairs[h].key != k)
+		h = (h + 1) & b->pair_mask;
+	if (b->pairs[h].key == UINT64_MAX) {  /* a repeated merge keeps its first rank */
+		b->pairs[h].key = k;
+		b->pairs[h].rank = rank;
+		b->pairs[h].id = mi;
+	}
+	return 0;
+}
+
+static int merges_init(struct bpe *b, size_t n)
+{
+	if (n > BPE_MAX_MERGES) {
+		fail(b, "%zu merges is more than llamad accepts (%d)", n, BPE_MAX_MERGES);
+		return -EINVAL;
+	}
+	size_t sz = 16;
+	while (sz < 2 * n)
+		sz *= 2;
+	b->pairs = malloc(sz * sizeof(*b->pairs));
+	b->merge = calloc(n ? n : 1, sizeof(*b->merge));
+	if (!b->pairs || !b->merge) {
+		fail(b, "out of memory");
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < sz; i++)
+		b->pairs[i].key = UINT64_MAX;
+	b->pair_mask = (uint32_t)(sz - 1);
+	b->n_merges = (int)n;
+	return 0;
+}
+
+/* Split a GGUF-style "left right" merge at its first space after byte 0. */
+static int add_merge_str(struct bpe *b, int rank, const char *s, size_t n)
+{
+	const char *sp = n > 1 ? memchr(s + 1, ' ', n - 1) : NULL;
+	if (!sp) {
+		char sb[200];
+		fail(b, "merge %d \"%s\" is not two tokens separated by a space", rank,
+		     shown(s, n, sb));
+		return -EINVAL;
+	}
+	return add_merge(b, rank, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp - s) - 1);
+}
+
+static int set_pre(struct bpe *b, const struct pre_kind *pk)
+{
+	int err;
+	PCRE2_SIZE off;
+	b->pre = pk;
+	b->ignore_merges = pk->ignore_merges;
+	b->re = pcre2_compile((PCRE2_SPTR)pk->regex, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+			      &err, &off, NULL);
+	if (!b->re) {
+		PCRE2_UCHAR msg[160];
+		pcre2_get_error_message(err, msg, sizeof msg);
+		fail(b, "pre-tokenizer regex does not compile: %s", (char *)msg);
+		return -EINVAL;
+	}
+	pcre2_jit_compile(b->re, PCRE2_JIT_COMPLETE);  /* the interpreter serves if JIT is absent */
+	return 0;
+}
+
+/* End-of-turn ids by name, and BOS/EOS by name when no file said. */
+static void add_end(struct bpe *b, int id)
+{
+	if (id < 0 || id >= b->n_vocab || b->type[id] != TOK_TYPE_CONTROL)
+		return;
+	for (int i = 0; i < b->n_end; i++)
+		if (b->end[i] == id)
+			return;
+	if (b->n_end < BPE_MAX_END)
+		b->end[b->n_end++] = id;
+}
+
+static int control_named(const struct bpe *b, const char *name)
+{
+	int id = tab_find(b, &b->by_piece, b->piece, name, strlen(name));
+	return id >= 0 && b->type[id] == TOK_TYPE_CONTROL ? id : -1;
+}
+
+static void finish_specials(struct bpe *b)
+{
+	if (b->bos < 0)
+		b->bos = control_named(b, "<|begin_of_text|>");
+	if (b->eos < 0)
+		b->eos = control_named(b, "<|end_of_text|>");
+	static const char *const ends[] = { "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>" };
+	for (size_t i = 0; i < sizeof ends / sizeof ends[0]; i++)
+		add_end(b, control_named(b, ends[i]));
+}
+
+void bpe_free(struct bpe *b)
+{
+	if (!b)
+		return;
+	free(b->arena);
+	free(b->piece);
+	free(b->bytes);
+	free(b->type);
+	free(b->by_piece.slot);
+	free(b->by_bytes.slot);
+	free(b->pairs);
+	free(b->merge);
+	pcre2_code_free(b->re);
+	free(b);
+}
+
+static struct bpe *bpe_new(const char *what, char **cause)
+{
+	struct bpe *b = calloc(1, sizeof(*b));
+	if (!b) {
+		if (cause && asprintf(cause, "tokenizer %s: out of memory", what) < 0)
+			*cause = NULL;
+		return NULL;
+	}
+	b->what = what;
+	b->cause = cause;
+	b->bos = b->eos = -1;
+	return b;
+}
+
+static struct bpe *done(struct bpe *b, int rc)
+{
+	if (rc) {
+		if (b->cause && !*b->cause)
+			fail(b, "cannot load (error %d)", rc);
+		bpe_free(b);
+		return NULL;
+	}
+	b->what = NULL;
+	b->cause = NULL;
+	return b;
+}
+
+struct bpe *bpe_load_spec(const struct tok_bpe_spec *s, const char *what, char **cause)
+{
+	struct bpe *b = bpe_new(what, cause);
+	if (!b)
+		return NULL;
+	int rc = -EINVAL;
+	struct entry *ents = NULL;
+	const struct pre_kind *pk = NULL;
+	const char *pre = s->pre ? s->pre : "gpt2";
+	for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
+		if (!strcmp(pre, k_pre[i].name))
+			pk = &k_pre[i];
+	if (!pk) {
+		char sb[200];
+		fail(b, "pre-tokenizer \"%s\" is not supported (llama-bpe and gpt2 are)",
+		     shown(pre, strlen(pre), sb));
+		goto out;
+	}
+	if (s->n_vocab < 256 || s->n_vocab > BPE_MAX_VOCAB) {
+		fail(b, "vocabulary of %d tokens is out of range (256..%d)", s->n_vocab,
+		     BPE_MAX_VOCAB);
+		goto out;
+	}
+	if (!(ents = calloc((size_t)s->n_vocab, sizeof(*ents)))) {
+		rc = -ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < s->n_vocab; i++) {
+		int ty = s->types ? s->types[i] : TOK_TYPE_NORMAL;
+		if (ty == 0)
+			ty = TOK_TYPE_NORMAL;
+		if (ty < TOK_TYPE_NORMAL || ty > TOK_TYPE_BYTE) {
+			fail(b, "token %d has unknown token type %d", i, ty);
+			goto out;
+		}
+		ents[i] = (struct entry){ s->tokens[i], s->token_len[i],
+					  ty == TOK_TYPE_BYTE ? TOK_TYPE_NORMAL : ty };
+	}
+	if ((rc = build_vocab(b, ents, s->n_vocab)) || (rc = merges_init(b, (size_t)s->n_merges)))
+		goto out;
+	for (int i = 0; i < s->n_merges; i++)
+		if ((rc = add_merge_str(b, i, s->merges[i], s->merge_len[i])))
+			goto out;
+	if ((rc = set_pre(b, pk)))
+		goto out;
+	b->bos = s->bos >= 0 && s->bos < s->n_vocab ? s->bos : -1;
+	b->eos = s->eos >= 0 && s->eos < s->n_vocab ? s->eos : -1;
+	for (int i = 0; i < s->n_eot; i++)
+		add_end(b, s->eot[i]);
+	finish_specials(b);
+out:
+	free(ents);
+	return done(b, rc);
+}
+
+/* ---- tokenizer.json ----------------------------------------------------------- */
+
+static const char *json_type_name(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	default: return "null";
+	}
+}
+
+/* The pre-tokenizer of tokenizer.json, matched against the known ones. */
+static const struct pre_kind *json_pre(struct bpe *b, json_t *root)
+{
+	json_t *pt = json_object_get(root, "pre_tokenizer");
+	const char *ty = json_string_value(json_object_get(pt, "type"));
+	json_t *norm = json_object_get(root, "normalizer");
+	if (norm && !json_is_null(norm)) {
+		fail(b, "normalizer \"%s\" is not supported (byte-level BPE has none)",
+		     json_string_value(json_object_get(norm, "type")) ?: "?");
+		return NULL;
+	}
+	if (ty && !strcmp(ty, "ByteLevel") && json_is_true(json_object_get(pt, "use_regex")))
+		return &k_pre[1];
+	if (ty && !strcmp(ty, "Sequence")) {
+		json_t *seq = json_object_get(pt, "pretokenizers");
+		json_t *sp = json_array_get(seq, 0), *bl = json_array_get(seq, 1);
+		const char *re = json_string_value(json_object_get(json_object_get(sp, "pattern"),
+								   "Regex"));
+		const char *beh = json_string_value(json_object_get(sp, "behavior"));
+		if (json_array_size(seq) == 2 && re && beh && !strcmp(beh, "Isolated") &&
+		    !json_is_true(json_object_get(sp, "invert")) &&
+		    !strcmp(json_string_value(json_object_get(bl, "type")) ?: "", "ByteLevel") &&
+		    !json_is_true(json_object_get(bl, "use_regex")) &&
+		    !json_is_true(json_object_get(bl, "add_prefix_space"))) {
+			for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
+				if (!strcmp(re, k_pre[i].regex))
+					return &k_pre[i];
+			fail(b, "pre-tokenizer split regex is not one llamad knows (Llama 3's)");
+			return NULL;
+		}
+	}
+	fail(b, "pre-tokenizer %s is not supported (ByteLevel, or Llama 3's Split + ByteLevel)",
+	     ty ? ty : "(none)");
+	return NULL;
+}
+
+/* A special-token setting of tokenizer_config.json: "<|x|>" or {content}. */
+static const char *config_token(json_t *cfg, const char *key)
+{
+	json_t *v = json_object_get(cfg, key);
+	if (json_is_object(v))
+		v = json_object_get(v, "content");
+	return json_string_value(v);
+}
+
+/* tokenizer_config.json and generation_config.json beside path. */
+static void json_side_files(struct bpe *b, const char *path)
+{
+	char *dup = strdup(path), *p = NULL;
+	if (!dup)
+		return;
+	const char *dir = dirname(dup);
+	if (asprintf(&p, "%s/tokenizer_config.json", dir) >= 0) {
+		json_t *cfg = json_load_file(p, 0, NULL);
+		const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
+		if (bos)
+			b->bos = tab_find(b, &b->by_piece, b->piece, bos, strlen(bos));
+		if (eos)
+			b->eos = tab_find(b, &b->by_piece, b->piece, eos, strlen(eos));
+		json_decref(cfg);
+		free(p);
+	}
+	if (asprintf(&p, "%s/generation_config.json", dir) >= 0) {
+		json_t *gc = json_load_file(p, 0, NULL);
+		json_t *e = json_object_get(gc, "eos_token_id");
+		if (json_is_integer(e))
+			add_end(b, (int)json_integer_value(e));
+		for (size_t i = 0; json_is_array(e) && i < json_array_size(e); i++)
+			if (json_is_integer(json_array_get(e, i)))
+				add_end(b, (int)json_integer_value(json_array_get(e, i)));
+		json_decref(gc);
+		free(p);
+	}
+	free(dup);
+}
+
+static int json_vocab(struct bpe *b, json_t *model, json_t *added, struct entry **out, int *n_out)
+{
+	json_t *vocab = json_object_get(model, "vocab");
+	if (!json_is_object(vocab)) {
+		fail(b, "model.vocab is %s, not an object", vocab ? json_type_name(vocab) : "missing");
+		return -EINVAL;
+	}
+	/* ids: the vocabulary's, then the added tokens' */
+	json_int_t max = -1;
+	const char *key;
+	json_t *v;
+	json_object_foreach(vocab, key, v) {
+		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+		    json_integer_value(v) >= BPE_MAX_VOCAB) {
+			char sb[200];
+			fail(b, "model.vocab token \"%s\" has id %s", shown(key, strlen(key), sb),
+			     json_is_integer(v) ? "out of range" : json_type_name(v));
+			return -EINVAL;
+		}
+		if (json_integer_value(v) > max)
+			max = json_integer_value(v);
+	}
+	size_t i;
+	json_array_foreach(added, i, v) {
+		json_t *id = json_object_get(v, "id");
+		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
+		    json_integer_value(id) >= BPE_MAX_VOCAB ||
+		    !json_is_string(json_object_get(v, "content"))) {
+			fail(b, "added_tokens[%zu] has no valid id and content", i);
+			return -EINVAL;
+		}
+		if (json_integer_value(id) > max)
+			max = json_integer_value(id);
+	}
+	int n = (int)max + 1;
+	if (n < 256) {
+		fail(b, "vocabulary of %d tokens is too small for byte-level BPE", n);
+		return -EINVAL;
+	}
+	struct entry *ents = calloc((size_t)n, sizeof(*ents));
+	if (!ents)
+		return -ENOMEM;
+	json_object_foreach(vocab, key, v) {
+		int id = (int)json_integer_value(v);
+		if (ents[id].s) {
+			char s1[200], s2[200];
+			fail(b, "id %d is used twice (\"%s\" and \"%s\")", id,
+			     shown(ents[id].s, ents[id].n, s1), shown(key, strlen(key), s2));
+			free(ents);
+			return -EINVAL;
+		}
+		ents[id] = (struct entry){ key, strlen(key), TOK_TYPE_NORMAL };
+	}
+	json_array_foreach(added, i, v) {
+		int id = (int)json_integer_value(json_object_get(v, "id"));
+		json_t *c = json_object_get(v, "content");
+		const char *s = json_string_value(c);
+		size_t sl = json_string_length(c);
+		int ty = json_is_true(json_object_get(v, "special")) ? TOK_TYPE_CONTROL
+								     : TOK_TYPE_USER_DEFINED;
+		if (ents[id].s && (ents[id].n != sl || memcmp(ents[id].s, s, sl))) {
+			char s1[200], s2[200];
+			fail(b, "id %d is used twice (\"%s\" and added token \"%s\")", id,
+			     shown(ents[id].s, ents[id].n, s1), shown(s, sl, s2));
+			free(ents);
+			return -EINVAL;
+		}
+		ents[id] = (struct entry){ s, sl, ty };
+	}
+	*out = ents;
+	*n_out = n;
+	return 0;
+}
+
+static int json_merges(struct bpe *b, json_t *model)
+{
+	json_t *merges = json_object_get(model, "merges");
+	if (!json_is_array(merges)) {
+		fail(b, "model.merges is %s, not an array", merges ? json_type_name(merges) : "missing");
+		return -EINVAL;
+	}
+	int rc = merges_init(b, json_array_size(merges));
+	size_t i;
+	json_t *m;
+	json_array_foreach(merges, i, m) {
+		if (rc)
+			return rc;
+		if (json_is_string(m)) {
+			rc = add_merge_str(b, (int)i, json_string_value(m), json_string_length(m));
+		} else if (json_is_array(m) && json_array_size(m) == 2 &&
+			   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
+			json_t *l = json_array_get(m, 0), *r = json_array_get(m, 1);
+			rc = add_merge(b, (int)i, json_string_value(l), json_string_length(l),
+				       json_string_value(r), json_string_length(r));
+		} else {
+			fail(b, "model.merges[%zu] is %s, not a merge", i, json_type_name(m));
+			rc = -EINVAL;
+		}
+	}
+	return rc;
+}
+
+struct bpe *bpe_load_json(const char *path, char **cause)
+{
+	struct bpe *b = bpe_new(path, cause);
+	if (!b)
+		return NULL;
+	json_error_t err;
+	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+	struct entry *ents = NULL;
+	int n = 0, rc = -EINVAL;
+	const struct pre_kind *pk;
+	if (!root) {
+		fail(b, "not valid JSON (line %d: %s)", err.line, err.text);
+		goto out;
+	}
+	json_t *model = json_object_get(root, "model");
+	const char *mt = json_string_value(json_object_get(model, "type"));
+	if (!json_is_object(model) || !mt || strcmp(mt, "BPE")) {
+		fail(b, "model type %s is not supported (BPE is)", mt ? mt : "(missing)");
+		goto out;
+	}
+	if (json_is_true(json_object_get(model, "byte_fallback"))) {
+		fail(b, "BPE with byte_fallback is not byte-level BPE (not supported)");
+		goto out;
+	}
+	if (!(pk = json_pre(b, root)))
+		goto out;
+	json_t *added = json_object_get(root, "added_tokens");
+	if (added && !json_is_array(added)) {
+		fail(b, "added_tokens is %s, not an array", json_type_name(added));
+		goto out;
+	}
+	if ((rc = json_vocab(b, model, added, &ents, &n)) || (rc = build_vocab(b, ents, n)) ||
+	    (rc = json_merges(b, model)) || (rc = set_pre(b, pk)))
+		goto out;
+	json_t *im = json_object_get(model, "ignore_merges");
+	if (im)
+		b->ignore_merges = json_is_true(im);
+	json_side_files(b, path);
+	finish_specials(b);
+out:
+	if (rc == -ENOMEM)
+		fail(b, "out of memory");
+	free(ents);
+	json_decref(root);
+	return done(b, rc);
+}
+
+/* ---- encoding ----------------------------------------------------------------- */
+
+struct sym {
+	int32_t id;
+	int32_t prev, next;
+};
+
+struct cand {
+	int32_t rank, left, right;
+	int32_t lid, rid, id;
+};
+
+static int cand_less(const struct cand *a, const struct cand *b)
+{
+	return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+struct work {
+	int32_t *out;
+	size_t n, cap;
+	struct sym *sym;
+	struct cand *heap;
+	size_t sym_cap, heap_cap, n_heap;
+};
+
+static int emit(struct work *w, int32_t id)
+{
+	if (w->n == w->cap) {
+		size_t c = w->cap ? w->cap * 2 : 256;
+		if (c > INT_MAX)
+			return -EOVERFLOW;
+		int32_t *o = realloc(w->out, c * sizeof(*o));
+		if (!o)
+			return -ENOMEM;
+		w->out = o;
+		w->cap = c;
+	}
+	w->out[w->n++] = id;
+	return 0;
+}
+
+static void heap_push(struct work *w, const struct cand *c)
+{
+	size_t i = w->n_heap++;
+	w->heap[i] = *c;
+	while (i > 0) {
+		size_t p = (i - 1) / 2;
+		if (!cand_less(&w->heap[i], &w->heap[p]))
+			break;
+		struct cand t = w->heap[i];
+		w->heap[i] = w->heap[p];
+		w->heap[p] = t;
+		i = p;
+	}
+}
+
+static struct cand heap_pop(struct work *w)
+{
+	struct cand top = w->heap[0];
+	w->heap[0] = w->heap[--w->n_heap];
+	size_t i = 0;
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < w->n_heap && cand_less(&w->heap[l], &w->heap[m]))
+			m = l;
+		if (r < w->n_heap && cand_less(&w->heap[r], &w->heap[m]))
+			m = r;
+		if (m == i)
+			break;
+		struct cand t = w->heap[i];
+		w->heap[i] = w->heap[m];
+		w->heap[m] = t;
+		i = m;
+	}
+	return top;
+}
+
+static void try_pair(const struct bpe *b, struct work *w, int32_t l)
+{
+	if (l < 0)
+		return;
+	int32_t r = w->sym[l].next;
+	if (r < 0)
+		return;
+	const struct pair *p = pair_find(b, w->sym[l].id, w->sym[r].id);
+	if (!p)
+		return;
+	struct cand c = { p->rank, l, r, w->sym[l].id, w->sym[r].id, p->id };
+	heap_push(w, &c);
+}
+
+/* Encode one pre-tokenized word s[0..n) (n > 0). */
+static int encode_word(const struct bpe *b, struct work *w, const uint8_t *s, size_t n)
+{
+	if (b->ignore_merges || n == 1) {
+		int id = n == 1 ? b->byte_id[s[0]] : tab_find(b, &b->by_bytes, b->bytes, s, n);
+		if (id >= 0)
+			return emit(w, id);
+	}
+	if (n > w->sym_cap) {
+		size_t c = n * 2;
+		struct sym *sy = realloc(w->sym, c * sizeof(*sy));
+		if (!sy)
+			return -ENOMEM;
+		w->sym = sy;
+		w->sym_cap = c;
+		struct cand *h = realloc(w->heap, 3 * c * sizeof(*h));
+		if (!h)
+			return -ENOMEM;
+		w->heap = h;
+		w->heap_cap = 3 * c;
+	}
+	for (size_t i = 0; i < n; i++)
+		w->sym[i] = (struct sym){ b->byte_id[s[i]], (int32_t)i - 1,
+					  i + 1 < n ? (int32_t)i + 1 : -1 };
+	w->n_heap = 0;
+	for (size_t i = 0; i + 1 < n; i++)
+		try_pair(b, w, (int32_t)i);
+	while (w->n_heap) {
+		struct cand c = heap_pop(w);
+		struct sym *L = &w->sym[c.left], *R = &w->sym[c.right];
+		if (L->id != c.lid || R->id != c.rid || L->next != c.right)
+			continue;  /* stale: one side was merged since */
+		L->id = c.id;
+		L->next = R->next;
+		if (R->next >= 0)
+			w->sym[R->next].prev = c.left;
+		R->id = -1;
+		try_pair(b, w, L->prev);
+		try_pair(b, w, c.left);
+	}
+	for (int32_t i = 0; i >= 0; i = w->sym[i].next) {
+		int rc = emit(w, w->sym[i].id);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int bpe_encode(const struct bpe *b, const char *text, size_t len, int add_bos, int32_t **ids)
+{
+	*ids = NULL;
+	if (!utf8_valid(text, len))
+		return -EINVAL;
+	struct work w = { 0 };
+	int rc = 0;
+	pcre2_match_data *md = pcre2_match_data_create_from_pattern(b->re, NULL);
+	if (!md)
+		return -ENOMEM;
+	if (add_bos && b->bos >= 0)
+		rc = emit(&w, b->bos);
+	const uint8_t *u = (const uint8_t *)text;
+	size_t pos = 0;
+	while (rc == 0 && pos < len) {
+		int m = pcre2_match(b->re, u, len, pos, PCRE2_NO_UTF_CHECK, md, NULL);
+		if (m == PCRE2_ERROR_NOMATCH) {
+			rc = encode_word(b, &w, u + pos, len - pos);
+			break;
+		}
+		if (m < 0) {
+			rc = m == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -EINVAL;
+			break;
+		}
+		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+		size_t s = ov[0], e = ov[1];
+		if (s > pos)
+			rc = encode_word(b, &w, u + pos, s - pos);
+		if (rc == 0 && e > s)
+			rc = encode_word(b, &w, u + s, e - s);
+		if (e == s) {  /* an empty match: step over one character */
+			e = s + 1;
+			while (e < len && (u[e] & 0xc0) == 0x80)
+				e++;
+			if (rc == 0)
+				rc = encode_word(b, &w, u + s, e - s);
+		}
+		pos = e;
+	}
+	pcre2_match_data_free(md);
+	free(w.sym);
+	free(w.heap);
+	if (rc == 0 && !w.out)
+		rc = (w.out = malloc(sizeof(int32_t))) ? 0 : -ENOMEM;
+	if (rc) {
+		free(w.out);
+		return rc;
+	}
+	*ids = w.out;
+	return (int)w.n;
+}
+
+/* ---- lookups ------------------------------------------------------------------- */
+
+int bpe_n_vocab(const struct bpe *b)
+{
+	return b->n_vocab;
+}
+
+int bpe_bos(const struct bpe *b)
+{
+	return b->bos;
+}
+
+int bpe_eos(const struct bpe *b)
+{
+	return b->eos;
+}
+
+const int32_t *bpe_end_ids(const struct bpe *b, int *n)
+{
+	*n = b->n_end;
+	return b->end;
+}
+
+const char *bpe_piece(const struct bpe *b, int id)
+{
+	return id >= 0 && id < b->n_vocab ? at(b, b->piece[id]) : NULL;
+}
+
+int bpe_piece_to_id(const struct bpe *b, const char *piece)
+{
+	return tab_find(b, &b->by_piece, b->piece, piece, strlen(piece));
+}
+
+int bpe_type(const struct bpe *b, int id)
+{
+	return id >= 0 && id < b->n_vocab ? b->type[id] : 0;
+}
+
+int bpe_bytes(const struct bpe *b, int id, const uint8_t **p, size_t *n)
+{
+	if (id < 0 || id >= b->n_vocab)
+		return 0;
+	*p = (const uint8_t *)at(b, b->bytes[id]);
+	*n = b->bytes[id].len;
+	return 1;
+}
+
+int bpe_n_merges(const struct bpe *b)
+{
+	return b->n_merges;
+}
+
+const char *bpe_merge(const struct bpe *b, int i)
+{
+	return i >= 0 && i < b->n_merges ? at(b, b->merge[i]) : NULL;
+}
+
+const char *bpe_pre(const struct bpe *b)
+{
+	return b->pre->name;
+}

@@ -1,0 +1,326 @@
+/*
+ * model/tokenizer.c — struct tok: one of the two kinds (tok_int.h), the
+ * end-of-turn ids, and the calls of tokenizer.h sent to the kind.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model/tok_int.h"
+#include "model/tokenizer.h"
+
+#define TOK_MAX_END 16
+
+struct tok {
+	enum tok_kind kind;
+	struct spm *spm;         /* TOK_SPM */
+	struct bpe *bpe;         /* TOK_BPE */
+	int32_t end[TOK_MAX_END];
+	int n_end;
+};
+
+static void set_cause(char **cause, const char *path, const char *why, int err)
+{
+	if (!cause)
+		return;
+	if (asprintf(cause, "tokenizer %s: %s%s%s", path, why, err ? ": " : "",
+		     err ? strerror(err) : "") < 0)
+		*cause = NULL;
+}
+
+static struct tok *wrap(struct spm *s, struct bpe *b, char **cause, const char *what)
+{
+	if (!s && !b)
+		return NULL;
+	struct tok *t = calloc(1, sizeof(*t));
+	if (!t) {
+		spm_free(s);
+		bpe_free(b);
+		set_cause(cause, what, "out of memory", 0);
+		return NULL;
+	}
+	t->kind = b ? TOK_BPE : TOK_SPM;
+	t->spm = s;
+	t->bpe = b;
+	int eos = tok_eos(t);
+	if (eos >= 0)
+		t->end[t->n_end++] = eos;
+	if (b) {
+		int n = 0;
+		const int32_t *e = bpe_end_ids(b, &n);
+		for (int i = 0; i < n; i++)
+			tok_add_end(t, e[i]);
+	}
+	return t;
+}
+
+/* Read a whole file (at most 1 GiB) into a malloc'd buffer. */
+static int read_file(const char *path, char **buf, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+		close(fd);
+		return -e;
+	}
+	if (st.st_size > (1 << 30)) {
+		close(fd);
+		return -EFBIG;
+	}
+	size_t n = (size_t)st.st_size, got = 0;
+	char *b = malloc(n + 1);
+	if (!b) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while (got < n) {
+		ssize_t r = read(fd, b + got, n - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			int e = r < 0 ? errno : EIO;
+			free(b);
+			close(fd);
+			return -e;
+		}
+		got += (size_t)r;
+	}
+	close(fd);
+	b[n] = 0;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+static int is_json(const char *path, const char *buf, size_t len)
+{
+	size_t n = strlen(path);
+	if (n >= 5 && strcmp(path + n - 5, ".json") == 0)
+		return 1;
+	size_t i = 0;
+	while (i < len && (buf[i] == ' ' || buf[i] == '\n' || buf[i] == '\t' || buf[i] == '\r'))
+		i++;
+	return i < len && buf[i] == '{';
+}
+
+struct tok *tok_load(const char *path, char **cause)
+{
+	if (cause)
+		*cause = NULL;
+	if (!path) {
+		set_cause(cause, "(null)", "no path given", 0);
+		return NULL;
+	}
+	char *buf = NULL;
+	size_t len = 0;
+	int rc = read_file(path, &buf, &len);
+	if (rc < 0) {
+		set_cause(cause, path, rc == -EISDIR || rc == -EINVAL ? "cannot read" : "cannot open",
+			  -rc);
+		return NULL;
+	}
+	struct tok *t;
+	if (is_json(path, buf, len)) {
+		free(buf);
+		t = wrap(NULL, bpe_load_json(path, cause), cause, path);
+	} else {
+		t = wrap(spm_load_mem(buf, len, path, cause), NULL, cause, path);
+		free(buf);
+	}
+	return t;
+}
+
+struct tok *tok_load_mem(const void *data, size_t len, const char *what, char **cause)
+{
+	if (cause)
+		*cause = NULL;
+	return wrap(spm_load_mem(data, len, what, cause), NULL, cause, what);
+}
+
+struct tok *tok_load_bpe(const struct tok_bpe_spec *spec, const char *what, char **cause)
+{
+	if (cause)
+		*cause = NULL;
+	return wrap(NULL, bpe_load_spec(spec, what, cause), cause, what);
+}
+
+void tok_free(struct tok *t)
+{
+	if (!t)
+		return;
+	spm_free(t->spm);
+	bpe_free(t->bpe);
+	free(t);
+}
+
+int tok_kind(const struct tok *t)
+{
+	return t->kind;
+}
+
+int tok_n_vocab(const struct tok *t)
+{
+	return t->bpe ? bpe_n_vocab(t->bpe) : spm_n_vocab(t->spm);
+}
+
+int tok_bos(const struct tok *t)
+{
+	return t->bpe ? bpe_bos(t->bpe) : spm_bos(t->spm);
+}
+
+int tok_eos(const struct tok *t)
+{
+	return t->bpe ? bpe_eos(t->bpe) : spm_eos(t->spm);
+}
+
+int tok_is_end(const struct tok *t, int id)
+{
+	for (int i = 0; i < t->n_end; i++)
+		if (t->end[i] == id)
+			return 1;
+	return 0;
+}
+
+int tok_n_end(const struct tok *t)
+{
+	return t->n_end;
+}
+
+int tok_end(const struct tok *t, int i)
+{
+	return i >= 0 && i < t->n_end ? t->end[i] : -1;
+}
+
+int tok_add_end(struct tok *t, int id)
+{
+	if (id < 0 || id >= tok_n_vocab(t) || !tok_is_control(t, id))
+		return -EINVAL;
+	if (tok_is_end(t, id))
+		return 0;
+	if (t->n_end == TOK_MAX_END)
+		return -EINVAL;
+	t->end[t->n_end++] = id;
+	return 0;
+}
+
+int tok_n_merges(const struct tok *t)
+{
+	return t->bpe ? bpe_n_merges(t->bpe) : 0;
+}
+
+const char *tok_merge(const struct tok *t, int i)
+{
+	return t->bpe ? bpe_merge(t->bpe, i) : NULL;
+}
+
+const char *tok_pre(const struct tok *t)
+{
+	return t->bpe ? bpe_pre(t->bpe) : NULL;
+}
+
+int tok_bytes(const struct tok *t, int id, const uint8_t **p, size_t *n)
+{
+	return t->bpe ? bpe_bytes(t->bpe, id, p, n) : 0;
+}
+
+int tok_encode(const struct tok *t, const char *text, size_t len, int add_bos, int32_t **ids)
+{
+	if (!t || !ids || (!text && len))
+		return -EINVAL;
+	return t->bpe ? bpe_encode(t->bpe, text ? text : "", len, add_bos, ids)
+		      : spm_encode(t->spm, text, len, add_bos, ids);
+}
+
+/* BPE decode is the streaming detokenizer run over the whole sequence. */
+static int bpe_decode_all(const struct tok *t, const int32_t *ids, int n, char **text)
+{
+	size_t cap = 256, len = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return -ENOMEM;
+	struct detok d;
+	detok_init(&d, t, 0);
+	for (int i = 0; i <= n; i++) {
+		for (;;) {
+			int k = i < n ? detok_feed(&d, ids[i], out + len, cap - len)
+				      : detok_flush(&d, out + len, cap - len);
+			if (k >= 0) {
+				len += (size_t)k;
+				break;
+			}
+			if (k != -ENOSPC || cap > (1u << 30)) {
+				free(out);
+				return k == -ENOSPC ? -EOVERFLOW : k;
+			}
+			char *o = realloc(out, cap * 2);
+			if (!o) {
+				free(out);
+				return -ENOMEM;
+			}
+			out = o;
+			cap *= 2;
+		}
+	}
+	out[len] = 0;
+	*text = out;
+	return (int)len;
+}
+
+int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text)
+{
+	if (!t || !text || n < 0 || (!ids && n))
+		return -EINVAL;
+	*text = NULL;
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= tok_n_vocab(t))
+			return -EINVAL;
+	return t->bpe ? bpe_decode_all(t, ids, n, text) : spm_decode(t->spm, ids, n, text);
+}
+
+const char *tok_piece(const struct tok *t, int id)
+{
+	return t->bpe ? bpe_piece(t->bpe, id) : spm_piece(t->spm, id);
+}
+
+int tok_piece_to_id(const struct tok *t, const char *piece)
+{
+	if (!piece)
+		return -1;
+	return t->bpe ? bpe_piece_to_id(t->bpe, piece) : spm_piece_to_id(t->spm, piece);
+}
+
+int tok_is_byte(const struct tok *t, int id, uint8_t *byte)
+{
+	return t->bpe ? 0 : spm_is_byte(t->spm, id, byte);
+}
+
+int tok_is_control(const struct tok *t, int id)
+{
+	if (t->bpe) {
+		int ty = bpe_type(t->bpe, id);
+		return ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN;
+	}
+	return spm_is_control(t->spm, id);
+}
+
+float tok_score(const struct tok *t, int id)
+{
+	return t->bpe ? 0.0f : spm_score(t->spm, id);
+}
+
+int tok_type(const struct tok *t, int id)
+{
+	return t->bpe ? bpe_type(t->bpe, id) : spm_type(t->spm, id);
+}
+
+int tok_drops_leading_space(const struct tok *t)
+{
+	return t->bpe ? 0 : spm_drops_leading_space(t->spm);
+}
