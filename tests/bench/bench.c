@@ -3,6 +3,11 @@
  *
  *   llamad-bench --model PATH [--tokenizer PATH] [--threads N]
  *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
+ *   llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]
+ *
+ * --tokenize: tokenizer speed alone, on one thread: the load time, then
+ * tok_encode of the whole file (no BOS) and tok_decode of its ids, best of
+ * --reps (MB/s of the file's bytes); checks the decode gives the file back.
  *
  * Measures, in one run: memory read bandwidth (all threads streaming a
  * 1 GiB buffer), prefill tok/s of an N-token prompt on an empty sequence,
@@ -177,11 +182,87 @@ static double model_params(const struct model *m)
 	return layer * c->n_layers + (double)c->vocab * c->dim;
 }
 
+static int read_text(const char *path, char **buf, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return -errno;
+	size_t cap = 1 << 20, n = 0;
+	char *b = malloc(cap);
+	while (b) {
+		size_t r = fread(b + n, 1, cap - n, f);
+		n += r;
+		if (n < cap)
+			break;
+		char *nb = realloc(b, cap * 2);
+		if (!nb) {
+			free(b);
+			b = NULL;
+			break;
+		}
+		b = nb;
+		cap *= 2;
+	}
+	fclose(f);
+	if (!b)
+		return -ENOMEM;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
+static int tokenize_bench(const char *tok_path, const char *text_path, int reps)
+{
+	char *text = NULL, *cause = NULL;
+	size_t len = 0;
+	int rc = read_text(text_path, &text, &len);
+	if (rc) {
+		fprintf(stderr, "llamad-bench: %s: %s\n", text_path, strerror(-rc));
+		return 1;
+	}
+	double t0 = now_s();
+	struct tok *t = tok_load(tok_path, &cause);
+	double load = now_s() - t0;
+	if (!t) {
+		fprintf(stderr, "llamad-bench: %s\n", cause);
+		return 1;
+	}
+	double best_enc = 1e30, best_dec = 1e30;
+	int n = 0, same = 0;
+	for (int r = 0; r < reps; r++) {
+		int32_t *ids = NULL;
+		char *back = NULL;
+		double a = now_s();
+		n = tok_encode(t, text, len, 0, &ids);
+		double b = now_s();
+		if (n < 0) {
+			fprintf(stderr, "llamad-bench: %s: encoding failed (%s)\n", text_path,
+				strerror(-n));
+			return 1;
+		}
+		int k = tok_decode(t, ids, n, &back);
+		double c = now_s();
+		same = k >= 0 && (size_t)k == len && memcmp(back, text, len) == 0;
+		best_enc = b - a < best_enc ? b - a : best_enc;
+		best_dec = c - b < best_dec ? c - b : best_dec;
+		free(ids);
+		free(back);
+	}
+	printf("tokenizer=%s kind=%s text=%s bytes=%zu tokens=%d bytes_per_token=%.2f load_s=%.3f "
+	       "encode_MB_s=%.2f decode_MB_s=%.2f round_trip=%s\n",
+	       tok_path, tok_kind(t) == TOK_BPE ? "bpe" : "spm", text_path, len, n,
+	       n ? (double)len / n : 0.0, load, len / best_enc / 1e6, len / best_dec / 1e6,
+	       same ? "exact" : "DIFFERS");
+	tok_free(t);
+	free(text);
+	return same ? 0 : 1;
+}
+
 int main(int argc, char **argv)
 {
 	const char *model_path = NULL, *tok_path = NULL;
 	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0;
-	const char *ppl_file = NULL;
+	const char *ppl_file = NULL, *tok_text = NULL;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "tokenizer", required_argument, NULL, 'k' },
@@ -191,6 +272,7 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "no-bandwidth", no_argument, NULL, 'B' },
 		{ "perplexity", required_argument, NULL, 'P' },
+		{ "tokenize", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -205,15 +287,19 @@ int main(int argc, char **argv)
 		case 'r': reps = atoi(optarg); break;
 		case 'B': skip_bw = 1; break;
 		case 'P': ppl_file = optarg; break;
+		case 'T': tok_text = optarg; break;
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
 			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
-			       "       llamad-bench --model PATH --perplexity TEXTFILE\n");
+			       "       llamad-bench --model PATH --perplexity TEXTFILE\n"
+			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n");
 			return 0;
 		default:
 			return 2;
 		}
 	}
+	if (tok_text && tok_path && reps >= 1)
+		return tokenize_bench(tok_path, tok_text, reps);
 	if (!model_path || n_prompt < 1 || n_decode < 1 || reps < 1) {
 		fprintf(stderr, "llamad-bench: --model is required; counts must be >= 1\n");
 		return 2;
