@@ -111,6 +111,39 @@ static int cmp_cand(const void *a, const void *b)
 	return x->id < y->id ? -1 : (x->id > y->id);
 }
 
+/* Heap of candidates ordered so that the root is the last in cmp_cand's
+ * order (the worst kept). */
+static void heap_up(struct sampler_cand *h, int i)
+{
+	while (i > 0) {
+		int p = (i - 1) / 2;
+		if (cmp_cand(&h[i], &h[p]) <= 0)
+			break;
+		struct sampler_cand t = h[i];
+		h[i] = h[p];
+		h[p] = t;
+		i = p;
+	}
+}
+
+static void heap_down(struct sampler_cand *h, int n)
+{
+	int i = 0;
+	for (;;) {
+		int l = 2 * i + 1, r = l + 1, m = i;
+		if (l < n && cmp_cand(&h[l], &h[m]) > 0)
+			m = l;
+		if (r < n && cmp_cand(&h[r], &h[m]) > 0)
+			m = r;
+		if (m == i)
+			break;
+		struct sampler_cand t = h[i];
+		h[i] = h[m];
+		h[m] = t;
+		i = m;
+	}
+}
+
 int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history, int n_history)
 {
 	const struct sampler_params *p = &s->p;
@@ -125,16 +158,34 @@ int32_t sampler_sample(struct sampler *s, float *logits, const int32_t *history,
 	}
 	int n = 0;
 	float inv_t = 1.0f / p->temperature;
-	for (int i = 0; i < V; i++) {
-		if (isnan(logits[i]))
-			continue;
-		s->cand[n].v = logits[i] * inv_t;
-		s->cand[n].id = i;
-		n++;
+	if (p->top_k > 0 && p->top_k < V / 8) {
+		/* the k best in the full sort's order, without sorting the whole
+		 * vocabulary (128k entries for Llama 3): cand[0, k) is a heap
+		 * whose root is the worst kept */
+		int k = p->top_k;
+		for (int i = 0; i < V; i++) {
+			if (isnan(logits[i]))
+				continue;
+			struct sampler_cand c = { logits[i] * inv_t, i };
+			if (n < k) {
+				s->cand[n++] = c;
+				heap_up(s->cand, n - 1);
+			} else if (cmp_cand(&c, &s->cand[0]) < 0) {
+				s->cand[0] = c;
+				heap_down(s->cand, n);
+			}
+		}
+	} else {
+		for (int i = 0; i < V; i++) {
+			if (isnan(logits[i]))
+				continue;
+			s->cand[n].v = logits[i] * inv_t;
+			s->cand[n].id = i;
+			n++;
+		}
 	}
 	if (n == 0)
 		return 0;
-	/* top-k: partial order would do; a full sort keeps it simple and exact */
 	qsort(s->cand, (size_t)n, sizeof(*s->cand), cmp_cand);
 	if (isinf(s->cand[0].v) && s->cand[0].v > 0)
 		return s->cand[0].id;  /* all the mass; exp(inf - inf) would be NaN */

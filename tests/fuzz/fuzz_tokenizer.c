@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_tokenizer.c — the tokenizer shim and the streaming
- * detokenizer (model/tokenizer.cc, model/detok.c) over the real
+ * detokenizer (model/tokenizer.c and tok_spm.cc, model/detok.c) over the real
  * tok512.model. The input is text: encode, decode the ids (the text must
  * be valid UTF-8 when the input was). Then the input bytes, two at a time,
  * become ids (mod the vocabulary) fed to the streaming detokenizer: every

@@ -226,6 +226,59 @@ static void test_top_k(void **state)
 		assert_true(counts[i] > 0);
 }
 
+/*
+ * top-k over a Llama 3-sized vocabulary takes the k best without sorting
+ * everything: the kept set and its order must be the full sort's (value,
+ * then the lower id first on a tie). 39 tokens hold the best values, then
+ * three tokens tie for the 40th place: only the lowest id of them may be
+ * drawn, and the draws follow the softmax of the 40 kept.
+ */
+static void test_top_k_large_vocab(void **state)
+{
+	(void)state;
+	enum { V = 128256, N = 5000, K = 40 };
+	float *logits = malloc((size_t)V * sizeof(float));
+	int *counts = malloc((size_t)V * sizeof(int));
+	double *prob = calloc((size_t)V, sizeof(double));
+	assert_true(logits && counts && prob);
+	uint64_t x = 12345;
+	for (int i = 0; i < V; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		logits[i] = (float)(x % 64) / 32.0f;      /* [0, 2): many ties */
+	}
+	int top[K];
+	for (int j = 0; j < K - 1; j++) {            /* 39 best, spread over the ids */
+		top[j] = 1000 + j * 3001;
+		logits[top[j]] = 3.1f + 0.01f * (float)j;
+	}
+	top[K - 1] = 7;                              /* the 40th place, tied three ways */
+	logits[7] = logits[70000] = logits[120000] = 3.0f;
+	struct sampler_params p = plain(1.0f, 11);
+	p.top_k = K;
+	draw(&p, logits, V, N, counts);
+	double sum = 0;
+	for (int j = 0; j < K; j++)
+		sum += exp((double)logits[top[j]]);
+	for (int j = 0; j < K; j++)
+		prob[top[j]] = exp((double)logits[top[j]]) / sum;
+	assert_int_equal(counts[70000], 0);
+	assert_int_equal(counts[120000], 0);
+	for (int i = 0; i < V; i++)
+		if (prob[i] == 0)
+			assert_int_equal(counts[i], 0);
+	for (int j = 0; j < K; j++) {
+		double f = (double)counts[top[j]] / N;
+		if (fabs(f - prob[top[j]]) > 0.02) {
+			fprintf(stderr, "token %d: frequency %.4f, probability %.4f\n", top[j], f,
+				prob[top[j]]);
+			fail();
+		}
+	}
+	free(logits);
+	free(counts);
+	free(prob);
+}
+
 static void test_top_p(void **state)
 {
 	(void)state;
@@ -545,6 +598,7 @@ int main(void)
 		cmocka_unit_test(test_uniform_range),
 		cmocka_unit_test(test_distribution),
 		cmocka_unit_test(test_top_k),
+		cmocka_unit_test(test_top_k_large_vocab),
 		cmocka_unit_test(test_top_p),
 		cmocka_unit_test(test_min_p),
 		cmocka_unit_test(test_temperature),
