@@ -148,7 +148,7 @@ static int tokenize_bench(const char *gguf, const char *text_path, int reps)
 static const char *ftype_name(const struct llama_model *model)
 {
 	/* llama_model_desc is "<arch> <size> <file type>" ("llama 1B Q4_0",
-	 * "llama ?B all F32", "llama ?B Q4_K - Medium"): the file type as
+	 * "llama ?B (guessed) all F32", "llama ?B Q4_K - Medium"): the file type as
 	 * llama.cpp names it, lower-cased as llamad-bench prints dtypes */
 	static char buf[128];
 	char desc[128];
@@ -159,6 +159,8 @@ static const char *ftype_name(const struct llama_model *model)
 	if (!p)
 		return "?";
 	p++;
+	if (strncmp(p, "(guessed) ", 10) == 0)   /* no general.file_type */
+		p += 10;
 	if (strncmp(p, "all ", 4) == 0)
 		p += 4;
 	snprintf(buf, sizeof(buf), "%.*s", (int)strcspn(p, " "), p);
