@@ -5,7 +5,8 @@
 # (llamad-gpucheck bench) when a GPU is usable. Figures go to docs/PERF.md by
 # hand.
 # Env: BUILD, MODELS, THREADS (default: all cores), BENCH_SHAPES to override
-# the list ("shape:dtype ...").
+# the list ("shape:dtype ..."), BENCH_GGUF (more GGUF files for llamad and
+# llama.cpp), LLAMA3_GGUF (llama.cpp's Llama 3 vocabulary).
 set -e
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -36,6 +37,33 @@ for t in q8_0 q4_0 q4_k q5_k q6_k; do
     [ -f "$q" ] || "$BUILD/llamad-quantize" --model "$OUT/stories110M-f16" --type $t --out "$q" >/dev/null
     "$BUILD/llamad-bench" --model "$q" --threads "$THREADS" | tee -a "$log"
 done
+
+# extra GGUF files (BENCH_GGUF="a.gguf b.gguf", e.g. the Llama 3.2-1B shape in
+# Q4_0 and Q8_0): llamad-bench here, llama.cpp on them below
+for g in ${BENCH_GGUF:-}; do
+    "$BUILD/llamad-bench" --model "$g" --threads "$THREADS" | tee -a "$log"
+done
+
+# ---- llama.cpp on the same files (tests/bench/llamacpp.sh) -----------------
+# The tokenizer: llamad-bench --tokenize with the Llama 3 tokenizer.json and
+# llama.cpp with the same vocabulary as GGUF (LLAMA3_GGUF, default the one
+# from the llama.cpp release), on the corpus of tests/bench/corpus.sh; then
+# llama.cpp's prefill/decode on the GGUF files llamad-bench ran above.
+# Skipped (one "llama.cpp not available" line) when the npm registry is.
+echo "== tokenizer: llamad and llama.cpp, Llama 3 vocabulary, one thread"
+corpus=$BUILD/bench-corpus.txt
+sh tests/bench/corpus.sh "$corpus" | tee -a "$log"
+"$BUILD/llamad-bench" --tokenizer "$MODELS/llama3-tokenizer/tokenizer.json" --tokenize "$corpus" |
+    tee -a "$log"
+echo "== llama.cpp: the same text and GGUF files"
+set -- --text "$corpus" --model "$MODELS/stories260K.gguf"
+if [ -n "${LLAMA3_GGUF:-}" ]; then set -- "$@" --tokenizer "$LLAMA3_GGUF"; fi
+for t in q8_0 q4_0 q4_k q5_k q6_k; do set -- "$@" --model "$OUT/stories110M-$t.gguf"; done
+for g in ${BENCH_GGUF:-}; do set -- "$@" --model "$g"; done
+{ BUILD=$BUILD MODELS=$MODELS THREADS=$THREADS sh tests/bench/llamacpp.sh "$@" ||
+    echo "llama.cpp bench failed ($?)"; } | tee -a "$log"
+"$BUILD/llamad-bench" --model "$MODELS/stories260K.gguf" --threads "$THREADS" --no-bandwidth |
+    tee -a "$log"
 
 # ---- the daemon, seen through its socket -----------------------------------
 start_daemon() {  # model-args...
@@ -112,8 +140,17 @@ fi
 echo
 grep '^bench=' "$log"
 echo
-printf '%-22s %-5s %12s %12s %9s %10s %7s\n' model dtype "prefill t/s" "decode t/s" "bw GB/s" "roof t/s" "% roof"
-grep '^model=' "$log" | sed 's/[a-z_]*=/ &/g' | awk '{
+printf '%-34s %-5s %12s %12s %9s %10s %7s\n' model dtype "prefill t/s" "decode t/s" "bw GB/s" "roof t/s" "% roof"
+grep '^model=' "$log" | sed 's/[A-Za-z_]*=/ &/g' | awk '{
+    delete v
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n = split(v["model"], parts, "/")
-    printf "%-22s %-5s %12s %12s %9s %10s %7s\n", parts[n], v["dtype"], v["prefill_tok_s"], v["decode_tok_s"], v["bw_GB_s"], v["roof_tok_s"], v["roof_pct"] }'
+    name = parts[n] (v["impl"] != "" ? " [llama.cpp]" : "")
+    printf "%-34s %-5s %12s %12s %9s %10s %7s\n", name, v["dtype"], v["prefill_tok_s"], v["decode_tok_s"], v["bw_GB_s"], v["roof_tok_s"], v["roof_pct"] }'
+echo
+printf '%-10s %-4s %9s %8s %11s %11s %10s\n' tokenizer kind "text B" tokens "encode MB/s" "decode MB/s" "round trip"
+grep '^tokenizer=' "$log" | sed 's/[A-Za-z_]*=/ &/g' | awk '{
+    delete v
+    for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+    printf "%-10s %-4s %9s %8s %11s %11s %10s\n", v["impl"] != "" ? "llama.cpp" : "llamad", v["kind"], v["bytes"], v["tokens"], v["encode_MB_s"], v["decode_MB_s"], v["round_trip"] }'
+grep '^llama.cpp not available' "$log" || true
