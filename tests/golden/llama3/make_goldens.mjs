@@ -21,6 +21,8 @@
 // chat.json: the tokenizer_config.json chat_template rendered by
 // @huggingface/jinja, then encoded with the full tokenizer.json (special
 // tokens recognised), no BOS added by the encoder (the template has it).
+// No message content holds a special token's text: the libraries would
+// parse it as the special token, where llamad keeps client text plain.
 
 import fs from 'node:fs';
 import path from 'node:path';
@@ -245,8 +247,6 @@ const CHATS = [
 	['non_ascii', [
 		{ role: 'system', content: 'Réponds en français, s’il te plaît.' },
 		{ role: 'user', content: '日本語で答えて 🙂 — Привет! مرحبا' }]],
-	['literal_special_in_content', [
-		{ role: 'user', content: 'What does <|eot_id|> mean?' }]],
 ];
 const chatCases = [];
 for (const [name, messages] of CHATS) {
