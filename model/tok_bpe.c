@@ -40,20 +40,34 @@
 #define BPE_MAX_MERGES (1 << 23)
 #define BPE_MAX_END 8
 
-/* The pre-tokenizers llamad knows, by their GGUF names (tokenizer.ggml.pre). */
+/* Oniguruma's \s (what the Rust tokenizers crate compiles these regexes
+ * with): Unicode White_Space. PCRE2's \s under UCP also takes U+180E
+ * MONGOLIAN VOWEL SEPARATOR (a format character since Unicode 6.3), so the
+ * patterns PCRE2 runs spell \s and \S with this class instead. */
+#define WS "\\t\\n\\x0b\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
+	   "\\x{202f}\\x{205f}\\x{3000}"
+
+/* The pre-tokenizers llamad knows, by their GGUF names (tokenizer.ggml.pre):
+ * the regex as tokenizer.json writes it, and as PCRE2 runs it. */
 static const struct pre_kind {
 	const char *name;
 	const char *regex;
+	const char *pcre;
 	int ignore_merges;
 } k_pre[] = {
 	{ "llama-bpe",
 	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
 	  " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+	  " ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
 	  1 },
 	{ "gpt2",
 	  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+	  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS
+	  "])|[" WS "]+",
 	  0 },
 };
+#undef WS
 
 /* A string in the arena: offset and length. */
 struct span {
@@ -451,7 +465,7 @@ static int set_pre(struct bpe *b, const struct pre_kind *pk)
 	PCRE2_SIZE off;
 	b->pre = pk;
 	b->ignore_merges = pk->ignore_merges;
-	b->re = pcre2_compile((PCRE2_SPTR)pk->regex, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+	b->re = pcre2_compile((PCRE2_SPTR)pk->pcre, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
 			      &err, &off, NULL);
 	if (!b->re) {
 		PCRE2_UCHAR msg[160];
