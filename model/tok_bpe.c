@@ -412,6 +412,16 @@ static int add_merge(struct bpe *b, int rank, const char *l, size_t ln, const ch
 		     shown(l, ln, s1), shown(r, rn, s2));
 		return -EINVAL;
 	}
+	/* merges work in the model's vocabulary: an added or control token
+	 * there would come out of plain text and decode to other bytes */
+	if (b->type[li] != TOK_TYPE_NORMAL || b->type[ri] != TOK_TYPE_NORMAL ||
+	    b->type[mi] != TOK_TYPE_NORMAL) {
+		int which = b->type[li] != TOK_TYPE_NORMAL ? li : b->type[ri] != TOK_TYPE_NORMAL ? ri : mi;
+		fail(b, "merge %d \"%s %s\" %s token %d, which is not a vocabulary token "
+		     "(an added or special one)", rank, shown(l, ln, s1), shown(r, rn, s2),
+		     which == mi ? "makes" : "names", which);
+		return -EINVAL;
+	}
 	uint64_t k = (uint64_t)(uint32_t)li << 32 | (uint32_t)ri;
 	uint32_t h = pair_hash(k) & b->pair_mask;
 	while (b->pairs[h].key != UINT64_MAX && b->pairs[h].key != k)

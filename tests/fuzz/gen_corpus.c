@@ -1,12 +1,14 @@
 /*
  * tests/fuzz/gen_corpus.c — writes the generated seeds of tests/fuzz/corpus/
- * (request frames, a small session file). Run once by hand when the
- * protocol or the session format changes:
+ * (request frames, a small session file, byte-level BPE tokenizer.json files
+ * and texts for fuzz_bpe). Run once by hand when the protocol, the session
+ * format or fuzz_bpe's input layout changes:
  *   make && cc -I. -Ibuild -Ibuild/proto -D_GNU_SOURCE tests/fuzz/gen_corpus.c \
  *     build/libllamad-core.a build/libllamad-proto.a $(pkg-config --libs \
- *     libprotobuf-c libxxhash jansson sentencepiece) -lstdc++ -lm -o /tmp/gen \
+ *     libprotobuf-c libxxhash jansson sentencepiece libpcre2-8) -lstdc++ -lm -o /tmp/gen \
  *     && /tmp/gen tests/fuzz/corpus
  */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +31,118 @@ static void put(const char *dir, const char *name, const Llamad__Request *q)
 	free(f);
 }
 
+/* fuzz_bpe seed: the mode byte, then n bytes of d, then (when text is not
+ * NULL) a NUL and the text. */
+static void put_bpe(const char *dir, const char *name, char mode, const char *d, size_t n,
+		    const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/fuzz_bpe/%s", dir, name);
+	FILE *o = fopen(path, "wb");
+	if (!o || fputc(mode, o) == EOF || fwrite(d, 1, n, o) != n ||
+	    (text && (fputc(0, o) == EOF || fputs(text, o) == EOF)))
+		abort();
+	fclose(o);
+}
+
+/* UTF-8 of GPT-2's byte-level code point for byte v (bytes_to_unicode). */
+static void byte_level(unsigned v, char out[3])
+{
+	unsigned cp = v, k = 0;
+	if (!((v >= 0x21 && v <= 0x7e) || (v >= 0xa1 && v <= 0xac) || v >= 0xae)) {
+		for (unsigned u = 0; u < v; u++)
+			k += !((u >= 0x21 && u <= 0x7e) || (u >= 0xa1 && u <= 0xac) || u >= 0xae);
+		cp = 0x100 + k;
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		out[1] = 0;
+	} else {
+		out[0] = (char)(0xc0 | cp >> 6);
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		out[2] = 0;
+	}
+}
+
+/* A small valid byte-level BPE tokenizer.json: the 256 byte tokens, a few
+ * merged ones, one special added token. llama3: Llama 3's Split + ByteLevel
+ * pre-tokenizer, string merges; else GPT-2's ByteLevel, [left, right] merges. */
+static char *mini_tokenizer(int llama3)
+{
+	static const char *const merges[][3] = {
+		{ "h", "e", "he" }, { "l", "l", "ll" }, { "he", "ll", "hell" }, { "hell", "o", "hello" },
+		{ "\xc4\xa0", "w", "\xc4\xa0w" }, { "o", "r", "or" }, { "\xc4\xa0w", "or", "\xc4\xa0wor" },
+		{ "1", "2", "12" }, { "12", "3", "123" }, { "\xc4\xa0", "\xc4\xa0", "\xc4\xa0\xc4\xa0" },
+	};
+	json_t *vocab = json_object(), *mg = json_array();
+	int id = 0;
+	char bl[3];
+	for (unsigned v = 0; v < 256; v++) {
+		byte_level(v, bl);
+		json_object_set_new(vocab, bl, json_integer(id++));
+	}
+	for (size_t i = 0; i < sizeof merges / sizeof merges[0]; i++) {
+		json_object_set_new(vocab, merges[i][2], json_integer(id++));
+		char m[32];
+		snprintf(m, sizeof m, "%s %s", merges[i][0], merges[i][1]);
+		json_array_append_new(mg, llama3 ? json_string(m)
+						 : json_pack("[s, s]", merges[i][0], merges[i][1]));
+	}
+	json_t *pre = llama3
+		? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}",
+			    "type", "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
+			    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+			    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+			    "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+			    "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0)
+		: json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+			    "trim_offsets", 1, "use_regex", 1);
+	json_t *root = json_pack("{s:[{s:i, s:s, s:b}], s:n, s:o, s:{s:s, s:b, s:b, s:o, s:o}}",
+				 "added_tokens", "id", id, "content", "<|eot_id|>", "special", 1,
+				 "normalizer", "pre_tokenizer", pre,
+				 "model", "type", "BPE", "byte_fallback", 0, "ignore_merges", llama3,
+				 "vocab", vocab, "merges", mg);
+	if (!root)
+		abort();
+	char *s = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	if (!s)
+		abort();
+	return s;
+}
+
+static void bpe_seeds(const char *dir)
+{
+	/* text for the real Llama 3 tokenizer (mode 0) */
+	static const char *const texts[][2] = {
+		{ "text-hello", "Hello world" },
+		{ "text-code", "int main(void)\n{\n\treturn 0;  \n}\n\n" },
+		{ "text-numbers", "1 12 123 1234 3.14159 1,000,000" },
+		{ "text-contractions", "I'm DON'T you'RE it's He'LL" },
+		{ "text-unicode", "\xe6\x88\x91\xe4\xbb\xac \xd0\x9f\xd1\x80\xd0\xb8 "
+				  "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9 "
+				  "caf\xc3\xa9 \xe0\xb8\xaa\xe0\xb8\xa7" },
+		{ "text-spaces", "a \xc2\x85" "b \xef\xbb\xbf" "c \xe1\xa0\x8e d\xc2\xa0\xe3\x80\x80 \t\r\n" },
+		{ "text-special", "<|begin_of_text|><|eot_id|>" },
+	};
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+		put_bpe(dir, texts[i][0], 0, texts[i][1], strlen(texts[i][1]), NULL);
+	put_bpe(dir, "text-bad-utf8", 0, "ok\xc3(\xed\xa0\x80", 7, NULL);
+
+	/* tokenizer.json files (mode 1), with and without text after them */
+	char *l3 = mini_tokenizer(1), *g2 = mini_tokenizer(0);
+	put_bpe(dir, "json-llama3", 1, l3, strlen(l3), "hello world 123 hello\n");
+	put_bpe(dir, "json-llama3-notext", 1, l3, strlen(l3), NULL);
+	put_bpe(dir, "json-gpt2", 1, g2, strlen(g2), "hello  world's 12345 <|eot_id|>");
+	put_bpe(dir, "json-cut", 1, l3, strlen(l3) / 2, NULL);
+	free(l3);
+	free(g2);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/fuzz/corpus";
+	bpe_seeds(dir);
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	PB_SET(&q, id, 1);
 

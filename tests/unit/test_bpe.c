@@ -711,6 +711,23 @@ static void m_merge_not_in_vocab(json_t *root)
 	json_array_append_new(json_object_get(model_of(root), "merges"), json_string("x q"));
 }
 
+static void m_merge_makes_added(json_t *root)
+{
+	/* "xq" only as a special added token: "x q" would emit it from text */
+	json_t *a = json_array_get(json_object_get(root, "added_tokens"), 0);
+	json_object_set_new(a, "content", json_string("xq"));
+	json_array_append_new(json_object_get(model_of(root), "merges"), json_string("x q"));
+}
+
+static void m_merge_names_added(json_t *root)
+{
+	json_t *a = json_array_get(json_object_get(root, "added_tokens"), 0);
+	json_object_set_new(a, "special", json_false());
+	json_object_set_new(a, "content", json_string("x!"));
+	json_object_set_new(vocab_of(root), "x!a", json_integer(260));
+	json_array_append_new(json_object_get(model_of(root), "merges"), json_string("x! a"));
+}
+
 static void m_merge_no_space(json_t *root)
 {
 	json_array_append_new(json_object_get(model_of(root), "merges"), json_string("aa"));
@@ -874,6 +891,10 @@ struct bad_case {
 	X(empty_file, NULL, "", 0, "not valid JSON") \
 	X(merge_unknown_token, m_merge_unknown, NULL, 0, "names an unknown token \"qq\"") \
 	X(merge_not_in_vocab, m_merge_not_in_vocab, NULL, 0, "makes a token the vocabulary lacks") \
+	X(merge_makes_added_token, m_merge_makes_added, NULL, 0, \
+	  "\"x q\" makes token 259, which is not a vocabulary token") \
+	X(merge_names_added_token, m_merge_names_added, NULL, 0, \
+	  "\"x! a\" names token 259, which is not a vocabulary token") \
 	X(merge_without_space, m_merge_no_space, NULL, 0, "not two tokens separated by a space") \
 	X(merge_not_string, m_merge_not_string, NULL, 0, "is an integer, not a merge") \
 	X(duplicate_id, m_duplicate_id, NULL, 0, "id 256 is used twice") \
