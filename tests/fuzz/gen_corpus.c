@@ -1,14 +1,18 @@
 /*
  * tests/fuzz/gen_corpus.c — writes the generated seeds of tests/fuzz/corpus/
- * (request frames, a small session file, byte-level BPE tokenizer.json files
- * and texts for fuzz_bpe). Run once by hand when the protocol, the session
- * format or fuzz_bpe's input layout changes:
+ * (request frames, a small session file, a tiny Llama 3 style GGUF with a
+ * "gpt2" byte-level BPE vocabulary, rope_freqs.weight and tied embeddings,
+ * byte-level BPE tokenizer.json files and texts for fuzz_bpe). Run once by
+ * hand when the protocol, the session format, the GGUF reader or fuzz_bpe's
+ * input layout changes:
  *   make && cc -I. -Ibuild -Ibuild/proto -D_GNU_SOURCE tests/fuzz/gen_corpus.c \
  *     build/libllamad-core.a build/libllamad-proto.a $(pkg-config --libs \
  *     libprotobuf-c libxxhash jansson sentencepiece libpcre2-8) -lstdc++ -lm -o /tmp/gen \
  *     && /tmp/gen tests/fuzz/corpus
  */
 #include <jansson.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,9 +143,180 @@ static void bpe_seeds(const char *dir)
 	free(g2);
 }
 
+/* ---- a tiny GGUF with a gpt2 vocabulary ------------------------------------ */
+
+struct gbuf {
+	uint8_t p[32768];
+	size_t n;
+};
+
+static void gput(struct gbuf *b, const void *d, size_t n)
+{
+	if (b->n + n > sizeof(b->p))
+		abort();
+	memcpy(b->p + b->n, d, n);
+	b->n += n;
+}
+
+static void gle(struct gbuf *b, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++) {
+		uint8_t x = (uint8_t)(v >> (8 * i));
+		gput(b, &x, 1);
+	}
+}
+
+static void gstr(struct gbuf *b, const char *s, size_t n)
+{
+	gle(b, n, 8);
+	gput(b, s, n);
+}
+
+static void gkey(struct gbuf *b, int *nkv, const char *k, uint32_t type)
+{
+	gstr(b, k, strlen(k));
+	gle(b, type, 4);
+	++*nkv;
+}
+
+static void gkv_u32(struct gbuf *b, int *nkv, const char *k, uint32_t v)
+{
+	gkey(b, nkv, k, 4);
+	gle(b, v, 4);
+}
+
+static void gkv_f32(struct gbuf *b, int *nkv, const char *k, float v)
+{
+	uint32_t u;
+	memcpy(&u, &v, 4);
+	gkey(b, nkv, k, 6);
+	gle(b, u, 4);
+}
+
+static void gkv_str(struct gbuf *b, int *nkv, const char *k, const char *v)
+{
+	gkey(b, nkv, k, 8);
+	gstr(b, v, strlen(v));
+}
+
+/* The ByteLevel string of byte c (printable ASCII and Latin-1 as
+ * themselves, the other bytes U+0100.. in order), UTF-8 into out. */
+static size_t byte_piece(int c, char *out)
+{
+	int keep = (c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac) || c >= 0xae, cp = c;
+	if (!keep) {
+		cp = 0x100;
+		for (int k = 0; k < c; k++)
+			cp += !((k >= 0x21 && k <= 0x7e) || (k >= 0xa1 && k <= 0xac) || k >= 0xae);
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	out[0] = (char)(0xc0 | cp >> 6);
+	out[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
+}
+
+/* dim 8, 1 layer, 2 heads / 1 kv head (head_dim 4), ffn 16; vocabulary:
+ * the 256 bytes, 3 merges, 3 control tokens (262); F32 tensors with
+ * deterministic values; no output.weight (tied). */
+static void put_gguf(const char *dir)
+{
+	enum { D = 8, F = 16, KV = 4, NV = 262 };
+	static struct gbuf kv, out;
+	int nkv = 0;
+	kv.n = out.n = 0;
+	gkv_str(&kv, &nkv, "general.architecture", "llama");
+	gkv_u32(&kv, &nkv, "general.alignment", 32);
+	gkv_u32(&kv, &nkv, "llama.context_length", 131072);
+	gkv_u32(&kv, &nkv, "llama.embedding_length", D);
+	gkv_u32(&kv, &nkv, "llama.block_count", 1);
+	gkv_u32(&kv, &nkv, "llama.feed_forward_length", F);
+	gkv_u32(&kv, &nkv, "llama.attention.head_count", 2);
+	gkv_u32(&kv, &nkv, "llama.attention.head_count_kv", 1);
+	gkv_f32(&kv, &nkv, "llama.rope.freq_base", 500000.0f);
+	gkv_f32(&kv, &nkv, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	gkv_str(&kv, &nkv, "tokenizer.ggml.model", "gpt2");
+	gkv_str(&kv, &nkv, "tokenizer.ggml.pre", "llama-bpe");
+	static const char *const extra[] = { "\xc4\xa0t", "he", "\xc4\xa0the", "<|begin_of_text|>",
+					     "<|end_of_text|>", "<|eot_id|>" };
+	gkey(&kv, &nkv, "tokenizer.ggml.tokens", 9);
+	gle(&kv, 8, 4);
+	gle(&kv, NV, 8);
+	for (int c = 0; c < 256; c++) {
+		char pc[2];
+		gstr(&kv, pc, byte_piece(c, pc));
+	}
+	for (int i = 0; i < 6; i++)
+		gstr(&kv, extra[i], strlen(extra[i]));
+	gkey(&kv, &nkv, "tokenizer.ggml.token_type", 9);
+	gle(&kv, 5, 4);
+	gle(&kv, NV, 8);
+	for (int i = 0; i < NV; i++)
+		gle(&kv, i >= 259 ? 3 : 1, 4);
+	static const char *const merges[] = { "\xc4\xa0 t", "h e", "\xc4\xa0t he" };
+	gkey(&kv, &nkv, "tokenizer.ggml.merges", 9);
+	gle(&kv, 8, 4);
+	gle(&kv, 3, 8);
+	for (int i = 0; i < 3; i++)
+		gstr(&kv, merges[i], strlen(merges[i]));
+	gkv_u32(&kv, &nkv, "tokenizer.ggml.bos_token_id", 259);
+	gkv_u32(&kv, &nkv, "tokenizer.ggml.eos_token_id", 260);
+	gkv_u32(&kv, &nkv, "tokenizer.ggml.eot_token_id", 261);
+
+	struct { const char *name; int ne0, ne1; } t[] = {
+		{ "rope_freqs.weight", KV / 2, 0 }, { "token_embd.weight", D, NV },
+		{ "blk.0.attn_norm.weight", D, 0 }, { "blk.0.attn_q.weight", D, D },
+		{ "blk.0.attn_k.weight", D, KV }, { "blk.0.attn_v.weight", D, KV },
+		{ "blk.0.attn_output.weight", D, D }, { "blk.0.ffn_norm.weight", D, 0 },
+		{ "blk.0.ffn_gate.weight", D, F }, { "blk.0.ffn_up.weight", D, F },
+		{ "blk.0.ffn_down.weight", F, D }, { "output_norm.weight", D, 0 },
+	};
+	int nt = (int)(sizeof(t) / sizeof(t[0]));
+	gput(&out, "GGUF", 4);
+	gle(&out, 3, 4);
+	gle(&out, (uint64_t)nt, 8);
+	gle(&out, (uint64_t)nkv, 8);
+	gput(&out, kv.p, kv.n);
+	uint64_t off = 0;
+	for (int i = 0; i < nt; i++) {
+		gstr(&out, t[i].name, strlen(t[i].name));
+		gle(&out, t[i].ne1 ? 2 : 1, 4);
+		gle(&out, (uint64_t)t[i].ne0, 8);
+		if (t[i].ne1)
+			gle(&out, (uint64_t)t[i].ne1, 8);
+		gle(&out, 0, 4);  /* F32 */
+		gle(&out, off, 8);
+		off += ((uint64_t)t[i].ne0 * (t[i].ne1 ? t[i].ne1 : 1) * 4 + 31) / 32 * 32;
+	}
+	while (out.n % 32)
+		gle(&out, 0, 1);
+	for (int i = 0; i < nt; i++) {
+		int n = t[i].ne0 * (t[i].ne1 ? t[i].ne1 : 1);
+		for (int k = 0; k < n; k++) {
+			/* norms near 1, RoPE divisors 1 and 32, matrices small */
+			float v = strstr(t[i].name, "norm") ? 1.0f :
+				  i == 0 ? (k ? 32.0f : 1.0f) : 0.3f * sinf(0.7f * (float)(k + 31 * i));
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			gle(&out, u, 4);
+		}
+		while (out.n % 32)
+			gle(&out, 0, 1);
+	}
+	char path[512];
+	snprintf(path, sizeof(path), "%s/fuzz_gguf/llama3-gpt2-tiny", dir);
+	FILE *o = fopen(path, "wb");
+	if (!o || fwrite(out.p, 1, out.n, o) != out.n)
+		abort();
+	fclose(o);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/fuzz/corpus";
+	put_gguf(dir);
 	bpe_seeds(dir);
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	PB_SET(&q, id, 1);
