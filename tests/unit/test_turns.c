@@ -80,7 +80,7 @@ static void add(struct fx *f, struct session *s, int role, const char *text)
 static void assert_dialog(struct fx *f, const struct session *s, const struct chat_msg *d, int n)
 {
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, d, n, &want);
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, d, n, &want);
 	assert_true(nw > 0);
 	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t)))
 		fail_msg("session holds %d tokens, the dialog %d (or they differ)", s->n_tokens, nw);
@@ -143,7 +143,7 @@ static void test_context_shift(void **state)
 	struct session *s = dialog_session(f, "s", SESS_CTX_SHIFT, 5);
 	const struct chat_msg left[] = { dialog[0], dialog[3], dialog[4], dialog[5] };
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, left, 4, &want);
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 4, &want);
 	free(want);
 	assert_true(nw < s->n_tokens + 13);
 	f->te.limit = nw;  /* exactly what is left */
