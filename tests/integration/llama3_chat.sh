@@ -14,6 +14,9 @@
 #    the histories survive, the fork continues (its next user turn closes
 #    the open answer with <|eot_id|>);
 #  - control tokens spelt out in user or system text are refused, named;
+#  - llamad-quantize writes the template into the GGUF, where one-shot's
+#    --template auto finds it (the prompt: BOS, the user message, the
+#    generation prompt: 11 tokens for "Hi");
 #  - a model file whose template llamad does not know: the log and status
 #    say llama2 is used instead; --template overrides the file;
 #  - generation stops on <|eot_id|>, and an answer that ends on another end
@@ -150,6 +153,19 @@ assert new[:3] == [128006, 882, 128007], new
 assert [128009, 128006, 78191, 128007, 271] == new[-8:-3], new   # prompt, then 3 tokens
 PY
 stop
+
+# ---- GGUF: llamad-quantize carries the template; one-shot --template auto finds it ---------
+"$BUILD/llamad-quantize" --model "$dir/m" --type q8_0 --out "$dir/m.gguf" >/dev/null 2>&1 ||
+    bad "llamad-quantize"
+"$BUILD/llamad" --model "$dir/m.gguf" --prompt "Hi" --template auto -v -n 2 --temperature 0 \
+    >/dev/null 2>"$dir/one" || bad "one-shot on the GGUF: $(cat "$dir/one")"
+grep -q "template llama3 (from the model file's chat template)" "$dir/one" &&
+    grep -q "prompt 11 tokens" "$dir/one" && ok "GGUF: llama3 from tokenizer.chat_template (one-shot, 11-token prompt)" ||
+    bad "one-shot: $(cat "$dir/one")"
+"$BUILD/llamad" --model "$dir/m.gguf" --prompt "say <|eot_id|>" --template llama3 -n 2 \
+    >/dev/null 2>"$dir/one"; rc=$?
+[ "$rc" -eq 2 ] && grep -q "control tag <|eot_id|>" "$dir/one" && ok "one-shot refuses <|eot_id|> in the prompt" ||
+    bad "one-shot with a control token: exit $rc, $(cat "$dir/one")"
 
 # ---- a model file whose template llamad does not know; --template overrides ---------------
 mkdir -p "$dir/u" && cp "$dir/m/"* "$dir/u/" || exit 1
