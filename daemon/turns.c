@@ -158,7 +158,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 	int n = chat_encode_turn(te->m->tok, &c, (enum chat_role)role, text, &ids);
 	if (n < 0) {
 		turn_error(te, s, text, n, msg, cap);
-		return n;
+		return n == -ENOTSUP ? -EINVAL : n;
 	}
 	if (n == 0 && role == CHAT_SYSTEM && s->tmpl == CHAT_TEMPLATE_LLAMA2) {
 		char **slot = c.has_user_turn ? &s->next_system : &s->system;
@@ -189,7 +189,7 @@ int turn_generation(const struct turn_env *te, struct session *s, char *msg, siz
 	if (n <= 0) {
 		if (n < 0)
 			turn_error(te, s, "", n, msg, cap);
-		return n;
+		return n == -ENOTSUP ? -EINVAL : n;
 	}
 	/* llama3's prompt opens the answer's turn; BOS alone is a raw turn */
 	int role = s->tmpl == CHAT_TEMPLATE_LLAMA3 ? CHAT_ASSISTANT : CHAT_RAW;

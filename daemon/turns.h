@@ -36,9 +36,10 @@ int turn_make_room(const struct turn_env *te, struct session *s, int need, int k
  * first user turn, or of the next one once a user turn exists); a llama3
  * one is a turn of its own. Returns the number of tokens added (>= 0), or
  * -EPERM (a control tag, named in msg), -EMSGSIZE (the context cannot hold
- * it), -ENOMEM, -ENOTSUP (the vocabulary lacks the template's control
- * tokens), -EPROTO (the tokenizer failed), with a one-line message for the
- * client in msg (capacity cap).
+ * it), -ENOMEM, -EINVAL (the model's vocabulary lacks the template's
+ * control tokens: a session saved under another model), -EPROTO (the
+ * tokenizer failed), with a one-line message for the client in msg
+ * (capacity cap).
  */
 int turn_append(const struct turn_env *te, struct session *s, int role, const char *text,
 		char *msg, size_t cap);
@@ -49,7 +50,8 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
  * llama3, the generation prompt unless the last turn is a user turn (which
  * ends with it), an open answer or a raw turn. Returns 1 if an assistant
  * turn was opened (the generated tokens belong to it), 0 if not, or
- * -EMSGSIZE, -ENOMEM, -ENOTSUP, -EPROTO with a message in msg (cap).
+ * -EMSGSIZE, -ENOMEM, -EINVAL (as turn_append), -EPROTO with a message in
+ * msg (cap).
  */
 int turn_generation(const struct turn_env *te, struct session *s, char *msg, size_t cap);
 

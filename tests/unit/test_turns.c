@@ -165,6 +165,20 @@ static void test_context_shift(void **state)
 	assert_dialog(f, s, last, 2);
 }
 
+/* A llama3 session under a model without the Llama 3 vocabulary (one
+ * saved under another model): refused, saying why; nothing added. */
+static void test_llama3_needs_its_vocabulary(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "l3-on-l2", CHAT_TEMPLATE_LLAMA3, SESS_CTX_ERROR);
+	char msg[256];
+	assert_int_equal(turn_append(&f->te, s, CHAT_USER, "hi", msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "template llama3: the llama3 template needs the Llama 3 vocabulary"));
+	assert_int_equal(turn_generation(&f->te, s, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(s->n_tokens, 0);
+	assert_int_equal(s->n_turns, 0);
+}
+
 /* raw shift: any turn boundary; the new first turn gets BOS. */
 static void test_raw_shift(void **state)
 {
@@ -378,6 +392,7 @@ int main(void)
 		cmocka_unit_test(test_context_error),
 		cmocka_unit_test(test_context_shift),
 		cmocka_unit_test(test_raw_shift),
+		cmocka_unit_test(test_llama3_needs_its_vocabulary),
 	};
 	const struct CMUnitTest l3_tests[] = {
 		cmocka_unit_test(test_l3_append),
