@@ -105,8 +105,8 @@ static void copy_tag(char *tag, size_t cap, const char *text, size_t n)
 	tag[n] = 0;
 }
 
-/* The longest "<|...|>" looked up in the vocabulary. */
-#define L3_TAG_MAX 128
+/* The longest name of a "<|name|>" looked up in the vocabulary. */
+#define L3_NAME_MAX 128
 
 int chat_find_tag(const struct tok *t, int tmpl, const char *text, size_t len, char *tag,
 		  size_t cap)
@@ -127,24 +127,24 @@ int chat_find_tag(const struct tok *t, int tmpl, const char *text, size_t len, c
 	}
 	if (tmpl != CHAT_TEMPLATE_LLAMA3)
 		return 0;
-	char piece[L3_TAG_MAX + 1];
+	char piece[L3_NAME_MAX + 5];  /* "<|", the name, "|>", NUL */
 	for (size_t i = 0; i + 4 <= len; i++) {
 		if (text[i] != '<' || text[i + 1] != '|')
 			continue;
-		/* every "|>" after it, up to the longest tag: "<|a|>b|>" tries both */
-		for (size_t j = i + 2; j + 2 <= len && j + 2 - i <= L3_TAG_MAX; j++) {
-			if (text[j] != '|' || text[j + 1] != '>')
-				continue;
-			size_t n = j + 2 - i;
-			if (memchr(text + i, 0, n))
-				break;
-			memcpy(piece, text + i, n);
-			piece[n] = 0;
-			int id = tok_piece_to_id(t, piece);
-			if (id >= 0 && tok_type(t, id) == TOK_TYPE_CONTROL) {
-				copy_tag(tag, cap, piece, n);
-				return 1;
-			}
+		/* "<|" name "|>", the name without '|' (as every Llama 3 control
+		 * token's): one look-up per "<|", so the search stays linear */
+		size_t j = i + 2;
+		while (j < len && j - (i + 2) < L3_NAME_MAX && text[j] != '|' && text[j] != 0)
+			j++;
+		if (j + 1 >= len || text[j] != '|' || text[j + 1] != '>')
+			continue;
+		size_t n = j + 2 - i;
+		memcpy(piece, text + i, n);
+		piece[n] = 0;
+		int id = tok_piece_to_id(t, piece);
+		if (id >= 0 && tok_type(t, id) == TOK_TYPE_CONTROL) {
+			copy_tag(tag, cap, piece, n);
+			return 1;
 		}
 	}
 	return 0;

@@ -86,7 +86,8 @@ int chat_has_tags(const char *text, size_t len);
 /*
  * The control-tag guard of template tmpl over len bytes of text: 1 if the
  * text spells a tag the template refuses (llama2: [INST], [/INST], <<SYS>>,
- * <</SYS>>; llama3: "<|...|>" naming a control token of t's vocabulary),
+ * <</SYS>>; llama3: "<|name|>", a name of up to 128 bytes without '|', that
+ * is a control token of t's vocabulary, as all of Llama 3's are),
  * with the first one copied into tag (cap bytes, NUL-terminated, cut to
  * fit); else 0 (raw: always 0).
  */

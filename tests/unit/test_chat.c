@@ -726,6 +726,21 @@ static void test_l3_tags(void **state)
 	char small[6];
 	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, "<|eot_id|>", 10, small, 6), 1);
 	assert_string_equal(small, "<|eot");
+	/* a name longer than any token's, and a megabyte of near misses */
+	size_t nbig = 1 << 20;
+	char *big = malloc(nbig), tg[64];
+	assert_non_null(big);
+	for (size_t i = 0; i < nbig; i++)
+		big[i] = "<|x|"[i % 4];
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, big, nbig, tg, 64), 0);
+	memset(big, 'a', 300);
+	memcpy(big, "<|", 2);
+	memcpy(big + 200, "|>", 2);
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, big, 300, tg, 64), 0);
+	memcpy(big + 250, "<|eot_id|>", 10);
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, big, 300, tg, 64), 1);
+	assert_string_equal(tg, "<|eot_id|>");
+	free(big);
 	/* llama2's guard names its tag too */
 	char tag[16];
 	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA2, "a <</SYS>>", 10, tag, 16), 1);
