@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/chat.h"
 #include "model/model.h"
 #include "sentencepiece_model.pb-c.h"
 
@@ -1026,16 +1027,20 @@ out:
 	return r;
 }
 
-/* "llama2" if tokenizer.chat_template is Llama 2's [INST] / <<SYS>> format,
- * else "unknown". */
-static const char *chat_template_kind(const struct gguf *g)
+/* tokenizer.chat_template: its kind into m->chat_template, its text into
+ * m->chat_template_text (none: "unknown", NULL). 0 or -ENOMEM. */
+static int chat_template_kind(const struct gguf *g, struct model *m)
 {
 	const uint8_t *s;
 	size_t n;
-	if (kv_str(g, "tokenizer.chat_template", &s, &n) == 1 &&
-	    memmem(s, n, "[INST]", 6) && memmem(s, n, "<<SYS>>", 7))
-		return "llama2";
-	return "unknown";
+	if (kv_str(g, "tokenizer.chat_template", &s, &n) != 1)
+		return 0;
+	if (!(m->chat_template_text = malloc(n + 1)))
+		return -ENOMEM;
+	memcpy(m->chat_template_text, s, n);
+	m->chat_template_text[n] = 0;
+	m->chat_template = chat_classify_template((const char *)s, n);
+	return 0;
 }
 
 /* ---- model ------------------------------------------------------------------ */
@@ -1216,7 +1221,8 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 		goto out;
 	}
 	m->wtype = m->layers[0].wq.dtype;
-	m->chat_template = chat_template_kind(&g);
+	if ((rc = chat_template_kind(&g, m)))
+		goto out;
 
 	/* tokenizer: --tokenizer wins, then the metadata, then tokenizer.model
 	 * beside the file */

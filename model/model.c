@@ -330,6 +330,7 @@ void model_free(struct model *m)
 		free(m->owned[i]);
 	free(m->owned);
 	free(m->layers);
+	free(m->chat_template_text);
 	free(m->path);
 	free(m);
 }

@@ -54,10 +54,14 @@ struct model {
 	struct model_config cfg;
 	char *path;              /* as given */
 	const char *format;      /* "llama2.c", "safetensors", "gguf" */
-	/* Chat template the model file declares (static string): "llama2" when
-	 * a GGUF's tokenizer.chat_template is Llama 2's [INST] / <<SYS>>
-	 * format, else "unknown" (also for formats that carry none). */
+	/* Chat template the model file declares: its kind (static string,
+	 * model/chat.h's chat_classify_template): "llama3", "llama2" or
+	 * "unknown" (also for none), and its text (malloc'd; NULL if the file
+	 * has none). From a GGUF's tokenizer.chat_template, or a Hugging Face
+	 * folder's tokenizer_config.json chat_template (chat_template.jinja
+	 * when that has none). */
 	const char *chat_template;
+	char *chat_template_text;
 	enum kt_dtype wtype;     /* dtype of the large matrices */
 	struct kt_weight embed;  /* (vocab, dim) */
 	struct model_layer *layers;

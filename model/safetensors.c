@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/chat.h"
 #include "model/model.h"
 
 struct st_tensor {
@@ -459,6 +460,117 @@ static int load_index(struct model *m, struct st_set *s, const char *dir,
 	return rc;
 }
 
+/* Keep text (n bytes) as m's chat template. 0 or -ENOMEM. */
+static int set_chat_template(struct model *m, const char *text, size_t n)
+{
+	if (!(m->chat_template_text = malloc(n + 1)))
+		return -ENOMEM;
+	memcpy(m->chat_template_text, text, n);
+	m->chat_template_text[n] = 0;
+	m->chat_template = chat_classify_template(text, n);
+	return 0;
+}
+
+/* Whole file path into *text (malloc'd, NUL-terminated), length in *n:
+ * 0, or -errno. */
+static int slurp(const char *path, char **text, size_t *n)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	int rc = 0;
+	while (buf) {
+		size_t k = fread(buf + len, 1, cap - len - 1, f);
+		len += k;
+		if (k == 0)
+			break;
+		if (len + 1 == cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb)
+				free(buf);
+			buf = nb;
+		}
+	}
+	if (!buf)
+		rc = -ENOMEM;
+	else if (ferror(f))
+		rc = -EIO;
+	fclose(f);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	buf[len] = 0;
+	*text = buf;
+	*n = len;
+	return 0;
+}
+
+/*
+ * The folder's chat template, as transformers finds it: tokenizer_config.json's
+ * chat_template (a string, or a list of {name, template} of which the one
+ * named "default" is taken, else the first), else the file
+ * chat_template.jinja. None of them: no template. A tokenizer_config.json
+ * that is not JSON, or a chat_template of another shape, is an error.
+ */
+static int read_chat_template(struct model *m, const char *dir, char **cause)
+{
+	char *path = NULL;
+	if (asprintf(&path, "%s/tokenizer_config.json", dir) < 0)
+		return -ENOMEM;
+	int rc = 0;
+	if (file_exists(path)) {
+		json_error_t jerr;
+		json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr), *ct = NULL;
+		if (!root || !json_is_object(root)) {
+			model_set_cause(cause, "%s: %s", path, root ? "not a JSON object" : jerr.text);
+			rc = -EINVAL;
+		} else if ((ct = json_object_get(root, "chat_template")) && json_is_array(ct)) {
+			json_t *pick = NULL, *e;
+			size_t i;
+			json_array_foreach(ct, i, e) {
+				json_t *nm = json_object_get(e, "name");
+				if (!pick || (json_is_string(nm) && !strcmp(json_string_value(nm), "default")))
+					pick = e;
+			}
+			ct = pick ? json_object_get(pick, "template") : NULL;
+			if (pick && !json_is_string(ct)) {
+				model_set_cause(cause, "%s: chat_template: an entry without a template string",
+						path);
+				rc = -EINVAL;
+			}
+		} else if (ct && !json_is_string(ct) && !json_is_null(ct)) {
+			model_set_cause(cause, "%s: chat_template is neither a string nor a list "
+					"of {name, template}", path);
+			rc = -EINVAL;
+		}
+		if (!rc && json_is_string(ct))
+			rc = set_chat_template(m, json_string_value(ct), json_string_length(ct));
+		json_decref(root);
+		if (rc || m->chat_template_text) {
+			free(path);
+			return rc;
+		}
+	}
+	free(path);
+	if (asprintf(&path, "%s/chat_template.jinja", dir) < 0)
+		return -ENOMEM;
+	if (file_exists(path)) {
+		char *text = NULL;
+		size_t n = 0;
+		rc = slurp(path, &text, &n);
+		if (rc == 0)
+			rc = set_chat_template(m, text, n);
+		else
+			model_set_cause(cause, "%s: %s", path, strerror(-rc));
+		free(text);
+	}
+	free(path);
+	return rc;
+}
+
 int model_load_hf(struct model *m, const char *path, const char *tokenizer, char **cause)
 {
 	struct stat st;
@@ -471,7 +583,8 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 	struct st_set s = { 0 };
 	char *ipath = NULL, *wpath = NULL, *deftok = NULL;
 	int tied = 0, rc, eos_ids[MAX_EOS], n_eos = 0;
-	if ((rc = read_config(m, dir, &tied, eos_ids, &n_eos, cause)))
+	if ((rc = read_config(m, dir, &tied, eos_ids, &n_eos, cause)) ||
+	    (rc = read_chat_template(m, dir, cause)))
 		goto out;
 	/* the tokenizer: tokenizer.model, else tokenizer.json (Llama 3); if
 	 * neither, the error names tokenizer.model */

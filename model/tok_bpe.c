@@ -683,7 +683,8 @@ static void json_side_files(struct bpe *b, const char *path)
 		return;
 	const char *dir = dirname(dup);
 	if (asprintf(&p, "%s/tokenizer_config.json", dir) >= 0) {
-		json_t *cfg = json_load_file(p, 0, NULL);
+		/* Llama 3's model_max_length (1e30) is no integer jansson holds */
+		json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
 		const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
 		if (bos)
 			b->bos = tab_find(b, &b->by_piece, b->piece, bos, strlen(bos));

@@ -29,6 +29,8 @@
  *     .eos_token_id u32 (each only if it has one), .eot_token_id u32 (only
  *     if the vocabulary has <|eot_id|>), no scores;
  *     then either kind: tokenizer.ggml.add_bos_token bool true;
+ *     tokenizer.chat_template str, the model file's chat template (only if
+ *     it has one);
  *   tensor infos: name, u32 n_dims, u64 dims (ne[0] = the row length first),
  *     u32 ggml type (F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K
  *     14), u64 offset from the data
@@ -409,6 +411,8 @@ static int build_header(struct buf *out, const struct model *m, const struct q_p
 	if (eot >= 0)
 		kv_u32(b, &n, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
 	kv_bool(b, &n, "tokenizer.ggml.add_bos_token", 1);
+	if (m->chat_template_text)  /* the model file's, so llamad picks the same template */
+		kv_str(b, &n, "tokenizer.chat_template", m->chat_template_text);
 
 	put(out, "GGUF", 4);
 	put_u32(out, 3);
