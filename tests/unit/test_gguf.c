@@ -336,15 +336,6 @@ static char *tmp_path(const char *name)
 	return path_join(fx->tmpdir, name);
 }
 
-static void spit(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	if (len)
-		assert_int_equal(fwrite(data, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
-}
-
 /* Write data as tmpdir/name, load it (no tokenizer override); expect NULL
  * and a cause naming the file and containing each of the NULL-terminated
  * strings. */
@@ -460,15 +451,6 @@ static int group_teardown(void **state)
 }
 
 /* ---- forward helpers ----------------------------------------------------------------- */
-
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
 
 static int run_seq(struct fwd *f, struct kvseq *s, const int32_t *tok, int n, int pos,
 		   float *logits)

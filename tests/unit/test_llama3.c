@@ -125,19 +125,6 @@ static const char *models_dir(void)
 	return env_or("MODELS", "../shared/models");
 }
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-	va_list ap;
-	va_start(ap, f);
-	char *s = NULL;
-	if (vasprintf(&s, f, ap) < 0)
-		s = NULL;
-	va_end(ap);
-	assert_non_null(s);
-	return s;
-}
-
 static int run_cmd(const char *cmd)
 {
 	int rc = system(cmd);
@@ -535,15 +522,6 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
 /* The prompt through m: N_PRE tokens prefilled without logits, N_ROWS with
  * all their logits, then greedy steps. */
 static void run_model(const struct model *m, struct run *r)
@@ -575,9 +553,7 @@ static void run_model(const struct model *m, struct run *r)
 	}
 	kvseq_release(fx->pool, &s);
 	fwd_free(f);
-	for (size_t i = 0; i < N_ROWS * V; i++)
-		if (!isfinite(r->rows[i]))
-			fail_msg("logit %zu is %g", i, (double)r->rows[i]);
+	assert_finite(r->rows, N_ROWS * V);
 }
 
 static const struct run *run_hf(void)
