@@ -30,6 +30,7 @@
 #include <cmocka.h>
 
 #include "tests/unit/testutil.h"
+#include "tests/unit/model_expect.h"
 
 #include "kernels/backend.h"
 #include "model/forward.h"
@@ -343,24 +344,11 @@ static void expect_fail(const char *name, const void *data, size_t len, ...)
 {
 	char *p = tmp_path(name);
 	spit(p, data, len);
-	char *cause = NULL;
-	struct model *m = model_load(p, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", name);
-	if (!cause)
-		fail_msg("%s: no cause", name);
-	if (!strstr(cause, p))
-		fail_msg("%s: cause does not name the file: %s", name, cause);
-	if (getenv("TEST_GGUF_VERBOSE"))  /* show every message */
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, len);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", name, want, cause);
+	/* TEST_GGUF_VERBOSE: show every message */
+	expect_load_fail_v(name, p, NULL, p, getenv("TEST_GGUF_VERBOSE") != NULL, ap);
 	va_end(ap);
-	free(cause);
 	unlink(p);
 	free(p);
 }
@@ -370,11 +358,7 @@ static struct model *load_ok(const char *name, const void *data, size_t len, con
 {
 	char *p = tmp_path(name);
 	spit(p, data, len);
-	char *cause = NULL;
-	struct model *m = model_load(p, tok, &cause);
-	if (!m)
-		fail_msg("%s: %s", name, cause ? cause : "?");
-	free(cause);
+	struct model *m = expect_load_ok(name, p, tok);
 	unlink(p);
 	free(p);
 	return m;

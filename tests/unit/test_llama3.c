@@ -40,6 +40,7 @@
 #include <jansson.h>
 
 #include "tests/unit/testutil.h"
+#include "tests/unit/model_expect.h"
 
 #include "kernels/backend.h"
 #include "model/forward.h"
@@ -59,6 +60,8 @@
  * 2.5e-6), so 1e-3 is loose yet far below the differences that a wrong
  * RoPE table makes (~1e-1, see test_formats_bit_identical). */
 #define REF_TOL 1e-3
+/* refusals print their causes */
+#define VERBOSE (getenv("TEST_LLAMA3_VERBOSE") != NULL)
 
 /* One greedy run: the N_ROWS prompt rows, then the logits each greedy
  * choice was made from (n_steps rows) and the ids chosen (n_gen; one less
@@ -405,34 +408,15 @@ static void drop_scaling(json_t *c)
  * containing each NULL-terminated string. */
 static void expect_fail(const char *path, const char *names, ...)
 {
-	char *cause = NULL;
-	struct model *m = model_load(path, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", path);
-	if (!cause)
-		fail_msg("%s: no cause", path);
-	if (!strstr(cause, names))
-		fail_msg("%s: cause does not name %s: %s", path, names, cause);
-	if (getenv("TEST_LLAMA3_VERBOSE"))
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, names);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", path, want, cause);
+	expect_load_fail_v(path, path, NULL, names, VERBOSE, ap);
 	va_end(ap);
-	free(cause);
 }
 
 static struct model *load_ok(const char *path)
 {
-	char *cause = NULL;
-	struct model *m = model_load(path, NULL, &cause);
-	if (!m)
-		fail_msg("%s: %s", path, cause ? cause : "?");
-	free(cause);
-	return m;
+	return expect_load_ok(path, path, NULL);
 }
 
 /* ---- fixture ------------------------------------------------------------------ */
@@ -888,22 +872,10 @@ static void gg_expect_fail(struct gg *g, const char *name, ...)
 	char *p = fmt("%s/%s", fx->dir, name);
 	gg_write(g, p);
 	gg_done(g);
-	char *cause = NULL;
-	struct model *m = model_load(p, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", name);
-	if (!cause || !strstr(cause, p))
-		fail_msg("%s: cause does not name the file: %s", name, cause ? cause : "(none)");
-	if (getenv("TEST_LLAMA3_VERBOSE"))
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, name);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", name, want, cause);
+	expect_load_fail_v(name, p, NULL, p, VERBOSE, ap);
 	va_end(ap);
-	free(cause);
 	unlink(p);
 	free(p);
 }
@@ -1127,22 +1099,10 @@ static void hf_expect_fail(const char *name, void (*edit)(json_t *), ...)
 {
 	char *d = hf_variant(name, edit, 1);
 	char *cfg = fmt("%s/config.json", d);
-	char *cause = NULL;
-	struct model *m = model_load(d, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", name);
-	if (!cause || !strstr(cause, cfg))
-		fail_msg("%s: cause does not name %s: %s", name, cfg, cause ? cause : "(none)");
-	if (getenv("TEST_LLAMA3_VERBOSE"))
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, edit);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", name, want, cause);
+	expect_load_fail_v(name, d, NULL, cfg, VERBOSE, ap);
 	va_end(ap);
-	free(cause);
 	free(cfg);
 	free(d);
 }
