@@ -26,6 +26,7 @@
 #include <jansson.h>
 
 #include "tests/unit/testutil.h"
+#include "tests/unit/real_tok.h"
 
 #include "model/tokenizer.h"
 
@@ -69,15 +70,9 @@ static json_t *load_golden(const char *name)
 static int group_setup(void **state)
 {
 	struct fixture *fx = calloc(1, sizeof *fx);
-	char *cause = NULL;
 	if (!fx)
 		return -1;
-	char *p = path_join(models_dir(), "llama3-tokenizer/tokenizer.json");
-	fx->l3 = tok_load(p, &cause);
-	if (!fx->l3)
-		fprintf(stderr, "test_bpe: %s\n", cause ? cause : "tok_load failed, no cause");
-	free(cause);
-	free(p);
+	fx->l3 = llama3_tok();
 	fx->tokenize = load_golden("tokenize.json");
 	fx->chat = load_golden("chat.json");
 	snprintf(fx->tmp, sizeof fx->tmp, "%s/test_bpe.XXXXXX", env_or("TMPDIR", "/tmp"));
