@@ -389,14 +389,8 @@ struct l3 {
 
 static int l3_setup(void **state)
 {
-	const char *dir = getenv("MODELS");
-	char path[4096], *cause = NULL;
-	snprintf(path, sizeof(path), "%s/llama3-tokenizer/tokenizer.json",
-		 dir && *dir ? dir : "../shared/models");
 	struct l3 *l = calloc(1, sizeof(*l));
-	if (!l || !(l->t = tok_load(path, &cause))) {
-		fprintf(stderr, "%s\n", cause ? cause : path);
-		free(cause);
+	if (!l || !(l->t = llama3_tok())) {
 		free(l);
 		return -1;
 	}

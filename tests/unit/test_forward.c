@@ -57,22 +57,6 @@ static float *logits_new(int rows)
 	return l;
 }
 
-static void assert_finite(const float *l, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (!isfinite(l[i]))
-			fail_msg("logit %zu is %g", i, (double)l[i]);
-}
-
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
 /* tok_encode with BOS; returns the count, ids in *ids (malloc'd). */
 static int encode(const struct model *m, const char *text, int32_t **ids)
 {

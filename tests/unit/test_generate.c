@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "model/generate.h"
+#include "tests/unit/real_tok.h"
 
 struct fx {
 	struct model m;
@@ -38,14 +39,8 @@ static void emit(void *ctx, const char *text, size_t len)
 
 static int setup(void **state)
 {
-	const char *dir = getenv("MODELS");
-	char path[4096], *cause = NULL;
-	snprintf(path, sizeof(path), "%s/llama3-tokenizer/tokenizer.json",
-		 dir && *dir ? dir : "../shared/models");
 	struct fx *f = calloc(1, sizeof(*f));
-	if (!f || !(f->m.tok = tok_load(path, &cause))) {
-		fprintf(stderr, "%s\n", cause ? cause : path);
-		free(cause);
+	if (!f || !(f->m.tok = llama3_tok())) {
 		free(f);
 		return -1;
 	}

@@ -30,6 +30,8 @@
 #include <cmocka.h>
 
 #include "tests/unit/testutil.h"
+#include "tests/unit/gguf_file.h"
+#include "tests/unit/model_expect.h"
 
 #include "kernels/backend.h"
 #include "model/forward.h"
@@ -41,34 +43,11 @@
 #define BLOCK 16
 #define POOL_BLOCKS 64
 
-/* ---- an independent walk of the pristine file ------------------------------ */
-
-struct kvrec {
-	size_t off, end;        /* the whole pair: key length .. end of value */
-	char key[128];
-	uint32_t type;
-	size_t type_off, val_off;
-};
-
-struct tirec {
-	size_t off, end;
-	char name[96];
-	uint32_t n_dims;
-	uint64_t ne[4];
-	uint32_t type;
-	uint64_t offset;
-	size_t ndims_off, ne_off, type_off, offset_off;
-};
-
 struct fixture {
 	char *gguf_path, *bin_path, *tok_path, *vocab_path;
 	uint8_t *orig;          /* stories260K.gguf */
 	size_t orig_len;
-	struct kvrec kv[64];
-	int n_kv;
-	struct tirec ti[64];
-	int n_ti;
-	size_t infos_end, data_start;
+	struct gguf_walk w;     /* its independent walk */
 	char tmpdir[256];
 	struct model *gg, *bin;
 	struct backend *be;
@@ -77,20 +56,6 @@ struct fixture {
 };
 
 static struct fixture *fx;
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v;
-	memcpy(&v, p, 8);
-	return v;
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v;
-	memcpy(&v, p, 4);
-	return v;
-}
 
 static void put64(uint8_t *p, uint64_t v)
 {
@@ -102,141 +67,32 @@ static void put32(uint8_t *p, uint32_t v)
 	memcpy(p, &v, 4);
 }
 
-/* bytes of a value of type t at p (within the known-good file) */
-static size_t value_len(const uint8_t *p, uint32_t t)
-{
-	static const size_t fixed[13] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
-	if (t == 8)
-		return 8 + (size_t)get64(p);
-	if (t == 9) {
-		uint32_t et = get32(p);
-		uint64_t n = get64(p + 4);
-		size_t len = 12;
-		for (uint64_t i = 0; i < n; i++)
-			len += value_len(p + len, et);
-		return len;
-	}
-	assert_true(t < 13);
-	return fixed[t];
-}
+/* ---- the pristine file's walk -------------------------------------------------- */
 
-static void walk_original(void)
+static const struct gguf_kv_rec *kv_rec(const char *key)
 {
-	const uint8_t *b = fx->orig;
-	assert_memory_equal(b, "GGUF", 4);
-	assert_int_equal(get32(b + 4), 3);
-	uint64_t nt = get64(b + 8), nkv = get64(b + 16);
-	assert_true(nkv <= 64 && nt <= 64);
-	size_t p = 24;
-	for (uint64_t i = 0; i < nkv; i++) {
-		struct kvrec *k = &fx->kv[fx->n_kv++];
-		k->off = p;
-		size_t kl = (size_t)get64(b + p);
-		assert_true(kl < sizeof k->key);
-		memcpy(k->key, b + p + 8, kl);
-		k->key[kl] = '\0';
-		p += 8 + kl;
-		k->type_off = p;
-		k->type = get32(b + p);
-		p += 4;
-		k->val_off = p;
-		p += value_len(b + p, k->type);
-		k->end = p;
-	}
-	for (uint64_t i = 0; i < nt; i++) {
-		struct tirec *t = &fx->ti[fx->n_ti++];
-		t->off = p;
-		size_t nl = (size_t)get64(b + p);
-		assert_true(nl < sizeof t->name);
-		memcpy(t->name, b + p + 8, nl);
-		t->name[nl] = '\0';
-		p += 8 + nl;
-		t->ndims_off = p;
-		t->n_dims = get32(b + p);
-		p += 4;
-		t->ne_off = p;
-		for (int d = 0; d < 4; d++)
-			t->ne[d] = 1;
-		for (uint32_t d = 0; d < t->n_dims; d++, p += 8)
-			t->ne[d] = get64(b + p);
-		t->type_off = p;
-		t->type = get32(b + p);
-		p += 4;
-		t->offset_off = p;
-		t->offset = get64(b + p);
-		p += 8;
-		t->end = p;
-	}
-	fx->infos_end = p;
-	fx->data_start = (p + 31) / 32 * 32;
-}
-
-static const struct kvrec *kv_rec(const char *key)
-{
-	for (int i = 0; i < fx->n_kv; i++)
-		if (!strcmp(fx->kv[i].key, key))
-			return &fx->kv[i];
+	for (int i = 0; i < fx->w.n_kv; i++)
+		if (!strcmp(fx->w.kv[i].key, key))
+			return &fx->w.kv[i];
 	fail_msg("no key %s in the original file", key);
 	return NULL;
 }
 
-static const struct tirec *ti_rec(const char *name)
+static const struct gguf_ti_rec *ti_rec(const char *name)
 {
-	for (int i = 0; i < fx->n_ti; i++)
-		if (!strcmp(fx->ti[i].name, name))
-			return &fx->ti[i];
+	for (int i = 0; i < fx->w.n_ti; i++)
+		if (!strcmp(fx->w.ti[i].name, name))
+			return &fx->w.ti[i];
 	fail_msg("no tensor %s in the original file", name);
 	return NULL;
 }
 
 /* ---- a GGUF writer for variants ----------------------------------------------- */
 
-struct buf {
-	uint8_t *p;
-	size_t n, cap;
-};
-
-static void buf_add(struct buf *b, const void *d, size_t n)
-{
-	if (b->n + n > b->cap) {
-		b->cap = (b->n + n) * 2 + 64;
-		b->p = realloc(b->p, b->cap);
-		assert_non_null(b->p);
-	}
-	if (n)
-		memcpy(b->p + b->n, d, n);
-	b->n += n;
-}
-
-static void buf_u32(struct buf *b, uint32_t v)
-{
-	buf_add(b, &v, 4);
-}
-
-static void buf_u64(struct buf *b, uint64_t v)
-{
-	buf_add(b, &v, 8);
-}
-
-static void buf_str(struct buf *b, const char *s)
-{
-	buf_u64(b, strlen(s));
-	buf_add(b, s, strlen(s));
-}
-
-struct tdesc {
-	char name[96];
-	uint32_t n_dims;
-	uint64_t ne[4];
-	uint32_t type;
-	const void *data;
-	size_t bytes;
-};
-
 struct variant {
-	struct buf kvs;         /* serialized key/value pairs */
+	struct gguf_buf kvs;    /* serialized key/value pairs */
 	int n_kv;
-	struct tdesc t[80];
+	struct gguf_tensor t[80];
 	int n_t;
 	uint32_t alignment;
 };
@@ -247,31 +103,31 @@ static void variant_init(struct variant *v, const char *const *skip, const char 
 {
 	memset(v, 0, sizeof(*v));
 	v->alignment = 32;
-	for (int i = 0; i < fx->n_kv; i++) {
+	for (int i = 0; i < fx->w.n_kv; i++) {
 		int drop = 0;
 		for (int j = 0; skip && skip[j]; j++)
-			drop |= !strcmp(skip[j], fx->kv[i].key);
+			drop |= !strcmp(skip[j], fx->w.kv[i].key);
 		if (drop)
 			continue;
-		buf_add(&v->kvs, fx->orig + fx->kv[i].off, fx->kv[i].end - fx->kv[i].off);
+		gguf_buf_add(&v->kvs, fx->orig + fx->w.kv[i].off, fx->w.kv[i].end - fx->w.kv[i].off);
 		v->n_kv++;
 	}
-	for (int i = 0; i < fx->n_ti; i++) {
-		const struct tirec *r = &fx->ti[i];
+	for (int i = 0; i < fx->w.n_ti; i++) {
+		const struct gguf_ti_rec *r = &fx->w.ti[i];
 		if (skip_tensor && !strcmp(r->name, skip_tensor))
 			continue;
-		struct tdesc *t = &v->t[v->n_t++];
+		struct gguf_tensor *t = &v->t[v->n_t++];
 		strcpy(t->name, r->name);
 		t->n_dims = r->n_dims;
 		memcpy(t->ne, r->ne, sizeof t->ne);
 		t->type = r->type;
 		assert_int_equal(r->type, 0);
-		t->data = fx->orig + fx->data_start + r->offset;
+		t->data = fx->orig + fx->w.data_start + r->offset;
 		t->bytes = 4 * (size_t)(r->ne[0] * r->ne[1] * r->ne[2] * r->ne[3]);
 	}
 }
 
-static struct tdesc *variant_tensor(struct variant *v, const char *name)
+static struct gguf_tensor *variant_tensor(struct variant *v, const char *name)
 {
 	for (int i = 0; i < v->n_t; i++)
 		if (!strcmp(v->t[i].name, name))
@@ -282,51 +138,26 @@ static struct tdesc *variant_tensor(struct variant *v, const char *name)
 
 static void variant_kv_u32(struct variant *v, const char *key, uint32_t val)
 {
-	buf_str(&v->kvs, key);
-	buf_u32(&v->kvs, 4);
-	buf_u32(&v->kvs, val);
+	gguf_buf_str(&v->kvs, key);
+	gguf_buf_u32(&v->kvs, 4);
+	gguf_buf_u32(&v->kvs, val);
 	v->n_kv++;
 }
 
 static void variant_kv_str(struct variant *v, const char *key, const char *val)
 {
-	buf_str(&v->kvs, key);
-	buf_u32(&v->kvs, 8);
-	buf_str(&v->kvs, val);
+	gguf_buf_str(&v->kvs, key);
+	gguf_buf_u32(&v->kvs, 8);
+	gguf_buf_str(&v->kvs, val);
 	v->n_kv++;
 }
 
 /* Serialize: malloc'd bytes, length in *len. */
 static uint8_t *variant_bytes(const struct variant *v, size_t *len)
 {
-	struct buf b = { 0 };
-	buf_add(&b, "GGUF", 4);
-	buf_u32(&b, 3);
-	buf_u64(&b, (uint64_t)v->n_t);
-	buf_u64(&b, (uint64_t)v->n_kv);
-	buf_add(&b, v->kvs.p, v->kvs.n);
-	uint64_t off = 0;
-	for (int i = 0; i < v->n_t; i++) {
-		const struct tdesc *t = &v->t[i];
-		buf_str(&b, t->name);
-		buf_u32(&b, t->n_dims);
-		for (uint32_t d = 0; d < t->n_dims; d++)
-			buf_u64(&b, t->ne[d]);
-		buf_u32(&b, t->type);
-		buf_u64(&b, off);
-		off = (off + t->bytes + v->alignment - 1) / v->alignment * v->alignment;
-	}
-	static const uint8_t zero[4096];
-	buf_add(&b, zero, (v->alignment - b.n % v->alignment) % v->alignment);
-	size_t base = b.n;
-	for (int i = 0; i < v->n_t; i++) {
-		const struct tdesc *t = &v->t[i];
-		buf_add(&b, zero, (v->alignment - (b.n - base) % v->alignment) % v->alignment);
-		buf_add(&b, t->data, t->bytes);
-	}
+	uint8_t *b = gguf_serialize(&v->kvs, v->n_kv, v->t, v->n_t, v->alignment, len);
 	free(v->kvs.p);
-	*len = b.n;
-	return b.p;
+	return b;
 }
 
 /* ---- files -------------------------------------------------------------------- */
@@ -336,15 +167,6 @@ static char *tmp_path(const char *name)
 	return path_join(fx->tmpdir, name);
 }
 
-static void spit(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	if (len)
-		assert_int_equal(fwrite(data, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
-}
-
 /* Write data as tmpdir/name, load it (no tokenizer override); expect NULL
  * and a cause naming the file and containing each of the NULL-terminated
  * strings. */
@@ -352,24 +174,11 @@ static void expect_fail(const char *name, const void *data, size_t len, ...)
 {
 	char *p = tmp_path(name);
 	spit(p, data, len);
-	char *cause = NULL;
-	struct model *m = model_load(p, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", name);
-	if (!cause)
-		fail_msg("%s: no cause", name);
-	if (!strstr(cause, p))
-		fail_msg("%s: cause does not name the file: %s", name, cause);
-	if (getenv("TEST_GGUF_VERBOSE"))  /* show every message */
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, len);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", name, want, cause);
+	/* TEST_GGUF_VERBOSE: show every message */
+	expect_load_fail_v(name, p, NULL, p, getenv("TEST_GGUF_VERBOSE") != NULL, ap);
 	va_end(ap);
-	free(cause);
 	unlink(p);
 	free(p);
 }
@@ -379,11 +188,7 @@ static struct model *load_ok(const char *name, const void *data, size_t len, con
 {
 	char *p = tmp_path(name);
 	spit(p, data, len);
-	char *cause = NULL;
-	struct model *m = model_load(p, tok, &cause);
-	if (!m)
-		fail_msg("%s: %s", name, cause ? cause : "?");
-	free(cause);
+	struct model *m = expect_load_ok(name, p, tok);
 	unlink(p);
 	free(p);
 	return m;
@@ -416,7 +221,7 @@ static int group_setup(void **state)
 		fprintf(stderr, "cannot read %s\n", fx->gguf_path);
 		return -1;
 	}
-	walk_original();
+	gguf_walk(fx->orig, fx->orig_len, &fx->w);
 	snprintf(fx->tmpdir, sizeof fx->tmpdir, "/tmp/llamad-test-gguf-XXXXXX");
 	if (!mkdtemp(fx->tmpdir))
 		return -1;
@@ -460,15 +265,6 @@ static int group_teardown(void **state)
 }
 
 /* ---- forward helpers ----------------------------------------------------------------- */
-
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
 
 static int run_seq(struct fwd *f, struct kvseq *s, const int32_t *tok, int n, int pos,
 		   float *logits)
@@ -587,9 +383,9 @@ static void test_hparams(void **state)
 	assert_ptr_not_equal(m->cls.data, m->embed.data);
 	/* weights point into the file's map */
 	const uint8_t *base = m->maps[0].addr;
-	assert_ptr_equal(m->embed.data, base + fx->data_start + ti_rec("token_embd.weight")->offset);
+	assert_ptr_equal(m->embed.data, base + fx->w.data_start + ti_rec("token_embd.weight")->offset);
 	assert_ptr_equal(m->layers[4].ffn_norm,
-			 base + fx->data_start + ti_rec("blk.4.ffn_norm.weight")->offset);
+			 base + fx->w.data_start + ti_rec("blk.4.ffn_norm.weight")->offset);
 	/* tokenizer from the metadata */
 	assert_non_null(m->tok);
 	assert_int_equal(tok_n_vocab(m->tok), 512);
@@ -831,7 +627,7 @@ static void test_dtypes(void **state)
 		for (int i = 0; i < 6; i++) {
 			char name[64];
 			snprintf(name, sizeof name, "blk.%d.%s.weight", l, mats[i]);
-			struct tdesc *t = variant_tensor(&v, name);
+			struct gguf_tensor *t = variant_tensor(&v, name);
 			uint64_t n = t->ne[0] * t->ne[1];
 			int q8 = (l + i) % 2 == 0;
 			t->type = q8 ? 8 : 2;
@@ -843,7 +639,7 @@ static void test_dtypes(void **state)
 			used += t->bytes;
 		}
 	/* F16 final norm, BF16 ffn_down of layer 0 (172-wide rows: fine unquantized) */
-	struct tdesc *fn = variant_tensor(&v, "output_norm.weight");
+	struct gguf_tensor *fn = variant_tensor(&v, "output_norm.weight");
 	uint16_t h[64];
 	const float *src = fn->data;
 	for (int i = 0; i < 64; i++)
@@ -851,7 +647,7 @@ static void test_dtypes(void **state)
 	fn->type = 1;
 	fn->data = h;
 	fn->bytes = sizeof h;
-	struct tdesc *dn = variant_tensor(&v, "blk.0.ffn_down.weight");
+	struct gguf_tensor *dn = variant_tensor(&v, "blk.0.ffn_down.weight");
 	uint16_t *bf = malloc(172 * 64 * 2);
 	assert_non_null(bf);
 	for (int i = 0; i < 172 * 64; i++)
@@ -942,7 +738,7 @@ static void test_quant_compute(void **state)
 		void *bufs[2 * 80] = { 0 };
 		int nb = 0;
 		for (int i = 0; i < vq.n_t; i++) {
-			struct tdesc *q = &vq.t[i], *d = &vd.t[i];
+			struct gguf_tensor *q = &vq.t[i], *d = &vd.t[i];
 			if (q->n_dims != 2 || q->ne[0] % 32)
 				continue;
 			size_t rows = (size_t)q->ne[1], cols = (size_t)q->ne[0];
@@ -1084,7 +880,7 @@ static void test_variants(void **state)
 
 	/* an extra tensor (a bias) is refused by name, not ignored */
 	variant_init(&v, NULL, NULL);
-	struct tdesc *t = &v.t[v.n_t++];
+	struct gguf_tensor *t = &v.t[v.n_t++];
 	*t = *variant_tensor(&v, "blk.2.ffn_norm.weight");
 	strcpy(t->name, "blk.2.attn_q.bias");
 	b = variant_bytes(&v, &len);
@@ -1173,9 +969,9 @@ static void test_variants(void **state)
 
 	/* add_space_prefix false reaches the normalizer */
 	variant_init(&v, NULL, NULL);
-	buf_str(&v.kvs, "tokenizer.ggml.add_space_prefix");
-	buf_u32(&v.kvs, 7);
-	buf_add(&v.kvs, "\0", 1);
+	gguf_buf_str(&v.kvs, "tokenizer.ggml.add_space_prefix");
+	gguf_buf_u32(&v.kvs, 7);
+	gguf_buf_add(&v.kvs, "\0", 1);
 	v.n_kv++;
 	b = variant_bytes(&v, &len);
 	m = load_ok("nospace.gguf", b, len, NULL);
@@ -1195,22 +991,22 @@ static void test_variants(void **state)
 static void test_truncated(void **state)
 {
 	(void)state;
-	const struct kvrec *tk = kv_rec("tokenizer.ggml.tokens");
+	const struct gguf_kv_rec *tk = kv_rec("tokenizer.ggml.tokens");
 	size_t fixed[] = {
 		0, 3, 4, 8, 20, 23, 24, 24 + 5, tk->val_off + 6, tk->val_off + 2000,
-		kv_rec("llama.block_count")->val_off + 2, fx->kv[fx->n_kv - 1].end - 1,
-		fx->ti[0].off + 4, fx->ti[10].ne_off + 3, fx->ti[20].offset_off + 7,
-		fx->infos_end - 1, fx->infos_end, fx->infos_end + 5, fx->data_start,
-		fx->data_start + 100, fx->orig_len / 2, fx->orig_len - 256,
+		kv_rec("llama.block_count")->val_off + 2, fx->w.kv[fx->w.n_kv - 1].end - 1,
+		fx->w.ti[0].off + 4, fx->w.ti[10].ne_off + 3, fx->w.ti[20].offset_off + 7,
+		fx->w.infos_end - 1, fx->w.infos_end, fx->w.infos_end + 5, fx->w.data_start,
+		fx->w.data_start + 100, fx->orig_len / 2, fx->orig_len - 256,
 		fx->orig_len - 1,
 	};
 	int n = 0;
 	for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++, n++)
 		expect_fail("trunc.gguf", fx->orig, fixed[i], NULL);
 	/* every 37th offset through the metadata and descriptors, then the data */
-	for (size_t off = 0; off < fx->data_start + 64; off += 37, n++)
+	for (size_t off = 0; off < fx->w.data_start + 64; off += 37, n++)
 		expect_fail("trunc.gguf", fx->orig, off, NULL);
-	for (size_t off = fx->data_start; off < fx->orig_len; off += 9973, n++)
+	for (size_t off = fx->w.data_start; off < fx->orig_len; off += 9973, n++)
 		expect_fail("trunc.gguf", fx->orig, off, NULL);
 	assert_true(n > 400);
 	/* the messages say what is wrong */
@@ -1219,8 +1015,8 @@ static void test_truncated(void **state)
 	expect_fail("t20.gguf", fx->orig, 20, "truncated", NULL);
 	expect_fail("tkv.gguf", fx->orig, tk->val_off + 2000, "truncated",
 		    "tokenizer.ggml.tokens", NULL);
-	expect_fail("tti.gguf", fx->orig, fx->ti[10].ne_off + 3, "truncated",
-		    fx->ti[10].name, NULL);
+	expect_fail("tti.gguf", fx->orig, fx->w.ti[10].ne_off + 3, "truncated",
+		    fx->w.ti[10].name, NULL);
 	expect_fail("tdata.gguf", fx->orig, fx->orig_len - 1, "blk.4.ffn_norm.weight",
 		    "past the end", NULL);
 	/* gguf_load_tokenizer sees truncations too */
@@ -1241,9 +1037,9 @@ static void test_patched(void **state)
 	(void)state;
 	uint8_t *b = orig_copy();
 	size_t L = fx->orig_len;
-	const struct kvrec *tk = kv_rec("tokenizer.ggml.tokens");
-	const struct tirec *q = ti_rec("blk.0.attn_q.weight");
-	const struct tirec *last = &fx->ti[fx->n_ti - 1];
+	const struct gguf_kv_rec *tk = kv_rec("tokenizer.ggml.tokens");
+	const struct gguf_ti_rec *q = ti_rec("blk.0.attn_q.weight");
+	const struct gguf_ti_rec *last = &fx->w.ti[fx->w.n_ti - 1];
 
 #define PATCH(setup, ...) do { \
 		memcpy(b, fx->orig, L); \
@@ -1337,16 +1133,16 @@ static void test_random_mutations(void **state)
 	fields[nf++] = 4;
 	fields[nf++] = 8;
 	fields[nf++] = 16;
-	for (int i = 0; i < fx->n_kv; i++) {
-		fields[nf++] = fx->kv[i].off;
-		fields[nf++] = fx->kv[i].type_off;
-		fields[nf++] = fx->kv[i].val_off;
+	for (int i = 0; i < fx->w.n_kv; i++) {
+		fields[nf++] = fx->w.kv[i].off;
+		fields[nf++] = fx->w.kv[i].type_off;
+		fields[nf++] = fx->w.kv[i].val_off;
 	}
-	for (int i = 0; i < fx->n_ti && nf < 250; i += 3) {
-		fields[nf++] = fx->ti[i].ndims_off;
-		fields[nf++] = fx->ti[i].ne_off;
-		fields[nf++] = fx->ti[i].type_off;
-		fields[nf++] = fx->ti[i].offset_off;
+	for (int i = 0; i < fx->w.n_ti && nf < 250; i += 3) {
+		fields[nf++] = fx->w.ti[i].ndims_off;
+		fields[nf++] = fx->w.ti[i].ne_off;
+		fields[nf++] = fx->w.ti[i].type_off;
+		fields[nf++] = fx->w.ti[i].offset_off;
 	}
 	int loaded = 0;
 	for (int iter = 0; iter < 300; iter++) {
@@ -1364,10 +1160,10 @@ static void test_random_mutations(void **state)
 								 UINT64_MAX };
 				uint64_t v = vals[(r >> 20) % 12];
 				size_t w = (r >> 30) & 1 ? 8 : 4;
-				if (off + w <= fx->infos_end)
+				if (off + w <= fx->w.infos_end)
 					memcpy(b + off, &v, w);
 			} else {
-				off = (size_t)((r >> 1) % fx->data_start);
+				off = (size_t)((r >> 1) % fx->w.data_start);
 				b[off] ^= (uint8_t)(1u << ((r >> 40) % 8));
 			}
 		}

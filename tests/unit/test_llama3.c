@@ -40,6 +40,8 @@
 #include <jansson.h>
 
 #include "tests/unit/testutil.h"
+#include "tests/unit/gguf_file.h"
+#include "tests/unit/model_expect.h"
 
 #include "kernels/backend.h"
 #include "model/forward.h"
@@ -59,6 +61,8 @@
  * 2.5e-6), so 1e-3 is loose yet far below the differences that a wrong
  * RoPE table makes (~1e-1, see test_formats_bit_identical). */
 #define REF_TOL 1e-3
+/* refusals print their causes */
+#define VERBOSE (getenv("TEST_LLAMA3_VERBOSE") != NULL)
 
 /* One greedy run: the N_ROWS prompt rows, then the logits each greedy
  * choice was made from (n_steps rows) and the ids chosen (n_gen; one less
@@ -74,25 +78,16 @@ struct run {
 /* ---- a GGUF file as parts, to rewrite -------------------------------------- */
 
 struct gkv {
-	char key[96];
+	char key[128];
 	uint32_t type;
 	const uint8_t *val;      /* value bytes (after the type) */
 	size_t vlen;
 };
 
-struct gti {
-	char name[96];
-	uint32_t nd;
-	uint64_t ne[4];
-	uint32_t type;
-	const uint8_t *data;
-	size_t bytes;
-};
-
 struct gg {
 	struct gkv kv[64];
 	int nkv;
-	struct gti t[64];
+	struct gguf_tensor t[64];
 	int nt;
 	void *own[16];           /* buffers the variant made */
 	int n_own;
@@ -125,19 +120,6 @@ static const char *models_dir(void)
 	return env_or("MODELS", "../shared/models");
 }
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-	va_list ap;
-	va_start(ap, f);
-	char *s = NULL;
-	if (vasprintf(&s, f, ap) < 0)
-		s = NULL;
-	va_end(ap);
-	assert_non_null(s);
-	return s;
-}
-
 static int run_cmd(const char *cmd)
 {
 	int rc = system(cmd);
@@ -146,82 +128,32 @@ static int run_cmd(const char *cmd)
 	return rc;
 }
 
-/* ---- GGUF parsing (an independent walk) and writing ------------------------ */
+/* ---- GGUF parts (from gguf_file.h's independent walk) and writing ---------- */
 
-static uint64_t rd64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
-static uint32_t rd32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-/* bytes of a value of type t at p */
-static size_t value_size(const uint8_t *p, uint32_t t)
-{
-	static const uint8_t fixed[13] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
-	assert_true(t < 13);
-	if (t == 8)
-		return 8 + (size_t)rd64(p);
-	if (t != 9)
-		return fixed[t];
-	uint32_t et = rd32(p);
-	uint64_t n = rd64(p + 4);
-	size_t s = 12;
-	for (uint64_t i = 0; i < n; i++)
-		s += value_size(p + s, et);
-	return s;
-}
-
+/* The f32 file b[0..len) as parts pointing into it. */
 static void gg_parse(const uint8_t *b, size_t len, struct gg *g)
 {
+	static struct gguf_walk w;
+	gguf_walk(b, len, &w);
 	memset(g, 0, sizeof(*g));
-	assert_true(len > 24 && !memcmp(b, "GGUF", 4));
-	uint64_t nt = rd64(b + 8), nkv = rd64(b + 16);
-	assert_true(nkv <= 64 && nt <= 64);
-	size_t p = 24;
-	for (uint64_t i = 0; i < nkv; i++) {
+	for (int i = 0; i < w.n_kv; i++) {
 		struct gkv *k = &g->kv[g->nkv++];
-		size_t kl = (size_t)rd64(b + p);
-		assert_true(kl < sizeof(k->key));
-		memcpy(k->key, b + p + 8, kl);
-		p += 8 + kl;
-		k->type = rd32(b + p);
-		p += 4;
-		k->val = b + p;
-		k->vlen = value_size(b + p, k->type);
-		p += k->vlen;
+		memcpy(k->key, w.kv[i].key, sizeof(k->key));
+		k->type = w.kv[i].type;
+		k->val = b + w.kv[i].val_off;
+		k->vlen = w.kv[i].end - w.kv[i].val_off;
 	}
-	for (uint64_t i = 0; i < nt; i++) {
-		struct gti *t = &g->t[g->nt++];
-		size_t nl = (size_t)rd64(b + p);
-		assert_true(nl < sizeof(t->name));
-		memcpy(t->name, b + p + 8, nl);
-		p += 8 + nl;
-		t->nd = rd32(b + p);
-		p += 4;
-		uint64_t nel = 1;
-		for (uint32_t d = 0; d < t->nd; d++) {
-			t->ne[d] = rd64(b + p);
-			nel *= t->ne[d];
-			p += 8;
-		}
-		t->type = rd32(b + p);
+	for (int i = 0; i < w.n_ti; i++) {
+		const struct gguf_ti_rec *r = &w.ti[i];
+		struct gguf_tensor *t = &g->t[g->nt++];
+		memcpy(t->name, r->name, sizeof(t->name));
+		t->n_dims = r->n_dims;
+		memcpy(t->ne, r->ne, sizeof(t->ne));
+		t->type = r->type;
 		assert_true(t->type == 0 || t->type == 1);  /* the f32 file: F32 (and F16) */
-		t->data = (const uint8_t *)(uintptr_t)rd64(b + p + 4);  /* offset for now */
-		t->bytes = (size_t)nel * (t->type ? 2 : 4);
-		p += 12;
-	}
-	size_t data = (p + 31) / 32 * 32;
-	for (int i = 0; i < g->nt; i++) {
-		size_t off = (size_t)(uintptr_t)g->t[i].data;
-		assert_true(data + off + g->t[i].bytes <= len);
-		g->t[i].data = b + data + off;
+		t->bytes = (size_t)(r->ne[0] * r->ne[1] * r->ne[2] * r->ne[3]) * (t->type ? 2 : 4);
+		assert_true(w.data_start + r->offset + t->bytes <= len);
+		t->data = b + w.data_start + r->offset;
 	}
 }
 
@@ -249,7 +181,7 @@ static struct gkv *gg_kv(struct gg *g, const char *key)
 	return NULL;
 }
 
-static struct gti *gg_t(struct gg *g, const char *name)
+static struct gguf_tensor *gg_t(struct gg *g, const char *name)
 {
 	for (int i = 0; i < g->nt; i++)
 		if (!strcmp(g->t[i].name, name))
@@ -266,7 +198,7 @@ static void gg_del_kv(struct gg *g, const char *key)
 
 static void gg_del_t(struct gg *g, const char *name)
 {
-	struct gti *t = gg_t(g, name);
+	struct gguf_tensor *t = gg_t(g, name);
 	assert_non_null(t);
 	*t = g->t[--g->nt];
 }
@@ -289,44 +221,35 @@ static void gg_set_kv(struct gg *g, const char *key, uint32_t type, const void *
 
 static void gg_set_str(struct gg *g, const char *key, const char *s)
 {
-	size_t n = strlen(s);
-	uint8_t *v = malloc(8 + n);
-	assert_non_null(v);
-	for (int i = 0; i < 8; i++)
-		v[i] = (uint8_t)((uint64_t)n >> (8 * i));
-	memcpy(v + 8, s, n);
-	gg_set_kv(g, key, 8, v, 8 + n);
-	free(v);
+	struct gguf_buf v = { 0 };
+	gguf_buf_str(&v, s);
+	gg_set_kv(g, key, 8, v.p, v.n);
+	free(v.p);
 }
 
 /* An array of n u32 values (element type et: 4 u32, 5 i32). */
 static void gg_set_u32s(struct gg *g, const char *key, uint32_t et, const uint32_t *x, size_t n)
 {
-	size_t len = 12 + 4 * n;
-	uint8_t *v = malloc(len);
-	assert_non_null(v);
-	v[0] = (uint8_t)et;
-	v[1] = v[2] = v[3] = 0;
-	for (int i = 0; i < 8; i++)
-		v[4 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+	struct gguf_buf v = { 0 };
+	gguf_buf_u32(&v, et);
+	gguf_buf_u64(&v, n);
 	for (size_t i = 0; i < n; i++)
-		for (int k = 0; k < 4; k++)
-			v[12 + 4 * i + k] = (uint8_t)(x[i] >> (8 * k));
-	gg_set_kv(g, key, 9, v, len);
-	free(v);
+		gguf_buf_u32(&v, x[i]);
+	gg_set_kv(g, key, 9, v.p, v.n);
+	free(v.p);
 }
 
 /* Set a tensor (1-D of n elements or 2-D), replacing or adding it. */
 static void gg_set_t(struct gg *g, const char *name, uint32_t type, uint64_t ne0, uint64_t ne1,
 		     const void *data, size_t bytes)
 {
-	struct gti *t = gg_t(g, name);
+	struct gguf_tensor *t = gg_t(g, name);
 	if (!t) {
 		assert_true(g->nt < 64);
 		t = &g->t[g->nt++];
 		snprintf(t->name, sizeof(t->name), "%s", name);
 	}
-	t->nd = ne1 ? 2 : 1;
+	t->n_dims = ne1 ? 2 : 1;
 	t->ne[0] = ne0;
 	t->ne[1] = ne1;
 	t->type = type;
@@ -336,47 +259,20 @@ static void gg_set_t(struct gg *g, const char *name, uint32_t type, uint64_t ne0
 	t->bytes = bytes;
 }
 
-static void put_le(FILE *f, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		fputc((int)(uint8_t)(v >> (8 * i)), f);
-}
-
+/* The parts as a GGUF file (data aligned to 32, as llamad-quantize writes). */
 static void gg_write(const struct gg *g, const char *path)
 {
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	fwrite("GGUF", 1, 4, f);
-	put_le(f, 3, 4);
-	put_le(f, (uint64_t)g->nt, 8);
-	put_le(f, (uint64_t)g->nkv, 8);
+	struct gguf_buf kvs = { 0 };
 	for (int i = 0; i < g->nkv; i++) {
-		put_le(f, strlen(g->kv[i].key), 8);
-		fwrite(g->kv[i].key, 1, strlen(g->kv[i].key), f);
-		put_le(f, g->kv[i].type, 4);
-		fwrite(g->kv[i].val, 1, g->kv[i].vlen, f);
+		gguf_buf_str(&kvs, g->kv[i].key);
+		gguf_buf_u32(&kvs, g->kv[i].type);
+		gguf_buf_add(&kvs, g->kv[i].val, g->kv[i].vlen);
 	}
-	uint64_t off = 0;
-	for (int i = 0; i < g->nt; i++) {
-		const struct gti *t = &g->t[i];
-		put_le(f, strlen(t->name), 8);
-		fwrite(t->name, 1, strlen(t->name), f);
-		put_le(f, t->nd, 4);
-		for (uint32_t d = 0; d < t->nd; d++)
-			put_le(f, t->ne[d], 8);
-		put_le(f, t->type, 4);
-		put_le(f, off, 8);
-		off += (t->bytes + 31) / 32 * 32;
-	}
-	long at = ftell(f);
-	for (; at % 32; at++)
-		fputc(0, f);
-	for (int i = 0; i < g->nt; i++) {
-		fwrite(g->t[i].data, 1, g->t[i].bytes, f);
-		for (size_t k = g->t[i].bytes; k % 32; k++)
-			fputc(0, f);
-	}
-	assert_int_equal(fclose(f), 0);
+	size_t len;
+	uint8_t *b = gguf_serialize(&kvs, g->nkv, g->t, g->nt, 32, &len);
+	free(kvs.p);
+	spit(path, b, len);
+	free(b);
 }
 
 /* ---- HF folder variants ------------------------------------------------------- */
@@ -418,34 +314,15 @@ static void drop_scaling(json_t *c)
  * containing each NULL-terminated string. */
 static void expect_fail(const char *path, const char *names, ...)
 {
-	char *cause = NULL;
-	struct model *m = model_load(path, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", path);
-	if (!cause)
-		fail_msg("%s: no cause", path);
-	if (!strstr(cause, names))
-		fail_msg("%s: cause does not name %s: %s", path, names, cause);
-	if (getenv("TEST_LLAMA3_VERBOSE"))
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, names);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", path, want, cause);
+	expect_load_fail_v(path, path, NULL, names, VERBOSE, ap);
 	va_end(ap);
-	free(cause);
 }
 
 static struct model *load_ok(const char *path)
 {
-	char *cause = NULL;
-	struct model *m = model_load(path, NULL, &cause);
-	if (!m)
-		fail_msg("%s: %s", path, cause ? cause : "?");
-	free(cause);
-	return m;
+	return expect_load_ok(path, path, NULL);
 }
 
 /* ---- fixture ------------------------------------------------------------------ */
@@ -535,15 +412,6 @@ static int group_teardown(void **state)
 	return 0;
 }
 
-static int argmax(const float *l, int n)
-{
-	int b = 0;
-	for (int i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return b;
-}
-
 /* The prompt through m: N_PRE tokens prefilled without logits, N_ROWS with
  * all their logits, then greedy steps. */
 static void run_model(const struct model *m, struct run *r)
@@ -575,9 +443,7 @@ static void run_model(const struct model *m, struct run *r)
 	}
 	kvseq_release(fx->pool, &s);
 	fwd_free(f);
-	for (size_t i = 0; i < N_ROWS * V; i++)
-		if (!isfinite(r->rows[i]))
-			fail_msg("logit %zu is %g", i, (double)r->rows[i]);
+	assert_finite(r->rows, N_ROWS * V);
 }
 
 static const struct run *run_hf(void)
@@ -727,7 +593,7 @@ static void test_tied(void **state)
 	size_t n;
 	char *b = slurp(st, &n);
 	assert_non_null(b);
-	uint64_t hl = rd64((const uint8_t *)b);
+	uint64_t hl = le64((const uint8_t *)b);
 	assert_true(hl < n);
 	b[8 + hl] = 0;   /* the header only */
 	assert_non_null(strstr(b + 8, "\"model.embed_tokens.weight\""));
@@ -824,7 +690,7 @@ static void test_tokenizer(void **state)
 	assert_null(gg_kv(&fx->parsed, "tokenizer.ggml.scores"));
 	k = gg_kv(&fx->parsed, "tokenizer.ggml.eot_token_id");
 	assert_non_null(k);
-	assert_int_equal(rd32(k->val), 128009);
+	assert_int_equal(le32(k->val), 128009);
 	k = gg_kv(&fx->parsed, "tokenizer.ggml.pre");
 	assert_non_null(k);
 	assert_memory_equal(k->val + 8, "llama-bpe", 9);
@@ -912,22 +778,10 @@ static void gg_expect_fail(struct gg *g, const char *name, ...)
 	char *p = fmt("%s/%s", fx->dir, name);
 	gg_write(g, p);
 	gg_done(g);
-	char *cause = NULL;
-	struct model *m = model_load(p, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", name);
-	if (!cause || !strstr(cause, p))
-		fail_msg("%s: cause does not name the file: %s", name, cause ? cause : "(none)");
-	if (getenv("TEST_LLAMA3_VERBOSE"))
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, name);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", name, want, cause);
+	expect_load_fail_v(name, p, NULL, p, VERBOSE, ap);
 	va_end(ap);
-	free(cause);
 	unlink(p);
 	free(p);
 }
@@ -1017,7 +871,7 @@ static void test_gguf_variants(void **state)
 
 	/* an untied copy of the classifier loads as its own tensor */
 	g = fx->parsed;
-	struct gti *te = gg_t(&g, "token_embd.weight");
+	struct gguf_tensor *te = gg_t(&g, "token_embd.weight");
 	gg_set_t(&g, "output.weight", 0, te->ne[0], te->ne[1], te->data, te->bytes);
 	m = gg_load(&g, "untied.gguf");
 	assert_ptr_not_equal(m->cls.data, m->embed.data);
@@ -1052,7 +906,7 @@ static void test_gguf_variants(void **state)
 	uint8_t *mv = gg_own(&g, mk->vlen);
 	memcpy(mv, mk->val, mk->vlen);
 	/* the first merge is "Ġ Ġ" (5 bytes): make its space a letter */
-	assert_int_equal(rd64(mv + 12), 5);
+	assert_int_equal(le64(mv + 12), 5);
 	mv[12 + 8 + 2] = 'x';
 	mk->val = mv;
 	gg_expect_fail(&g, "merge-bad.gguf", "merge 0", NULL);
@@ -1151,22 +1005,10 @@ static void hf_expect_fail(const char *name, void (*edit)(json_t *), ...)
 {
 	char *d = hf_variant(name, edit, 1);
 	char *cfg = fmt("%s/config.json", d);
-	char *cause = NULL;
-	struct model *m = model_load(d, NULL, &cause);
-	if (m)
-		fail_msg("%s loaded, expected a failure", name);
-	if (!cause || !strstr(cause, cfg))
-		fail_msg("%s: cause does not name %s: %s", name, cfg, cause ? cause : "(none)");
-	if (getenv("TEST_LLAMA3_VERBOSE"))
-		print_message("%s\n", cause);
 	va_list ap;
 	va_start(ap, edit);
-	const char *want;
-	while ((want = va_arg(ap, const char *)))
-		if (!strstr(cause, want))
-			fail_msg("%s: cause lacks \"%s\": %s", name, want, cause);
+	expect_load_fail_v(name, d, NULL, cfg, VERBOSE, ap);
 	va_end(ap);
-	free(cause);
 	free(cfg);
 	free(d);
 }

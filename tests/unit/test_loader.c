@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "tests/unit/testutil.h"
+
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -55,45 +57,6 @@ static const char *models_dir(void)
 {
 	const char *m = getenv("MODELS");
 	return m && *m ? m : "../shared/models";
-}
-
-/* malloc'd printf */
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-	va_list ap;
-	char *s = NULL;
-	va_start(ap, f);
-	int r = vasprintf(&s, f, ap);
-	va_end(ap);
-	assert_true(r >= 0);
-	return s;
-}
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *b = malloc((size_t)n + 1);
-	if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
-		free(b);
-		b = NULL;
-	}
-	fclose(f);
-	*len = (size_t)n;
-	return b;
-}
-
-static void spit(const char *path, const void *data, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	assert_int_equal(fwrite(data, 1, len, f), len);
-	assert_int_equal(fclose(f), 0);
 }
 
 /* Write a safetensors file: 8-byte length, header, data. The header is
@@ -295,13 +258,13 @@ static int group_setup(void **state)
 	if (!mkdtemp(tmpdir))
 		return -1;
 	char *p = fmt("%s/stories260K.bin", models_dir());
-	bin = slurp(p, &bin_len);
+	bin = (uint8_t *)slurp(p, &bin_len);
 	free(p);
 	p = fmt("%s/stories260K-hf/model.safetensors", models_dir());
-	src_st = slurp(p, &src_st_len);
+	src_st = (uint8_t *)slurp(p, &src_st_len);
 	free(p);
 	p = fmt("%s/stories260K-hf/tokenizer.model", models_dir());
-	src_tok = slurp(p, &src_tok_len);
+	src_tok = (uint8_t *)slurp(p, &src_tok_len);
 	free(p);
 	p = fmt("%s/stories260K-hf/config.json", models_dir());
 	src_cfg = json_load_file(p, 0, NULL);
@@ -936,7 +899,7 @@ static void test_hf_chat_template(void **state)
 	 * is no JSON integer jansson holds) */
 	char *real = fmt("%s/llama3-tokenizer/tokenizer_config.json", models_dir());
 	size_t n;
-	uint8_t *b = slurp(real, &n);
+	uint8_t *b = (uint8_t *)slurp(real, &n);
 	assert_non_null(b);
 	spit(tc, b, n);
 	free(b);

@@ -30,15 +30,18 @@ struct fx {
 	struct turn_env te;
 };
 
-static int setup(void **state)
+/* The fixture over tokenizer t (NULL: fails; its loader said why), the
+ * model's BOS and EOS bos and eos (-1: the tokenizer's). */
+static int fx_setup(void **state, struct tok *t, int bos, int eos)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-	if (!f || !(f->m.tok = llama2_tok())) {
-		free(f);
+	struct fx *f = t ? calloc(1, sizeof(*f)) : NULL;
+	if (!f) {
+		tok_free(t);
 		return -1;
 	}
-	f->m.cfg.bos = 1;
-	f->m.cfg.eos = 2;
+	f->m.tok = t;
+	f->m.cfg.bos = bos >= 0 ? bos : tok_bos(t);
+	f->m.cfg.eos = eos >= 0 ? eos : tok_eos(t);
 	f->pool = kvpool_new(64, KV_BLOCK_TOKENS, 1, 8);
 	if (!f->pool || sess_table_init(&f->st, f->pool) != 0)
 		return -1;
@@ -47,6 +50,11 @@ static int setup(void **state)
 	f->te.limit = 4096;
 	*state = f;
 	return 0;
+}
+
+static int setup(void **state)
+{
+	return fx_setup(state, llama2_tok(), 1, 2);
 }
 
 static int teardown(void **state)
@@ -80,14 +88,30 @@ static void add(struct fx *f, struct session *s, int role, const char *text)
 		fail_msg("turn_append(%s): %d %s", text, n, msg);
 }
 
-static void assert_dialog(struct fx *f, const struct session *s, const struct chat_msg *d, int n)
+/* s holds exactly the ids of the dialog d[0..n) in template tmpl (both
+ * printed if not). */
+static void assert_holds(struct fx *f, const struct session *s, int tmpl,
+			 const struct chat_msg *d, int n)
 {
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, d, n, &want);
+	int nw = chat_encode_dialog(f->m.tok, tmpl, d, n, &want);
 	assert_true(nw > 0);
-	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t)))
+	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t))) {
+		fprintf(stderr, "session:");
+		for (int i = 0; i < s->n_tokens; i++)
+			fprintf(stderr, " %d", s->tokens[i]);
+		fprintf(stderr, "\ndialog: ");
+		for (int i = 0; i < nw; i++)
+			fprintf(stderr, " %d", want[i]);
+		fprintf(stderr, "\n");
 		fail_msg("session holds %d tokens, the dialog %d (or they differ)", s->n_tokens, nw);
+	}
 	free(want);
+}
+
+static void assert_dialog(struct fx *f, const struct session *s, const struct chat_msg *d, int n)
+{
+	assert_holds(f, s, CHAT_TEMPLATE_LLAMA2, d, n);
 }
 
 /* A session id holding the first n messages of the dialog. */
@@ -206,47 +230,15 @@ static void test_raw_shift(void **state)
 
 #define EOT 128009
 
+/* BOS and EOS the tokenizer's: EOS is <|end_of_text|>, not the turn's end */
 static int l3_setup(void **state)
 {
-	struct fx *f = calloc(1, sizeof(*f));
-	const char *dir = getenv("MODELS");
-	char path[4096], *cause = NULL;
-	snprintf(path, sizeof(path), "%s/llama3-tokenizer/tokenizer.json",
-		 dir && *dir ? dir : "../shared/models");
-	if (!f || !(f->m.tok = tok_load(path, &cause))) {
-		fprintf(stderr, "%s\n", cause ? cause : path);
-		free(cause);
-		free(f);
-		return -1;
-	}
-	f->m.cfg.bos = tok_bos(f->m.tok);
-	f->m.cfg.eos = tok_eos(f->m.tok);  /* <|end_of_text|>, not the turn's end */
-	f->pool = kvpool_new(64, KV_BLOCK_TOKENS, 1, 8);
-	if (!f->pool || sess_table_init(&f->st, f->pool) != 0)
-		return -1;
-	f->te.st = &f->st;
-	f->te.m = &f->m;
-	f->te.limit = 4096;
-	*state = f;
-	return 0;
+	return fx_setup(state, llama3_tok(), -1, -1);
 }
 
 static void assert_l3(struct fx *f, const struct session *s, const struct chat_msg *d, int n)
 {
-	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, d, n, &want);
-	assert_true(nw > 0);
-	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t))) {
-		fprintf(stderr, "session:");
-		for (int i = 0; i < s->n_tokens; i++)
-			fprintf(stderr, " %d", s->tokens[i]);
-		fprintf(stderr, "\ndialog: ");
-		for (int i = 0; i < nw; i++)
-			fprintf(stderr, " %d", want[i]);
-		fprintf(stderr, "\n");
-		fail_msg("session holds %d tokens, the dialog %d (or they differ)", s->n_tokens, nw);
-	}
-	free(want);
+	assert_holds(f, s, CHAT_TEMPLATE_LLAMA3, d, n);
 }
 
 static const struct chat_msg l3_dialog[] = {

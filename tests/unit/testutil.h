@@ -1,11 +1,13 @@
 /*
  * tests/unit/testutil.h — small helpers shared by the unit tests (include
- * after <cmocka.h>): environment defaults, paths, whole-file reads.
+ * after <cmocka.h>): environment defaults, paths, whole-file reads and
+ * writes, logits.
  */
 #ifndef LLAMAD_TESTS_TESTUTIL_H
 #define LLAMAD_TESTS_TESTUTIL_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +58,20 @@ static inline const char *env_or(const char *name, const char *def)
 	return v && *v ? v : def;
 }
 
+/* malloc'd printf; fails the test if it cannot allocate */
+static inline char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static inline char *fmt(const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	char *s = NULL;
+	if (vasprintf(&s, f, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	assert_non_null(s);
+	return s;
+}
+
 /* malloc'd "dir/name" */
 static inline char *path_join(const char *dir, const char *name)
 {
@@ -92,6 +108,34 @@ static inline char *slurp(const char *path, size_t *len)
 	buf[n] = '\0';
 	*len = n;
 	return buf;
+}
+
+/* Write len bytes of data as the file path (created or truncated). */
+static inline void spit(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	if (len)
+		assert_int_equal(fwrite(data, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Index of the largest of l[0..n), the first on a tie (greedy decoding). */
+static inline int argmax(const float *l, int n)
+{
+	int b = 0;
+	for (int i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return b;
+}
+
+/* Fail the test if any of l[0..n) is NaN or infinite. */
+static inline void assert_finite(const float *l, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(l[i]))
+			fail_msg("logit %zu is %g", i, (double)l[i]);
 }
 
 #endif
