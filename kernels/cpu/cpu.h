@@ -7,10 +7,18 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/threadpool.h"
 
+/* Which vector code a kernel runs. Every choice gives the same bits. */
+enum cpu_isa {
+	CPU_ISA_PORTABLE = 0,  /* plain C */
+	CPU_ISA_AVX512 = 1,    /* AVX-512F/BW/VL (packed quantized: + VNNI) */
+	CPU_ISA_AVX2 = 2,      /* AVX2 + FMA + F16C */
+};
+
 struct cpu_backend {
 	struct backend be;
 	struct tpool *pool;
 	int have_avx512;
+	int have_avx2;          /* AVX2 + FMA + F16C (used without AVX-512) */
 	float **scratch;        /* per-thread scratch (attention scores) */
 	size_t scratch_len;     /* floats in each */
 	int have_vnni;          /* AVX512-VNNI: quantized weights are packed */
@@ -48,10 +56,12 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 
 /* Single-threaded matmul of rows [r0, r1) of w (any dtype; Q8_0/Q4_0 need
  * w->cols a multiple of kt_block_weights(w->dtype)), for testing and for the pool workers.
- * avx512 selects the AVX-512 kernels; the result is bit-identical either
- * way, and for any row range. */
-void cpu_matmul_rows(int avx512, float *y, const float *x,
+ * isa (enum cpu_isa) selects the kernels (the caller checks the CPU has
+ * them); the result is bit-identical whichever, and for any row range. */
+void cpu_matmul_rows(int isa, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1);
+/* The isa cpu_matmul uses on this backend. */
+int cpu_mm_isa(const struct cpu_backend *cb);
 
 /* Room in cb->qx for n_tok tokens of width cols: 0 or -ENOMEM. */
 int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols);

@@ -436,6 +436,152 @@ ROWS_FOR(rows_q4_0, rows_q_avx512, KT_Q4_0)
 ROWS_FOR(rows_q4_k, rows_q_avx512, KT_Q4_K)
 ROWS_FOR(rows_q5_k, rows_q_avx512, KT_Q5_K)
 ROWS_FOR(rows_q6_k, rows_q_avx512, KT_Q6_K)
+
+/* ---- AVX2 + FMA + F16C ---------------------------------------------------
+ *
+ * The same arithmetic with 8-lane registers (CPUs without AVX-512): the
+ * 16-lane accumulator of an element is kept as two halves, lanes 0-7 and
+ * 8-15 (lane j still takes input columns k + j, k = 0, 16, ...), and the
+ * horizontal sum adds the halves (s = 8), the 128-bit halves of that (4),
+ * then pairs (2) and the last two (1): rows_generic's tree, so the bits are
+ * those of rows_generic and of the AVX-512 path. The tail (K % 16 columns)
+ * runs on zero-padded copies and is blended so that the lanes past K keep
+ * their value, as rows_generic leaves them.
+ */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* lanes 0-15 as two halves -> the fixed reduction tree */
+AVX2 INLINE float a2_hsum(__m256 lo, __m256 hi)
+{
+	__m256 v = _mm256_add_ps(lo, hi);
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+
+/* Eight weights from element i as fp32. */
+AVX2 INLINE __m256 a2_ld_w(const void *base, enum kt_dtype dt, size_t i)
+{
+	if (dt == KT_F32)
+		return _mm256_loadu_ps((const float *)base + i);
+	__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+	if (dt == KT_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Lanes [0, n) of 8 set, as a blend mask (n may be <= 0 or >= 8). */
+AVX2 INLINE __m256 a2_mask(int n)
+{
+	return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+						      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+/* One NT x NR tile: tokens [t0, t0+NT) x rows [r0, r0+NR). */
+AVX2 INLINE void a2_tile(float *y, const float *x, const void *w, enum kt_dtype dt,
+			 int K, int N, int t0, int r0, const int NT, const int NR)
+{
+	__m256 lo[4][4], hi[4][4];
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			lo[t][r] = hi[t][r] = _mm256_setzero_ps();
+	const char *wb = (const char *)w;
+	const size_t esz = dt == KT_F32 ? 4 : 2;
+	int k = 0;
+	for (; k + 16 <= K; k += 16) {
+		if (t0 == 0) {
+			/* the next row block, as the AVX-512 tile does */
+#pragma GCC unroll 4
+			for (int r = 0; r < NR; r++)
+				_mm_prefetch(wb + ((size_t)(r0 + NR + r) * K + k) * esz, _MM_HINT_T0);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m256 wl = a2_ld_w(w, dt, (size_t)(r0 + r) * K + k);
+			__m256 wh = a2_ld_w(w, dt, (size_t)(r0 + r) * K + k + 8);
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				const float *xp = x + (size_t)(t0 + t) * K + k;
+				lo[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp), wl, lo[t][r]);
+				hi[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 8), wh, hi[t][r]);
+			}
+		}
+	}
+	if (k < K) {
+		const int n = K - k;
+		const __m256 ml = a2_mask(n), mh = a2_mask(n - 8);
+		float xt[4][16] __attribute__((aligned(32)));
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++) {
+			memset(xt[t], 0, sizeof(xt[t]));
+			memcpy(xt[t], x + (size_t)(t0 + t) * K + k, (size_t)n * sizeof(float));
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			float wt[16] __attribute__((aligned(32))) = { 0 };
+			memcpy(wt, wb + ((size_t)(r0 + r) * K + k) * esz, (size_t)n * esz);
+			__m256 wl = a2_ld_w(wt, dt, 0), wh = a2_ld_w(wt, dt, 8);
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				lo[t][r] = _mm256_blendv_ps(lo[t][r],
+					_mm256_fmadd_ps(_mm256_load_ps(xt[t]), wl, lo[t][r]), ml);
+				hi[t][r] = _mm256_blendv_ps(hi[t][r],
+					_mm256_fmadd_ps(_mm256_load_ps(xt[t] + 8), wh, hi[t][r]), mh);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			y[(size_t)(t0 + t) * N + r0 + r] = a2_hsum(lo[t][r], hi[t][r]);
+}
+
+/* All tokens x rows [r0, r1) for one dtype (dt is a constant at each call):
+ * batch 1 four rows at a time; batches 3 tokens x 2 rows (12 of the 16
+ * registers accumulate), then the tails. */
+AVX2 INLINE void rows_avx2(float *y, const float *x, const void *w, enum kt_dtype dt,
+			   int K, int N, int n_tok, int r0, int r1)
+{
+	int r = r0;
+	if (n_tok == 1) {
+		for (; r + 4 <= r1; r += 4)
+			a2_tile(y, x, w, dt, K, N, 0, r, 1, 4);
+		for (; r < r1; r++)
+			a2_tile(y, x, w, dt, K, N, 0, r, 1, 1);
+		return;
+	}
+	for (; r + 2 <= r1; r += 2) {
+		int t = 0;
+		for (; t + 3 <= n_tok; t += 3)
+			a2_tile(y, x, w, dt, K, N, t, r, 3, 2);
+		switch (n_tok - t) {
+		case 2: a2_tile(y, x, w, dt, K, N, t, r, 2, 2); break;
+		case 1: a2_tile(y, x, w, dt, K, N, t, r, 1, 2); break;
+		}
+	}
+	for (; r < r1; r++) {
+		int t = 0;
+		for (; t + 4 <= n_tok; t += 4)
+			a2_tile(y, x, w, dt, K, N, t, r, 4, 1);
+		for (; t < n_tok; t++)
+			a2_tile(y, x, w, dt, K, N, t, r, 1, 1);
+	}
+}
+
+#define ROWS_FOR2(name, impl, dt)                                                 \
+	AVX2 static void name(float *y, const float *x, const void *w, int K, int N, \
+			      int n_tok, int r0, int r1)                             \
+	{                                                                       \
+		impl(y, x, w, dt, K, N, n_tok, r0, r1);                           \
+	}
+
+ROWS_FOR2(rows2_f32, rows_avx2, KT_F32)
+ROWS_FOR2(rows2_f16, rows_avx2, KT_F16)
+ROWS_FOR2(rows2_bf16, rows_avx2, KT_BF16)
 #endif /* __x86_64__ */
 
 static float w_at(const void *w, enum kt_dtype dt, size_t i)
@@ -503,11 +649,19 @@ static void rows_generic_q(float *y, const float *x, const struct kt_weight *w,
 	}
 }
 
-void cpu_matmul_rows(int avx512, float *y, const float *x,
+void cpu_matmul_rows(int isa, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1)
 {
 #if defined(__x86_64__)
-	if (avx512) {
+	if (isa == CPU_ISA_AVX2) {
+		switch (w->dtype) {
+		case KT_F32: rows2_f32(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_F16: rows2_f16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_BF16: rows2_bf16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		default: break;
+		}
+	}
+	if (isa == CPU_ISA_AVX512) {
 		switch (w->dtype) {
 		case KT_F32: rows_f32(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		case KT_F16: rows_f16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
@@ -520,7 +674,7 @@ void cpu_matmul_rows(int avx512, float *y, const float *x,
 		}
 	}
 #else
-	(void)avx512;
+	(void)isa;
 #endif
 	if (kt_dtype_is_quant(w->dtype))
 		rows_generic_q(y, x, w, n_tok, r0, r1);
@@ -533,8 +687,13 @@ struct mm_job {
 	const float *x;
 	const struct kt_weight *w;
 	int n_tok;
-	int avx512;
+	int isa;
 };
+
+int cpu_mm_isa(const struct cpu_backend *cb)
+{
+	return cb->have_avx512 ? CPU_ISA_AVX512 : cb->have_avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+}
 
 static void mm_worker(void *ctx, int ith, int nth)
 {
@@ -546,7 +705,7 @@ static void mm_worker(void *ctx, int ith, int nth)
 	if (r1 > rows)
 		r1 = rows;
 	if (r0 < r1)
-		cpu_matmul_rows(j->avx512, j->y, j->x, j->w, j->n_tok, r0, r1);
+		cpu_matmul_rows(j->isa, j->y, j->x, j->w, j->n_tok, r0, r1);
 }
 
 int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols)
@@ -611,7 +770,7 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 		return;
 	}
 	/* not packed (or no memory for the activations: the exact path) */
-	struct mm_job j = { y, x, w, n_tok, cb->have_avx512 };
+	struct mm_job j = { y, x, w, n_tok, cpu_mm_isa(cb) };
 	size_t work = wbytes + (size_t)n_tok * w->rows * w->cols / 4;
 	/* below ~256 KiB of weights a second thread costs more than it gives */
 	int nth = work < (256u << 10) ? 1 : tpool_size(cb->pool);
