@@ -166,6 +166,26 @@ static int have_avx512(void)
 #endif
 }
 
+static int have_avx2(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+/* cmocka's skip() with the reason on the test's output. */
+#define SKIP_WITHOUT(cond, what)                                                 \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			print_message("skipped: this CPU has no %s\n", what);     \
+			skip();                                                  \
+		}                                                                \
+	} while (0)
+
 static struct backend *g_be1, *g_be2;
 
 /* ---- sizes and names ------------------------------------------------------ */
@@ -824,7 +844,8 @@ static void q_check(const struct q_case *c, const float *y, int n_tok, const cha
 		}
 }
 
-/* path: 0 rows portable, 1 rows avx512, 2 backend 1 thread, 3 backend 2 */
+/* path: 0 rows portable, 1 rows avx512, 2 backend 1 thread, 3 backend 2,
+ * 4 rows avx2 */
 static void q_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
 {
 	poison(y, (size_t)n_tok * w->rows);
@@ -833,11 +854,18 @@ static void q_run(int path, float *y, const float *x, const struct kt_weight *w,
 	case 1: cpu_matmul_rows(1, y, x, w, n_tok, 0, w->rows); break;
 	case 2: g_be1->ops->matmul(g_be1, y, x, w, n_tok); break;
 	case 3: g_be2->ops->matmul(g_be2, y, x, w, n_tok); break;
+	case 4: cpu_matmul_rows(CPU_ISA_AVX2, y, x, w, n_tok, 0, w->rows); break;
 	}
 }
 
-static const char *const path_name[] = { "rows(avx512=0)", "rows(avx512=1)",
-					  "backend(1)", "backend(2)" };
+static const char *const path_name[] = { "rows(portable)", "rows(avx512)",
+					  "backend(1)", "backend(2)", "rows(avx2)" };
+
+/* 1 if the rows path p (0, 1 or 4) runs on this CPU */
+static int path_here(int p)
+{
+	return p == 1 ? have_avx512() : p == 4 ? have_avx2() : 1;
+}
 
 static void expect_same(const float *a, const float *b, size_t n, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -913,6 +941,13 @@ static void test_matmul_k_avx512(void **state)
 	k_path_all(1);
 }
 
+static void test_matmul_k_avx2(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	k_path_all(4);
+}
+
 static void test_matmul_k_backend_1thread(void **state)
 {
 	(void)state;
@@ -939,6 +974,55 @@ static void test_matmul_q_avx512(void **state)
 	q_path_all(1);
 }
 
+static void test_matmul_q_avx2(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	q_path_all(4);
+}
+
+/* The AVX2 exact path against the portable one, bit for bit: every dtype,
+ * rows 1..9 (the 4-stream batch-1 tiles and their one-row rest, the 4-row
+ * blocks and 2-row tiles of batches), widths of 1 to 17 blocks (K-quants 1,
+ * 2, 3 super-blocks: a 256-column tail past the 512-column chunk), every
+ * n_tok 1..9 (3-token tiles and the 2- and 1-token rests); each split of
+ * the rows in two. */
+static void test_matmul_q_avx2_bits(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	static const int qcols[] = { 32, 64, 96, 544 }, kcols[] = { 256, 512, 768 };
+	rng_seed(310);
+	for (size_t di = 0; di < N_ELEMS(dts); di++)
+		for (int ci = 0; ci < (is_k(dts[di]) ? 3 : 4); ci++)
+			for (int R = 1; R <= 9; R++) {
+				int K = is_k(dts[di]) ? kcols[ci] : qcols[ci];
+				struct q_case c;
+				q_case_make(&c, dts[di], R, K, 9);
+				size_t n = (size_t)9 * R;
+				float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
+				for (int nt = 1; nt <= 9; nt++) {
+					q_run(0, a, c.x, &c.w, nt);
+					q_run(4, b, c.x, &c.w, nt);
+					expect_same(a, b, (size_t)nt * R, "avx2 %s %d x %d n_tok %d vs portable",
+						    kt_dtype_name(c.w.dtype), R, K, nt);
+				}
+				for (int cut = 1; cut < R; cut++)
+					for (int nt = 1; nt <= 9; nt += 8) {
+						q_run(0, a, c.x, &c.w, nt);
+						poison(b, n);
+						cpu_matmul_rows(CPU_ISA_AVX2, b, c.x, &c.w, nt, 0, cut);
+						cpu_matmul_rows(CPU_ISA_AVX2, b, c.x, &c.w, nt, cut, R);
+						expect_same(a, b, (size_t)nt * R, "avx2 %s %d x %d n_tok %d: rows "
+							    "split at %d", kt_dtype_name(c.w.dtype), R, K, nt, cut);
+					}
+				free(a);
+				free(b);
+				q_case_done(&c);
+			}
+}
+
 static void test_matmul_q_backend_1thread(void **state)
 {
 	(void)state;
@@ -963,7 +1047,7 @@ struct q_shape {
 static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct q_shape *shapes,
 			    size_t n_shapes)
 {
-	int avx = have_avx512();
+	static const int isa_of[5] = { CPU_ISA_PORTABLE, CPU_ISA_AVX512, -1, -1, CPU_ISA_AVX2 };
 	rng_seed(300);
 	for (size_t di = 0; di < n_dt; di++)
 		for (size_t si = 0; si < n_shapes; si++) {
@@ -971,15 +1055,15 @@ static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct 
 			struct q_case c;
 			q_case_make(&c, dts[di], R, K, T);
 			size_t n = (size_t)T * R;
-			float *y[4];
-			for (int p = 0; p < 4; p++) {
+			float *y[5];
+			for (int p = 0; p < 5; p++) {
 				y[p] = xmalloc(n * sizeof(float));
-				if (p == 1 && !avx)
+				if (!path_here(p))
 					continue;
 				q_run(p, y[p], c.x, &c.w, T);
 			}
-			for (int p = 1; p < 4; p++) {
-				if (p == 1 && !avx)
+			for (int p = 1; p < 5; p++) {
+				if (!path_here(p))
 					continue;
 				expect_same(y[0], y[p], n, "%s %d x %d, n_tok %d: %s vs %s",
 					    kt_dtype_name(c.w.dtype), R, K, T, path_name[0],
@@ -988,20 +1072,20 @@ static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct 
 			if (R * K <= 130 * 2048 && T <= 4)
 				q_check(&c, y[0], T, "portable");
 			/* a sub-range, as a thread would compute it */
-			for (int p = 0; p < 2; p++) {
-				if (p == 1 && !avx)
+			for (int p = 0; p < 5; p++) {
+				if (isa_of[p] < 0 || !path_here(p))
 					continue;
 				float *ys = xmalloc(n * sizeof(float));
 				poison(ys, n);
 				int r0 = R / 3, r1 = R - R / 5;
-				cpu_matmul_rows(p, ys, c.x, &c.w, T, r0, r1);
+				cpu_matmul_rows(isa_of[p], ys, c.x, &c.w, T, r0, r1);
 				for (int t = 0; t < T; t++)
 					expect_same(y[0] + (size_t)t * R + r0, ys + (size_t)t * R + r0,
 						    (size_t)(r1 - r0), "%s %d x %d: rows [%d, %d) alone, %s",
 						    kt_dtype_name(c.w.dtype), R, K, r0, r1, path_name[p]);
 				free(ys);
 			}
-			for (int p = 0; p < 4; p++)
+			for (int p = 0; p < 5; p++)
 				free(y[p]);
 			q_case_done(&c);
 		}
@@ -1404,6 +1488,8 @@ int main(void)
 		cmocka_unit_test(test_row_to_f32_plain),
 		cmocka_unit_test(test_matmul_q_portable),
 		cmocka_unit_test(test_matmul_q_avx512),
+		cmocka_unit_test(test_matmul_q_avx2),
+		cmocka_unit_test(test_matmul_q_avx2_bits),
 		cmocka_unit_test(test_matmul_q_backend_1thread),
 		cmocka_unit_test(test_matmul_q_backend_2threads),
 		cmocka_unit_test(test_matmul_q_paths_identical),
@@ -1415,6 +1501,7 @@ int main(void)
 		cmocka_unit_test(test_q6_k_round_trip),
 		cmocka_unit_test(test_matmul_k_portable),
 		cmocka_unit_test(test_matmul_k_avx512),
+		cmocka_unit_test(test_matmul_k_avx2),
 		cmocka_unit_test(test_matmul_k_backend_1thread),
 		cmocka_unit_test(test_matmul_k_backend_2threads),
 		cmocka_unit_test(test_matmul_k_paths_identical),
