@@ -41,14 +41,16 @@ int cpu_qpack_groups(const struct cpu_qpack *p);
 /* Bytes of one token's quantized activations of width cols. */
 size_t cpu_qx_row_bytes(int cols);
 /* Quantize tokens [t0, t1) of x (rows of cols) into qx (rows of
- * cpu_qx_row_bytes(cols), 64-byte aligned). vnni picks the vector code;
- * the bytes are the same either way. */
-void cpu_qx_quantize(int vnni, uint8_t *qx, const float *x, int cols, int t0, int t1);
+ * cpu_qx_row_bytes(cols), 64-byte aligned). isa (enum cpu_isa) picks the
+ * vector code; the bytes are the same whichever. */
+void cpu_qx_quantize(int isa, uint8_t *qx, const float *x, int cols, int t0, int t1);
 /* y (n_tok x rows) for row groups [g0, g1) of p from quantized activations;
- * vnni picks the AVX512-VNNI kernel; the result is bit-identical either way
- * and for any group range. */
-void cpu_qpack_rows(int vnni, float *y, const uint8_t *qx, const struct cpu_qpack *p,
+ * isa picks the kernel (CPU_ISA_AVX512: AVX512-VNNI; CPU_ISA_AVX2); the
+ * result is bit-identical whichever and for any group range. */
+void cpu_qpack_rows(int isa, float *y, const uint8_t *qx, const struct cpu_qpack *p,
 		    int n_tok, int g0, int g1);
+/* The isa of the packed kernels on this backend. */
+int cpu_q_isa(const struct cpu_backend *cb);
 
 /* Matmul entry point of the CPU backend (kernels/cpu/matmul.c). */
 void cpu_matmul(struct backend *be, float *y, const float *x,

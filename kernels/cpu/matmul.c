@@ -967,8 +967,13 @@ struct qmm_job {
 	const float *x;
 	const struct kt_weight *w;
 	uint8_t *qx;
-	int n_tok, vnni;
+	int n_tok, isa;
 };
+
+int cpu_q_isa(const struct cpu_backend *cb)
+{
+	return cb->have_vnni ? CPU_ISA_AVX512 : cb->have_avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+}
 
 static void qx_worker(void *ctx, int ith, int nth)
 {
@@ -977,7 +982,7 @@ static void qx_worker(void *ctx, int ith, int nth)
 	if (t1 > j->n_tok)
 		t1 = j->n_tok;
 	if (t0 < t1)
-		cpu_qx_quantize(j->vnni, j->qx, j->x, j->w->cols, t0, t1);
+		cpu_qx_quantize(j->isa, j->qx, j->x, j->w->cols, t0, t1);
 }
 
 static void qmm_worker(void *ctx, int ith, int nth)
@@ -992,7 +997,7 @@ static void qmm_worker(void *ctx, int ith, int nth)
 	if (g1 > ng)
 		g1 = ng;
 	if (g0 < g1)
-		cpu_qpack_rows(j->vnni, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
+		cpu_qpack_rows(j->isa, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
 }
 
 void cpu_matmul(struct backend *be, float *y, const float *x,
@@ -1001,7 +1006,7 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	size_t wbytes = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
 	if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
-		struct qmm_job q = { y, x, w, cb->qx, n_tok, cb->have_vnni };
+		struct qmm_job q = { y, x, w, cb->qx, n_tok, cpu_q_isa(cb) };
 		int nth = tpool_size(cb->pool);
 		tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
 		tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);

@@ -1118,7 +1118,8 @@ static void test_matmul_k_paths_identical(void **state)
 /* ---- packed weights, 8-bit activations (kernels/cpu/qdot.c) ------------
  *
  * Paths: 4 portable, 5 AVX512-VNNI (cpu_qx_quantize + cpu_qpack_rows), 6 and
- * 7 the 1- and 2-thread backends on a weight placed for matmul. Bounds, with
+ * 7 the 1- and 2-thread backends on a weight placed for matmul (they pack
+ * where the CPU has VNNI or AVX2), 8 AVX2. Bounds, with
  * x^ the activations as quantized (dx * xq, decoded here from the bytes the
  * portable quantizer wrote):
  *   vs sum_k w_k x^_k (double):  |y - ref^| <= 1e-5 * sum |w x^|
@@ -1138,6 +1139,23 @@ static int have_vnni(void)
 #endif
 }
 
+/* The backends pack quantized weights (and use the 8-bit kernels). */
+static int backends_pack(void)
+{
+	return have_vnni() || have_avx2();
+}
+
+/* The kernel isa of packed path 4, 5 or 8, or -1 if this CPU lacks it. */
+static int packed_isa(int path)
+{
+	switch (path) {
+	case 4: return CPU_ISA_PORTABLE;
+	case 5: return have_vnni() ? CPU_ISA_AVX512 : -1;
+	case 8: return have_avx2() ? CPU_ISA_AVX2 : -1;
+	}
+	return -1;
+}
+
 static uint8_t *qx_alloc(int n_tok, int cols)
 {
 	void *p = NULL;
@@ -1146,14 +1164,14 @@ static uint8_t *qx_alloc(int n_tok, int cols)
 	return p;
 }
 
-/* y = x W^T through path 4-7; returns 0, or -1 when the path is missing
- * here (no VNNI: the backends do not pack). */
+/* y = x W^T through path 4-8; returns 0, or -1 when the path is missing
+ * here (no VNNI or no AVX2; neither: the backends do not pack). */
 static int qp_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
 {
 	poison(y, (size_t)n_tok * w->rows);
-	if (path >= 5 && !have_vnni())
-		return -1;
-	if (path >= 6) {
+	if (path == 6 || path == 7) {
+		if (!backends_pack())
+			return -1;
 		struct backend *be = path == 6 ? g_be1 : g_be2;
 		struct kt_weight pw;
 		assert_int_equal(be->ops->weight_place(be, &pw, w, KT_USE_MATMUL), 0);
@@ -1164,11 +1182,14 @@ static int qp_run(int path, float *y, const float *x, const struct kt_weight *w,
 		assert_null(pw.pack);
 		return 0;
 	}
+	int isa = packed_isa(path);
+	if (isa < 0)
+		return -1;
 	struct cpu_qpack *p;
 	assert_int_equal(cpu_qpack_new(w, NULL, &p), 0);
 	uint8_t *qx = qx_alloc(n_tok, w->cols);
-	cpu_qx_quantize(path == 5, qx, x, w->cols, 0, n_tok);
-	cpu_qpack_rows(path == 5, y, qx, p, n_tok, 0, cpu_qpack_groups(p));
+	cpu_qx_quantize(isa, qx, x, w->cols, 0, n_tok);
+	cpu_qpack_rows(isa, y, qx, p, n_tok, 0, cpu_qpack_groups(p));
 	free(qx);
 	cpu_qpack_free(p);
 	return 0;
@@ -1214,7 +1235,7 @@ static void test_packed_matmul(void **state)
 {
 	(void)state;
 	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
-	static const int rows[] = { 1, 17, 37, 130 }, ntok[] = { 1, 2, 5, 9 };
+	static const int rows[] = { 1, 17, 37, 130 }, ntok[] = { 1, 2, 3, 5, 7, 9 };
 	rng_seed(400);
 	for (size_t di = 0; di < N_ELEMS(dts); di++)
 		for (int ci = 0; ci < 2; ci++)
@@ -1227,7 +1248,7 @@ static void test_packed_matmul(void **state)
 				for (int t = 0; t < 9; t++)
 					qp_run(4, y1 + (size_t)t * R, c.x + (size_t)t * K, &c.w, 1);
 				qp_check(&c, y1, 9);
-				for (int path = 4; path < 8; path++)
+				for (int path = 4; path <= 8; path++)
 					for (size_t ti = 0; ti < N_ELEMS(ntok); ti++) {
 						if (qp_run(path, y, c.x, &c.w, ntok[ti]))
 							continue;
@@ -1260,7 +1281,10 @@ static void test_packed_group_range(void **state)
 		cpu_qx_quantize(0, qx, c.x, K, 0, T);
 		float *y = xmalloc((size_t)T * R * sizeof(float));
 		float *ys = xmalloc((size_t)T * R * sizeof(float));
-		for (int v = 0; v <= have_vnni(); v++)
+		for (int path = 4; path <= 8; path += 4) {
+			int v = packed_isa(path);
+			if (v < 0)
+				continue;
 			for (int nt = 1; nt <= T; nt += T - 1) {
 				poison(y, (size_t)T * R);
 				poison(ys, (size_t)T * R);
@@ -1268,9 +1292,23 @@ static void test_packed_group_range(void **state)
 				cpu_qpack_rows(v, ys, qx, p, nt, 0, 3);
 				cpu_qpack_rows(v, ys, qx, p, nt, 3, 9);
 				cpu_qpack_rows(v, ys, qx, p, nt, 9, 12);
-				expect_same(y, ys, (size_t)nt * R, "packed %s vnni %d n_tok %d: group ranges",
+				expect_same(y, ys, (size_t)nt * R, "packed %s isa %d n_tok %d: group ranges",
 					    kt_dtype_name(c.w.dtype), v, nt);
 			}
+		}
+		if (have_vnni()) {
+			/* the VNNI kernel over the same ranges */
+			for (int nt = 1; nt <= T; nt += T - 1) {
+				poison(y, (size_t)T * R);
+				poison(ys, (size_t)T * R);
+				cpu_qpack_rows(CPU_ISA_AVX512, y, qx, p, nt, 0, 12);
+				cpu_qpack_rows(CPU_ISA_AVX512, ys, qx, p, nt, 0, 3);
+				cpu_qpack_rows(CPU_ISA_AVX512, ys, qx, p, nt, 3, 9);
+				cpu_qpack_rows(CPU_ISA_AVX512, ys, qx, p, nt, 9, 12);
+				expect_same(y, ys, (size_t)nt * R, "packed %s vnni n_tok %d: group ranges",
+					    kt_dtype_name(c.w.dtype), nt);
+			}
+		}
 		free(ys);
 		free(y);
 		free(qx);
@@ -1289,8 +1327,7 @@ static void test_packed_out_of_memory(void **state)
 #if defined(__SANITIZE_ADDRESS__)
 	skip();
 #else
-	if (!have_vnni())
-		skip();
+	SKIP_WITHOUT(backends_pack(), "AVX512-VNNI or AVX2 (no packing)");
 	struct backend *be = backend_cpu_new(1);
 	assert_non_null(be);
 	struct q_case c;
@@ -1353,7 +1390,12 @@ static void test_packed_quantize_x(void **state)
 	memset(b, 0, 3 * rb);
 	cpu_qx_quantize(0, a, x, K, 0, 3);
 	if (have_vnni()) {
-		cpu_qx_quantize(1, b, x, K, 0, 3);
+		cpu_qx_quantize(CPU_ISA_AVX512, b, x, K, 0, 3);
+		assert_memory_equal(a, b, 3 * rb);
+	}
+	if (have_avx2()) {
+		memset(b, 0, 3 * rb);
+		cpu_qx_quantize(CPU_ISA_AVX2, b, x, K, 0, 3);
 		assert_memory_equal(a, b, 3 * rb);
 	}
 	const int8_t *q = (const int8_t *)(a + rb);
@@ -1380,6 +1422,127 @@ static void test_packed_quantize_x(void **state)
 		assert_int_equal(((const int8_t *)(a + 2 * rb))[i], 0);
 	free(a);
 	free(b);
+}
+
+/* The AVX2 activation quantizer writes the portable code's bytes on blocks
+ * that are not ordinary numbers too: a NaN among finite values (passed
+ * over by the maximum, coded -128), +-inf (scale inf, every code from
+ * x * 0: -128 for the infinities' NaN, 0 else), only subnormals (the scale
+ * underflows, 1/dx overflows: codes clamped to +-127 / -128, zeros' NaN
+ * -128), negative zeros, exact ties at +-127.5 and +-0.5, and values
+ * clamped at 127 and -128 by the fp32 rounding of x * (1/dx). */
+static void test_packed_quantize_x_special(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	enum { NBLK = 10, K = 32 * NBLK };
+	float x[K];
+	rng_seed(404);
+	for (int i = 0; i < K; i++)
+		x[i] = rng_float(-2, 2);
+	x[3] = NAN;                               /* block 0 */
+	x[32 + 5] = INFINITY;                     /* block 1 */
+	x[64 + 9] = -INFINITY;                    /* block 2 */
+	x[64 + 10] = INFINITY;
+	for (int i = 0; i < 32; i++) {
+		x[96 + i] = (i % 3 - 1) * 1e-42f;     /* block 3: subnormals and zeros */
+		x[128 + i] = -0.0f;                   /* block 4 */
+		x[160 + i] = (float)(i - 16) * 0.5f;  /* block 5: ties at +-0.5 steps */
+		x[192 + i] = (i & 1 ? -1 : 1) * 1.7e-38f * (float)(i + 1); /* block 6: tiny normals */
+		x[224 + i] = (float)(i - 16) / 16.0f;   /* block 7: -1 .. 15/16 */
+	}
+	x[160 + 31] = 127.0f * 0.5f;              /* dx = 0.5 */
+	x[256 + 0] = 3.0f;                        /* block 8: a maximum of 3, a tie of 1.5 */
+	x[256 + 1] = 1.5f * 3.0f / 127.0f;
+	x[288 + 30] = NAN;                        /* block 9: NaN (in the last 8) and an infinity */
+	x[288 + 8] = -INFINITY;
+	size_t rb = cpu_qx_row_bytes(K);
+	uint8_t *a = qx_alloc(1, K), *b = qx_alloc(1, K);
+	memset(a, 0x55, rb);
+	memset(b, 0xaa, rb);
+	cpu_qx_quantize(CPU_ISA_PORTABLE, a, x, K, 0, 1);
+	cpu_qx_quantize(CPU_ISA_AVX2, b, x, K, 0, 1);
+	for (int blk = 0; blk < NBLK; blk++) {
+		if (memcmp(a + 32 * blk, b + 32 * blk, 32))
+			fail_msg("block %d: codes differ from the portable quantizer's", blk);
+		for (int k = 0; k < 3; k++)
+			if (memcmp(a + K + 4 * (k * NBLK + blk), b + K + 4 * (k * NBLK + blk), 4))
+				fail_msg("block %d: %s differs from the portable quantizer's", blk,
+					 k == 0 ? "the scale" : k == 1 ? "sl" : "sh");
+	}
+	free(a);
+	free(b);
+}
+
+/* Llama 3.2-1B's matrix shapes (dim 2048, kv 512, ffn 8192; a slice of the
+ * 128256-row classifier) on random weights, each packed dtype: the AVX2
+ * kernel bit-identical to the portable one at n_tok 1 and 7 and a token's
+ * rows alone equal to the same rows in the batch of 7; the 2-thread
+ * backend equal to both; every 61st row within qp_check's bounds. */
+static void test_packed_real_shapes(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	static const struct q_shape shapes[] = {
+		{ 2048, 2048, 7 }, { 512, 2048, 7 }, { 8192, 2048, 7 }, { 2048, 8192, 7 },
+		{ 1000, 2048, 7 },
+	};
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	rng_seed(405);
+	for (size_t di = 0; di < N_ELEMS(dts); di++)
+		for (size_t si = 0; si < N_ELEMS(shapes); si++) {
+			if (di >= 2 && si != 1 && si != 3)
+				continue;   /* K-quants: two shapes (time) */
+			int R = shapes[si].rows, K = shapes[si].cols, T = shapes[si].ntok;
+			struct q_case c;
+			q_case_make(&c, dts[di], R, K, T);
+			size_t n = (size_t)T * R;
+			float *yp = xmalloc(n * sizeof(float)), *ya = xmalloc(n * sizeof(float));
+			float *y1 = xmalloc(n * sizeof(float));
+			struct cpu_qpack *p;
+			assert_int_equal(cpu_qpack_new(&c.w, NULL, &p), 0);
+			uint8_t *qx = qx_alloc(T, K);
+			cpu_qx_quantize(CPU_ISA_PORTABLE, qx, c.x, K, 0, T);
+			poison(yp, n);
+			poison(ya, n);
+			cpu_qpack_rows(CPU_ISA_PORTABLE, yp, qx, p, T, 0, cpu_qpack_groups(p));
+			cpu_qpack_rows(CPU_ISA_AVX2, ya, qx, p, T, 0, cpu_qpack_groups(p));
+			expect_same(yp, ya, n, "%s %d x %d n_tok %d: avx2 vs portable",
+				    kt_dtype_name(c.w.dtype), R, K, T);
+			for (int t = 0; t < T; t++) {
+				const uint8_t *qt = qx + (size_t)t * cpu_qx_row_bytes(K);
+				poison(y1, (size_t)R);
+				cpu_qpack_rows(CPU_ISA_AVX2, y1, qt, p, 1, 0, cpu_qpack_groups(p));
+				expect_same(ya + (size_t)t * R, y1, (size_t)R,
+					    "%s %d x %d: token %d alone vs in a batch of %d (avx2)",
+					    kt_dtype_name(c.w.dtype), R, K, t, T);
+			}
+			qp_run(7, y1, c.x, &c.w, T);
+			expect_same(yp, y1, n, "%s %d x %d n_tok %d: backend(2) vs portable",
+				    kt_dtype_name(c.w.dtype), R, K, T);
+			/* bounds on a sample of rows: qp_check on a matrix of them */
+			int ns = (R + 60) / 61;
+			struct q_case sc = c;
+			size_t rb = kt_row_bytes(c.w.dtype, (size_t)K);
+			sc.data = xmalloc((size_t)ns * rb);
+			float *ys = xmalloc((size_t)T * ns * sizeof(float));
+			for (int i = 0; i < ns; i++) {
+				memcpy(sc.data + (size_t)i * rb, c.data + (size_t)(61 * i) * rb, rb);
+				for (int t = 0; t < T; t++)
+					ys[(size_t)t * ns + i] = ya[(size_t)t * R + 61 * i];
+			}
+			sc.w.data = sc.data;
+			sc.w.rows = ns;
+			qp_check(&sc, ys, T);
+			free(sc.data);
+			free(ys);
+			free(qx);
+			cpu_qpack_free(p);
+			free(yp);
+			free(ya);
+			free(y1);
+			q_case_done(&c);
+		}
 }
 
 /* ---- embed ----------------------------------------------------------------- */
@@ -1509,6 +1672,8 @@ int main(void)
 		cmocka_unit_test(test_packed_matmul),
 		cmocka_unit_test(test_packed_group_range),
 		cmocka_unit_test(test_packed_quantize_x),
+		cmocka_unit_test(test_packed_quantize_x_special),
+		cmocka_unit_test(test_packed_real_shapes),
 		cmocka_unit_test(test_packed_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
