@@ -32,7 +32,7 @@ MODELS  ?= $(SHARED)/models
 # Debian packages needed to build and test (checked by `make deps`).
 DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
             libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
-            libedit-dev libxxhash-dev mandoc python3 systemd util-linux \
+            libedit-dev libxxhash-dev mandoc python3 python3-numpy systemd util-linux \
             clang libclang-rt-14-dev
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is

@@ -46,7 +46,8 @@ const char chat_help[] =
 "\n"
 "  -s, --session NAME      the session\n"
 "      --system TEXT       system prompt of a new session\n"
-"      --template NAME     template of a new session: llama2 or raw\n"
+"      --template NAME     template of a new session: llama3, llama2 or raw\n"
+"                          (default: the daemon's, from the model file)\n"
 "\n"
 CLI_SAMPLER_HELP;
 
@@ -606,12 +607,15 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 			system = optarg;
 			break;
 		case O_TEMPLATE:
-			if (strcmp(optarg, "llama2") == 0)
+			if (strcmp(optarg, "llama3") == 0)
+				tmpl = LLAMAD__TEMPLATE__TEMPLATE_LLAMA3;
+			else if (strcmp(optarg, "llama2") == 0)
 				tmpl = LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
 			else if (strcmp(optarg, "raw") == 0)
 				tmpl = LLAMAD__TEMPLATE__TEMPLATE_RAW;
 			else
-				cli_usage_error(cli, "--template: '%s' is not llama2 or raw", optarg);
+				cli_usage_error(cli, "--template: '%s' is not llama3, llama2 or raw",
+						optarg);
 			break;
 		default:
 			cli_opt(cli, &c.g, o, optarg);

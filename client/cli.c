@@ -453,6 +453,7 @@ const char *cli_template_name(int tmpl)
 	switch (tmpl) {
 	case LLAMAD__TEMPLATE__TEMPLATE_LLAMA2: return "llama2";
 	case LLAMAD__TEMPLATE__TEMPLATE_RAW: return "raw";
+	case LLAMAD__TEMPLATE__TEMPLATE_LLAMA3: return "llama3";
 	}
 	return "default";
 }

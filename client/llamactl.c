@@ -700,7 +700,7 @@ static int cmd_help(struct cli *cli, int argc, char **argv)
 /* ---- main ------------------------------------------------------------------ */
 
 static const struct command commands[] = {
-	{ "chat", "[--session NAME] [--system TEXT] [--template llama2|raw] [OPTIONS]",
+	{ "chat", "[--session NAME] [--system TEXT] [--template llama3|llama2|raw] [OPTIONS]",
 	  "chat in a session (interactive; or one turn from stdin)", chat_help, cmd_chat },
 	{ "summarize", "[--max-tokens N] [--session NAME] [OPTIONS] < TEXT",
 	  "summarize stdin (long input in pieces)", summarize_help, cmd_summarize },

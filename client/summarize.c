@@ -2,8 +2,10 @@
  * client/summarize.c — `llamactl summarize`: summarize stdin, in pieces when
  * it does not fit the context.
  *
- * The request is a llama2 chat turn: system "Summarize the user's text
- * concisely.", user "Summarize the following text:\n\n" + text. When the
+ * The request is a chat turn under the daemon's default template (llama3
+ * or llama2; llama2 when the daemon's default is raw): system "Summarize the
+ * user's text concisely.", user "Summarize the following text:\n\n" + text.
+ * When the
  * text's tokens plus the template, the instruction and the answer budget
  * exceed the context length, the text is cut into pieces that fit (on
  * paragraph, then line, sentence, word, and finally character boundaries;
@@ -46,6 +48,7 @@ CLI_SAMPLER_HELP
 
 struct summ {
 	struct cli *cli;
+	Llamad__Template tmpl;  /* of the sessions it opens */
 	struct gen_opts g;      /* max_tokens is the answer budget */
 	uint32_t ctx;           /* context length */
 	uint32_t budget;        /* answer tokens */
@@ -213,6 +216,21 @@ static char *trim(char *t, size_t *len)
 	return t;
 }
 
+/* The chat template new sessions get from the daemon (a throw-away
+ * session opened to see it), llama2 when that is raw. */
+static Llamad__Template default_chat_template(struct cli *cli)
+{
+	char eph[64];
+	cli_ephemeral_name(eph, sizeof(eph));
+	Llamad__Response *r = cli_open_session(cli, eph, NULL, LLAMAD__TEMPLATE__TEMPLATE_DEFAULT,
+					       true, true, false);
+	Llamad__Template t = r->session && r->session->has_template_ ? r->session->template_
+								      : LLAMAD__TEMPLATE__TEMPLATE_RAW;
+	llamad__response__free_unpacked(r, NULL);
+	cli_drop_session(cli, eph, true);
+	return t == LLAMAD__TEMPLATE__TEMPLATE_LLAMA3 ? t : LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
+}
+
 /* Summarize text[0..len) in session (NULL: a fresh throw-away one). The
  * answer streams to echo when not NULL; res gets the collected text and the
  * Done reply. Exits 1 on a daemon error. */
@@ -224,8 +242,7 @@ static void summarize_one(struct summ *s, const char *text, size_t len,
 	if (!session) {
 		cli_ephemeral_name(eph, sizeof(eph));
 		llamad__response__free_unpacked(
-			cli_open_session(cli, eph, SUM_SYSTEM, LLAMAD__TEMPLATE__TEMPLATE_LLAMA2,
-					 true, true, false), NULL);
+			cli_open_session(cli, eph, SUM_SYSTEM, s->tmpl, true, true, false), NULL);
 	}
 	size_t pl = strlen(SUM_PREFIX);
 	char *prompt = malloc(pl + len + 1);
@@ -378,7 +395,15 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 		s.g.has_max_tokens = true;
 		s.g.max_tokens = s.budget;
 	}
-	const char skeleton[] = "[INST] <<SYS>>\n" SUM_SYSTEM "\n<</SYS>>\n\n" SUM_PREFIX " [/INST]";
+	/* the template's text around the text: Tokenize does not parse special
+	 * tokens, so llama3's count as several (an overestimate, on the safe
+	 * side) */
+	s.tmpl = default_chat_template(cli);
+	const char l2[] = "[INST] <<SYS>>\n" SUM_SYSTEM "\n<</SYS>>\n\n" SUM_PREFIX " [/INST]";
+	const char l3[] = "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+			  SUM_SYSTEM "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+			  SUM_PREFIX "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+	const char *skeleton = s.tmpl == LLAMAD__TEMPLATE__TEMPLATE_LLAMA3 ? l3 : l2;
 	s.overhead = count_tokens(&s, skeleton, strlen(skeleton)) + SUM_MARGIN;
 
 	if (s.ctx == 0) {
@@ -393,8 +418,7 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 	s.final_limit = s.limit;
 
 	if (session) {
-		Llamad__Response *r = cli_open_session(cli, session, SUM_SYSTEM,
-						       LLAMAD__TEMPLATE__TEMPLATE_LLAMA2,
+		Llamad__Response *r = cli_open_session(cli, session, SUM_SYSTEM, s.tmpl,
 						       false, false, false);
 		uint32_t have = r->session ? r->session->tokens : 0;
 		llamad__response__free_unpacked(r, NULL);

@@ -32,7 +32,8 @@ struct key {
 	void (*apply)(const struct config *c);
 };
 
-static const char *const tmpl_names[] = { [CHAT_TEMPLATE_LLAMA2] = "llama2", [CHAT_TEMPLATE_RAW] = "raw" };
+static const char *const tmpl_names[] = { [CHAT_TEMPLATE_AUTO] = "auto", [CHAT_TEMPLATE_LLAMA2] = "llama2",
+					  [CHAT_TEMPLATE_RAW] = "raw", [CHAT_TEMPLATE_LLAMA3] = "llama3" };
 static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
 static const char *const level_names[] = { [LL_ERROR] = "error", [LL_WARN] = "warning",
 					   [LL_INFO] = "info", [LL_DEBUG] = "debug" };
@@ -82,8 +83,9 @@ static const struct key keys[] = {
 	{ "max_text", K_U32, O(max_text), 1, 1 << 30, 1 << 20, 1, "largest text field in bytes" },
 	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 512, 1, "tokens per forward step, all sessions together" },
 	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 512, 1, "default reply length in tokens" },
-	{ "template", K_ENUM, O(tmpl), 0, 0, CHAT_TEMPLATE_LLAMA2, 1,
-	  "default template of new sessions: llama2 or raw", NAMES(tmpl_names) },
+	{ "template", K_ENUM, O(tmpl), 0, 0, CHAT_TEMPLATE_AUTO, 1,
+	  "template of new sessions: auto (the model file's), llama3, llama2 or raw",
+	  NAMES(tmpl_names) },
 	{ "context_policy", K_ENUM, O(context_policy), 0, 0, SESS_CTX_ERROR, 1,
 	  "when a session is full: error or shift", NAMES(policy_names) },
 	{ "temperature", K_FLOAT, O(temperature), 0, 100, 0.8, 1, "default sampling temperature (0: greedy)" },

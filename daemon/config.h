@@ -24,7 +24,7 @@ struct config {
 	uint32_t max_text;
 	int step_tokens;         /* tokens per forward step (all sessions) */
 	int max_tokens;          /* default reply length */
-	int tmpl;                /* enum sess_template */
+	int tmpl;                /* enum chat_template (CHAT_TEMPLATE_AUTO: the model file's) */
 	int context_policy;      /* enum sess_policy */
 	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
 	int top_k, repeat_last_n;

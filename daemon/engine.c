@@ -269,7 +269,16 @@ static void after_logits(struct engine *e, struct job *j)
 			return;
 		}
 	}
-	if (sess_append(s, &next, 1, CHAT_ASSISTANT, NULL, !j->answer_turn) != 0) {
+	/* an answer that ends is stored with its template's end of turn
+	 * (llama3 <|eot_id|>, llama2 EOS), whichever end id the model chose
+	 * (<|end_of_text|>, <|eom_id|>, ...): what the next turn follows */
+	int32_t stored = next;
+	if (gen_is_end(&j->gen, next)) {
+		int32_t eot = chat_end_of_turn(e->m->tok, s->tmpl, e->m->cfg.eos);
+		if (eot >= 0)
+			stored = eot;
+	}
+	if (sess_append(s, &stored, 1, CHAT_ASSISTANT, NULL, !j->answer_turn) != 0) {
 		fail_job(e, j, -ENOMEM, "out of memory");
 		return;
 	}
@@ -419,6 +428,25 @@ static void save_at_shutdown(struct engine *e)
 		sa.n == 1 ? "" : "s", sa.errors ? "; some could not be saved (see above)" : "");
 }
 
+/*
+ * Log the template new sessions get and why (a model file whose template
+ * llamad does not know is a warning: the log says which is used instead).
+ * Returns NULL, or the reason the model cannot use it (logged as an error).
+ */
+static const char *say_template(struct engine *e)
+{
+	char why[256];
+	int tmpl = engine_default_template(e, why, sizeof(why));
+	const char *unusable = chat_template_unusable(e->m->tok, tmpl);
+	int unknown = e->cfg.tmpl == CHAT_TEMPLATE_AUTO && e->m->chat_template_text &&
+		      !strcmp(e->m->chat_template, "unknown");
+	if (unusable)
+		log_msg(LL_ERROR, "chat template of new sessions: %s: %s", why, unusable);
+	else
+		log_msg(unknown ? LL_WARN : LL_INFO, "chat template of new sessions: %s", why);
+	return unusable;
+}
+
 static void *engine_main(void *arg)
 {
 	struct engine *e = arg;
@@ -458,14 +486,18 @@ static void *engine_main(void *arg)
 		struct cmd *c = e->cmd_head;
 		e->cmd_head = e->cmd_tail = NULL;
 		int shut = e->shutdown;
+		int new_tmpl = 0;
 		if (e->have_pending_cfg) {
 			/* taken whole: config_load(reload_only) kept the restart-only
 			 * keys (and the strings, which the caller owns) as they were */
+			new_tmpl = e->cfg.tmpl != e->pending_cfg.tmpl;
 			e->cfg = e->pending_cfg;
 			e->res.refuse_foreign = e->cfg.foreign_cache;
 			e->have_pending_cfg = 0;
 		}
 		pthread_mutex_unlock(&e->mu);
+		if (new_tmpl)
+			say_template(e);
 		while (c) {
 			struct cmd *n = c->next;
 			if (shut && c->kind == CMD_REQUEST) {
@@ -588,6 +620,15 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	}
 	snprintf(e->backend_name, sizeof(e->backend_name), "%s", e->be->desc);
 	model_describe(m, e->model_desc, sizeof(e->model_desc));
+	const char *unusable = say_template(e);
+	if (unusable) {
+		char why[256];
+		engine_default_template(e, why, sizeof(why));
+		if (asprintf(cause, "chat template %s: %s", why, unusable) < 0)
+			*cause = NULL;
+		engine_free(e);
+		return NULL;
+	}
 	res_init(&e->res, &e->st, m->fingerprint, e->ctx, m->cfg.vocab, cfg->ram_cache, report, e);
 	e->res.refuse_foreign = cfg->foreign_cache;
 	if (res_set_dir(&e->res, cfg->state_dir) == 0 && e->res.dir)

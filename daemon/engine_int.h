@@ -125,6 +125,10 @@ void handle_request(struct engine *e, uint64_t conn, uid_t uid, const Llamad__Re
 /* Connection conn closed: its jobs are cancelled, its idle ephemeral
  * sessions dropped (busy ones when their job ends). */
 void handle_disconnect(struct engine *e, uint64_t conn);
+/* The template of new sessions that choose none (the template setting,
+ * else the model file's: chat_resolve_template), with one line saying
+ * which and why in why (cap bytes): the start-up log and Status's. */
+int engine_default_template(const struct engine *e, char *why, size_t cap);
 /* A SessionInfo reply on s (created / tokens_added < 0: not set). */
 void reply_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s, int created,
 		int tokens_added);

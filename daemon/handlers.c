@@ -163,13 +163,16 @@ static int on_hello(struct engine *e, struct req *rq)
 	return 0;
 }
 
-/* Template of new sessions that do not choose: the model file's when it
- * names the Llama 2 format, else the configured one. */
-static int default_template(const struct engine *e)
+_Static_assert((int)LLAMAD__TEMPLATE__TEMPLATE_DEFAULT == CHAT_TEMPLATE_AUTO &&
+	       (int)LLAMAD__TEMPLATE__TEMPLATE_LLAMA2 == CHAT_TEMPLATE_LLAMA2 &&
+	       (int)LLAMAD__TEMPLATE__TEMPLATE_RAW == CHAT_TEMPLATE_RAW &&
+	       (int)LLAMAD__TEMPLATE__TEMPLATE_LLAMA3 == CHAT_TEMPLATE_LLAMA3,
+	       "model/chat.h's templates are the wire's");
+
+int engine_default_template(const struct engine *e, char *why, size_t cap)
 {
-	if (e->m->chat_template && !strcmp(e->m->chat_template, "llama2"))
-		return CHAT_TEMPLATE_LLAMA2;
-	return e->cfg.tmpl;
+	return (int)chat_resolve_template(e->cfg.tmpl, e->m->chat_template,
+					  e->m->chat_template_text != NULL, why, cap);
 }
 
 static int on_open(struct engine *e, struct req *rq)
@@ -185,8 +188,15 @@ static int on_open(struct engine *e, struct req *rq)
 		reply_info(e, rq->conn, rq->id, s, 0, -1);
 		return 0;
 	}
-	if (o->system && chat_has_tags(o->system, strlen(o->system)))
-		return fail(rq, -EPERM, "system prompt contains a chat control tag");
+	char why[256], tag[64];
+	int tmpl = o->has_template_ && o->template_ ? (int)o->template_
+						    : engine_default_template(e, why, sizeof(why));
+	const char *unusable = chat_template_unusable(e->m->tok, tmpl);
+	if (unusable)
+		return fail(rq, -EINVAL, "template %s: %s", chat_template_name(tmpl), unusable);
+	if (o->system && chat_find_tag(e->m->tok, tmpl, o->system, strlen(o->system), tag, sizeof(tag)))
+		return fail(rq, -EPERM, "system prompt contains the chat control tag %s "
+			    "(refused under the %s template)", tag, chat_template_name(tmpl));
 	int rc = check_room(e, rq);
 	if (rc || (rc = check_quota(e, rq)))
 		return rc;
@@ -196,7 +206,7 @@ static int on_open(struct engine *e, struct req *rq)
 			sess_drop(&e->st, s);
 		return fail(rq, -ENOMEM, "out of memory");
 	}
-	s->tmpl = o->has_template_ && o->template_ ? (int)o->template_ : default_template(e);
+	s->tmpl = tmpl;
 	s->policy = o->has_context_policy && o->context_policy ? (int)o->context_policy
 								: e->cfg.context_policy;
 	s->ephemeral = o->ephemeral;
@@ -267,9 +277,10 @@ static int on_generate(struct engine *e, struct req *rq)
 		job_free(j);
 		return fail(rq, -ENOMEM, "out of memory");
 	}
-	/* a reply starts a new text: llama2 answers begin after [/INST] */
+	/* a reply starts a new text: chat answers begin after [/INST] or the
+	 * assistant header */
 	if (gen_init(&j->gen, e->m, &sp, (const char *const *)g->stop, (int)g->n_stop, max_tokens,
-		     s->tmpl == CHAT_TEMPLATE_LLAMA2, job_emit_text, j) != 0) {
+		     s->tmpl != CHAT_TEMPLATE_RAW, job_emit_text, j) != 0) {
 		job_free(j);
 		return fail(rq, -ENOMEM, "out of memory");
 	}
@@ -281,13 +292,13 @@ static int on_generate(struct engine *e, struct req *rq)
 			return n;
 		}
 	}
-	if (s->n_tokens == 0) {
-		int32_t bos = e->m->cfg.bos;
-		if (sess_append(s, &bos, 1, CHAT_RAW, NULL, 1) != 0) {
-			job_free(j);
-			return fail(rq, -ENOMEM, "out of memory");
-		}
+	struct turn_env te = engine_turns(e);
+	int opened = turn_generation(&te, s, rq->msg, sizeof(rq->msg));
+	if (opened < 0) {
+		job_free(j);
+		return opened;
 	}
+	j->answer_turn = opened;  /* llama3's generation prompt opened the answer */
 	if (s->n_cached >= s->n_tokens)
 		sess_uncache(&e->st, s, s->n_tokens - 1);  /* we need the last token's logits */
 	job_add(e, j);
@@ -502,11 +513,8 @@ static int on_status(struct engine *e, struct req *rq)
 	st.state_dir = e->res.dir ? e->res.dir : (char *)"";
 	PB_SET(&st, ram_bytes_used, (uint64_t)e->res.ram_used);
 	PB_SET(&st, ram_bytes_total, e->cfg.ram_cache);
-	char tmpl[96];
-	int from_model = e->m->chat_template && !strcmp(e->m->chat_template, "llama2");
-	snprintf(tmpl, sizeof(tmpl), "%s (%s)",
-		 default_template(e) == CHAT_TEMPLATE_LLAMA2 ? "llama2" : "raw",
-		 from_model ? "from the model file" : "configured; the model file names no Llama 2 template");
+	char tmpl[256];
+	engine_default_template(e, tmpl, sizeof(tmpl));
 	st.chat_template = tmpl;
 	PB_SET(&st, active, (uint32_t)k.active);
 	PB_SET(&st, connections, (uint32_t)open);

@@ -49,12 +49,14 @@ static void usage(FILE *f)
 "\n"
 "One-shot generation:\n"
 "  -p, --prompt TEXT        generate a completion of TEXT (\"-\": read stdin)\n"
-"      --system TEXT        system prompt (with --template llama2)\n"
+"      --system TEXT        system prompt (with --template llama3, llama2 or auto)\n"
 "      --echo               print the prompt before the completion\n"
 "      --stop TEXT          stop before TEXT (repeatable, up to " LLAMAD_STR(LLAMAD_MAX_STOPS) ")\n"
 "      --seed S             sampler seed (default: random)\n"
 "  -v, --verbose            print the model, seed and timings to stderr\n"
-"  One-shot uses --template raw unless told otherwise.\n"
+"  One-shot uses --template raw unless told otherwise; --template auto takes\n"
+"  the model file's (llama3: <|start_header_id|> and <|eot_id|> in it; llama2:\n"
+"  [INST] and <<SYS>>; else llama2, and says so).\n"
 "\n"
 "Exit status: 0 ok, 1 run-time error (model, socket, ...), 2 usage.\n", f);
 }
@@ -178,10 +180,12 @@ static int check_args(struct args *a)
 		return 2;
 	}
 	if (o->prompt) {
-		/* one-shot is raw unless --template says otherwise */
+		/* one-shot is raw unless --template says otherwise (auto: the
+		 * model file's, resolved once it is loaded) */
 		o->tmpl = a->tmpl_set ? (enum chat_template)a->cfg.tmpl : CHAT_TEMPLATE_RAW;
-		if (o->system && o->tmpl != CHAT_TEMPLATE_LLAMA2) {
-			fprintf(stderr, "llamad: --system needs --template llama2\n");
+		if (o->system && o->tmpl == CHAT_TEMPLATE_RAW) {
+			fprintf(stderr, "llamad: --system needs a chat template (--template llama3, "
+				"llama2 or auto)\n");
 			return 2;
 		}
 	} else if (o->echo || o->system || o->n_stops || a->seed_set) {
@@ -288,11 +292,18 @@ static int run_oneshot(struct args *a)
 		free(cause);
 		goto out;
 	}
+	char why[256] = "";
+	if (o->tmpl == CHAT_TEMPLATE_AUTO) {
+		o->tmpl = chat_resolve_template(CHAT_TEMPLATE_AUTO, m->chat_template,
+						m->chat_template_text != NULL, why, sizeof(why));
+		if (!m->chat_template_text || !strcmp(m->chat_template, "unknown"))
+			fprintf(stderr, "llamad: --template auto: %s\n", why);  /* said plainly */
+	}
 	if (o->verbose) {
 		char desc[512];
 		model_describe(m, desc, sizeof(desc));
-		fprintf(stderr, "llamad: %s\nllamad: seed %llu\n", desc,
-			(unsigned long long)o->sp.seed);
+		fprintf(stderr, "llamad: %s\nllamad: template %s\nllamad: seed %llu\n", desc,
+			why[0] ? why : chat_template_name(o->tmpl), (unsigned long long)o->sp.seed);
 	}
 	rc = oneshot_run(m, o, stdout);
 	model_free(m);

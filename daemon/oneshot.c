@@ -36,6 +36,11 @@ static int encode_prompt(const struct model *m, const struct oneshot_opts *o, in
 {
 	if (o->tmpl == CHAT_TEMPLATE_LLAMA2)
 		return chat_encode_user_turn(m->tok, o->system, o->prompt, ids);
+	if (o->tmpl == CHAT_TEMPLATE_LLAMA3) {  /* [system,] user and the generation prompt */
+		struct chat_msg d[2] = { { CHAT_SYSTEM, o->system }, { CHAT_USER, o->prompt } };
+		return chat_encode_dialog(m->tok, CHAT_TEMPLATE_LLAMA3, o->system ? d : d + 1,
+					  o->system ? 2 : 1, ids);
+	}
 	return tok_encode(m->tok, o->prompt, strlen(o->prompt), 1, ids);
 }
 
@@ -43,10 +48,21 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 {
 	const struct model_config *c = &m->cfg;
 	int32_t *hist = NULL;
+	const char *unusable = chat_template_unusable(m->tok, o->tmpl);
+	if (unusable) {
+		fprintf(stderr, "llamad: --template %s: %s\n", chat_template_name(o->tmpl), unusable);
+		return 2;
+	}
 	int n = encode_prompt(m, o, &hist);
 	if (n == -EPERM) {
-		fprintf(stderr, "llamad: prompt refused: it contains a chat control tag "
-			"([INST], [/INST], <<SYS>>, <</SYS>>)\n");
+		char tag[64];
+		int in_prompt = chat_find_tag(m->tok, o->tmpl, o->prompt, strlen(o->prompt), tag,
+					      sizeof(tag));
+		if (!in_prompt && o->system)
+			chat_find_tag(m->tok, o->tmpl, o->system, strlen(o->system), tag, sizeof(tag));
+		fprintf(stderr, "llamad: %s refused: it contains the chat control tag %s "
+			"(--template %s)\n", in_prompt ? "prompt" : "system prompt", tag,
+			chat_template_name(o->tmpl));
 		return 2;
 	}
 	if (n < 0) {

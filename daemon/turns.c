@@ -17,37 +17,74 @@ int turn_last_user(const struct session *s)
 	return -1;
 }
 
-/* What a new turn's encoding depends on in s's history. */
-static struct chat_ctx history_of(const struct turn_env *te, const struct session *s)
+/* What a new turn's encoding depends on in s's history up to turn upto
+ * (exclusive; s->n_turns: all of it). */
+static struct chat_ctx history_upto(const struct turn_env *te, const struct session *s, int upto)
 {
+	int n = upto < s->n_turns ? s->turns[upto].start : s->n_tokens;
+	int last = upto > 0 ? s->turns[upto - 1].role : -1;
+	int has_user = 0;
+	for (int i = 0; i < upto && !has_user; i++)
+		has_user = s->turns[i].role == CHAT_USER;
+	int32_t eot = chat_end_of_turn(te->m->tok, s->tmpl, te->m->cfg.eos);
 	struct chat_ctx c = {
 		.tmpl = (enum chat_template)s->tmpl,
 		.bos = te->m->cfg.bos,
 		.eos = te->m->cfg.eos,
-		.n_tokens = s->n_tokens,
-		.has_user_turn = turn_last_user(s) >= 0,
-		.open_answer = s->n_turns > 0 && s->turns[s->n_turns - 1].role == CHAT_ASSISTANT &&
-			       s->tokens[s->n_tokens - 1] != te->m->cfg.eos,
+		.n_tokens = n,
+		.has_user_turn = has_user,
+		.last_role = last,
+		.open_answer = last == CHAT_ASSISTANT && n > 0 && s->tokens[n - 1] != eot,
 		.system = s->system,
 		.next_system = s->next_system,
 	};
 	return c;
 }
 
-/* Give s's first turn (after a shift) what a first turn has. 0 or -errno. */
-static int renew_first_turn(const struct turn_env *te, struct session *s)
+static struct chat_ctx history_of(const struct turn_env *te, const struct session *s)
 {
-	struct sess_turn *t0 = &s->turns[0];
-	int a = t0->start, b = s->n_turns > 1 ? s->turns[1].start : s->n_tokens;
-	struct chat_ctx c = history_of(te, s);
+	return history_upto(te, s, s->n_turns);
+}
+
+/* Give turn idx of s (the first one after a shift, or the first after the
+ * kept system turns) what a turn there has: 0 or -errno. */
+static int renew_turn(const struct turn_env *te, struct session *s, int idx)
+{
+	struct sess_turn *t = &s->turns[idx];
+	int a = t->start, b = idx + 1 < s->n_turns ? s->turns[idx + 1].start : s->n_tokens;
+	struct chat_ctx c = history_upto(te, s, idx);
 	int32_t *ids = NULL;
-	int n = chat_encode_first_turn(te->m->tok, &c, (enum chat_role)t0->role, t0->text,
-				       s->tokens + a, b - a, &ids);
+	int n;
+	if (idx == 0)
+		n = chat_encode_first_turn(te->m->tok, &c, (enum chat_role)t->role, t->text,
+					   s->tokens + a, b - a, &ids);
+	else if (t->text)  /* llama3: a user or system turn after the kept ones */
+		n = chat_encode_turn(te->m->tok, &c, (enum chat_role)t->role, t->text, &ids);
+	else
+		return 0;
 	if (n <= 0)
 		return n;
-	int rc = sess_replace_turn(te->st, s, 0, ids, n);
+	int rc = sess_replace_turn(te->st, s, idx, ids, n);
 	free(ids);
 	return rc;
+}
+
+/* The turns a shift may remove first: [*first, *end), the first exchange
+ * after the leading system turns (llama3; llama2 keeps its system prompt
+ * outside the turns), up to the next user turn (llama3: or system turn);
+ * raw sessions: the first turn. */
+static void first_exchange(const struct session *s, int *first, int *end)
+{
+	int a = 0;
+	if (s->tmpl == CHAT_TEMPLATE_LLAMA3)
+		while (a < s->n_turns && s->turns[a].role == CHAT_SYSTEM)
+			a++;
+	int k = a + 1;
+	while (s->tmpl != CHAT_TEMPLATE_RAW && k < s->n_turns && s->turns[k].role != CHAT_USER &&
+	       !(s->tmpl == CHAT_TEMPLATE_LLAMA3 && s->turns[k].role == CHAT_SYSTEM))
+		k++;
+	*first = a;
+	*end = k;
 }
 
 int turn_make_room(const struct turn_env *te, struct session *s, int need, int keep_from)
@@ -57,31 +94,60 @@ int turn_make_room(const struct turn_env *te, struct session *s, int need, int k
 		return 0;
 	if (s->policy != SESS_CTX_SHIFT)
 		return -EMSGSIZE;
-	int removed = 0;
+	int removed = 0, a = 0;
 	for (int guard = 0; guard < 4; guard++) {
 		while (s->n_tokens + need > limit) {
-			/* the first exchange: turn 0 up to the next user turn
-			 * (raw sessions: any turn boundary) */
-			int k = 1;
-			while (s->tmpl == CHAT_TEMPLATE_LLAMA2 && k < s->n_turns &&
-			       s->turns[k].role != CHAT_USER)
-				k++;
+			int k;
+			first_exchange(s, &a, &k);
 			if (k > keep_from || k >= s->n_turns)
 				return -EMSGSIZE;
-			if (sess_remove_turns(te->st, s, 0, k) != 0)
+			if (sess_remove_turns(te->st, s, a, k - a) != 0)
 				return -EMSGSIZE;
-			keep_from -= k;
+			keep_from -= k - a;
 			removed = 1;
 		}
-		if (!removed || s->n_turns == 0)
+		if (!removed || a >= s->n_turns)
 			return 0;
-		if (renew_first_turn(te, s) != 0)
+		if (renew_turn(te, s, a) != 0)
 			return -EMSGSIZE;
 		if (s->n_tokens + need <= limit)
 			return 0;
 		removed = 0;
 	}
 	return -EMSGSIZE;
+}
+
+/* The client's message for the turn error n (-errno), into msg (cap). */
+static void turn_error(const struct turn_env *te, const struct session *s, const char *text,
+		       int n, char *msg, size_t cap)
+{
+	char tag[64];
+	if (n == -EPERM && chat_find_tag(te->m->tok, s->tmpl, text, strlen(text), tag, sizeof(tag)))
+		snprintf(msg, cap, "text contains the chat control tag %s (refused under the %s "
+			 "template)", tag, chat_template_name(s->tmpl));
+	else if (n == -EPERM)  /* the session's system prompt */
+		snprintf(msg, cap, "the system prompt contains a chat control tag");
+	else if (n == -ENOTSUP)
+		snprintf(msg, cap, "template %s: %s", chat_template_name(s->tmpl),
+			 chat_template_unusable(te->m->tok, s->tmpl));
+	else
+		snprintf(msg, cap, "%s", n == -ENOMEM ? "out of memory" : "cannot tokenize the text");
+}
+
+/* Append ids (n) as a turn of role with text, making room first. */
+static int add_ids(const struct turn_env *te, struct session *s, int32_t *ids, int n, int role,
+		   const char *text, char *msg, size_t cap)
+{
+	if (turn_make_room(te, s, n, s->n_turns) != 0) {
+		snprintf(msg, cap, "the turn needs %d tokens; the session holds %d of its %d-token "
+			 "context", n, s->n_tokens, te->limit);
+		return -EMSGSIZE;
+	}
+	if (sess_append(s, ids, n, role, text, 1) != 0) {
+		snprintf(msg, cap, "out of memory");
+		return -ENOMEM;
+	}
+	return n;
 }
 
 int turn_append(const struct turn_env *te, struct session *s, int role, const char *text,
@@ -91,10 +157,8 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 	int32_t *ids = NULL;
 	int n = chat_encode_turn(te->m->tok, &c, (enum chat_role)role, text, &ids);
 	if (n < 0) {
-		snprintf(msg, cap, "%s", n == -EPERM
-			 ? "text contains a chat control tag ([INST], [/INST], <<SYS>>, <</SYS>>)"
-			 : n == -ENOMEM ? "out of memory" : "cannot tokenize the text");
-		return n;
+		turn_error(te, s, text, n, msg, cap);
+		return n == -ENOTSUP ? -EINVAL : n;
 	}
 	if (n == 0 && role == CHAT_SYSTEM && s->tmpl == CHAT_TEMPLATE_LLAMA2) {
 		char **slot = c.has_user_turn ? &s->next_system : &s->system;
@@ -107,22 +171,29 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 		*slot = d;
 		return 0;
 	}
-	if (turn_make_room(te, s, n, s->n_turns) != 0) {
-		snprintf(msg, cap, "the turn needs %d tokens; the session holds %d of its %d-token "
-			 "context", n, s->n_tokens, te->limit);
-		free(ids);
-		return -EMSGSIZE;
-	}
 	int stored = role == CHAT_RAW || s->tmpl == CHAT_TEMPLATE_RAW ? CHAT_RAW : role;
-	if (sess_append(s, ids, n, stored, text, 1) != 0) {
-		free(ids);
-		snprintf(msg, cap, "out of memory");
-		return -ENOMEM;
-	}
-	if (role == CHAT_USER && s->next_system) {
+	n = add_ids(te, s, ids, n, stored, text, msg, cap);
+	free(ids);
+	if (n >= 0 && role == CHAT_USER && s->next_system) {
 		free(s->next_system);
 		s->next_system = NULL;
 	}
-	free(ids);
 	return n;
+}
+
+int turn_generation(const struct turn_env *te, struct session *s, char *msg, size_t cap)
+{
+	struct chat_ctx c = history_of(te, s);
+	int32_t *ids = NULL;
+	int n = chat_encode_generation(te->m->tok, &c, &ids);
+	if (n <= 0) {
+		if (n < 0)
+			turn_error(te, s, "", n, msg, cap);
+		return n == -ENOTSUP ? -EINVAL : n;
+	}
+	/* llama3's prompt opens the answer's turn; BOS alone is a raw turn */
+	int role = s->tmpl == CHAT_TEMPLATE_LLAMA3 ? CHAT_ASSISTANT : CHAT_RAW;
+	n = add_ids(te, s, ids, n, role, NULL, msg, cap);
+	free(ids);
+	return n < 0 ? n : role == CHAT_ASSISTANT;
 }

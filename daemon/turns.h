@@ -21,20 +21,39 @@ struct turn_env {
 
 /*
  * Make room in s for `need` more tokens under its policy, never removing
- * turn keep_from or a later one. 0, or -EMSGSIZE if they cannot fit.
+ * turn keep_from or a later one. Shift drops whole exchanges from the
+ * front: a user turn and the turns after it up to the next user turn
+ * (llama3: or system turn); llama3 keeps the leading system turns. The
+ * turn that then follows what was kept is encoded again as a turn there
+ * (BOS and the system prompt when it is the first). 0, or -EMSGSIZE if
+ * they cannot fit.
  */
 int turn_make_room(const struct turn_env *te, struct session *s, int need, int keep_from);
 
 /*
  * Append a client's turn (role: enum chat_role; text NUL-terminated) to s.
  * A llama2 system turn adds no tokens: it sets the system prompt (of the
- * first user turn, or of the next one once a user turn exists). Returns
- * the number of tokens added (>= 0), or -EPERM (a control tag), -EMSGSIZE
- * (the context cannot hold it), -ENOMEM, -EPROTO (the tokenizer failed),
- * with a one-line message for the client in msg (capacity cap).
+ * first user turn, or of the next one once a user turn exists); a llama3
+ * one is a turn of its own. Returns the number of tokens added (>= 0), or
+ * -EPERM (a control tag, named in msg), -EMSGSIZE (the context cannot hold
+ * it), -ENOMEM, -EINVAL (the model's vocabulary lacks the template's
+ * control tokens: a session saved under another model), -EPROTO (the
+ * tokenizer failed), with a one-line message for the client in msg
+ * (capacity cap).
  */
 int turn_append(const struct turn_env *te, struct session *s, int role, const char *text,
 		char *msg, size_t cap);
+
+/*
+ * Before a generation on s: add what its template needs in front of the
+ * answer (model/chat.c, chat_encode_generation): BOS in an empty session;
+ * llama3, the generation prompt unless the last turn is a user turn (which
+ * ends with it), an open answer or a raw turn. Returns 1 if an assistant
+ * turn was opened (the generated tokens belong to it), 0 if not, or
+ * -EMSGSIZE, -ENOMEM, -EINVAL (as turn_append), -EPROTO with a message in
+ * msg (cap).
+ */
+int turn_generation(const struct turn_env *te, struct session *s, char *msg, size_t cap);
 
 /* Index of s's last user turn, or -1. */
 int turn_last_user(const struct session *s);

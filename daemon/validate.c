@@ -49,7 +49,7 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = bad_id, bad);
 		if (!text_ok(o->system, mt, why))
 			return strlen(o->system) > mt ? big : bad;
-		if (o->has_template_ && (o->template_ < 0 || o->template_ > 2))
+		if (o->has_template_ && (o->template_ < 0 || (int)o->template_ > CHAT_TEMPLATE_MAX))
 			return (*why = "unknown template", bad);
 		if (o->has_context_policy && (o->context_policy < 0 || o->context_policy > 2))
 			return (*why = "unknown context policy", bad);

@@ -1,5 +1,5 @@
 /*
- * model/chat.h — prompt templates: Llama 2 chat and raw text.
+ * model/chat.h — prompt templates: Llama 2 chat, Llama 3 chat and raw text.
  *
  * Llama 2 chat, per finished exchange (user u, answer a; the system prompt s
  * is folded into the first user message):
@@ -9,6 +9,19 @@
  * Each exchange is encoded as one string (as Meta's reference does), text
  * stripped of surrounding whitespace. User or system text containing the
  * tags [INST], [/INST], <<SYS>> or <</SYS>> is refused (-EPERM).
+ *
+ * Llama 3 chat (the chat_template of Meta-Llama-3-*-Instruct's
+ * tokenizer_config.json): <|begin_of_text|> once, at the start of the
+ * conversation, then every message, system messages included, as
+ *   <|start_header_id|>{role}<|end_header_id|> "\n\n{text}" <|eot_id|>
+ * with text trimmed of surrounding whitespace (Jinja's trim), and to generate
+ * the assistant header and "\n\n":
+ *   <|start_header_id|>assistant<|end_header_id|> "\n\n"
+ * The <|...|> ids are put in by id (tok_piece_to_id); only the quoted parts
+ * go through tok_encode, each on its own, as the model's tokenizer does
+ * when it splits the rendered text at its special tokens. User or system
+ * text containing a control token of the vocabulary spelt out ("<|eot_id|>",
+ * any "<|...|>" that is one) is refused (-EPERM).
  */
 #ifndef LLAMAD_MODEL_CHAT_H
 #define LLAMAD_MODEL_CHAT_H
@@ -19,34 +32,90 @@
 #include "model/tokenizer.h"
 
 /* The one set of roles and templates: sessions store them, state files
- * record them, and the values match proto/llamad.proto's Role and Template. */
+ * record them, and the values match proto/llamad.proto's Role and Template.
+ * CHAT_TEMPLATE_AUTO (0, the wire's TEMPLATE_DEFAULT) is a setting only:
+ * "the model file's template" (chat_resolve_template); no session has it. */
 enum chat_role { CHAT_USER = 0, CHAT_SYSTEM = 1, CHAT_ASSISTANT = 2, CHAT_RAW = 3 };
-enum chat_template { CHAT_TEMPLATE_LLAMA2 = 1, CHAT_TEMPLATE_RAW = 2 };
+enum chat_template {
+	CHAT_TEMPLATE_AUTO = 0,
+	CHAT_TEMPLATE_LLAMA2 = 1,
+	CHAT_TEMPLATE_RAW = 2,
+	CHAT_TEMPLATE_LLAMA3 = 3,
+};
 #define CHAT_ROLE_MAX CHAT_RAW
-#define CHAT_TEMPLATE_MAX CHAT_TEMPLATE_RAW
+#define CHAT_TEMPLATE_MAX CHAT_TEMPLATE_LLAMA3
 
 struct chat_msg {
 	enum chat_role role;
 	const char *text;
 };
 
+/* "auto", "llama2", "raw", "llama3"; "?" for other values. */
+const char *chat_template_name(int tmpl);
+
+/*
+ * What a model file's chat template text is (a Jinja template, len bytes):
+ * "llama3" when it holds both <|start_header_id|> and <|eot_id|>, "llama2"
+ * when it holds both [INST] and <<SYS>>, else "unknown" (a static string).
+ */
+const char *chat_classify_template(const char *text, size_t len);
+
+/*
+ * The template of new sessions that choose none. setting: the configured
+ * template (CHAT_TEMPLATE_AUTO: the model file's); file_kind: the model
+ * file's (chat_classify_template's, or "unknown"); file_has_text: the file
+ * has a chat template at all. A file whose template is unknown or absent
+ * gets llama2, the built-in default, and *why says so. Writes one line
+ * into why (cap bytes) saying which template and why, e.g. "llama3 (from
+ * the model file's chat template)". Returns the template.
+ */
+enum chat_template chat_resolve_template(int setting, const char *file_kind, int file_has_text,
+					 char *why, size_t cap);
+
+/* NULL if tokenizer t can encode conversations of template tmpl, else a
+ * static reason (llama3 needs the Llama 3 control tokens). */
+const char *chat_template_unusable(const struct tok *t, int tmpl);
+
+/* The id that ends a turn under tmpl: llama3 <|eot_id|>, llama2 eos (the
+ * model's EOS); -1 for raw (none) or when the vocabulary lacks it. */
+int32_t chat_end_of_turn(const struct tok *t, int tmpl, int32_t eos);
+
 /* 1 if text contains a Llama 2 control tag. */
 int chat_has_tags(const char *text, size_t len);
 
 /*
- * Encode a whole dialog: an optional leading system message, then user and
- * assistant messages alternating, starting with user. The result ends with
- * the last user turn open (ready to generate) if the dialog ends with a user
- * message. Returns the number of ids with *ids malloc'd, or -EINVAL (bad
- * order), -EPERM (control tags in text), -ENOMEM.
+ * The control-tag guard of template tmpl over len bytes of text: 1 if the
+ * text spells a tag the template refuses (llama2: [INST], [/INST], <<SYS>>,
+ * <</SYS>>; llama3: "<|name|>", a name of up to 128 bytes without '|', that
+ * is a control token of t's vocabulary, as all of Llama 3's are),
+ * with the first one copied into tag (cap bytes, NUL-terminated, cut to
+ * fit); else 0 (raw: always 0).
  */
-int chat_encode_dialog(const struct tok *t, const struct chat_msg *msgs, int n,
+int chat_find_tag(const struct tok *t, int tmpl, const char *text, size_t len, char *tag,
+		  size_t cap);
+
+/*
+ * Encode a whole dialog under tmpl (llama2 or llama3).
+ * llama2: an optional leading system message, then user and assistant
+ * messages alternating, starting with user; the result ends with the last
+ * user turn open (ready to generate) if the dialog ends with a user
+ * message.
+ * llama3: any order of user, system and assistant messages (the template
+ * checks none), then the generation prompt, always (the template adds it
+ * unconditionally).
+ * Returns the number of ids with *ids malloc'd, or -EINVAL (bad order, no
+ * message, raw), -EPERM (control tags in user or system text), -ENOTSUP
+ * (the vocabulary lacks the template's control tokens), -EPROTO (the
+ * tokenizer failed), -ENOMEM.
+ */
+int chat_encode_dialog(const struct tok *t, int tmpl, const struct chat_msg *msgs, int n,
 		       int32_t **ids);
 
 /*
- * Encode one user turn for an ongoing session: BOS + "[INST] {sys}{u} [/INST]"
- * where sys is the <<SYS>> block when `system` is non-NULL (first turn).
- * Same return convention.
+ * Encode one llama2 user turn for an ongoing session: BOS + "[INST] {sys}{u}
+ * [/INST]" where sys is the <<SYS>> block when `system` is non-NULL (first
+ * turn). Returns the number of ids with *ids malloc'd, or -EPERM (control
+ * tags), -EPROTO, -ENOMEM.
  */
 int chat_encode_user_turn(const struct tok *t, const char *system, const char *user,
 			  int32_t **ids);
@@ -57,9 +126,11 @@ struct chat_ctx {
 	int32_t bos, eos;        /* the model's ids */
 	int n_tokens;            /* tokens so far (0: the turn opens the conversation) */
 	int has_user_turn;       /* a user turn exists already */
-	int open_answer;         /* the last turn is an answer that did not end with EOS */
-	const char *system;      /* the conversation's system prompt (llama2) */
-	const char *next_system; /* a system turn waiting for the next user turn */
+	int last_role;           /* enum chat_role of the last turn; -1: no turn */
+	int open_answer;         /* the last turn is an answer that did not end with
+				  * the template's end of turn (chat_end_of_turn) */
+	const char *system;      /* the conversation's system prompt (OpenSession's) */
+	const char *next_system; /* a system turn waiting for the next user turn (llama2) */
 };
 
 /*
@@ -74,21 +145,40 @@ struct chat_ctx {
  *  - llama2 system turn: no tokens (it sets the system prompt of the next
  *    user turn; the caller stores the text): returns 0;
  *  - llama2 answer written by the client: " {a} " + EOS, stripped as in
- *    Meta's format.
+ *    Meta's format;
+ *  - llama3, any role: <|eot_id|> first when it closes an open answer;
+ *    <|begin_of_text|> and the system prompt's message (c->system) first
+ *    when it opens the conversation; then a user turn is its message and
+ *    the generation prompt, a system turn its message, and an answer
+ *    written by the client its text and <|eot_id|> after the generation
+ *    prompt a user turn left (c->last_role CHAT_USER), else its whole
+ *    message.
  * Returns the number of ids (*ids malloc'd, NULL when 0), or -EPERM (a
- * control tag in user or system text), -EPROTO (the tokenizer failed),
- * -ENOMEM.
+ * control tag in user or system text), -ENOTSUP (the vocabulary lacks the
+ * template's control tokens), -EPROTO (the tokenizer failed), -ENOMEM.
  */
 int chat_encode_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 		     const char *text, int32_t **ids);
 
 /*
+ * The tokens a generation needs in front of it in conversation c: raw and
+ * llama2, BOS when the conversation is empty; llama3, the generation
+ * prompt (after <|begin_of_text|> and the system prompt's message when the
+ * conversation is empty) unless the last turn is a user turn (which ends
+ * with it), an answer still open (the generation continues it) or a raw
+ * turn. Returns the number of ids (*ids malloc'd, NULL when 0), or
+ * -ENOTSUP, -EPROTO, -ENOMEM.
+ */
+int chat_encode_generation(const struct tok *t, const struct chat_ctx *c, int32_t **ids);
+
+/*
  * The tokens a conversation's first turn takes after the turns before it
  * were dropped (context shift): a llama2 user turn with its text is encoded
- * again with the system prompt (c->system); any other turn, whose tokens
- * are old[0, n_old), gets BOS in front unless it starts with it. Returns
- * the number of ids (*ids malloc'd), 0 if the turn can stay as it is, or
- * -EPERM, -EPROTO, -ENOMEM.
+ * again with the system prompt (c->system); a llama3 user or system turn
+ * with its text is encoded again as the opening turn; any other turn, whose
+ * tokens are old[0, n_old), gets BOS in front unless it starts with it.
+ * Returns the number of ids (*ids malloc'd), 0 if the turn can stay as it
+ * is, or -EPERM, -ENOTSUP, -EPROTO, -ENOMEM.
  */
 int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 			   const char *text, const int32_t *old, int n_old, int32_t **ids);

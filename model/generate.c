@@ -37,7 +37,7 @@ int32_t gen_sample(struct gen *g, float *logits, const int32_t *history, int n_h
 
 int gen_is_end(const struct gen *g, int32_t tok)
 {
-	return tok == g->m->cfg.eos;
+	return tok == g->m->cfg.eos || tok_is_end(g->m->tok, tok);
 }
 
 int gen_accept(struct gen *g, int32_t tok)

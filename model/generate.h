@@ -54,7 +54,8 @@ void gen_done(struct gen *g);
 /* The next token from logits (vocab floats, modified: penalties and
  * temperature) after history[0, n_history). */
 int32_t gen_sample(struct gen *g, float *logits, const int32_t *history, int n_history);
-/* 1 if tok ends the answer (the model's EOS). */
+/* 1 if tok ends the answer: the model's EOS or any end-of-turn id of its
+ * tokenizer (tok_is_end: <|eot_id|>, <|eom_id|>, <|end_of_text|>, ...). */
 int gen_is_end(const struct gen *g, int32_t tok);
 /*
  * Take tok as generated: count it and, unless it ends the answer, stream

@@ -19,9 +19,16 @@
  * (llama.cpp's converter undoes Hugging Face's permutation), so the model is
  * KT_ROPE_INTERLEAVED, like a llama2.c checkpoint.
  *
- * The vocabulary (tokenizer.ggml.*) is turned back into a SentencePiece
- * ModelProto (proto/sentencepiece_model.proto) and handed to the tokenizer
- * shim, so encoding is libsentencepiece's own.
+ * RoPE scaling: llama.rope.scaling.type must be absent or "none"; Llama
+ * 3.1/3.2 files carry their scaling as the tensor rope_freqs.weight (F32,
+ * head_dim/2 divisors of the inverse frequencies, as llama.cpp writes it),
+ * which becomes m->rope_freqs.
+ *
+ * The vocabulary (tokenizer.ggml.*): tokenizer.ggml.model "llama" is turned
+ * back into a SentencePiece ModelProto (proto/sentencepiece_model.proto) and
+ * handed to the tokenizer shim, so encoding is libsentencepiece's own;
+ * "gpt2" (Llama 3's byte-level BPE: tokens, token_type, merges, pre, the
+ * special ids) goes to tok_load_bpe.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -31,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/chat.h"
 #include "model/model.h"
 #include "sentencepiece_model.pb-c.h"
 
@@ -669,6 +677,39 @@ static int get_vector(struct model *m, struct gguf *g, const char *name, int n,
 	return 0;
 }
 
+/* rope_freqs.weight: head_dim/2 F32 divisors of the RoPE inverse
+ * frequencies, each finite and positive; m->rope_freqs points at them. */
+static int get_rope_freqs(struct model *m, struct gguf *g)
+{
+	struct gguf_tensor *t = find_tensor(g, "rope_freqs.weight");
+	int n = m->cfg.head_dim / 2;
+	t->used = 1;
+	if (t->type != 0) {
+		model_set_cause(g->cause, "%s: tensor rope_freqs.weight has type %s (F32 expected)",
+				g->path, ggml_type_of(t->type)->name);
+		return -EINVAL;
+	}
+	if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
+		model_set_cause(g->cause, "%s: tensor rope_freqs.weight has shape [%llu, %llu, %llu, "
+				"%llu], expected [%d] (head_dim / 2)", g->path,
+				(unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
+				(unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n);
+		return -EINVAL;
+	}
+	float *v = model_own(m, (size_t)n * sizeof(float));
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, t->data, (size_t)n * sizeof(float));  /* little-endian, as the host */
+	for (int i = 0; i < n; i++)
+		if (!(v[i] > 0 && v[i] < 1e30f)) {
+			model_set_cause(g->cause, "%s: tensor rope_freqs.weight: entry %d is %g, not a "
+					"finite positive divisor", g->path, i, (double)v[i]);
+			return -EINVAL;
+		}
+	m->rope_freqs = v;
+	return 0;
+}
+
 /* ---- tokenizer ------------------------------------------------------------- */
 
 /* An array key of element type `et` (or `et2`) and count n: 1 and the first
@@ -721,8 +762,114 @@ static int piece_type(int32_t gt)
 	return 0;
 }
 
+/* The strings of a GGUF string array (bounds-checked when the metadata was
+ * parsed) as (pointer, length) pairs into the map; n arrays allocated. */
+static int str_array(const struct gguf_kv *kv, const char ***s, size_t **len)
+{
+	size_t n = (size_t)kv->arr_n;
+	*s = malloc((n ? n : 1) * sizeof(**s));
+	*len = malloc((n ? n : 1) * sizeof(**len));
+	if (!*s || !*len)
+		return -ENOMEM;
+	const uint8_t *p = kv->val;
+	for (size_t i = 0; i < n; i++) {
+		(*len)[i] = (size_t)le64(p);
+		(*s)[i] = (const char *)p + 8;
+		p += 8 + (*len)[i];
+	}
+	return 0;
+}
+
 /*
- * Build the tokenizer from tokenizer.ggml.* as a SentencePiece ModelProto.
+ * A "gpt2" vocabulary (byte-level BPE, Llama 3): tokens (checked by the
+ * caller), token_type (optional; one per token), merges (required, strings
+ * "left right" in rank order), pre (optional; tok_load_bpe refuses one it
+ * does not know), bos/eos and the eot/eom ids, to tok_load_bpe. Scores, if
+ * any, are not used. 0 with *out set, or a negative errno with the cause.
+ */
+static int build_tok_bpe(struct gguf *g, const struct gguf_kv *tk, struct tok **out)
+{
+	int n = (int)tk->arr_n, r;
+	const uint8_t *types = NULL;
+	uint32_t ty_type = 0;
+	if ((r = kv_array(g, "tokenizer.ggml.token_type", GV_I32, GV_U32, tk->arr_n, &types,
+			  &ty_type)) < 0)
+		return r;
+	const struct gguf_kv *mk = find_kv(g, "tokenizer.ggml.merges");
+	if (!mk || mk->type != GV_ARRAY || mk->arr_type != GV_STRING) {
+		model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.merges is %s (a \"gpt2\" "
+				"vocabulary needs its merges as an array of strings)", g->path,
+				mk ? "not an array of strings" : "missing");
+		return -EINVAL;
+	}
+	if (mk->arr_n > INT_MAX) {
+		model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.merges has %llu entries, "
+				"too many", g->path, (unsigned long long)mk->arr_n);
+		return -EINVAL;
+	}
+	const uint8_t *ps = NULL;
+	size_t pn = 0;
+	if ((r = kv_str(g, "tokenizer.ggml.pre", &ps, &pn)) < 0)
+		return r;
+	struct tok_bpe_spec sp = { .n_vocab = n, .n_merges = (int)mk->arr_n };
+	int eot = -1, eom = -1;
+	if ((r = special(g, "tokenizer.ggml.bos_token_id", n, &sp.bos)) ||
+	    (r = special(g, "tokenizer.ggml.eos_token_id", n, &sp.eos)) ||
+	    (r = special(g, "tokenizer.ggml.eot_token_id", n, &eot)) ||
+	    (r = special(g, "tokenizer.ggml.eom_token_id", n, &eom)))
+		return r;
+	int32_t ends[2];
+	if (eot >= 0)
+		ends[sp.n_eot++] = eot;
+	if (eom >= 0)
+		ends[sp.n_eot++] = eom;
+	sp.eot = ends;
+	const char **toks = NULL, **merges = NULL;
+	size_t *tok_len = NULL, *merge_len = NULL;
+	int32_t *ty = NULL;
+	char *pre = NULL;
+	r = -ENOMEM;
+	if (str_array(tk, &toks, &tok_len) || str_array(mk, &merges, &merge_len))
+		goto out;
+	if (types) {
+		if (!(ty = malloc((size_t)n * sizeof(*ty))))
+			goto out;
+		for (int i = 0; i < n; i++)
+			ty[i] = (int32_t)le32(types + 4 * (size_t)i);
+	}
+	if (ps) {
+		if (memchr(ps, 0, pn)) {
+			model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.pre contains a NUL "
+					"byte", g->path);
+			r = -EINVAL;
+			goto out;
+		}
+		if (!(pre = strndup((const char *)ps, pn)))
+			goto out;
+	}
+	sp.tokens = toks;
+	sp.token_len = tok_len;
+	sp.types = ty;
+	sp.merges = merges;
+	sp.merge_len = merge_len;
+	sp.pre = pre;
+	*out = tok_load_bpe(&sp, g->path, g->cause);
+	r = *out ? 0 : -EINVAL;
+out:
+	if (r == -ENOMEM)
+		model_set_cause(g->cause, "%s: out of memory", g->path);
+	free(toks);
+	free(tok_len);
+	free(merges);
+	free(merge_len);
+	free(ty);
+	free(pre);
+	return r;
+}
+
+/*
+ * Build the tokenizer from tokenizer.ggml.*: "gpt2" through build_tok_bpe,
+ * "llama" as a SentencePiece ModelProto.
  * 0 with *out set; 0 with *out NULL if the file carries no tokenizer;
  * negative errno with the cause set.
  */
@@ -742,11 +889,12 @@ static int build_tok(struct gguf *g, struct tok **out)
 				"tokenizer.ggml.model", g->path);
 		return -EINVAL;
 	}
-	if (!str_is(ms, mn, "llama")) {
+	int gpt2 = str_is(ms, mn, "gpt2");
+	if (!gpt2 && !str_is(ms, mn, "llama")) {
 		char b[96];
-		model_set_cause(g->cause, "%s: tokenizer model \"%s\" is not supported (only "
-				"\"llama\", SentencePiece BPE); pass --tokenizer PATH", g->path,
-				shown(ms, mn, b));
+		model_set_cause(g->cause, "%s: tokenizer model \"%s\" is not supported "
+				"(\"llama\", SentencePiece BPE, and \"gpt2\", byte-level BPE, "
+				"are); pass --tokenizer PATH", g->path, shown(ms, mn, b));
 		return -ENOTSUP;
 	}
 	if (!tk || tk->type != GV_ARRAY || tk->arr_type != GV_STRING) {
@@ -759,6 +907,8 @@ static int build_tok(struct gguf *g, struct tok **out)
 				g->path, (unsigned long long)tk->arr_n);
 		return -EINVAL;
 	}
+	if (gpt2)
+		return build_tok_bpe(g, tk, out);
 	int n = (int)tk->arr_n;
 	const uint8_t *scores = NULL, *types = NULL;
 	uint32_t st_type = 0, ty_type = 0;
@@ -877,16 +1027,20 @@ out:
 	return r;
 }
 
-/* "llama2" if tokenizer.chat_template is Llama 2's [INST] / <<SYS>> format,
- * else "unknown". */
-static const char *chat_template_kind(const struct gguf *g)
+/* tokenizer.chat_template: its kind into m->chat_template, its text into
+ * m->chat_template_text (none: "unknown", NULL). 0 or -ENOMEM. */
+static int chat_template_kind(const struct gguf *g, struct model *m)
 {
 	const uint8_t *s;
 	size_t n;
-	if (kv_str(g, "tokenizer.chat_template", &s, &n) == 1 &&
-	    memmem(s, n, "[INST]", 6) && memmem(s, n, "<<SYS>>", 7))
-		return "llama2";
-	return "unknown";
+	if (kv_str(g, "tokenizer.chat_template", &s, &n) != 1)
+		return 0;
+	if (!(m->chat_template_text = malloc(n + 1)))
+		return -ENOMEM;
+	memcpy(m->chat_template_text, s, n);
+	m->chat_template_text[n] = 0;
+	m->chat_template = chat_classify_template((const char *)s, n);
+	return 0;
 }
 
 /* ---- model ------------------------------------------------------------------ */
@@ -961,8 +1115,9 @@ static int read_hparams(struct model *m, struct gguf *g)
 		return r;
 	if (r == 1 && !str_is(s, n, "none")) {
 		char b[96];
-		model_set_cause(g->cause, "%s: RoPE scaling \"%s\" is not supported", g->path,
-				shown(s, n, b));
+		model_set_cause(g->cause, "%s: RoPE scaling \"%s\" (llama.rope.scaling.type) is "
+				"not supported (none is, and Llama 3.1 scaling as the tensor "
+				"rope_freqs.weight)", g->path, shown(s, n, b));
 		return -ENOTSUP;
 	}
 	c->rope_layout = KT_ROPE_INTERLEAVED;
@@ -1051,20 +1206,23 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 		    (rc = get_matrix(m, &g, up, F, D, &L->w3)))
 			goto out;
 	}
-	/* anything else (biases, rope_freqs, experts, extra layers) would be
-	 * silently ignored: refuse it */
+	if (find_tensor(&g, "rope_freqs.weight") && (rc = get_rope_freqs(m, &g)))
+		goto out;
+	/* anything else (biases, experts, extra layers) would be silently
+	 * ignored: refuse it */
 	for (size_t i = 0; i < g.n_t; i++) {
 		if (g.t[i].used)
 			continue;
 		char b[96];
 		model_set_cause(cause, "%s: tensor %s is not part of a Llama model llamad can "
-				"run (biases, RoPE factors, experts are not supported)", path,
+				"run (biases, experts are not supported)", path,
 				shown(g.t[i].name, g.t[i].name_len, b));
 		rc = -ENOTSUP;
 		goto out;
 	}
 	m->wtype = m->layers[0].wq.dtype;
-	m->chat_template = chat_template_kind(&g);
+	if ((rc = chat_template_kind(&g, m)))
+		goto out;
 
 	/* tokenizer: --tokenizer wins, then the metadata, then tokenizer.model
 	 * beside the file */

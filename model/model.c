@@ -132,6 +132,39 @@ const char *model_config_check(const struct model_config *c)
 	return NULL;
 }
 
+/* theta^(-2i/hd) in f32: the unscaled inverse frequency, computed one way
+ * for every format and for model_rope_llama3. */
+static float base_inv_freq(float theta, int hd, int i)
+{
+	return 1.0f / powf(theta, (float)(2 * i) / (float)hd);
+}
+
+const char *model_rope_llama3(float theta, int head_dim, double factor, double low,
+			      double high, double orig, float *out)
+{
+	if (!(factor > 0 && factor < 1e6))
+		return "rope_scaling factor must be positive";
+	if (!(low > 0 && high > low && high < 1e6))
+		return "rope_scaling needs 0 < low_freq_factor < high_freq_factor";
+	if (!(orig >= 1 && orig <= 1 << 24))
+		return "rope_scaling original_max_position_embeddings out of range";
+	double low_wl = orig / low, high_wl = orig / high;
+	for (int i = 0; i < head_dim / 2; i++) {
+		double w = 2 * M_PI / (double)base_inv_freq(theta, head_dim, i);
+		double d;
+		if (w < high_wl) {
+			d = 1;
+		} else if (w > low_wl) {
+			d = factor;
+		} else {
+			double s = (orig / w - low) / (high - low);
+			d = 1 / ((1 - s) / factor + s);
+		}
+		out[i] = (float)d;
+	}
+	return NULL;
+}
+
 static int is_dir(const char *p)
 {
 	struct stat st;
@@ -169,8 +202,11 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 	m->inv_freq = model_own(m, (size_t)half * sizeof(float));
 	if (!m->inv_freq)
 		return -ENOMEM;
-	for (int i = 0; i < half; i++)
-		m->inv_freq[i] = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+	for (int i = 0; i < half; i++) {
+		m->inv_freq[i] = base_inv_freq(c->rope_theta, c->head_dim, i);
+		if (m->rope_freqs)
+			m->inv_freq[i] /= m->rope_freqs[i];
+	}
 
 	size_t wb = weight_bytes(&m->cls);
 	for (int l = 0; l < c->n_layers; l++) {
@@ -230,6 +266,10 @@ uint64_t model_fingerprint(const struct model *m)
 	XXH64_update(st, hp, sizeof(hp));
 	XXH64_update(st, &c->rms_eps, sizeof(c->rms_eps));
 	XXH64_update(st, &c->rope_theta, sizeof(c->rope_theta));
+	/* unscaled, the table is a function of theta and head_dim (hashed
+	 * above), so models without scaling keep their fingerprints */
+	if (m->rope_freqs && m->inv_freq)
+		XXH64_update(st, m->inv_freq, (size_t)(c->head_dim / 2) * sizeof(float));
 	hash_weight(st, &m->embed);
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct model_layer *L = &m->layers[l];
@@ -290,6 +330,7 @@ void model_free(struct model *m)
 		free(m->owned[i]);
 	free(m->owned);
 	free(m->layers);
+	free(m->chat_template_text);
 	free(m->path);
 	free(m);
 }
@@ -299,8 +340,9 @@ void model_describe(const struct model *m, char *buf, size_t cap)
 	const struct model_config *c = &m->cfg;
 	snprintf(buf, cap,
 		 "%s %s: dim %d, layers %d, heads %d/%d kv, head_dim %d, ffn %d, vocab %d, "
-		 "ctx %d, %s weights, %.1f MiB",
+		 "ctx %d%s, %s weights, %.1f MiB",
 		 m->format, m->path, c->dim, c->n_layers, c->n_heads, c->n_kv_heads,
-		 c->head_dim, c->ffn_dim, c->vocab, c->max_ctx, kt_dtype_name(m->wtype),
+		 c->head_dim, c->ffn_dim, c->vocab, c->max_ctx,
+		 m->rope_freqs ? " (scaled RoPE)" : "", kt_dtype_name(m->wtype),
 		 (double)m->weight_bytes / (1 << 20));
 }

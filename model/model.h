@@ -4,8 +4,10 @@
  *
  * Formats: llama2.c checkpoints (.bin, legacy 7-int32 header), Hugging
  * Face folders (config.json + model.safetensors or sharded *.safetensors with
- * model.safetensors.index.json; f32/f16/bf16) and GGUF files (v2/v3, "llama"
- * architecture; f32/f16/bf16/q8_0/q4_0; tokenizer from the metadata).
+ * model.safetensors.index.json; f32/f16/bf16; tokenizer.model or
+ * tokenizer.json) and GGUF files (v2/v3, "llama" architecture;
+ * f32/f16/bf16/q8_0/q4_0/K-quants; tokenizer from the metadata). Llama 3.1/3.2
+ * RoPE scaling comes from either as m->rope_freqs.
  */
 #ifndef LLAMAD_MODEL_MODEL_H
 #define LLAMAD_MODEL_MODEL_H
@@ -52,16 +54,25 @@ struct model {
 	struct model_config cfg;
 	char *path;              /* as given */
 	const char *format;      /* "llama2.c", "safetensors", "gguf" */
-	/* Chat template the model file declares (static string): "llama2" when
-	 * a GGUF's tokenizer.chat_template is Llama 2's [INST] / <<SYS>>
-	 * format, else "unknown" (also for formats that carry none). */
+	/* Chat template the model file declares: its kind (static string,
+	 * model/chat.h's chat_classify_template): "llama3", "llama2" or
+	 * "unknown" (also for none), and its text (malloc'd; NULL if the file
+	 * has none). From a GGUF's tokenizer.chat_template, or a Hugging Face
+	 * folder's tokenizer_config.json chat_template (chat_template.jinja
+	 * when that has none). */
 	const char *chat_template;
+	char *chat_template_text;
 	enum kt_dtype wtype;     /* dtype of the large matrices */
 	struct kt_weight embed;  /* (vocab, dim) */
 	struct model_layer *layers;
 	const float *final_norm; /* (dim) */
 	struct kt_weight cls;    /* (vocab, dim); may alias embed */
-	float *inv_freq;         /* (head_dim/2) RoPE inverse frequencies */
+	float *inv_freq;         /* (head_dim/2) RoPE inverse frequencies, scaled */
+	/* (head_dim/2) RoPE frequency divisors, or NULL (no scaling): inv_freq[i]
+	 * = theta^(-2i/head_dim) / rope_freqs[i]. GGUF's rope_freqs.weight; a
+	 * Hugging Face rope_scaling of type llama3 gives the same table
+	 * (model_rope_llama3), so both formats yield bit-identical inv_freq. */
+	const float *rope_freqs;
 	struct tok *tok;
 	size_t weight_bytes;     /* bytes of all weights read per token */
 	uint64_t fingerprint;    /* XXH64 of hyper-parameters and all weights */
@@ -90,9 +101,10 @@ void model_free(struct model *m);
 void model_drop_pages(const struct model *m, const void *p, size_t len);
 
 /*
- * Load only the tokenizer of a GGUF file (tokenizer.ggml.*, which must be
- * the SentencePiece "llama" kind), e.g. a vocab-only file. Returns NULL with
- * *cause (malloc'd, naming the file) on error or if the file has none.
+ * Load only the tokenizer of a GGUF file (tokenizer.ggml.*: the SentencePiece
+ * "llama" kind or the byte-level BPE "gpt2" kind), e.g. a vocab-only file.
+ * Returns NULL with *cause (malloc'd, naming the file) on error or if the
+ * file has none.
  */
 struct tok *gguf_load_tokenizer(const char *path, char **cause);
 
@@ -113,6 +125,17 @@ uint64_t model_fingerprint(const struct model *m);
 /* Validate hyper-parameters; returns NULL if fine, else a static reason. */
 const char *model_config_check(const struct model_config *c);
 
+/* Llama 3.1 RoPE scaling ("rope_type": "llama3") as rope_freqs divisors
+ * (head_dim/2 floats into out), for theta and head_dim: with inv_freq[i] =
+ * theta^(-2i/hd) in f32 and its wavelength w = 2 pi / inv_freq[i], the
+ * divisor is 1 where w < orig / high, factor where w > orig / low, else
+ * 1 / ((1 - s) / factor + s) with s = (orig / w - low) / (high - low)
+ * (arithmetic in double, rounded once to f32). Returns NULL, or a static
+ * reason if the parameters are out of range (factor > 0, 0 < low < high,
+ * orig >= 1, all finite). */
+const char *model_rope_llama3(float theta, int head_dim, double factor, double low,
+			      double high, double orig, float *out);
+
 /* Internal to model/: helpers shared by the format loaders. */
 int model_add_map(struct model *m, void *addr, size_t len);
 void *model_own(struct model *m, size_t bytes);
@@ -126,8 +149,9 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer,
 		  char **cause);
 int model_load_gguf(struct model *m, const char *path, const char *tokenizer,
 		    char **cause);
-/* RoPE table, weight size, tokenizer: `tokenizer` if given, else m->tok if
- * the loader already built one from the file, else default_tok. */
+/* RoPE table (from cfg and m->rope_freqs), weight size, tokenizer:
+ * `tokenizer` if given, else m->tok if the loader already built one from
+ * the file, else default_tok. */
 int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
 		 char **cause);
 

@@ -10,6 +10,12 @@
  * rotate_half pair layout: the model is marked KT_ROPE_HALF and the RoPE op
  * reads pairs (i, i+hd/2), which gives bit-identical results to llama2.c's
  * interleaved layout.
+ *
+ * config.json's rope_scaling may be absent, null, "default" or "llama3"
+ * (Llama 3.1/3.2: a table of per-frequency divisors, model_rope_llama3);
+ * other types are refused. The tokenizer is tokenizer.model, else
+ * tokenizer.json (with tokenizer_config.json and generation_config.json
+ * beside it, read by the BPE tokenizer).
  */
 #include <errno.h>
 #include <jansson.h>
@@ -20,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "model/chat.h"
 #include "model/model.h"
 
 struct st_tensor {
@@ -253,7 +260,93 @@ static int cfg_float(json_t *root, const char *key, double def, float *out)
 	return 0;
 }
 
-static int read_config(struct model *m, const char *dir, int *tied, char **cause)
+/* eos_token_id: an id, or a list of ids (Llama 3.1 Instruct): the first is
+ * the EOS, all of them (at most MAX_EOS) go to ids / *n. Absent: 2. */
+#define MAX_EOS 8
+static int cfg_eos(json_t *root, struct model_config *c, int *ids, int *n)
+{
+	json_t *v = json_object_get(root, "eos_token_id");
+	*n = 0;
+	if (!json_is_array(v))
+		return cfg_int(root, "eos_token_id", 2, &c->eos);
+	size_t k = json_array_size(v);
+	if (k == 0 || k > MAX_EOS)
+		return -1;
+	for (size_t i = 0; i < k; i++) {
+		json_t *e = json_array_get(v, i);
+		if (!json_is_integer(e) || json_integer_value(e) < 0 ||
+		    json_integer_value(e) > INT32_MAX)
+			return -1;
+		ids[(*n)++] = (int)json_integer_value(e);
+	}
+	c->eos = ids[0];
+	return 0;
+}
+
+/* A number field of a rope_scaling object; NULL if fine, else its name. */
+static const char *rs_num(json_t *rs, const char *key, double *out)
+{
+	json_t *v = json_object_get(rs, key);
+	if (!json_is_number(v))
+		return key;
+	*out = json_number_value(v);
+	return NULL;
+}
+
+/* config.json rope_scaling: absent, null or rope_type "default": none;
+ * "llama3" (Llama 3.1/3.2): the divisor table m->rope_freqs; any other type
+ * is refused, naming it. */
+static int read_rope_scaling(struct model *m, json_t *rs, const char *cpath, char **cause)
+{
+	if (!rs || json_is_null(rs))
+		return 0;
+	if (!json_is_object(rs)) {
+		model_set_cause(cause, "%s: rope_scaling is not an object", cpath);
+		return -EINVAL;
+	}
+	json_t *ty = json_object_get(rs, "rope_type");
+	if (!ty)
+		ty = json_object_get(rs, "type");
+	if (!json_is_string(ty)) {
+		model_set_cause(cause, "%s: rope_scaling has no rope_type string", cpath);
+		return -EINVAL;
+	}
+	const char *t = json_string_value(ty);
+	if (!strcmp(t, "default"))
+		return 0;
+	if (strcmp(t, "llama3") != 0) {
+		model_set_cause(cause, "%s: rope_scaling type \"%.40s\" is not supported "
+				"(llama3 is)", cpath, t);
+		return -ENOTSUP;
+	}
+	double f, lo, hi, orig;
+	const char *bad = rs_num(rs, "factor", &f);
+	if (!bad)
+		bad = rs_num(rs, "low_freq_factor", &lo);
+	if (!bad)
+		bad = rs_num(rs, "high_freq_factor", &hi);
+	if (!bad)
+		bad = rs_num(rs, "original_max_position_embeddings", &orig);
+	if (bad) {
+		model_set_cause(cause, "%s: rope_scaling llama3: missing or invalid \"%s\"",
+				cpath, bad);
+		return -EINVAL;
+	}
+	const struct model_config *c = &m->cfg;
+	float *rf = model_own(m, (size_t)(c->head_dim / 2) * sizeof(float));
+	if (!rf)
+		return -ENOMEM;
+	const char *why = model_rope_llama3(c->rope_theta, c->head_dim, f, lo, hi, orig, rf);
+	if (why) {
+		model_set_cause(cause, "%s: %s", cpath, why);
+		return -EINVAL;
+	}
+	m->rope_freqs = rf;
+	return 0;
+}
+
+static int read_config(struct model *m, const char *dir, int *tied, int *eos_ids, int *n_eos,
+		       char **cause)
 {
 	char *cpath = NULL;
 	if (asprintf(&cpath, "%s/config.json", dir) < 0)
@@ -271,12 +364,6 @@ static int read_config(struct model *m, const char *dir, int *tied, char **cause
 	    strcmp(json_string_value(mt), "mistral") != 0) {
 		model_set_cause(cause, "%s: model_type \"%s\" is not supported (llama is)",
 				cpath, json_string_value(mt));
-		rc = -ENOTSUP;
-		goto out;
-	}
-	json_t *rs = json_object_get(root, "rope_scaling");
-	if (rs && !json_is_null(rs)) {
-		model_set_cause(cause, "%s: rope_scaling is not supported", cpath);
 		rc = -ENOTSUP;
 		goto out;
 	}
@@ -304,7 +391,7 @@ static int read_config(struct model *m, const char *dir, int *tied, char **cause
 		bad = "rope_theta";
 	else if (cfg_int(root, "bos_token_id", 1, &c->bos))
 		bad = "bos_token_id";
-	else if (cfg_int(root, "eos_token_id", 2, &c->eos))
+	else if (cfg_eos(root, c, eos_ids, n_eos))
 		bad = "eos_token_id";
 	if (bad) {
 		model_set_cause(cause, "%s: missing or invalid \"%s\"", cpath, bad);
@@ -318,7 +405,9 @@ static int read_config(struct model *m, const char *dir, int *tied, char **cause
 	if (why) {
 		model_set_cause(cause, "%s: %s", cpath, why);
 		rc = -EINVAL;
+		goto out;
 	}
+	rc = read_rope_scaling(m, json_object_get(root, "rope_scaling"), cpath, cause);
 out:
 	json_decref(root);
 	free(cpath);
@@ -371,6 +460,117 @@ static int load_index(struct model *m, struct st_set *s, const char *dir,
 	return rc;
 }
 
+/* Keep text (n bytes) as m's chat template. 0 or -ENOMEM. */
+static int set_chat_template(struct model *m, const char *text, size_t n)
+{
+	if (!(m->chat_template_text = malloc(n + 1)))
+		return -ENOMEM;
+	memcpy(m->chat_template_text, text, n);
+	m->chat_template_text[n] = 0;
+	m->chat_template = chat_classify_template(text, n);
+	return 0;
+}
+
+/* Whole file path into *text (malloc'd, NUL-terminated), length in *n:
+ * 0, or -errno. */
+static int slurp(const char *path, char **text, size_t *n)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	int rc = 0;
+	while (buf) {
+		size_t k = fread(buf + len, 1, cap - len - 1, f);
+		len += k;
+		if (k == 0)
+			break;
+		if (len + 1 == cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb)
+				free(buf);
+			buf = nb;
+		}
+	}
+	if (!buf)
+		rc = -ENOMEM;
+	else if (ferror(f))
+		rc = -EIO;
+	fclose(f);
+	if (rc) {
+		free(buf);
+		return rc;
+	}
+	buf[len] = 0;
+	*text = buf;
+	*n = len;
+	return 0;
+}
+
+/*
+ * The folder's chat template, as transformers finds it: tokenizer_config.json's
+ * chat_template (a string, or a list of {name, template} of which the one
+ * named "default" is taken, else the first), else the file
+ * chat_template.jinja. None of them: no template. A tokenizer_config.json
+ * that is not JSON, or a chat_template of another shape, is an error.
+ */
+static int read_chat_template(struct model *m, const char *dir, char **cause)
+{
+	char *path = NULL;
+	if (asprintf(&path, "%s/tokenizer_config.json", dir) < 0)
+		return -ENOMEM;
+	int rc = 0;
+	if (file_exists(path)) {
+		json_error_t jerr;
+		json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr), *ct = NULL;
+		if (!root || !json_is_object(root)) {
+			model_set_cause(cause, "%s: %s", path, root ? "not a JSON object" : jerr.text);
+			rc = -EINVAL;
+		} else if ((ct = json_object_get(root, "chat_template")) && json_is_array(ct)) {
+			json_t *pick = NULL, *e;
+			size_t i;
+			json_array_foreach(ct, i, e) {
+				json_t *nm = json_object_get(e, "name");
+				if (!pick || (json_is_string(nm) && !strcmp(json_string_value(nm), "default")))
+					pick = e;
+			}
+			ct = pick ? json_object_get(pick, "template") : NULL;
+			if (pick && !json_is_string(ct)) {
+				model_set_cause(cause, "%s: chat_template: an entry without a template string",
+						path);
+				rc = -EINVAL;
+			}
+		} else if (ct && !json_is_string(ct) && !json_is_null(ct)) {
+			model_set_cause(cause, "%s: chat_template is neither a string nor a list "
+					"of {name, template}", path);
+			rc = -EINVAL;
+		}
+		if (!rc && json_is_string(ct))
+			rc = set_chat_template(m, json_string_value(ct), json_string_length(ct));
+		json_decref(root);
+		if (rc || m->chat_template_text) {
+			free(path);
+			return rc;
+		}
+	}
+	free(path);
+	if (asprintf(&path, "%s/chat_template.jinja", dir) < 0)
+		return -ENOMEM;
+	if (file_exists(path)) {
+		char *text = NULL;
+		size_t n = 0;
+		rc = slurp(path, &text, &n);
+		if (rc == 0)
+			rc = set_chat_template(m, text, n);
+		else
+			model_set_cause(cause, "%s: %s", path, strerror(-rc));
+		free(text);
+	}
+	free(path);
+	return rc;
+}
+
 int model_load_hf(struct model *m, const char *path, const char *tokenizer, char **cause)
 {
 	struct stat st;
@@ -382,14 +582,30 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 		return -ENOMEM;
 	struct st_set s = { 0 };
 	char *ipath = NULL, *wpath = NULL, *deftok = NULL;
-	int tied = 0, rc;
-	if ((rc = read_config(m, dir, &tied, cause)))
+	int tied = 0, rc, eos_ids[MAX_EOS], n_eos = 0;
+	if ((rc = read_config(m, dir, &tied, eos_ids, &n_eos, cause)) ||
+	    (rc = read_chat_template(m, dir, cause)))
 		goto out;
+	/* the tokenizer: tokenizer.model, else tokenizer.json (Llama 3); if
+	 * neither, the error names tokenizer.model */
 	if (asprintf(&ipath, "%s/model.safetensors.index.json", dir) < 0 ||
 	    asprintf(&wpath, "%s/model.safetensors", dir) < 0 ||
 	    asprintf(&deftok, "%s/tokenizer.model", dir) < 0) {
 		rc = -ENOMEM;
 		goto out;
+	}
+	if (!file_exists(deftok)) {
+		char *tj = NULL;
+		if (asprintf(&tj, "%s/tokenizer.json", dir) < 0) {
+			rc = -ENOMEM;
+			goto out;
+		}
+		if (file_exists(tj)) {
+			free(deftok);
+			deftok = tj;
+		} else {
+			free(tj);
+		}
 	}
 	size_t plen = strlen(path);
 	if (!isdir && plen > 12 && !strcmp(path + plen - 12, ".safetensors"))
@@ -447,6 +663,10 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 	}
 	m->wtype = m->layers[0].wq.dtype;
 	rc = model_finish(m, tokenizer, deftok, cause);
+	/* a list of eos_token_id: each one that is a control token of the
+	 * tokenizer ends a turn (others are not ends a template could emit) */
+	for (int i = 0; !rc && i < n_eos; i++)
+		tok_add_end(m->tok, eos_ids[i]);
 out:
 	st_set_done(&s);
 	free(ipath);

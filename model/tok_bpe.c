@@ -40,20 +40,34 @@
 #define BPE_MAX_MERGES (1 << 23)
 #define BPE_MAX_END 8
 
-/* The pre-tokenizers llamad knows, by their GGUF names (tokenizer.ggml.pre). */
+/* Oniguruma's \s (what the Rust tokenizers crate compiles these regexes
+ * with): Unicode White_Space. PCRE2's \s under UCP also takes U+180E
+ * MONGOLIAN VOWEL SEPARATOR (a format character since Unicode 6.3), so the
+ * patterns PCRE2 runs spell \s and \S with this class instead. */
+#define WS "\\t\\n\\x0b\\f\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}" \
+	   "\\x{202f}\\x{205f}\\x{3000}"
+
+/* The pre-tokenizers llamad knows, by their GGUF names (tokenizer.ggml.pre):
+ * the regex as tokenizer.json writes it, and as PCRE2 runs it. */
 static const struct pre_kind {
 	const char *name;
 	const char *regex;
+	const char *pcre;
 	int ignore_merges;
 } k_pre[] = {
 	{ "llama-bpe",
 	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
 	  " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+	  "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+	  " ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*|[" WS "]*[\\r\\n]+|[" WS "]+(?![^" WS "])|[" WS "]+",
 	  1 },
 	{ "gpt2",
 	  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+",
+	  "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" WS "\\p{L}\\p{N}]+|[" WS "]+(?![^" WS
+	  "])|[" WS "]+",
 	  0 },
 };
+#undef WS
 
 /* A string in the arena: offset and length. */
 struct span {
@@ -398,6 +412,16 @@ static int add_merge(struct bpe *b, int rank, const char *l, size_t ln, const ch
 		     shown(l, ln, s1), shown(r, rn, s2));
 		return -EINVAL;
 	}
+	/* merges work in the model's vocabulary: an added or control token
+	 * there would come out of plain text and decode to other bytes */
+	if (b->type[li] != TOK_TYPE_NORMAL || b->type[ri] != TOK_TYPE_NORMAL ||
+	    b->type[mi] != TOK_TYPE_NORMAL) {
+		int which = b->type[li] != TOK_TYPE_NORMAL ? li : b->type[ri] != TOK_TYPE_NORMAL ? ri : mi;
+		fail(b, "merge %d \"%s %s\" %s token %d, which is not a vocabulary token "
+		     "(an added or special one)", rank, shown(l, ln, s1), shown(r, rn, s2),
+		     which == mi ? "makes" : "names", which);
+		return -EINVAL;
+	}
 	uint64_t k = (uint64_t)(uint32_t)li << 32 | (uint32_t)ri;
 	uint32_t h = pair_hash(k) & b->pair_mask;
 	while (b->pairs[h].key != UINT64_MAX && b->pairs[h].key != k)
@@ -451,7 +475,7 @@ static int set_pre(struct bpe *b, const struct pre_kind *pk)
 	PCRE2_SIZE off;
 	b->pre = pk;
 	b->ignore_merges = pk->ignore_merges;
-	b->re = pcre2_compile((PCRE2_SPTR)pk->regex, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
+	b->re = pcre2_compile((PCRE2_SPTR)pk->pcre, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP,
 			      &err, &off, NULL);
 	if (!b->re) {
 		PCRE2_UCHAR msg[160];
@@ -659,7 +683,8 @@ static void json_side_files(struct bpe *b, const char *path)
 		return;
 	const char *dir = dirname(dup);
 	if (asprintf(&p, "%s/tokenizer_config.json", dir) >= 0) {
-		json_t *cfg = json_load_file(p, 0, NULL);
+		/* Llama 3's model_max_length (1e30) is no integer jansson holds */
+		json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
 		const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
 		if (bos)
 			b->bos = tab_find(b, &b->by_piece, b->piece, bos, strlen(bos));

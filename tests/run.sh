@@ -32,8 +32,9 @@ for t in "$BUILD"/tests/test_*; do
     echo "== $name"
     "$t" >"$log" 2>&1; rc=$?
     cat "$log"
-    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
-    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    # summed over the binary's groups (test_chat, test_turns run two)
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ n += $1 } END { print n + 0 }')
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | awk '{ n += $1 } END { print n + 0 }')
     p=${p:-0}; f=${f:-0}
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi   # crashed
     pass=$((pass + p)); fail=$((fail + f))

@@ -1,12 +1,18 @@
 /*
  * tests/fuzz/gen_corpus.c — writes the generated seeds of tests/fuzz/corpus/
- * (request frames, a small session file). Run once by hand when the
- * protocol or the session format changes:
+ * (request frames, a small session file, a tiny Llama 3 style GGUF with a
+ * "gpt2" byte-level BPE vocabulary, rope_freqs.weight and tied embeddings,
+ * byte-level BPE tokenizer.json files and texts for fuzz_bpe). Run once by
+ * hand when the protocol, the session format, the GGUF reader or fuzz_bpe's
+ * input layout changes:
  *   make && cc -I. -Ibuild -Ibuild/proto -D_GNU_SOURCE tests/fuzz/gen_corpus.c \
  *     build/libllamad-core.a build/libllamad-proto.a $(pkg-config --libs \
- *     libprotobuf-c libxxhash jansson sentencepiece) -lstdc++ -lm -o /tmp/gen \
+ *     libprotobuf-c libxxhash jansson sentencepiece libpcre2-8) -lstdc++ -lm -o /tmp/gen \
  *     && /tmp/gen tests/fuzz/corpus
  */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +35,289 @@ static void put(const char *dir, const char *name, const Llamad__Request *q)
 	free(f);
 }
 
+/* fuzz_bpe seed: the mode byte, then n bytes of d, then (when text is not
+ * NULL) a NUL and the text. */
+static void put_bpe(const char *dir, const char *name, char mode, const char *d, size_t n,
+		    const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/fuzz_bpe/%s", dir, name);
+	FILE *o = fopen(path, "wb");
+	if (!o || fputc(mode, o) == EOF || fwrite(d, 1, n, o) != n ||
+	    (text && (fputc(0, o) == EOF || fputs(text, o) == EOF)))
+		abort();
+	fclose(o);
+}
+
+/* UTF-8 of GPT-2's byte-level code point for byte v (bytes_to_unicode). */
+static void byte_level(unsigned v, char out[3])
+{
+	unsigned cp = v, k = 0;
+	if (!((v >= 0x21 && v <= 0x7e) || (v >= 0xa1 && v <= 0xac) || v >= 0xae)) {
+		for (unsigned u = 0; u < v; u++)
+			k += !((u >= 0x21 && u <= 0x7e) || (u >= 0xa1 && u <= 0xac) || u >= 0xae);
+		cp = 0x100 + k;
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		out[1] = 0;
+	} else {
+		out[0] = (char)(0xc0 | cp >> 6);
+		out[1] = (char)(0x80 | (cp & 0x3f));
+		out[2] = 0;
+	}
+}
+
+/* A small valid byte-level BPE tokenizer.json: the 256 byte tokens, a few
+ * merged ones, one special added token. llama3: Llama 3's Split + ByteLevel
+ * pre-tokenizer, string merges; else GPT-2's ByteLevel, [left, right] merges. */
+static char *mini_tokenizer(int llama3)
+{
+	static const char *const merges[][3] = {
+		{ "h", "e", "he" }, { "l", "l", "ll" }, { "he", "ll", "hell" }, { "hell", "o", "hello" },
+		{ "\xc4\xa0", "w", "\xc4\xa0w" }, { "o", "r", "or" }, { "\xc4\xa0w", "or", "\xc4\xa0wor" },
+		{ "1", "2", "12" }, { "12", "3", "123" }, { "\xc4\xa0", "\xc4\xa0", "\xc4\xa0\xc4\xa0" },
+	};
+	json_t *vocab = json_object(), *mg = json_array();
+	int id = 0;
+	char bl[3];
+	for (unsigned v = 0; v < 256; v++) {
+		byte_level(v, bl);
+		json_object_set_new(vocab, bl, json_integer(id++));
+	}
+	for (size_t i = 0; i < sizeof merges / sizeof merges[0]; i++) {
+		json_object_set_new(vocab, merges[i][2], json_integer(id++));
+		char m[32];
+		snprintf(m, sizeof m, "%s %s", merges[i][0], merges[i][1]);
+		json_array_append_new(mg, llama3 ? json_string(m)
+						 : json_pack("[s, s]", merges[i][0], merges[i][1]));
+	}
+	json_t *pre = llama3
+		? json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}",
+			    "type", "Sequence", "pretokenizers", "type", "Split", "pattern", "Regex",
+			    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}|"
+			    " ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+			    "behavior", "Isolated", "invert", 0, "type", "ByteLevel",
+			    "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0)
+		: json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
+			    "trim_offsets", 1, "use_regex", 1);
+	json_t *root = json_pack("{s:[{s:i, s:s, s:b}], s:n, s:o, s:{s:s, s:b, s:b, s:o, s:o}}",
+				 "added_tokens", "id", id, "content", "<|eot_id|>", "special", 1,
+				 "normalizer", "pre_tokenizer", pre,
+				 "model", "type", "BPE", "byte_fallback", 0, "ignore_merges", llama3,
+				 "vocab", vocab, "merges", mg);
+	if (!root)
+		abort();
+	char *s = json_dumps(root, JSON_COMPACT);
+	json_decref(root);
+	if (!s)
+		abort();
+	return s;
+}
+
+static void bpe_seeds(const char *dir)
+{
+	/* text for the real Llama 3 tokenizer (mode 0) */
+	static const char *const texts[][2] = {
+		{ "text-hello", "Hello world" },
+		{ "text-code", "int main(void)\n{\n\treturn 0;  \n}\n\n" },
+		{ "text-numbers", "1 12 123 1234 3.14159 1,000,000" },
+		{ "text-contractions", "I'm DON'T you'RE it's He'LL" },
+		{ "text-unicode", "\xe6\x88\x91\xe4\xbb\xac \xd0\x9f\xd1\x80\xd0\xb8 "
+				  "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9 "
+				  "caf\xc3\xa9 \xe0\xb8\xaa\xe0\xb8\xa7" },
+		{ "text-spaces", "a \xc2\x85" "b \xef\xbb\xbf" "c \xe1\xa0\x8e d\xc2\xa0\xe3\x80\x80 \t\r\n" },
+		{ "text-special", "<|begin_of_text|><|eot_id|>" },
+	};
+	for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++)
+		put_bpe(dir, texts[i][0], 0, texts[i][1], strlen(texts[i][1]), NULL);
+	put_bpe(dir, "text-bad-utf8", 0, "ok\xc3(\xed\xa0\x80", 7, NULL);
+
+	/* tokenizer.json files (mode 1), with and without text after them */
+	char *l3 = mini_tokenizer(1), *g2 = mini_tokenizer(0);
+	put_bpe(dir, "json-llama3", 1, l3, strlen(l3), "hello world 123 hello\n");
+	put_bpe(dir, "json-llama3-notext", 1, l3, strlen(l3), NULL);
+	put_bpe(dir, "json-gpt2", 1, g2, strlen(g2), "hello  world's 12345 <|eot_id|>");
+	put_bpe(dir, "json-cut", 1, l3, strlen(l3) / 2, NULL);
+	free(l3);
+	free(g2);
+}
+
+/* ---- a tiny GGUF with a gpt2 vocabulary ------------------------------------ */
+
+struct gbuf {
+	uint8_t p[32768];
+	size_t n;
+};
+
+static void gput(struct gbuf *b, const void *d, size_t n)
+{
+	if (b->n + n > sizeof(b->p))
+		abort();
+	memcpy(b->p + b->n, d, n);
+	b->n += n;
+}
+
+static void gle(struct gbuf *b, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++) {
+		uint8_t x = (uint8_t)(v >> (8 * i));
+		gput(b, &x, 1);
+	}
+}
+
+static void gstr(struct gbuf *b, const char *s, size_t n)
+{
+	gle(b, n, 8);
+	gput(b, s, n);
+}
+
+static void gkey(struct gbuf *b, int *nkv, const char *k, uint32_t type)
+{
+	gstr(b, k, strlen(k));
+	gle(b, type, 4);
+	++*nkv;
+}
+
+static void gkv_u32(struct gbuf *b, int *nkv, const char *k, uint32_t v)
+{
+	gkey(b, nkv, k, 4);
+	gle(b, v, 4);
+}
+
+static void gkv_f32(struct gbuf *b, int *nkv, const char *k, float v)
+{
+	uint32_t u;
+	memcpy(&u, &v, 4);
+	gkey(b, nkv, k, 6);
+	gle(b, u, 4);
+}
+
+static void gkv_str(struct gbuf *b, int *nkv, const char *k, const char *v)
+{
+	gkey(b, nkv, k, 8);
+	gstr(b, v, strlen(v));
+}
+
+/* The ByteLevel string of byte c (printable ASCII and Latin-1 as
+ * themselves, the other bytes U+0100.. in order), UTF-8 into out. */
+static size_t byte_piece(int c, char *out)
+{
+	int keep = (c >= 0x21 && c <= 0x7e) || (c >= 0xa1 && c <= 0xac) || c >= 0xae, cp = c;
+	if (!keep) {
+		cp = 0x100;
+		for (int k = 0; k < c; k++)
+			cp += !((k >= 0x21 && k <= 0x7e) || (k >= 0xa1 && k <= 0xac) || k >= 0xae);
+	}
+	if (cp < 0x80) {
+		out[0] = (char)cp;
+		return 1;
+	}
+	out[0] = (char)(0xc0 | cp >> 6);
+	out[1] = (char)(0x80 | (cp & 0x3f));
+	return 2;
+}
+
+/* dim 8, 1 layer, 2 heads / 1 kv head (head_dim 4), ffn 16; vocabulary:
+ * the 256 bytes, 3 merges, 3 control tokens (262); F32 tensors with
+ * deterministic values; no output.weight (tied). */
+static void put_gguf(const char *dir)
+{
+	enum { D = 8, F = 16, KV = 4, NV = 262 };
+	static struct gbuf kv, out;
+	int nkv = 0;
+	kv.n = out.n = 0;
+	gkv_str(&kv, &nkv, "general.architecture", "llama");
+	gkv_u32(&kv, &nkv, "general.alignment", 32);
+	gkv_u32(&kv, &nkv, "llama.context_length", 131072);
+	gkv_u32(&kv, &nkv, "llama.embedding_length", D);
+	gkv_u32(&kv, &nkv, "llama.block_count", 1);
+	gkv_u32(&kv, &nkv, "llama.feed_forward_length", F);
+	gkv_u32(&kv, &nkv, "llama.attention.head_count", 2);
+	gkv_u32(&kv, &nkv, "llama.attention.head_count_kv", 1);
+	gkv_f32(&kv, &nkv, "llama.rope.freq_base", 500000.0f);
+	gkv_f32(&kv, &nkv, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+	gkv_str(&kv, &nkv, "tokenizer.ggml.model", "gpt2");
+	gkv_str(&kv, &nkv, "tokenizer.ggml.pre", "llama-bpe");
+	static const char *const extra[] = { "\xc4\xa0t", "he", "\xc4\xa0the", "<|begin_of_text|>",
+					     "<|end_of_text|>", "<|eot_id|>" };
+	gkey(&kv, &nkv, "tokenizer.ggml.tokens", 9);
+	gle(&kv, 8, 4);
+	gle(&kv, NV, 8);
+	for (int c = 0; c < 256; c++) {
+		char pc[2];
+		gstr(&kv, pc, byte_piece(c, pc));
+	}
+	for (int i = 0; i < 6; i++)
+		gstr(&kv, extra[i], strlen(extra[i]));
+	gkey(&kv, &nkv, "tokenizer.ggml.token_type", 9);
+	gle(&kv, 5, 4);
+	gle(&kv, NV, 8);
+	for (int i = 0; i < NV; i++)
+		gle(&kv, i >= 259 ? 3 : 1, 4);
+	static const char *const merges[] = { "\xc4\xa0 t", "h e", "\xc4\xa0t he" };
+	gkey(&kv, &nkv, "tokenizer.ggml.merges", 9);
+	gle(&kv, 8, 4);
+	gle(&kv, 3, 8);
+	for (int i = 0; i < 3; i++)
+		gstr(&kv, merges[i], strlen(merges[i]));
+	gkv_u32(&kv, &nkv, "tokenizer.ggml.bos_token_id", 259);
+	gkv_u32(&kv, &nkv, "tokenizer.ggml.eos_token_id", 260);
+	gkv_u32(&kv, &nkv, "tokenizer.ggml.eot_token_id", 261);
+
+	struct { const char *name; int ne0, ne1; } t[] = {
+		{ "rope_freqs.weight", KV / 2, 0 }, { "token_embd.weight", D, NV },
+		{ "blk.0.attn_norm.weight", D, 0 }, { "blk.0.attn_q.weight", D, D },
+		{ "blk.0.attn_k.weight", D, KV }, { "blk.0.attn_v.weight", D, KV },
+		{ "blk.0.attn_output.weight", D, D }, { "blk.0.ffn_norm.weight", D, 0 },
+		{ "blk.0.ffn_gate.weight", D, F }, { "blk.0.ffn_up.weight", D, F },
+		{ "blk.0.ffn_down.weight", F, D }, { "output_norm.weight", D, 0 },
+	};
+	int nt = (int)(sizeof(t) / sizeof(t[0]));
+	gput(&out, "GGUF", 4);
+	gle(&out, 3, 4);
+	gle(&out, (uint64_t)nt, 8);
+	gle(&out, (uint64_t)nkv, 8);
+	gput(&out, kv.p, kv.n);
+	uint64_t off = 0;
+	for (int i = 0; i < nt; i++) {
+		gstr(&out, t[i].name, strlen(t[i].name));
+		gle(&out, t[i].ne1 ? 2 : 1, 4);
+		gle(&out, (uint64_t)t[i].ne0, 8);
+		if (t[i].ne1)
+			gle(&out, (uint64_t)t[i].ne1, 8);
+		gle(&out, 0, 4);  /* F32 */
+		gle(&out, off, 8);
+		off += ((uint64_t)t[i].ne0 * (t[i].ne1 ? t[i].ne1 : 1) * 4 + 31) / 32 * 32;
+	}
+	while (out.n % 32)
+		gle(&out, 0, 1);
+	for (int i = 0; i < nt; i++) {
+		int n = t[i].ne0 * (t[i].ne1 ? t[i].ne1 : 1);
+		for (int k = 0; k < n; k++) {
+			/* norms near 1, RoPE divisors 1 and 32, matrices small */
+			float v = strstr(t[i].name, "norm") ? 1.0f :
+				  i == 0 ? (k ? 32.0f : 1.0f) : 0.3f * sinf(0.7f * (float)(k + 31 * i));
+			uint32_t u;
+			memcpy(&u, &v, 4);
+			gle(&out, u, 4);
+		}
+		while (out.n % 32)
+			gle(&out, 0, 1);
+	}
+	char path[512];
+	snprintf(path, sizeof(path), "%s/fuzz_gguf/llama3-gpt2-tiny", dir);
+	FILE *o = fopen(path, "wb");
+	if (!o || fwrite(out.p, 1, out.n, o) != out.n)
+		abort();
+	fclose(o);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/fuzz/corpus";
+	put_gguf(dir);
+	bpe_seeds(dir);
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	PB_SET(&q, id, 1);
 

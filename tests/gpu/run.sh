@@ -7,7 +7,10 @@
 #   2. every CUDA op against the CPU op on random inputs (llamad-gpucheck ops)
 #   3. stories260K greedy golden on the CUDA backend (one-shot and through
 #      the daemon + llamactl), f32 device weights; f16 weights reported
-#   4. logits of a 2-layer model of 7B width, CUDA vs CPU (gpucheck logits)
+#   4. logits of a 2-layer model of 7B width, CUDA vs CPU (gpucheck logits);
+#      a Llama 3-shaped model (llama3-tiny: BPE tokenizer, tied embeddings,
+#      llama3 RoPE scaling as the inv_freq table the kernels take as data)
+#      greedy on the GPU = numpy's (tests/golden/llama3.sh)
 #   5. sessions survive a daemon restart on the GPU; --device cuda and auto
 #      take the GPU (tests/integration/device.sh)
 #   6. benchmarks, 7B shape (gpucheck bench)
@@ -66,6 +69,8 @@ LLAMAD_FLAGS="--device cuda --gpu-weights f16" BUILD=$BUILD sh tests/golden/stor
     || row "golden 260K one-shot (f16 dev)" "differs (informational; see golden_f16.log)"
 step "logits 2x4096 vs CPU" logits.log "$BUILD/llamad-gpucheck" logits
 grep -E "^(ok|FAIL) +logits" "$LOG/logits.log"
+LLAMAD_FLAGS="--device cuda --gpu-weights f32" BUILD=$BUILD PYTHON=python3 \
+    step "llama3-tiny greedy = numpy (f32 dev)" llama3.log sh tests/golden/llama3.sh
 
 restart_check() {
     local d; d=$(mktemp -d)

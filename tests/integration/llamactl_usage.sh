@@ -98,7 +98,7 @@ usage_err "out of range" --socket "$NOSOCK" generate --max-tokens 0 hi
 usage_err "not a number" --socket "$NOSOCK" generate --max-tokens -5 hi
 usage_err "out of range" --socket "$NOSOCK" chat --top-p 1.5
 usage_err "not a number" --socket "$NOSOCK" summarize --seed 1x
-usage_err "llama2 or raw" --socket "$NOSOCK" chat --template chatml
+usage_err "llama3, llama2 or raw" --socket "$NOSOCK" chat --template chatml
 usage_err "missing argument" --socket "$NOSOCK" show
 usage_err "missing argument" --socket "$NOSOCK" fork a
 usage_err "missing argument" --socket "$NOSOCK" drop

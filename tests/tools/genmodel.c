@@ -2,8 +2,9 @@
  * tests/tools/genmodel.c — llamad-genmodel: write a random-weight Llama model
  * as a Hugging Face folder (config.json, tokenizer_config.json,
  * model.safetensors or sharded model-0000k-of-0000N.safetensors plus
- * model.safetensors.index.json, tokenizer.model), so engine speed can be
- * measured at realistic sizes without real weights.
+ * model.safetensors.index.json, and the tokenizer), so engine speed can be
+ * measured at realistic sizes without real weights, and tests get a model
+ * of a given family.
  *
  *   llamad-genmodel --shape NAME --out DIR [--dtype f32|f16|bf16]
  *                   [--layers N] [--seed S] [--tokenizer PATH] [--shards N]
@@ -14,6 +15,18 @@
  * or --layers. Matrices are uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) with
  * fan_in = the number of columns (the input features; dim for the embedding
  * and lm_head); norm weights are 1 + uniform [-0.02, 0.02).
+ *
+ * Families: Llama 1/2 shapes get a SentencePiece tokenizer.model (copied
+ * from --tokenizer) and a generated LlamaTokenizer tokenizer_config.json.
+ * Llama 3 shapes (llama3-*) are written as Meta ships Llama 3.2: head_dim in
+ * config.json, tie_word_embeddings true (no lm_head.weight tensor),
+ * rope_theta 500000 with rope_scaling {rope_type "llama3", factor 32,
+ * low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings
+ * 8192}, max_position_embeddings 131072, bos 128000 / eos 128001, and a
+ * generation_config.json whose eos_token_id is [128001, 128008, 128009].
+ * Whatever the shape, a --tokenizer ending in .json is a Hugging Face
+ * tokenizer.json: it is copied with the tokenizer_config.json beside it
+ * (which must exist); any other path is copied as tokenizer.model.
  *
  * Tensors are generated and written in chunks of CHUNK_ELEMS, so memory use
  * is a few MiB whatever the model size. Every file is written to DIR/.NAME.tmp
@@ -30,6 +43,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -46,6 +60,8 @@
 #define PROGRESS_MIN_BYTES (512ull << 20) /* no progress lines below this */
 #define NORM_NOISE 0.02f
 
+enum gm_family { GM_LLAMA2, GM_LLAMA3 };
+
 struct gm_shape {
 	const char *name;
 	int dim;
@@ -55,16 +71,37 @@ struct gm_shape {
 	int ffn;
 	int vocab;
 	int max_pos;
+	int head_dim;          /* 0: dim / n_heads */
+	enum gm_family family; /* GM_LLAMA3: tied, llama3 RoPE scaling, BPE */
 };
 
 static const struct gm_shape gm_shapes[] = {
-	/* name          dim  layers heads kv  ffn    vocab  max_pos */
-	{ "stories260K",   64,  5,  8,  4,   172,   512,  512 },
-	{ "stories15M",   288,  6,  6,  6,   768, 32000,  256 },
-	{ "stories110M",  768, 12, 12, 12,  2048, 32000, 1024 },
-	{ "7B",          4096, 32, 32, 32, 11008, 32000, 4096 },
-	{ "tiny-gqa",     128,  2,  8,  2,   256, 32000,  512 },
+	/* name          dim  layers heads kv  ffn    vocab  max_pos hd */
+	{ "stories260K",   64,  5,  8,  4,   172,   512,  512, 0, GM_LLAMA2 },
+	{ "stories15M",   288,  6,  6,  6,   768, 32000,  256, 0, GM_LLAMA2 },
+	{ "stories110M",  768, 12, 12, 12,  2048, 32000, 1024, 0, GM_LLAMA2 },
+	{ "7B",          4096, 32, 32, 32, 11008, 32000, 4096, 0, GM_LLAMA2 },
+	{ "tiny-gqa",     128,  2,  8,  2,   256, 32000,  512, 0, GM_LLAMA2 },
+	/* Llama 3: GQA 4:1, 128256 tokens, 128k context */
+	{ "llama3-tiny",   64,  2,  4,  1,   128, 128256, 131072, 16, GM_LLAMA3 },
+	{ "llama3-1B",   2048, 16, 32,  8,  8192, 128256, 131072, 64, GM_LLAMA3 },
 };
+
+/* Llama 3.2's RoPE (config.json rope_theta and rope_scaling) and special
+ * token ids */
+#define GM_L3_THETA 500000.0
+#define GM_L3_FACTOR 32.0
+#define GM_L3_LOW 1.0
+#define GM_L3_HIGH 4.0
+#define GM_L3_ORIG 8192
+#define GM_L3_BOS 128000
+#define GM_L3_EOS 128001
+static const int gm_l3_eos_list[] = { 128001, 128008, 128009 };
+
+static int gm_head_dim(const struct gm_shape *s)
+{
+	return s->head_dim ? s->head_dim : s->dim / s->n_heads;
+}
 #define N_SHAPES (sizeof(gm_shapes) / sizeof(gm_shapes[0]))
 
 enum gm_dtype { GM_F32, GM_F16, GM_BF16 };
@@ -97,6 +134,7 @@ struct gm_opts {
 	int n_shards;
 	const char *out_dir;
 	char *tokenizer;       /* malloc'd path */
+	int tok_json;          /* tokenizer is a tokenizer.json (BPE) */
 };
 
 /* ---- progress and cleanup state (one writer, so globals are fine) ------ */
@@ -349,9 +387,9 @@ static int gm_write_json(const char *dir, const char *name, json_t *obj)
 	return ret;
 }
 
-/* Copy the file at src to DIR/tokenizer.model. Returns 0 or a negative
- * errno (message printed, naming the file that failed). */
-static int gm_copy_tokenizer(const char *src, const char *dir)
+/* Copy the file at src to DIR/name. Returns 0 or a negative errno (message
+ * printed, naming the file that failed). */
+static int gm_copy_file(const char *src, const char *dir, const char *name)
 {
 	struct gm_out o;
 	FILE *in;
@@ -372,7 +410,7 @@ static int gm_copy_tokenizer(const char *src, const char *dir)
 		fprintf(stderr, "llamad-genmodel: %s\n", strerror(ENOMEM));
 		return -ENOMEM;
 	}
-	ret = gm_out_open(&o, dir, "tokenizer.model");
+	ret = gm_out_open(&o, dir, name);
 	while (ret == 0 && (n = fread(buf, 1, 1 << 20, in)) > 0)
 		ret = gm_out_write(&o, buf, n);
 	if (ret == 0 && ferror(in)) {
@@ -392,7 +430,8 @@ static int gm_copy_tokenizer(const char *src, const char *dir)
 /* ---- the model -------------------------------------------------------------- */
 
 /* Fill the tensor table for shape s (names and shapes as in HF
- * LlamaForCausalLM; order: embedding, layers, final norm, lm_head) and assign
+ * LlamaForCausalLM; order: embedding, layers, final norm, lm_head unless the
+ * family ties it to the embedding) and assign
  * each tensor to one of n_shards files by contiguous ranges of units (unit 0
  * = embedding, units 1..L = layers, unit L+1 = norm + lm_head). Requires
  * 1 <= n_shards <= L + 2. Returns the number of tensors, or -ENOMEM. Sets
@@ -400,8 +439,9 @@ static int gm_copy_tokenizer(const char *src, const char *dir)
 static int gm_build_tensors(const struct gm_shape *s, enum gm_dtype dt,
 			    int n_shards, struct gm_tensor **out)
 {
-	int L = s->n_layers, n = 1 + 9 * L + 2, k = 0;
-	int hd = s->dim / s->n_heads;
+	int tied = s->family == GM_LLAMA3;
+	int L = s->n_layers, n = 1 + 9 * L + 2 - tied, k = 0;
+	int hd = gm_head_dim(s);
 	int64_t q_out = (int64_t)s->n_heads * hd, kv_out = (int64_t)s->n_kv_heads * hd;
 	struct gm_tensor *t = calloc((size_t)n, sizeof(*t));
 
@@ -434,7 +474,8 @@ static int gm_build_tensors(const struct gm_shape *s, enum gm_dtype dt,
 		GM_ADD(u, 0, s->dim, s->ffn, "model.layers.%d.mlp.down_proj.weight", i);
 	}
 	GM_ADD(L + 1, 1, s->dim, 0, "model.norm.weight");
-	GM_ADD(L + 1, 0, s->vocab, s->dim, "lm_head.weight");
+	if (!tied)
+		GM_ADD(L + 1, 0, s->vocab, s->dim, "lm_head.weight");
 #undef GM_ADD
 	*out = t;
 	return k;
@@ -558,8 +599,9 @@ oom:
 static json_t *gm_config_json(const struct gm_opts *op)
 {
 	const struct gm_shape *s = &op->shape;
+	json_t *c;
 
-	return json_pack(
+	c = json_pack(
 		"{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i,"
 		" s:f, s:f, s:n, s:s, s:b, s:b, s:b, s:i, s:i, s:s, s:f,"
 		" s:i, s:b}",
@@ -570,7 +612,7 @@ static json_t *gm_config_json(const struct gm_opts *op)
 		"num_hidden_layers", s->n_layers,
 		"num_attention_heads", s->n_heads,
 		"num_key_value_heads", s->n_kv_heads,
-		"head_dim", s->dim / s->n_heads,
+		"head_dim", gm_head_dim(s),
 		"vocab_size", s->vocab,
 		"max_position_embeddings", s->max_pos,
 		"rms_norm_eps", 1e-5,
@@ -586,6 +628,41 @@ static json_t *gm_config_json(const struct gm_opts *op)
 		"initializer_range", 0.02,
 		"pretraining_tp", 1,
 		"use_cache", 1);
+	if (c && s->family == GM_LLAMA3) {
+		json_t *rs = json_pack("{s:f, s:f, s:f, s:i, s:s}",
+				       "factor", GM_L3_FACTOR,
+				       "low_freq_factor", GM_L3_LOW,
+				       "high_freq_factor", GM_L3_HIGH,
+				       "original_max_position_embeddings", GM_L3_ORIG,
+				       "rope_type", "llama3");
+
+		if (!rs || json_object_set_new(c, "rope_scaling", rs) ||
+		    json_object_set_new(c, "rope_theta", json_real(GM_L3_THETA)) ||
+		    json_object_set_new(c, "tie_word_embeddings", json_true()) ||
+		    json_object_set_new(c, "bos_token_id", json_integer(GM_L3_BOS)) ||
+		    json_object_set_new(c, "eos_token_id", json_integer(GM_L3_EOS))) {
+			json_decref(c);
+			return NULL;
+		}
+	}
+	return c;
+}
+
+/* generation_config.json of a Llama 3 shape: the end-of-turn ids as Meta
+ * ships them (<|end_of_text|>, <|eom_id|>, <|eot_id|>). */
+static json_t *gm_generation_config_json(void)
+{
+	json_t *eos = json_array();
+
+	for (size_t i = 0; eos && i < sizeof(gm_l3_eos_list) / sizeof(gm_l3_eos_list[0]); i++)
+		if (json_array_append_new(eos, json_integer(gm_l3_eos_list[i]))) {
+			json_decref(eos);
+			return NULL;
+		}
+	return eos ? json_pack("{s:i, s:o, s:b, s:f, s:f}", "bos_token_id", GM_L3_BOS,
+			       "eos_token_id", eos, "do_sample", 1, "temperature", 0.6,
+			       "top_p", 0.9)
+		   : NULL;
 }
 
 static json_t *gm_tokenizer_config_json(const struct gm_opts *op)
@@ -649,11 +726,45 @@ static int gm_write_weights(const struct gm_opts *op, struct gm_tensor *t,
 	return ret;
 }
 
-/* Write the whole folder. Order: stale config.json / index / other-layout
- * weights removed; tokenizer.model (fails fast on a bad tokenizer path);
- * tokenizer_config.json; weights; index; config.json last, so a folder with
- * a config.json is complete and a failed run leaves none. Returns 0 or a
+/* The tokenizer files: tokenizer.model and a generated
+ * tokenizer_config.json, or tokenizer.json and the tokenizer_config.json
+ * beside it (a tokenizer of the other kind left by an earlier run is
+ * removed, since the loader prefers tokenizer.model). Returns 0 or a
  * negative errno (message printed). */
+static int gm_write_tokenizer(const struct gm_opts *op)
+{
+	if (!op->tok_json) {
+		int ret = gm_copy_file(op->tokenizer, op->out_dir, "tokenizer.model");
+
+		gm_remove_stale(op->out_dir, "tokenizer.json", 1);
+		if (ret == 0)
+			ret = gm_write_json(op->out_dir, "tokenizer_config.json",
+					    gm_tokenizer_config_json(op));
+		return ret;
+	}
+	char *dup = strdup(op->tokenizer), *cfg = NULL;
+	int ret = -ENOMEM;
+
+	if (dup && asprintf(&cfg, "%s/tokenizer_config.json", dirname(dup)) >= 0) {
+		ret = gm_copy_file(op->tokenizer, op->out_dir, "tokenizer.json");
+		if (ret == 0)
+			ret = gm_copy_file(cfg, op->out_dir, "tokenizer_config.json");
+	} else {
+		cfg = NULL;
+		fprintf(stderr, "llamad-genmodel: %s\n", strerror(ENOMEM));
+	}
+	if (ret == 0)
+		gm_remove_stale(op->out_dir, "tokenizer.model", 1);
+	free(cfg);
+	free(dup);
+	return ret;
+}
+
+/* Write the whole folder. Order: stale config.json / index / other-layout
+ * weights removed; the tokenizer files (fails fast on a bad tokenizer path);
+ * generation_config.json (Llama 3 shapes); weights; index; config.json last,
+ * so a folder with a config.json is complete and a failed run leaves none.
+ * Returns 0 or a negative errno (message printed). */
 static int gm_generate(struct gm_opts *op)
 {
 	struct gm_tensor *t = NULL;
@@ -685,10 +796,12 @@ static int gm_generate(struct gm_opts *op)
 	gm_remove_stale(op->out_dir, "model.safetensors.index.json", 0);
 	if (op->n_shards > 1)
 		gm_remove_stale(op->out_dir, "model.safetensors", 1);
-	ret = gm_copy_tokenizer(op->tokenizer, op->out_dir);
-	if (ret == 0)
-		ret = gm_write_json(op->out_dir, "tokenizer_config.json",
-				    gm_tokenizer_config_json(op));
+	ret = gm_write_tokenizer(op);
+	if (ret == 0 && op->shape.family == GM_LLAMA3)
+		ret = gm_write_json(op->out_dir, "generation_config.json",
+				    gm_generation_config_json());
+	else if (ret == 0)
+		gm_remove_stale(op->out_dir, "generation_config.json", 1);
 	if (ret == 0)
 		ret = gm_write_weights(op, t, n, total, buf, bytes);
 	if (ret == 0)
@@ -715,17 +828,24 @@ static void gm_usage(FILE *f)
 		"usage: llamad-genmodel --shape NAME --out DIR [options]\n"
 		"\n"
 		"Write a random-weight Llama model as a Hugging Face folder:\n"
-		"DIR/config.json, tokenizer_config.json, tokenizer.model and\n"
-		"model.safetensors (or model-0000k-of-0000N.safetensors plus\n"
-		"model.safetensors.index.json with --shards N).\n"
+		"DIR/config.json, tokenizer_config.json, tokenizer.model (or\n"
+		"tokenizer.json) and model.safetensors (or\n"
+		"model-0000k-of-0000N.safetensors plus model.safetensors.index.json\n"
+		"with --shards N); Llama 3 shapes also generation_config.json.\n"
 		"\n"
-		"  --shape NAME      model shape (dim/layers/heads/kv heads/ffn/vocab/ctx):\n");
+		"  --shape NAME      model shape (dim/layers/heads/kv heads/ffn/vocab/ctx\n"
+		"                    [/head_dim]); llama3-*: tied embeddings, rope_theta\n"
+		"                    500000 with llama3 RoPE scaling (factor 32, low 1,\n"
+		"                    high 4, original context 8192), BPE tokenizer:\n");
 	for (size_t i = 0; i < N_SHAPES; i++) {
 		const struct gm_shape *s = &gm_shapes[i];
+		char hd[16] = "";
 
-		fprintf(f, "                      %-12s %d/%d/%d/%d/%d/%d/%d\n",
+		if (s->head_dim)
+			snprintf(hd, sizeof(hd), "/%d", s->head_dim);
+		fprintf(f, "                      %-12s %d/%d/%d/%d/%d/%d/%d%s\n",
 			s->name, s->dim, s->n_layers, s->n_heads, s->n_kv_heads,
-			s->ffn, s->vocab, s->max_pos);
+			s->ffn, s->vocab, s->max_pos, hd);
 	}
 	fprintf(f,
 		"  --out DIR         output folder (created if missing; files in it\n"
@@ -734,9 +854,13 @@ static void gm_usage(FILE *f)
 		"  --layers N        override the shape's number of layers (1..4096)\n"
 		"  --seed S          PRNG seed (default 1); a tensor's values depend only\n"
 		"                    on the seed and its name\n"
-		"  --tokenizer PATH  tokenizer to copy to DIR/tokenizer.model (default:\n"
-		"                    $MODELS/tokenizer.model, or $MODELS/tok512.model for a\n"
-		"                    512-token vocabulary; MODELS defaults to ../shared/models)\n"
+		"  --tokenizer PATH  tokenizer to copy: a tokenizer.json (with the\n"
+		"                    tokenizer_config.json beside it) to DIR/tokenizer.json,\n"
+		"                    anything else to DIR/tokenizer.model (default:\n"
+		"                    $MODELS/llama3-tokenizer/tokenizer.json for llama3-*,\n"
+		"                    $MODELS/tok512.model for a 512-token vocabulary, else\n"
+		"                    $MODELS/tokenizer.model; MODELS defaults to\n"
+		"                    ../shared/models)\n"
 		"  --shards N        split the weights into N files by layer ranges\n"
 		"                    (1..layers+2, default 1)\n"
 		"  -h, --help        show this help\n"
@@ -842,9 +966,13 @@ int main(int argc, char **argv)
 	for (si = 0; si < N_SHAPES; si++)
 		if (strcmp(shape, gm_shapes[si].name) == 0)
 			break;
-	if (si == N_SHAPES)
-		return gm_bad("unknown --shape '%s' (stories260K, stories15M, "
-			      "stories110M, 7B, tiny-gqa)", shape);
+	if (si == N_SHAPES) {
+		fprintf(stderr, "llamad-genmodel: unknown --shape '%s' (", shape);
+		for (size_t i = 0; i < N_SHAPES; i++)
+			fprintf(stderr, "%s%s", i ? ", " : "", gm_shapes[i].name);
+		fprintf(stderr, ")\n(see llamad-genmodel --help)\n");
+		return 2;
+	}
 	op.shape = gm_shapes[si];
 	if (layers > 0)
 		op.shape.n_layers = (int)layers;
@@ -863,13 +991,18 @@ int main(int argc, char **argv)
 
 		if (!models || !models[0])
 			models = "../shared/models";
-		op.tokenizer = gm_join(models, op.shape.vocab == 512 ?
-				       "tok512.model" : "tokenizer.model");
+		op.tokenizer = gm_join(models, op.shape.family == GM_LLAMA3 ?
+				       "llama3-tokenizer/tokenizer.json" :
+				       op.shape.vocab == 512 ? "tok512.model" :
+				       "tokenizer.model");
 	}
 	if (!op.tokenizer) {
 		fprintf(stderr, "llamad-genmodel: %s\n", strerror(ENOMEM));
 		return 1;
 	}
+	size_t tl = strlen(op.tokenizer);
+
+	op.tok_json = tl >= 5 && strcmp(op.tokenizer + tl - 5, ".json") == 0;
 
 	struct sigaction sa;
 

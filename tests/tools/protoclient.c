@@ -3,7 +3,8 @@
  * shell tests: one request, one line per response on stdout.
  *
  *   protoclient SOCKET hello
- *   protoclient SOCKET open NAME [raw|llama2] [ephemeral]
+ *   protoclient SOCKET open NAME [raw|llama2|llama3] [ephemeral]
+ *   protoclient SOCKET append NAME user|system|assistant|raw TEXT
  *   protoclient SOCKET list
  *   protoclient SOCKET info NAME
  *   protoclient SOCKET drop NAME
@@ -14,7 +15,8 @@
  *   protoclient SOCKET status
  *
  * Lines: "hello VERSION CONTEXT_LENGTH", "session NAME tokens=N owner=UID
- * busy=0|1 turns=N created=0|1", "sessions N" (after the list's sessions),
+ * busy=0|1 turns=N created=0|1" (an append's adds " added=N"), "sessions
+ * N" (after the list's sessions),
  * "token TEXT" (newlines as \n), "done REASON generated=N prompt=N
  * session_tokens=N", "ok", "status sessions=N active=N connections=N
  * kv_free=N kv_total=N", "error CODE_NAME (short name): message".
@@ -37,7 +39,7 @@
 
 static int usage(void)
 {
-	fputs("usage: protoclient SOCKET hello|open|list|info|drop|fork|rewind|generate|status "
+	fputs("usage: protoclient SOCKET hello|open|append|list|info|drop|fork|rewind|generate|status "
 	      "[ARGS...]\n", stderr);
 	return 2;
 }
@@ -66,9 +68,12 @@ static void print_text(const char *t)
 
 static void print_session(const Llamad__SessionInfo *i)
 {
-	printf("session %s tokens=%u owner=%u busy=%d turns=%u created=%d\n",
+	printf("session %s tokens=%u owner=%u busy=%d turns=%u created=%d",
 	       i->session ? i->session : "", i->tokens, i->owner_uid, i->busy ? 1 : 0, i->turns,
 	       i->has_created && i->created ? 1 : 0);
+	if (i->has_tokens_added)
+		printf(" added=%u", i->tokens_added);
+	putchar('\n');
 }
 
 /* Print r as one line (a list: one per session, then a count). 1 if it
@@ -164,6 +169,7 @@ int main(int argc, char **argv)
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	Llamad__Hello m_hello = LLAMAD__HELLO__INIT;
 	Llamad__OpenSession m_open = LLAMAD__OPEN_SESSION__INIT;
+	Llamad__Append m_app = LLAMAD__APPEND__INIT;
 	Llamad__ListSessions m_list = LLAMAD__LIST_SESSIONS__INIT;
 	Llamad__GetInfo m_info = LLAMAD__GET_INFO__INIT;
 	Llamad__Drop m_drop = LLAMAD__DROP__INIT;
@@ -182,11 +188,11 @@ int main(int argc, char **argv)
 	} else if (!strcmp(op, "open") && nargs >= 1 && nargs <= 3) {
 		m_open.session = a[0];
 		for (int k = 1; k < nargs; k++) {
-			if (!strcmp(a[k], "raw") || !strcmp(a[k], "llama2")) {
+			if (!strcmp(a[k], "raw") || !strcmp(a[k], "llama2") || !strcmp(a[k], "llama3")) {
 				m_open.has_template_ = 1;
-				m_open.template_ = !strcmp(a[k], "raw")
-							   ? LLAMAD__TEMPLATE__TEMPLATE_RAW
-							   : LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
+				m_open.template_ = !strcmp(a[k], "raw") ? LLAMAD__TEMPLATE__TEMPLATE_RAW
+						   : !strcmp(a[k], "llama3") ? LLAMAD__TEMPLATE__TEMPLATE_LLAMA3
+									     : LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
 			} else if (!strcmp(a[k], "ephemeral")) {
 				m_open.has_ephemeral = 1;
 				m_open.ephemeral = 1;
@@ -196,6 +202,20 @@ int main(int argc, char **argv)
 		}
 		q.op_case = LLAMAD__REQUEST__OP_OPEN;
 		q.open = &m_open;
+	} else if (!strcmp(op, "append") && nargs == 3) {
+		static const char *const roles[] = { "user", "system", "assistant", "raw" };
+		m_app.session = a[0];
+		m_app.has_role = 0;
+		for (int k = 0; k < 4; k++)
+			if (!strcmp(a[1], roles[k])) {
+				m_app.has_role = 1;
+				m_app.role = (Llamad__Role)k;  /* the wire's Role values */
+			}
+		if (!m_app.has_role)
+			return usage();
+		m_app.text = a[2];
+		q.op_case = LLAMAD__REQUEST__OP_APPEND;
+		q.append = &m_app;
 	} else if (!strcmp(op, "list") && nargs == 0) {
 		q.op_case = LLAMAD__REQUEST__OP_LIST;
 		q.list = &m_list;

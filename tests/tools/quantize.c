@@ -18,19 +18,31 @@
  *     .rope.dimension_count (= head_dim) u32; llama.attention.key_length and
  *     .value_length u32 (= head_dim) only when head_dim != dim / heads;
  *     llama.attention.layer_norm_rms_epsilon f32, llama.rope.freq_base f32;
- *     tokenizer.ggml.model str "llama", .tokens [str], .scores [f32],
- *     .token_type [i32] (1 normal, 2 unknown, 3 control, 5 unused, 6 byte),
- *     .bos_token_id / .eos_token_id / .unknown_token_id u32 (each only if
- *     the tokenizer has one), .add_bos_token bool true;
+ *     a SentencePiece tokenizer: tokenizer.ggml.model str "llama", .tokens
+ *     [str], .scores [f32], .token_type [i32] (1 normal, 2 unknown,
+ *     3 control, 5 unused, 6 byte), .bos_token_id / .eos_token_id /
+ *     .unknown_token_id u32 (each only if the tokenizer has one);
+ *     a byte-level BPE one (Llama 3): tokenizer.ggml.model str "gpt2",
+ *     .tokens [str] (the vocabulary's ByteLevel strings), .token_type [i32]
+ *     (1 normal, 3 control, 4 user-defined, ...), .merges [str] ("left
+ *     right" in rank order), .pre str (e.g. "llama-bpe"), .bos_token_id /
+ *     .eos_token_id u32 (each only if it has one), .eot_token_id u32 (only
+ *     if the vocabulary has <|eot_id|>), no scores;
+ *     then either kind: tokenizer.ggml.add_bos_token bool true;
+ *     tokenizer.chat_template str, the model file's chat template (only if
+ *     it has one);
  *   tensor infos: name, u32 n_dims, u64 dims (ne[0] = the row length first),
  *     u32 ggml type (F32 0, F16 1, Q4_0 2, Q8_0 8, Q4_K 12, Q5_K 13, Q6_K
  *     14), u64 offset from the data
  *     section; zero padding to 32; the data, each tensor at a multiple of 32
  *     from the data section start, zero padding between.
- * Tensors, in this order: token_embd.weight; per layer blk.N.attn_norm,
+ * Tensors, in this order: rope_freqs.weight (F32, head_dim/2 divisors of
+ * the RoPE inverse frequencies; only when the model has RoPE scaling, e.g.
+ * a Llama 3.1 rope_scaling); token_embd.weight; per layer blk.N.attn_norm,
  * attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down
- * (.weight); output_norm.weight; output.weight (written even when the model
- * ties it to the embedding). Norm vectors are F32; every matrix, embedding
+ * (.weight); output_norm.weight; output.weight, omitted when the model ties
+ * it to the embedding (the loader then uses token_embd.weight, as llama.cpp
+ * does). Norm vectors are F32; every matrix, embedding
  * and output included, gets --type, except that a matrix whose rows are not
  * a whole number of 32-weight blocks falls back to F16 for q8_0/q4_0, and
  * one whose rows are not whole 256-weight super-blocks falls back to Q8_0
@@ -263,7 +275,11 @@ static int build_plan(struct q_plan *p, const struct model *m, enum kt_dtype out
 	/* Hugging Face rows are in rotate_half order: permute to interleaved */
 	int perm = c->rope_layout == KT_ROPE_HALF;
 	char name[64];
-	int rc = plan_add(p, "token_embd.weight", &m->embed, NULL, 0, out, 0);
+	int rc = 0;
+	if (m->rope_freqs)
+		rc = plan_add(p, "rope_freqs.weight", NULL, m->rope_freqs, c->head_dim / 2, out, 0);
+	if (!rc)
+		rc = plan_add(p, "token_embd.weight", &m->embed, NULL, 0, out, 0);
 	for (int l = 0; l < c->n_layers && !rc; l++) {
 		const struct model_layer *L = &m->layers[l];
 #define ADD(suffix, w, vec, heads)                                                     \
@@ -285,7 +301,8 @@ static int build_plan(struct q_plan *p, const struct model *m, enum kt_dtype out
 	}
 	if (!rc)
 		rc = plan_add(p, "output_norm.weight", NULL, m->final_norm, c->dim, out, 0);
-	if (!rc)
+	/* tied: the loader aliases the classifier to token_embd.weight */
+	if (!rc && m->cls.data != m->embed.data)
 		rc = plan_add(p, "output.weight", &m->cls, NULL, 0, out, 0);
 	uint64_t off = 0;
 	for (int i = 0; i < p->n; i++) {
@@ -323,7 +340,7 @@ static int build_header(struct buf *out, const struct model *m, const struct q_p
 	const struct model_config *c = &m->cfg;
 	const struct tok *tk = m->tok;
 	int nv = tok_n_vocab(tk), unk = -1;
-	for (int i = 0; i < nv && unk < 0; i++)
+	for (int i = 0; i < nv && unk < 0 && tok_kind(tk) == TOK_SPM; i++)
 		if (tok_type(tk, i) == TOK_TYPE_UNKNOWN)
 			unk = i;
 	int bos = tok_bos(tk), eos = tok_eos(tk);
@@ -350,7 +367,8 @@ static int build_header(struct buf *out, const struct model *m, const struct q_p
 	}
 	kv_f32(b, &n, "llama.attention.layer_norm_rms_epsilon", c->rms_eps);
 	kv_f32(b, &n, "llama.rope.freq_base", c->rope_theta);
-	kv_str(b, &n, "tokenizer.ggml.model", "llama");
+	int bpe = tok_kind(tk) == TOK_BPE;
+	kv_str(b, &n, "tokenizer.ggml.model", bpe ? "gpt2" : "llama");
 	kv_head(b, &n, "tokenizer.ggml.tokens", GV_ARR);
 	put_u32(b, GV_STR);
 	put_u64(b, (uint64_t)nv);
@@ -358,23 +376,43 @@ static int build_header(struct buf *out, const struct model *m, const struct q_p
 		const char *s = tok_piece(tk, i);
 		put_str(b, s ? s : "");
 	}
-	kv_head(b, &n, "tokenizer.ggml.scores", GV_ARR);
-	put_u32(b, GV_F32);
-	put_u64(b, (uint64_t)nv);
-	for (int i = 0; i < nv; i++)
-		put_f32(b, tok_score(tk, i));
+	if (!bpe) {
+		kv_head(b, &n, "tokenizer.ggml.scores", GV_ARR);
+		put_u32(b, GV_F32);
+		put_u64(b, (uint64_t)nv);
+		for (int i = 0; i < nv; i++)
+			put_f32(b, tok_score(tk, i));
+	}
 	kv_head(b, &n, "tokenizer.ggml.token_type", GV_ARR);
 	put_u32(b, GV_I32);
 	put_u64(b, (uint64_t)nv);
 	for (int i = 0; i < nv; i++)
 		put_u32(b, (uint32_t)tok_type(tk, i));
+	if (bpe) {
+		int nm = tok_n_merges(tk);
+		kv_head(b, &n, "tokenizer.ggml.merges", GV_ARR);
+		put_u32(b, GV_STR);
+		put_u64(b, (uint64_t)nm);
+		for (int i = 0; i < nm; i++) {
+			const char *s = tok_merge(tk, i);
+			put_str(b, s ? s : "");
+		}
+		const char *pre = tok_pre(tk);
+		if (pre)
+			kv_str(b, &n, "tokenizer.ggml.pre", pre);
+	}
 	if (bos >= 0)
 		kv_u32(b, &n, "tokenizer.ggml.bos_token_id", (uint32_t)bos);
 	if (eos >= 0)
 		kv_u32(b, &n, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
-	if (unk >= 0)
+	if (!bpe && unk >= 0)
 		kv_u32(b, &n, "tokenizer.ggml.unknown_token_id", (uint32_t)unk);
+	int eot = bpe ? tok_piece_to_id(tk, "<|eot_id|>") : -1;
+	if (eot >= 0)
+		kv_u32(b, &n, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
 	kv_bool(b, &n, "tokenizer.ggml.add_bos_token", 1);
+	if (m->chat_template_text)  /* the model file's, so llamad picks the same template */
+		kv_str(b, &n, "tokenizer.chat_template", m->chat_template_text);
 
 	put(out, "GGUF", 4);
 	put_u32(out, 3);
@@ -590,8 +628,10 @@ static void usage(FILE *f)
 		"                       --type q8_0|q4_0|q4_k|q5_k|q6_k|f16|f32 --out FILE.gguf\n"
 		"\n"
 		"Write the model at PATH (anything llamad loads) as a GGUF v3 file:\n"
-		"matrices (embedding and output included) in --type, norms in f32,\n"
-		"the tokenizer in the metadata. Matrices whose rows are not whole\n"
+		"matrices (embedding and output included; no output when tied to the\n"
+		"embedding) in --type, norms and RoPE scaling factors in f32, the\n"
+		"tokenizer (SentencePiece \"llama\" or BPE \"gpt2\") in the\n"
+		"metadata. Matrices whose rows are not whole\n"
 		"32-weight blocks stay f16 for q8_0/q4_0; for q4_k/q5_k/q6_k rows\n"
 		"that are not whole 256-weight super-blocks are written q8_0 (f16\n"
 		"if not whole 32-weight blocks either).\n"

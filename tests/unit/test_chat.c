@@ -40,6 +40,15 @@
  *   "[INST] Thanks. Bye? [/INST]"
  *   "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST]"
  *   "[INST] Hi there [/INST]"
+ *
+ * The Llama 3 template (second group) with the real Llama 3 tokenizer
+ * ($MODELS/llama3-tokenizer/tokenizer.json). Expected ids: the cases of
+ * tests/golden/llama3/chat.json, NOT produced by llamad: the model's
+ * tokenizer_config.json chat_template rendered by @huggingface/jinja and
+ * encoded by @huggingface/tokenizers with special tokens recognised
+ * (tests/golden/llama3/make_goldens.mjs says how). Every case must match
+ * chat_encode_dialog exactly, and a session built turn by turn with
+ * chat_encode_turn must hold the same ids.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -51,6 +60,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "tests/unit/llama2_chat.h"
 
@@ -117,13 +127,13 @@ static void test_three_turns(void **state)
 	memcpy(want + N_OF(ex1), ex2, sizeof(ex2));
 	memcpy(want + N_OF(ex1) + N_OF(ex2), ex3, sizeof(ex3));
 	int32_t *ids = NULL;
-	int n = chat_encode_dialog(t, dialog, N_OF(dialog), &ids);
+	int n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog, N_OF(dialog), &ids);
 	assert_true(n > 0);
 	assert_ids(ids, n, want, N_OF(want));
 	free(ids);
 
 	/* the dialog closed after the second answer: ex1 + ex2, no open turn */
-	n = chat_encode_dialog(t, dialog, 5, &ids);
+	n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog, 5, &ids);
 	assert_ids(ids, n, want, N_OF(ex1) + N_OF(ex2));
 	free(ids);
 }
@@ -135,7 +145,7 @@ static void test_user_turn(void **state)
 	int32_t *ids = NULL, *d = NULL;
 	int n = chat_encode_user_turn(t, NULL, "Thanks. Bye?", &ids);
 	assert_ids(ids, n, ex3, N_OF(ex3));
-	int nd = chat_encode_dialog(t, dialog, N_OF(dialog), &d);
+	int nd = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog, N_OF(dialog), &d);
 	assert_true(nd > n);
 	assert_ids(d + nd - n, n, ids, n);
 	free(ids);
@@ -144,7 +154,7 @@ static void test_user_turn(void **state)
 	/* with the system prompt: the first turn */
 	n = chat_encode_user_turn(t, "You are terse.", "Hi there", &ids);
 	assert_ids(ids, n, sys_turn, N_OF(sys_turn));
-	nd = chat_encode_dialog(t, dialog, 2, &d);
+	nd = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog, 2, &d);
 	assert_ids(d, nd, ids, n);
 	/* and it is the prefix of the first finished exchange */
 	assert_memory_equal(ex1, ids, (size_t)n * sizeof(int32_t));
@@ -153,7 +163,7 @@ static void test_user_turn(void **state)
 
 	n = chat_encode_user_turn(t, NULL, "Hi there", &ids);
 	assert_ids(ids, n, hi_turn, N_OF(hi_turn));
-	nd = chat_encode_dialog(t, dialog + 1, 1, &d);
+	nd = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog + 1, 1, &d);
 	assert_ids(d, nd, ids, n);
 	free(ids);
 	free(d);
@@ -171,18 +181,18 @@ static void test_tags_refused(void **state)
 		assert_int_equal(chat_encode_user_turn(t, NULL, bad[i], &ids), -EPERM);
 		assert_int_equal(chat_encode_user_turn(t, bad[i], "hello", &ids), -EPERM);
 		struct chat_msg u[] = { { CHAT_USER, bad[i] } };
-		assert_int_equal(chat_encode_dialog(t, u, 1, &ids), -EPERM);
+		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, u, 1, &ids), -EPERM);
 		assert_null(ids);
 		struct chat_msg s[] = { { CHAT_SYSTEM, bad[i] }, { CHAT_USER, "hi" } };
-		assert_int_equal(chat_encode_dialog(t, s, 2, &ids), -EPERM);
+		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, s, 2, &ids), -EPERM);
 		/* in a later user turn too */
 		struct chat_msg l[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, "yo" },
 					{ CHAT_USER, bad[i] } };
-		assert_int_equal(chat_encode_dialog(t, l, 3, &ids), -EPERM);
+		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, l, 3, &ids), -EPERM);
 		/* assistant text is not checked */
 		struct chat_msg a[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, bad[i] },
 					{ CHAT_USER, "ok" } };
-		int n = chat_encode_dialog(t, a, 3, &ids);
+		int n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, a, 3, &ids);
 		assert_true(n > 0);
 		free(ids);
 	}
@@ -213,17 +223,17 @@ static void test_bad_order(void **state)
 	const struct chat_msg sys_asst[] = { { CHAT_SYSTEM, "s" }, { CHAT_ASSISTANT, "a" } };
 	const struct chat_msg two_sys[] = { { CHAT_SYSTEM, "s" }, { CHAT_SYSTEM, "t" },
 					    { CHAT_USER, "u" } };
-	assert_int_equal(chat_encode_dialog(t, dialog, 0, &ids), -EINVAL);
-	assert_int_equal(chat_encode_dialog(t, sys_only, 1, &ids), -EINVAL);
-	assert_int_equal(chat_encode_dialog(t, asst_first, 2, &ids), -EINVAL);
-	assert_int_equal(chat_encode_dialog(t, two_users, 2, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog, 0, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, sys_only, 1, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, asst_first, 2, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, two_users, 2, &ids), -EINVAL);
 	assert_null(ids);
-	assert_int_equal(chat_encode_dialog(t, two_asst, 3, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, two_asst, 3, &ids), -EINVAL);
 	assert_null(ids);
-	assert_int_equal(chat_encode_dialog(t, late_sys, 4, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, late_sys, 4, &ids), -EINVAL);
 	assert_null(ids);
-	assert_int_equal(chat_encode_dialog(t, sys_asst, 2, &ids), -EINVAL);
-	assert_int_equal(chat_encode_dialog(t, two_sys, 3, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, sys_asst, 2, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, two_sys, 3, &ids), -EINVAL);
 }
 
 static void test_whitespace_stripped(void **state)
@@ -238,8 +248,8 @@ static void test_whitespace_stripped(void **state)
 		{ CHAT_USER, "  Thanks. Bye?\r\n" },
 	};
 	int32_t *a = NULL, *b = NULL;
-	int na = chat_encode_dialog(t, padded, N_OF(padded), &a);
-	int nb = chat_encode_dialog(t, dialog, N_OF(dialog), &b);
+	int na = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, padded, N_OF(padded), &a);
+	int nb = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, dialog, N_OF(dialog), &b);
 	assert_ids(a, na, b, nb);
 	free(a);
 	free(b);
@@ -364,6 +374,480 @@ static void test_first_turn(void **state)
 	assert_null(ids);
 }
 
+/* ---- Llama 3 ------------------------------------------------------------------ */
+
+#define EOT 128009
+#define BOT 128000   /* <|begin_of_text|> */
+#define EOTEXT 128001 /* <|end_of_text|>, the tokenizer's EOS */
+
+/* The tokenizer and the golden cases. */
+struct l3 {
+	struct tok *t;
+	json_t *gold;
+	size_t n_cases;
+};
+
+static int l3_setup(void **state)
+{
+	const char *dir = getenv("MODELS");
+	char path[4096], *cause = NULL;
+	snprintf(path, sizeof(path), "%s/llama3-tokenizer/tokenizer.json",
+		 dir && *dir ? dir : "../shared/models");
+	struct l3 *l = calloc(1, sizeof(*l));
+	if (!l || !(l->t = tok_load(path, &cause))) {
+		fprintf(stderr, "%s\n", cause ? cause : path);
+		free(cause);
+		free(l);
+		return -1;
+	}
+	json_error_t err;
+	l->gold = json_load_file("tests/golden/llama3/chat.json", 0, &err);
+	json_t *cases = json_object_get(l->gold, "cases");
+	if (!json_is_array(cases)) {
+		fprintf(stderr, "tests/golden/llama3/chat.json: %s\n", l->gold ? "no cases" : err.text);
+		return -1;
+	}
+	l->n_cases = json_array_size(cases);
+	*state = l;
+	return 0;
+}
+
+static int l3_teardown(void **state)
+{
+	struct l3 *l = *state;
+	tok_free(l->t);
+	json_decref(l->gold);
+	free(l);
+	return 0;
+}
+
+static enum chat_role role_of(const char *r)
+{
+	if (!strcmp(r, "system"))
+		return CHAT_SYSTEM;
+	if (!strcmp(r, "assistant"))
+		return CHAT_ASSISTANT;
+	assert_string_equal(r, "user");
+	return CHAT_USER;
+}
+
+/* Case i: its messages (n, into msgs of cap) and golden ids (*want,
+ * malloc'd); returns the number of ids. */
+static int golden_case(const struct l3 *l, size_t i, struct chat_msg *msgs, int cap, int *n,
+		       int32_t **want, const char **name)
+{
+	json_t *c = json_array_get(json_object_get(l->gold, "cases"), i);
+	json_t *m = json_object_get(c, "messages"), *ids = json_object_get(c, "ids");
+	*name = json_string_value(json_object_get(c, "name"));
+	assert_true(json_is_array(m) && json_is_array(ids));
+	assert_true((int)json_array_size(m) <= cap);
+	*n = (int)json_array_size(m);
+	for (int k = 0; k < *n; k++) {
+		json_t *e = json_array_get(m, (size_t)k);
+		msgs[k].role = role_of(json_string_value(json_object_get(e, "role")));
+		msgs[k].text = json_string_value(json_object_get(e, "content"));
+		assert_non_null(msgs[k].text);
+	}
+	int nw = (int)json_array_size(ids);
+	*want = malloc((size_t)nw * sizeof(int32_t));
+	assert_non_null(*want);
+	for (int k = 0; k < nw; k++)
+		(*want)[k] = (int32_t)json_integer_value(json_array_get(ids, (size_t)k));
+	return nw;
+}
+
+/* chat_encode_dialog gives every golden case's ids exactly. */
+static void test_l3_golden(void **state)
+{
+	const struct l3 *l = *state;
+	assert_true(l->n_cases >= 7);
+	assert_int_equal(tok_bos(l->t), BOT);
+	for (size_t i = 0; i < l->n_cases; i++) {
+		struct chat_msg msgs[16];
+		int n;
+		int32_t *want, *ids = NULL;
+		const char *name;
+		int nw = golden_case(l, i, msgs, 16, &n, &want, &name);
+		int got = chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, msgs, n, &ids);
+		if (got != nw || memcmp(ids, want, (size_t)nw * sizeof(int32_t)))
+			fprintf(stderr, "case %s:\n", name);
+		assert_ids(ids, got, want, nw);
+		free(ids);
+		free(want);
+	}
+}
+
+/* Add turn (role, text) to the conversation hist[0, *n) as the daemon does
+ * (chat_encode_turn and the context it keeps). */
+static void l3_add(const struct tok *t, struct chat_ctx *c, int32_t *hist, int *n, int cap,
+		   enum chat_role role, const char *text)
+{
+	int32_t *ids = NULL;
+	c->n_tokens = *n;
+	int k = chat_encode_turn(t, c, role, text, &ids);
+	if (k <= 0)
+		fail_msg("chat_encode_turn(%d, \"%s\") = %d", role, text, k);
+	assert_true(*n + k <= cap);
+	memcpy(hist + *n, ids, (size_t)k * sizeof(int32_t));
+	*n += k;
+	free(ids);
+	c->last_role = role;
+	c->open_answer = 0;
+	c->has_user_turn |= role == CHAT_USER;
+}
+
+/* A session built turn by turn (system, user, answers the client wrote,
+ * user) holds the ids of the whole dialog, with its system prompt as a
+ * turn or given at open (OpenSession's system). */
+static void test_l3_turns_as_dialog(void **state)
+{
+	const struct l3 *l = *state;
+	int checked = 0;
+	for (size_t i = 0; i < l->n_cases; i++) {
+		struct chat_msg msgs[16];
+		int n;
+		int32_t *want;
+		const char *name;
+		int nw = golden_case(l, i, msgs, 16, &n, &want, &name);
+		if (msgs[n - 1].role != CHAT_USER) {  /* a session ends with the prompt */
+			free(want);
+			continue;
+		}
+		for (int at_open = 0; at_open < 2; at_open++) {
+			if (at_open && msgs[0].role != CHAT_SYSTEM)
+				continue;
+			struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = BOT,
+					      .eos = EOTEXT, .last_role = -1 };
+			int32_t hist[512];
+			int h = 0;
+			if (at_open)
+				c.system = msgs[0].text;
+			for (int k = at_open; k < n; k++)
+				l3_add(l->t, &c, hist, &h, 512, msgs[k].role, msgs[k].text);
+			if (h != nw || memcmp(hist, want, (size_t)nw * sizeof(int32_t)))
+				fprintf(stderr, "case %s%s:\n", name, at_open ? " (system at open)" : "");
+			assert_ids(hist, h, want, nw);
+			checked++;
+		}
+		free(want);
+	}
+	assert_true(checked >= 7);
+}
+
+/* A generated answer: the engine stores the model's tokens and, when it
+ * ended on any end id, <|eot_id|> (chat_end_of_turn). The next turns then
+ * follow as in the dialog of the answer's text; an answer cut short (no
+ * end id: max_tokens, a stop string) is closed by the next turn. */
+static void test_l3_generated_answer(void **state)
+{
+	const struct l3 *l = *state;
+	const struct tok *t = l->t;
+	assert_int_equal(chat_end_of_turn(t, CHAT_TEMPLATE_LLAMA3, EOTEXT), EOT);
+	assert_int_equal(chat_end_of_turn(t, CHAT_TEMPLATE_LLAMA2, EOTEXT), EOTEXT);
+	assert_int_equal(chat_end_of_turn(t, CHAT_TEMPLATE_RAW, EOTEXT), -1);
+	const struct chat_msg d[] = {
+		{ CHAT_USER, "Name a prime number." }, { CHAT_ASSISTANT, "Seven." },
+		{ CHAT_USER, "Another one?" },
+	};
+	int32_t *want = NULL;
+	int nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, d, 3, &want);
+	assert_true(nw > 0);
+	for (int cut = 0; cut < 2; cut++) {
+		struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = BOT, .eos = EOTEXT,
+				      .last_role = -1 };
+		int32_t hist[256], *ids = NULL;
+		int h = 0;
+		l3_add(t, &c, hist, &h, 256, CHAT_USER, d[0].text);
+		/* nothing to add before generating: the user turn ends with the prompt */
+		c.n_tokens = h;
+		assert_int_equal(chat_encode_generation(t, &c, &ids), 0);
+		assert_null(ids);
+		/* the model's answer, then its end */
+		int k = tok_encode(t, "Seven.", 6, 0, &ids);
+		memcpy(hist + h, ids, (size_t)k * sizeof(int32_t));
+		h += k;
+		free(ids);
+		if (!cut)
+			hist[h++] = EOT;
+		c.last_role = CHAT_ASSISTANT;
+		c.open_answer = cut;
+		c.n_tokens = h;
+		/* an open answer is continued by a generation, a closed one gets
+		 * a new generation prompt */
+		int g = chat_encode_generation(t, &c, &ids);
+		assert_int_equal(g, cut ? 0 : 4);
+		if (!cut) {
+			const int32_t prompt[] = { 128006, 78191, 128007, 271 };
+			assert_ids(ids, g, prompt, 4);
+		}
+		free(ids);
+		k = chat_encode_turn(t, &c, CHAT_USER, d[2].text, &ids);
+		assert_true(k > 0);
+		assert_int_equal(ids[0] == EOT, cut);  /* the open answer closed first */
+		memcpy(hist + h, ids, (size_t)k * sizeof(int32_t));
+		h += k;
+		free(ids);
+		assert_ids(hist, h, want, nw);
+	}
+	free(want);
+}
+
+/* Turns in other places: an answer with no user turn before it is a whole
+ * message; a generation in an empty session opens the conversation; two
+ * answers in a row are two messages. */
+static void test_l3_turn_rules(void **state)
+{
+	const struct l3 *l = *state;
+	const struct tok *t = l->t;
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = BOT, .eos = EOTEXT,
+			      .last_role = -1 };
+	int32_t hist[256], *ids = NULL, *want = NULL;
+	int h = 0;
+	l3_add(t, &c, hist, &h, 256, CHAT_SYSTEM, "Be terse.");
+	l3_add(t, &c, hist, &h, 256, CHAT_ASSISTANT, "Hello.");
+	l3_add(t, &c, hist, &h, 256, CHAT_ASSISTANT, " Anything? ");
+	l3_add(t, &c, hist, &h, 256, CHAT_USER, "Yes.");
+	const struct chat_msg d[] = {
+		{ CHAT_SYSTEM, "Be terse." }, { CHAT_ASSISTANT, "Hello." },
+		{ CHAT_ASSISTANT, "Anything?" }, { CHAT_USER, "Yes." },
+	};
+	int nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, d, 4, &want);
+	assert_ids(hist, h, want, nw);
+	free(want);
+
+	/* a generation after a system turn, or in an empty session with a
+	 * system prompt: the dialog's generation prompt */
+	struct chat_ctx e = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = BOT, .eos = EOTEXT,
+			      .last_role = -1, .system = "Be terse." };
+	int n = chat_encode_generation(t, &e, &ids);
+	nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, d, 1, &want);
+	assert_ids(ids, n, want, nw);
+	free(ids);
+	free(want);
+	e.system = NULL;
+	n = chat_encode_generation(t, &e, &ids);
+	const int32_t bare[] = { BOT, 128006, 78191, 128007, 271 };
+	assert_ids(ids, n, bare, 5);
+	free(ids);
+	/* llama2 and raw: BOS in an empty session, else nothing */
+	struct chat_ctx r = { .tmpl = CHAT_TEMPLATE_RAW, .bos = BOT, .eos = EOTEXT };
+	n = chat_encode_generation(t, &r, &ids);
+	assert_ids(ids, n, bare, 1);
+	free(ids);
+	r.n_tokens = 3;
+	assert_int_equal(chat_encode_generation(t, &r, &ids), 0);
+	/* raw turns under byte-level BPE keep their leading space */
+	int32_t *a = NULL, *whole = NULL;
+	r.n_tokens = 0;
+	int na = chat_encode_turn(t, &r, CHAT_USER, "Once upon", &a);
+	r.n_tokens = na;
+	int nb = chat_encode_turn(t, &r, CHAT_USER, " a time", &ids);
+	int nwh = tok_encode(t, "Once upon a time", 16, 1, &whole);
+	assert_int_equal(na + nb, nwh);
+	assert_memory_equal(ids, whole + na, (size_t)nb * sizeof(int32_t));
+	free(a);
+	free(ids);
+	free(whole);
+}
+
+/* Context shift: the turn that becomes the first is encoded again as an
+ * opening turn, with the system prompt given at open. */
+static void test_l3_first_turn(void **state)
+{
+	const struct l3 *l = *state;
+	const struct tok *t = l->t;
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = BOT, .eos = EOTEXT,
+			      .last_role = CHAT_ASSISTANT, .open_answer = 1, .n_tokens = 90,
+			      .system = "Be terse." };
+	const struct chat_msg d[] = { { CHAT_SYSTEM, "Be terse." }, { CHAT_USER, "Again?" } };
+	int32_t *ids = NULL, *want = NULL, old[] = { EOT, 128006, 882, 128007 };
+	int n = chat_encode_first_turn(t, &c, CHAT_USER, "Again?", old, 4, &ids);
+	int nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, d, 2, &want);
+	assert_ids(ids, n, want, nw);
+	free(ids);
+	free(want);
+	c.system = NULL;
+	n = chat_encode_first_turn(t, &c, CHAT_SYSTEM, "Be terse.", old, 4, &ids);
+	nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, d, 1, &want);
+	assert_ids(ids, n, want, nw - 4);  /* the dialog adds the generation prompt */
+	free(ids);
+	free(want);
+}
+
+/* Control tokens spelt out in user or system text are refused and named;
+ * text that only looks like one, answers and other templates are not. */
+static void test_l3_tags(void **state)
+{
+	const struct l3 *l = *state;
+	const struct tok *t = l->t;
+	static const char *const bad[][2] = {
+		{ "<|eot_id|>", "<|eot_id|>" },
+		{ "say <|start_header_id|>system", "<|start_header_id|>" },
+		{ "x<|begin_of_text|>", "<|begin_of_text|>" },
+		{ "a <|reserved_special_token_5|> b", "<|reserved_special_token_5|>" },
+		{ "<|not one|> then <|end_header_id|>", "<|end_header_id|>" },
+		{ "<|<|eot_id|>", "<|eot_id|>" },
+	};
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = BOT, .eos = EOTEXT,
+			      .last_role = -1 };
+	int32_t *ids = (int32_t *)0x1;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char tag[64] = "";
+		const char *x = bad[i][0];
+		assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, x, strlen(x), tag,
+					       sizeof(tag)), 1);
+		assert_string_equal(tag, bad[i][1]);
+		assert_int_equal(chat_encode_turn(t, &c, CHAT_USER, x, &ids), -EPERM);
+		assert_null(ids);
+		assert_int_equal(chat_encode_turn(t, &c, CHAT_SYSTEM, x, &ids), -EPERM);
+		struct chat_msg m[] = { { CHAT_USER, "hi" }, { CHAT_SYSTEM, x } };
+		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, m, 2, &ids), -EPERM);
+		/* answers are text like any other; llama2 and raw refuse none of these */
+		int n = chat_encode_turn(t, &c, CHAT_ASSISTANT, x, &ids);
+		assert_true(n > 0);
+		free(ids);
+		assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA2, x, strlen(x), tag, 64), 0);
+		assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_RAW, x, strlen(x), tag, 64), 0);
+	}
+	static const char *const ok[] = {
+		"<|eot_id|", "<eot_id|>", "<|EOT_ID|>", "<| eot_id |>", "<|not_a_token|>",
+		"[INST] <<SYS>>", "<|>", "<||>", "",
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		char tag[64];
+		assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, ok[i], strlen(ok[i]), tag,
+					       sizeof(tag)), 0);
+		int n = chat_encode_turn(t, &c, CHAT_USER, ok[i], &ids);
+		assert_true(n > 0);
+		free(ids);
+	}
+	/* the length bounds the search; a long tag is cut to the buffer */
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, "<|eot_id|>", 9, NULL, 0), 0);
+	char small[6];
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, "<|eot_id|>", 10, small, 6), 1);
+	assert_string_equal(small, "<|eot");
+	/* a name longer than any token's, and a megabyte of near misses */
+	size_t nbig = 1 << 20;
+	char *big = malloc(nbig), tg[64];
+	assert_non_null(big);
+	for (size_t i = 0; i < nbig; i++)
+		big[i] = "<|x|"[i % 4];
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, big, nbig, tg, 64), 0);
+	memset(big, 'a', 300);
+	memcpy(big, "<|", 2);
+	memcpy(big + 200, "|>", 2);
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, big, 300, tg, 64), 0);
+	memcpy(big + 250, "<|eot_id|>", 10);
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, big, 300, tg, 64), 1);
+	assert_string_equal(tg, "<|eot_id|>");
+	free(big);
+	/* llama2's guard names its tag too */
+	char tag[16];
+	assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA2, "a <</SYS>>", 10, tag, 16), 1);
+	assert_string_equal(tag, "<</SYS>>");
+}
+
+/* Which template a model file's text is, and what new sessions get. */
+static void test_l3_detection(void **state)
+{
+	(void)state;
+	const char *dir = getenv("MODELS");
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/llama3-tokenizer/tokenizer_config.json",
+		 dir && *dir ? dir : "../shared/models");
+	json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
+	const char *meta = json_string_value(json_object_get(cfg, "chat_template"));
+	assert_non_null(meta);
+	assert_string_equal(chat_classify_template(meta, strlen(meta)), "llama3");
+	/* the length bounds the search */
+	assert_string_equal(chat_classify_template(meta, strlen(meta) / 4), "unknown");
+	json_decref(cfg);
+	static const char l2[] = "{% for m in messages %}[INST] <<SYS>>\n{{ m }} [/INST]{% endfor %}";
+	static const char chatml[] = "{% for m in messages %}<|im_start|>{{ m.role }}\n"
+				     "{{ m.content }}<|im_end|>\n{% endfor %}";
+	assert_string_equal(chat_classify_template(l2, sizeof(l2) - 1), "llama2");
+	assert_string_equal(chat_classify_template(chatml, sizeof(chatml) - 1), "unknown");
+	assert_string_equal(chat_classify_template("[INST] only", 11), "unknown");
+	assert_string_equal(chat_classify_template(NULL, 0), "unknown");
+
+	char why[256];
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "llama3", 1, why, sizeof(why)),
+			 CHAT_TEMPLATE_LLAMA3);
+	assert_string_equal(why, "llama3 (from the model file's chat template)");
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "llama2", 1, why, sizeof(why)),
+			 CHAT_TEMPLATE_LLAMA2);
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "unknown", 1, why, sizeof(why)),
+			 CHAT_TEMPLATE_LLAMA2);
+	assert_non_null(strstr(why, "llama2 (the built-in default: the model file has a chat "
+				    "template llamad does not know"));
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "unknown", 0, why, sizeof(why)),
+			 CHAT_TEMPLATE_LLAMA2);
+	assert_non_null(strstr(why, "the model file has no chat template"));
+	/* the setting overrides the file */
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_RAW, "llama3", 1, why, sizeof(why)),
+			 CHAT_TEMPLATE_RAW);
+	assert_string_equal(why, "raw (set by the template setting; the model file names llama3)");
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_LLAMA3, "unknown", 0, why, sizeof(why)),
+			 CHAT_TEMPLATE_LLAMA3);
+}
+
+/* The llama3 template needs the Llama 3 vocabulary. */
+static void test_l3_unusable(void **state)
+{
+	const struct l3 *l = *state;
+	struct tok *l2 = llama2_tok();
+	assert_non_null(l2);
+	assert_null(chat_template_unusable(l->t, CHAT_TEMPLATE_LLAMA3));
+	assert_null(chat_template_unusable(l->t, CHAT_TEMPLATE_LLAMA2));
+	assert_null(chat_template_unusable(l2, CHAT_TEMPLATE_LLAMA2));
+	assert_non_null(chat_template_unusable(l2, CHAT_TEMPLATE_LLAMA3));
+	struct chat_ctx c = { .tmpl = CHAT_TEMPLATE_LLAMA3, .bos = 1, .eos = 2, .last_role = -1 };
+	int32_t *ids = (int32_t *)0x1;
+	assert_int_equal(chat_encode_turn(l2, &c, CHAT_USER, "hi", &ids), -ENOTSUP);
+	assert_null(ids);
+	assert_int_equal(chat_encode_generation(l2, &c, &ids), -ENOTSUP);
+	const struct chat_msg u[] = { { CHAT_USER, "hi" } };
+	assert_int_equal(chat_encode_dialog(l2, CHAT_TEMPLATE_LLAMA3, u, 1, &ids), -ENOTSUP);
+	assert_int_equal(chat_encode_dialog(l->t, CHAT_TEMPLATE_RAW, u, 1, &ids), -EINVAL);
+	assert_int_equal(chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, u, 0, &ids), -EINVAL);
+	const struct chat_msg raw[] = { { CHAT_RAW, "hi" } };
+	assert_int_equal(chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, raw, 1, &ids), -EINVAL);
+	tok_free(l2);
+}
+
+/* Jinja's trim: Unicode whitespace around the text goes, inside stays. */
+static void test_l3_trim(void **state)
+{
+	const struct l3 *l = *state;
+	const struct chat_msg a[] = { { CHAT_USER, "\u00a0\u3000 \t Hi  there\u2029\r\n\xc2\x85" } };
+	const struct chat_msg b[] = { { CHAT_USER, "Hi  there" } };
+	const struct chat_msg c[] = { { CHAT_USER, "Hi there" } };
+	int32_t *x = NULL, *y = NULL, *z = NULL;
+	int nx = chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, a, 1, &x);
+	int ny = chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, b, 1, &y);
+	int nz = chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, c, 1, &z);
+	assert_ids(x, nx, y, ny);
+	assert_true(ny != nz || memcmp(y, z, (size_t)ny * sizeof(int32_t)));
+	free(x);
+	free(y);
+	free(z);
+	/* all whitespace: an empty message ("\n\n" only) */
+	const struct chat_msg e[] = { { CHAT_USER, " \n\u2003" } };
+	int ne = chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, e, 1, &x);
+	const int32_t empty[] = { BOT, 128006, 882, 128007, 271, EOT, 128006, 78191, 128007, 271 };
+	assert_ids(x, ne, empty, 10);
+	free(x);
+	/* a character that is not whitespace, ending in a byte like one's */
+	const struct chat_msg f[] = { { CHAT_USER, "x\u2020" } };  /* e2 80 a0: not U+00A0 */
+	ne = chat_encode_dialog(l->t, CHAT_TEMPLATE_LLAMA3, f, 1, &x);
+	int32_t *g = NULL;
+	int ng = tok_encode(l->t, "\n\nx\u2020", strlen("\n\nx\u2020"), 0, &g);
+	assert_int_equal(ne, 4 + ng + 5);
+	assert_memory_equal(x + 4, g, (size_t)ng * sizeof(int32_t));
+	free(x);
+	free(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -376,5 +860,17 @@ int main(void)
 		cmocka_unit_test(test_turn_rules),
 		cmocka_unit_test(test_first_turn),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	const struct CMUnitTest l3_tests[] = {
+		cmocka_unit_test(test_l3_golden),
+		cmocka_unit_test(test_l3_turns_as_dialog),
+		cmocka_unit_test(test_l3_generated_answer),
+		cmocka_unit_test(test_l3_turn_rules),
+		cmocka_unit_test(test_l3_first_turn),
+		cmocka_unit_test(test_l3_tags),
+		cmocka_unit_test(test_l3_detection),
+		cmocka_unit_test(test_l3_unusable),
+		cmocka_unit_test(test_l3_trim),
+	};
+	int failed = cmocka_run_group_tests(tests, setup, teardown);
+	return failed + cmocka_run_group_tests(l3_tests, l3_setup, l3_teardown);
 }

@@ -282,6 +282,17 @@ static void test_two_turn_chat(void **state)
 	Llamad__Response *r = must_info(c, "chat");
 	assert_int_equal(r->session->template_, T_LLAMA2);
 	rfree(r);
+	/* the model file has no chat template: status says llama2 is the built-in default */
+	r = op_status(c);
+	assert_non_null(r->status);
+	assert_non_null(strstr(r->status->chat_template,
+			       "llama2 (the built-in default: the model file has no chat template"));
+	rfree(r);
+	/* llama3 needs the Llama 3 vocabulary, which this model lacks */
+	expect_error(op_open(c, "chat3", LLAMAD__TEMPLATE__TEMPLATE_LLAMA3, 0, NULL, 0),
+		     LLAMAD__ERROR_CODE__BAD_REQUEST);
+	expect_error(op_info(c, "chat3"), LLAMAD__ERROR_CODE__UNKNOWN_SESSION);
+	expect_error(op_open(c, "chat4", 4, 0, NULL, 0), LLAMAD__ERROR_CODE__BAD_REQUEST);
 
 	struct gen g1, g2;
 	generate(c, "chat", GREEDY(turn1, 20), &g1);

@@ -581,6 +581,7 @@ static void test_hparams(void **state)
 	assert_int_equal(c->eos, 2);
 	assert_int_equal(m->wtype, KT_F32);
 	assert_string_equal(m->chat_template, "unknown");
+	assert_null(m->chat_template_text);
 	assert_string_equal(fx->bin->chat_template, "unknown");
 	/* output.weight is present: its own copy, not the embedding */
 	assert_ptr_not_equal(m->cls.data, m->embed.data);
@@ -1035,10 +1036,12 @@ static void test_variants(void **state)
 	expect_fail("archtype.gguf", b, len, "general.architecture", "u32", NULL);
 	free(b);
 
+	/* a "gpt2" (BPE) vocabulary needs merges: SentencePiece pieces with no
+	 * tokenizer.ggml.merges are refused (test_llama3.c has real ones) */
 	variant_init(&v, tokm, NULL);
 	variant_kv_str(&v, "tokenizer.ggml.model", "gpt2");
 	b = variant_bytes(&v, &len);
-	expect_fail("gpt2tok.gguf", b, len, "tokenizer model \"gpt2\"", "--tokenizer", NULL);
+	expect_fail("gpt2tok.gguf", b, len, "tokenizer.ggml.merges", "missing", NULL);
 	/* ... which --tokenizer gets around */
 	struct model *m = load_ok("gpt2tok.gguf", b, len, fx->tok_path);
 	model_free(m);
@@ -1152,6 +1155,19 @@ static void test_variants(void **state)
 	b = variant_bytes(&v, &len);
 	m = load_ok("chatml.gguf", b, len, NULL);
 	assert_string_equal(m->chat_template, "unknown");
+	assert_string_equal(m->chat_template_text,  /* kept: the daemon says it is unknown */
+			    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% endfor %}");
+	model_free(m);
+	free(b);
+	static const char l3[] = "{% for message in messages %}<|start_header_id|>"
+				 "{{ message['role'] }}<|end_header_id|>\n\n{{ message['content'] "
+				 "| trim }}<|eot_id|>{% endfor %}";
+	variant_init(&v, NULL, NULL);
+	variant_kv_str(&v, "tokenizer.chat_template", l3);
+	b = variant_bytes(&v, &len);
+	m = load_ok("llama3.gguf", b, len, NULL);
+	assert_string_equal(m->chat_template, "llama3");
+	assert_string_equal(m->chat_template_text, l3);
 	model_free(m);
 	free(b);
 

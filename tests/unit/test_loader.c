@@ -918,6 +918,71 @@ static void test_hf_paths(void **state)
 	model_free(NULL);
 }
 
+/* The chat template of a folder: tokenizer_config.json's chat_template (a
+ * string, or the "default" entry of a list), else chat_template.jinja;
+ * kept as text and classified. Malformed ones are errors naming the file. */
+static void test_hf_chat_template(void **state)
+{
+	(void)state;
+	char *d = hf_dir("tmpl", src_cfg, 1);
+	put_st(d, NULL);
+	char *tc = fmt("%s/tokenizer_config.json", d), *jinja = fmt("%s/chat_template.jinja", d);
+	/* none */
+	struct model *m = load_ok(d, NULL);
+	assert_string_equal(m->chat_template, "unknown");
+	assert_null(m->chat_template_text);
+	model_free(m);
+	/* the real Llama 3 tokenizer_config.json (its model_max_length, 1e30,
+	 * is no JSON integer jansson holds) */
+	char *real = fmt("%s/llama3-tokenizer/tokenizer_config.json", models_dir());
+	size_t n;
+	uint8_t *b = slurp(real, &n);
+	assert_non_null(b);
+	spit(tc, b, n);
+	free(b);
+	json_t *rc = json_load_file(real, JSON_DECODE_INT_AS_REAL, NULL);
+	const char *want = json_string_value(json_object_get(rc, "chat_template"));
+	assert_non_null(want);
+	m = load_ok(d, NULL);
+	assert_string_equal(m->chat_template, "llama3");
+	assert_string_equal(m->chat_template_text, want);
+	model_free(m);
+	/* a list: the entry named default */
+	static const char list[] =
+		"{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"<|start_header_id|>"
+		"<|eot_id|>\"}, {\"name\": \"default\", \"template\": \"[INST] <<SYS>> x\"}]}";
+	spit(tc, list, sizeof(list) - 1);
+	m = load_ok(d, NULL);
+	assert_string_equal(m->chat_template, "llama2");
+	assert_string_equal(m->chat_template_text, "[INST] <<SYS>> x");
+	model_free(m);
+	/* no chat_template in it: chat_template.jinja */
+	spit(tc, "{\"bos_token\": \"<s>\", \"chat_template\": null}", 43);
+	spit(jinja, want, strlen(want));
+	m = load_ok(d, NULL);
+	assert_string_equal(m->chat_template, "llama3");
+	assert_string_equal(m->chat_template_text, want);
+	model_free(m);
+	/* tokenizer_config.json's wins over the file */
+	spit(tc, "{\"chat_template\": \"{{ messages }}\"}", 35);
+	m = load_ok(d, NULL);
+	assert_string_equal(m->chat_template, "unknown");
+	assert_string_equal(m->chat_template_text, "{{ messages }}");
+	model_free(m);
+	/* malformed */
+	spit(tc, "{\"chat_template\": ", 18);
+	expect_fail(d, NULL, tc, NULL);
+	spit(tc, "{\"chat_template\": 42}", 21);
+	expect_fail(d, NULL, tc, "chat_template is neither a string nor a list", NULL);
+	spit(tc, "{\"chat_template\": [{\"name\": \"default\"}]}", 40);
+	expect_fail(d, NULL, tc, "an entry without a template string", NULL);
+	json_decref(rc);
+	free(real);
+	free(tc);
+	free(jinja);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -933,6 +998,7 @@ int main(void)
 		cmocka_unit_test(test_hf_f16_bf16),
 		cmocka_unit_test(test_hf_sharded),
 		cmocka_unit_test(test_hf_paths),
+		cmocka_unit_test(test_hf_chat_template),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

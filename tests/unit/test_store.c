@@ -204,7 +204,7 @@ static struct session *make_session(struct env *e, uid_t uid, const char *id, in
 	free(big);
 	s->system = strdup("You are a test.");
 	s->next_system = n_tokens ? strdup("next system") : NULL;
-	s->tmpl = CHAT_TEMPLATE_RAW;
+	s->tmpl = n_tokens % 2 ? CHAT_TEMPLATE_LLAMA3 : CHAT_TEMPLATE_RAW;  /* the highest value too */
 	s->policy = SESS_CTX_SHIFT;
 	s->last_use_ms = 1700000000123LL;
 	s->prefilled = 123456789012ULL;

@@ -4,7 +4,10 @@
  * ($MODELS/tokenizer.model). Expected ids come from model/chat.c's
  * chat_encode_dialog (itself checked against ids made outside llamad in
  * test_chat.c): after a shift the session must hold exactly the dialog of
- * the turns that are left.
+ * the turns that are left. The second group does the same for the Llama 3
+ * template with the real Llama 3 tokenizer
+ * ($MODELS/llama3-tokenizer/tokenizer.json), against chat_encode_dialog
+ * (checked against tests/golden/llama3/chat.json in test_chat.c).
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -80,7 +83,7 @@ static void add(struct fx *f, struct session *s, int role, const char *text)
 static void assert_dialog(struct fx *f, const struct session *s, const struct chat_msg *d, int n)
 {
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, d, n, &want);
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, d, n, &want);
 	assert_true(nw > 0);
 	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t)))
 		fail_msg("session holds %d tokens, the dialog %d (or they differ)", s->n_tokens, nw);
@@ -143,7 +146,7 @@ static void test_context_shift(void **state)
 	struct session *s = dialog_session(f, "s", SESS_CTX_SHIFT, 5);
 	const struct chat_msg left[] = { dialog[0], dialog[3], dialog[4], dialog[5] };
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, left, 4, &want);
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 4, &want);
 	free(want);
 	assert_true(nw < s->n_tokens + 13);
 	f->te.limit = nw;  /* exactly what is left */
@@ -160,6 +163,20 @@ static void test_context_shift(void **state)
 	f->te.limit = s->n_tokens;
 	assert_int_equal(turn_make_room(&f->te, s, 1, turn_last_user(s)), -EMSGSIZE);
 	assert_dialog(f, s, last, 2);
+}
+
+/* A llama3 session under a model without the Llama 3 vocabulary (one
+ * saved under another model): refused, saying why; nothing added. */
+static void test_llama3_needs_its_vocabulary(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "l3-on-l2", CHAT_TEMPLATE_LLAMA3, SESS_CTX_ERROR);
+	char msg[256];
+	assert_int_equal(turn_append(&f->te, s, CHAT_USER, "hi", msg, sizeof(msg)), -EINVAL);
+	assert_non_null(strstr(msg, "template llama3: the llama3 template needs the Llama 3 vocabulary"));
+	assert_int_equal(turn_generation(&f->te, s, msg, sizeof(msg)), -EINVAL);
+	assert_int_equal(s->n_tokens, 0);
+	assert_int_equal(s->n_turns, 0);
 }
 
 /* raw shift: any turn boundary; the new first turn gets BOS. */
@@ -185,6 +202,189 @@ static void test_raw_shift(void **state)
 	assert_int_equal(s->turns[0].role, CHAT_RAW);
 }
 
+/* ---- Llama 3 ------------------------------------------------------------------ */
+
+#define EOT 128009
+
+static int l3_setup(void **state)
+{
+	struct fx *f = calloc(1, sizeof(*f));
+	const char *dir = getenv("MODELS");
+	char path[4096], *cause = NULL;
+	snprintf(path, sizeof(path), "%s/llama3-tokenizer/tokenizer.json",
+		 dir && *dir ? dir : "../shared/models");
+	if (!f || !(f->m.tok = tok_load(path, &cause))) {
+		fprintf(stderr, "%s\n", cause ? cause : path);
+		free(cause);
+		free(f);
+		return -1;
+	}
+	f->m.cfg.bos = tok_bos(f->m.tok);
+	f->m.cfg.eos = tok_eos(f->m.tok);  /* <|end_of_text|>, not the turn's end */
+	f->pool = kvpool_new(64, KV_BLOCK_TOKENS, 1, 8);
+	if (!f->pool || sess_table_init(&f->st, f->pool) != 0)
+		return -1;
+	f->te.st = &f->st;
+	f->te.m = &f->m;
+	f->te.limit = 4096;
+	*state = f;
+	return 0;
+}
+
+static void assert_l3(struct fx *f, const struct session *s, const struct chat_msg *d, int n)
+{
+	int32_t *want = NULL;
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, d, n, &want);
+	assert_true(nw > 0);
+	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t))) {
+		fprintf(stderr, "session:");
+		for (int i = 0; i < s->n_tokens; i++)
+			fprintf(stderr, " %d", s->tokens[i]);
+		fprintf(stderr, "\ndialog: ");
+		for (int i = 0; i < nw; i++)
+			fprintf(stderr, " %d", want[i]);
+		fprintf(stderr, "\n");
+		fail_msg("session holds %d tokens, the dialog %d (or they differ)", s->n_tokens, nw);
+	}
+	free(want);
+}
+
+static const struct chat_msg l3_dialog[] = {
+	{ CHAT_SYSTEM, "You answer briefly." },
+	{ CHAT_USER, "Name a prime number." },
+	{ CHAT_ASSISTANT, "Seven." },
+	{ CHAT_USER, "Another one?" },
+	{ CHAT_ASSISTANT, "Eleven." },
+	{ CHAT_USER, "Thanks." },
+};
+
+/* A system turn is a turn with tokens; the system prompt given at open
+ * gives the same ids. */
+static void test_l3_append(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "l3", CHAT_TEMPLATE_LLAMA3, SESS_CTX_ERROR);
+	for (int i = 0; i < 4; i++)
+		add(f, s, l3_dialog[i].role, l3_dialog[i].text);
+	assert_int_equal(s->n_turns, 4);
+	assert_int_equal(s->turns[0].role, CHAT_SYSTEM);
+	assert_null(s->system);
+	assert_l3(f, s, l3_dialog, 4);
+	struct session *o = fresh(f, "l3-open", CHAT_TEMPLATE_LLAMA3, SESS_CTX_ERROR);
+	o->system = strdup(l3_dialog[0].text);
+	for (int i = 1; i < 4; i++)
+		add(f, o, l3_dialog[i].role, l3_dialog[i].text);
+	assert_int_equal(o->n_turns, 3);
+	assert_l3(f, o, l3_dialog, 4);
+	/* a control token in user or system text: refused and named */
+	char msg[200];
+	assert_int_equal(turn_append(&f->te, s, CHAT_USER, "say <|eot_id|> now", msg, sizeof(msg)),
+			 -EPERM);
+	assert_string_equal(msg, "text contains the chat control tag <|eot_id|> (refused under "
+			    "the llama3 template)");
+	assert_int_equal(turn_append(&f->te, s, CHAT_SYSTEM, "<|start_header_id|>", msg,
+				     sizeof(msg)), -EPERM);
+	assert_l3(f, s, l3_dialog, 4);
+}
+
+/* Generation: nothing before it after a user turn; a generated answer that
+ * ended is stored with <|eot_id|> (the engine's rule) and a next
+ * generation gets the prompt; one cut short is closed by the next turn. */
+static void test_l3_generation(void **state)
+{
+	struct fx *f = *state;
+	char msg[200];
+	struct session *s = fresh(f, "gen", CHAT_TEMPLATE_LLAMA3, SESS_CTX_ERROR);
+	add(f, s, CHAT_USER, l3_dialog[1].text);
+	int n = s->n_tokens;
+	assert_int_equal(turn_generation(&f->te, s, msg, sizeof(msg)), 0);
+	assert_int_equal(s->n_tokens, n);
+	/* the answer as the engine appends it: its tokens, then <|eot_id|>
+	 * in place of whichever end id the model chose */
+	int32_t *ids = NULL;
+	int k = tok_encode(f->m.tok, "Seven.", 6, 0, &ids);
+	assert_int_equal(chat_end_of_turn(f->m.tok, s->tmpl, f->m.cfg.eos), EOT);
+	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
+	int32_t eot = EOT;
+	assert_int_equal(sess_append(s, &eot, 1, CHAT_ASSISTANT, NULL, 0), 0);
+	add(f, s, CHAT_USER, l3_dialog[3].text);
+	const struct chat_msg d[] = { l3_dialog[1], l3_dialog[2], l3_dialog[3] };
+	assert_l3(f, s, d, 3);
+	/* cut short (max_tokens): the next user turn closes it with <|eot_id|> */
+	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
+	n = s->n_tokens;
+	add(f, s, CHAT_USER, l3_dialog[5].text);
+	assert_int_equal(s->tokens[n], EOT);
+	const struct chat_msg e[] = { l3_dialog[1], l3_dialog[2], l3_dialog[3], l3_dialog[2],
+				      l3_dialog[5] };
+	assert_l3(f, s, e, 5);
+	free(ids);
+	/* after an answer the client wrote: the prompt opens an answer turn */
+	add(f, s, CHAT_ASSISTANT, "You're welcome.");
+	n = s->n_tokens;
+	assert_int_equal(turn_generation(&f->te, s, msg, sizeof(msg)), 1);
+	assert_int_equal(s->n_turns, 7);
+	assert_int_equal(s->turns[6].role, CHAT_ASSISTANT);
+	const int32_t prompt[] = { 128006, 78191, 128007, 271 };
+	assert_int_equal(s->n_tokens - n, 4);
+	assert_memory_equal(s->tokens + n, prompt, sizeof(prompt));
+	/* an empty session with a system prompt: BOS, the system message, the prompt */
+	struct session *o = fresh(f, "gen-open", CHAT_TEMPLATE_LLAMA3, SESS_CTX_ERROR);
+	o->system = strdup(l3_dialog[0].text);
+	assert_int_equal(turn_generation(&f->te, o, msg, sizeof(msg)), 1);
+	int32_t *want = NULL;
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, l3_dialog, 1, &want);
+	assert_int_equal(o->n_tokens, nw);
+	assert_memory_equal(o->tokens, want, (size_t)nw * sizeof(int32_t));
+	free(want);
+}
+
+/* Shift keeps the leading system turns (or the system prompt given at
+ * open) and drops the first exchange after them. */
+static void test_l3_shift(void **state)
+{
+	struct fx *f = *state;
+	for (int at_open = 0; at_open < 2; at_open++) {
+		struct session *s = fresh(f, "l3s", CHAT_TEMPLATE_LLAMA3, SESS_CTX_SHIFT);
+		if (at_open)
+			s->system = strdup(l3_dialog[0].text);
+		for (int i = at_open; i < 5; i++)
+			add(f, s, l3_dialog[i].role, l3_dialog[i].text);
+		const struct chat_msg left[] = { l3_dialog[0], l3_dialog[3], l3_dialog[4],
+						 l3_dialog[5] };
+		int32_t *want = NULL;
+		int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, left, 4, &want);
+		free(want);
+		f->te.limit = nw;
+		add(f, s, CHAT_USER, l3_dialog[5].text);
+		assert_int_equal(s->n_turns, 4 - at_open);
+		assert_l3(f, s, left, 4);
+		/* a generation's token: the exchange before the one answered goes */
+		f->te.limit = s->n_tokens;
+		assert_int_equal(turn_make_room(&f->te, s, 1, turn_last_user(s)), 0);
+		const struct chat_msg last[] = { l3_dialog[0], l3_dialog[5] };
+		assert_l3(f, s, last, 2);
+		f->te.limit = s->n_tokens;
+		assert_int_equal(turn_make_room(&f->te, s, 1, turn_last_user(s)), -EMSGSIZE);
+		assert_l3(f, s, last, 2);
+	}
+	/* the turn after a dropped answer that was cut short loses the
+	 * <|eot_id|> that closed it */
+	struct session *s = fresh(f, "l3c", CHAT_TEMPLATE_LLAMA3, SESS_CTX_SHIFT);
+	add(f, s, CHAT_SYSTEM, l3_dialog[0].text);
+	add(f, s, CHAT_USER, l3_dialog[1].text);
+	int32_t *ids = NULL;
+	int k = tok_encode(f->m.tok, "Seven", 5, 0, &ids);
+	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
+	free(ids);
+	add(f, s, CHAT_USER, l3_dialog[3].text);
+	assert_int_equal(s->tokens[s->turns[3].start], EOT);
+	f->te.limit = s->n_tokens;
+	assert_int_equal(turn_make_room(&f->te, s, 1, turn_last_user(s)), 0);
+	const struct chat_msg left[] = { l3_dialog[0], l3_dialog[3] };
+	assert_l3(f, s, left, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -192,6 +392,13 @@ int main(void)
 		cmocka_unit_test(test_context_error),
 		cmocka_unit_test(test_context_shift),
 		cmocka_unit_test(test_raw_shift),
+		cmocka_unit_test(test_llama3_needs_its_vocabulary),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	const struct CMUnitTest l3_tests[] = {
+		cmocka_unit_test(test_l3_append),
+		cmocka_unit_test(test_l3_generation),
+		cmocka_unit_test(test_l3_shift),
+	};
+	int failed = cmocka_run_group_tests(tests, setup, teardown);
+	return failed + cmocka_run_group_tests(l3_tests, l3_setup, teardown);
 }
