@@ -57,6 +57,7 @@ struct cpu_qpack {
 	int rows, cols, nb, n_groups;
 	size_t ub, s_off, h_off, group_bytes;
 	uint8_t *data;
+	int q8_min;     /* Q8_0: some code is -128 (u = 0); see the AVX2 kernel */
 };
 
 static size_t u_bytes(enum kt_dtype dt)
@@ -142,23 +143,27 @@ struct pack_job {
 
 /* Q8_0 / Q4_0 rows: their blocks' bytes are already in chunk order (a
  * Q4_0 byte i holds codes i and i+16), so dwords are copied as they are,
- * Q8_0's offset by 128 per byte. */
-static void pack_row_fast(const struct cpu_qpack *p, uint8_t *gp, int lane, const uint8_t *row)
+ * Q8_0's offset by 128 per byte. Returns 1 if a Q8_0 code is -128. */
+static int pack_row_fast(const struct cpu_qpack *p, uint8_t *gp, int lane, const uint8_t *row)
 {
 	size_t bb = kt_row_bytes(p->dt, QB);
 	int nc = p->dt == KT_Q8_0 ? 8 : 4;
+	uint32_t zero = 0;
 	for (int b = 0; b < p->nb; b++) {
 		const uint8_t *blk = row + (size_t)b * bb;
 		uint8_t *ur = gp + (size_t)b * p->ub;
 		for (int c = 0; c < nc; c++) {
 			uint32_t v;
 			memcpy(&v, blk + 2 + 4 * c, 4);
-			if (p->dt == KT_Q8_0)
+			if (p->dt == KT_Q8_0) {
 				v ^= 0x80808080u;
+				zero |= (v - 0x01010101u) & ~v & 0x80808080u;   /* a byte u = 0 */
+			}
 			memcpy(ur + 64 * c + 4 * lane, &v, 4);
 		}
 		memcpy(gp + p->s_off + (size_t)b * 32 + 2 * lane, blk, 2);
 	}
+	return zero != 0;
 }
 
 static void pack_worker(void *ctx, int ith, int nth)
@@ -168,12 +173,13 @@ static void pack_worker(void *ctx, int ith, int nth)
 	int bw = (int)kt_block_weights(p->dt);
 	size_t rb = kt_row_bytes(p->dt, (size_t)p->cols), bb = kt_row_bytes(p->dt, (size_t)bw);
 	struct kt_qcodes q;
+	int min = 0;
 	for (int g = ith; g < p->n_groups; g += nth) {
 		uint8_t *gp = p->data + (size_t)g * p->group_bytes;   /* zeroed by mmap */
 		for (int lane = 0; lane < QG && g * QG + lane < p->rows; lane++) {
 			const uint8_t *row = (const uint8_t *)j->w->data + (size_t)(g * QG + lane) * rb;
 			if (p->dt == KT_Q8_0 || p->dt == KT_Q4_0) {
-				pack_row_fast(p, gp, lane, row);
+				min |= pack_row_fast(p, gp, lane, row);
 				continue;
 			}
 			for (int blk = 0; blk < p->cols / bw; blk++) {
@@ -183,6 +189,8 @@ static void pack_worker(void *ctx, int ith, int nth)
 			}
 		}
 	}
+	if (min)
+		__atomic_store_n(&p->q8_min, 1, __ATOMIC_RELAXED);
 }
 
 int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out)
@@ -721,23 +729,40 @@ AVX2 INLINE __m256i a2_xw(const int8_t *xq, int c)
 #define A2_WIDEN(a, k) _mm256_madd_epi16((a), _mm256_set1_epi16(k))
 
 /* Integer sums of the codes v times one token's activations xq (32 of a
- * sub-block): lane r' = il + ih in *i0 (Q6_K: il in *i0, ih in *i1). */
-AVX2 INLINE void a2_dot(const __m256i v[8], const int8_t *xq, enum kt_dtype dt,
+ * sub-block): lane r' = il + ih in *i0 (Q6_K: il in *i0, ih in *i1);
+ * Q8_0 with sgn: il + ih - 128 (sl + sh), the sum of q * x itself. */
+AVX2 INLINE void a2_dot(const __m256i v[8], const int8_t *xq, enum kt_dtype dt, const int sgn,
 			__m256i *i0, __m256i *i1)
 {
 	switch (dt) {
-	case KT_Q8_0: {
-		const __m256i m4 = _mm256_set1_epi8(15);
-		__m256i al = _mm256_setzero_si256(), ah = _mm256_setzero_si256();
+	case KT_Q8_0:
+		if (sgn) {
+			/* |x| (unsigned: 128 for -128) times q * sign(x), q =
+			 * u - 128 in [-127, 127] (no -128: see p->q8_min): pairs
+			 * within 2 * 128 * 127, widened at once */
+			const __m256i m80 = _mm256_set1_epi8((char)0x80);
+			__m256i a = _mm256_setzero_si256();
 #pragma GCC unroll 8
-		for (int c = 0; c < 8; c++) {
-			al = _mm256_add_epi16(al, A2_MUL(_mm256_and_si256(v[c], m4), c));
-			ah = _mm256_add_epi16(ah, A2_MUL(_mm256_and_si256(_mm256_srli_epi16(v[c], 4), m4),
-							c));
+			for (int c = 0; c < 8; c++) {
+				__m256i xv = a2_xw(xq, c);
+				__m256i q = _mm256_xor_si256(v[c], m80);
+				a = _mm256_add_epi32(a, A2_WIDEN(_mm256_maddubs_epi16(
+					_mm256_abs_epi8(xv), _mm256_sign_epi8(q, xv)), 1));
+			}
+			*i0 = a;
+		} else {
+			/* any u: nibbles */
+			const __m256i m4 = _mm256_set1_epi8(15);
+			__m256i al = _mm256_setzero_si256(), ah = _mm256_setzero_si256();
+#pragma GCC unroll 8
+			for (int c = 0; c < 8; c++) {
+				al = _mm256_add_epi16(al, A2_MUL(_mm256_and_si256(v[c], m4), c));
+				ah = _mm256_add_epi16(ah, A2_MUL(_mm256_and_si256(
+					_mm256_srli_epi16(v[c], 4), m4), c));
+			}
+			*i0 = _mm256_add_epi32(A2_WIDEN(al, 1), A2_WIDEN(ah, 16));
 		}
-		*i0 = _mm256_add_epi32(A2_WIDEN(al, 1), A2_WIDEN(ah, 16));
 		break;
-	}
 	case KT_Q5_K: {
 		__m256i a = A2_MUL(v[0], 0), b = A2_MUL(v[4], 4);
 #pragma GCC unroll 3
@@ -809,17 +834,18 @@ AVX2 INLINE struct a2_scale a2_scales(const struct cpu_qpack *p, const uint8_t *
 /* acc += sub-block b of one half group (codes v, scales sv) times token x:
  * rows_generic's fp32 operations. */
 AVX2 INLINE __m256 a2_step(__m256 acc, const __m256i v[8], struct a2_scale sv,
-			   const struct qx_row *x, int b, enum kt_dtype dt)
+			   const struct qx_row *x, int b, enum kt_dtype dt, const int sgn)
 {
 	__m256i i0, i1 = _mm256_setzero_si256();
-	a2_dot(v, x->q + (size_t)b * QB, dt, &i0, &i1);
+	a2_dot(v, x->q + (size_t)b * QB, dt, sgn, &i0, &i1);
 	int32_t sl = x->sl[b], sh = x->sh[b];
 	__m256 dx = _mm256_set1_ps(x->d[b]);
 	switch (dt) {
 	case KT_Q8_0:
 	case KT_Q4_0: {
 		int32_t o = dt == KT_Q8_0 ? 128 : 8;
-		i0 = _mm256_sub_epi32(i0, _mm256_set1_epi32(o * (sl + sh)));
+		if (!sgn)
+			i0 = _mm256_sub_epi32(i0, _mm256_set1_epi32(o * (sl + sh)));
 		return _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(sv.a, dx), acc);
 	}
 	case KT_Q6_K:
@@ -846,7 +872,7 @@ AVX2 INLINE __m256 a2_step(__m256 acc, const __m256i v[8], struct a2_scale sv,
 /* Groups g0 .. g0+NG-1 (both halves) x tokens t0 .. t0+NT-1, all
  * sub-blocks. */
 AVX2 INLINE void a2_qtile(float *y, const uint8_t *qx, const struct cpu_qpack *p, enum kt_dtype dt,
-			  int g0, int t0, const int NG, const int NT)
+			  const int sgn, int g0, int t0, const int NG, const int NT)
 {
 	__m256 acc[QGR_MAX][2][QT_MAX];
 	struct qx_row x[QT_MAX];
@@ -875,7 +901,7 @@ AVX2 INLINE void a2_qtile(float *y, const uint8_t *qx, const struct cpu_qpack *p
 				struct a2_scale sv = a2_scales(p, gp[g], b, hf, dt);
 #pragma GCC unroll 4
 				for (int t = 0; t < NT; t++)
-					acc[g][hf][t] = a2_step(acc[g][hf][t], v, sv, &x[t], b, dt);
+					acc[g][hf][t] = a2_step(acc[g][hf][t], v, sv, &x[t], b, dt, sgn);
 			}
 		}
 	}
@@ -895,35 +921,36 @@ AVX2 INLINE void a2_qtile(float *y, const uint8_t *qx, const struct cpu_qpack *p
 }
 
 AVX2 INLINE void rows_avx2(float *y, const uint8_t *qx, const struct cpu_qpack *p,
-			   enum kt_dtype dt, int n_tok, int g0, int g1)
+			   enum kt_dtype dt, const int sgn, int n_tok, int g0, int g1)
 {
 	int g = g0;
 	if (n_tok == 1) {
 		for (; g < g1; g++)
-			a2_qtile(y, qx, p, dt, g, 0, 1, 1);
+			a2_qtile(y, qx, p, dt, sgn, g, 0, 1, 1);
 		return;
 	}
 	for (; g < g1; g++) {
 		int t = 0;
 		for (; t + 4 <= n_tok; t += 4)
-			a2_qtile(y, qx, p, dt, g, t, 1, 4);
+			a2_qtile(y, qx, p, dt, sgn, g, t, 1, 4);
 		for (; t < n_tok; t++)
-			a2_qtile(y, qx, p, dt, g, t, 1, 1);
+			a2_qtile(y, qx, p, dt, sgn, g, t, 1, 1);
 	}
 }
 
-#define QROWS2_FOR(name, dt)                                                           \
+#define QROWS2_FOR(name, dt, sgn)                                                      \
 	AVX2 static void name(float *y, const uint8_t *qx, const struct cpu_qpack *p,    \
 			      int n_tok, int g0, int g1)                                 \
 	{                                                                              \
-		rows_avx2(y, qx, p, dt, n_tok, g0, g1);                                  \
+		rows_avx2(y, qx, p, dt, sgn, n_tok, g0, g1);                             \
 	}
 
-QROWS2_FOR(qrows2_q8_0, KT_Q8_0)
-QROWS2_FOR(qrows2_q4_0, KT_Q4_0)
-QROWS2_FOR(qrows2_q4_k, KT_Q4_K)
-QROWS2_FOR(qrows2_q5_k, KT_Q5_K)
-QROWS2_FOR(qrows2_q6_k, KT_Q6_K)
+QROWS2_FOR(qrows2_q8_0, KT_Q8_0, 1)
+QROWS2_FOR(qrows2_q8_0n, KT_Q8_0, 0)
+QROWS2_FOR(qrows2_q4_0, KT_Q4_0, 0)
+QROWS2_FOR(qrows2_q4_k, KT_Q4_K, 0)
+QROWS2_FOR(qrows2_q5_k, KT_Q5_K, 0)
+QROWS2_FOR(qrows2_q6_k, KT_Q6_K, 0)
 #endif /* __x86_64__ */
 
 int cpu_qpack_groups(const struct cpu_qpack *p)
@@ -937,7 +964,12 @@ void cpu_qpack_rows(int isa, float *y, const uint8_t *qx, const struct cpu_qpack
 #if defined(__x86_64__)
 	if (isa == CPU_ISA_AVX2) {
 		switch (p->dt) {
-		case KT_Q8_0: qrows2_q8_0(y, qx, p, n_tok, g0, g1); return;
+		case KT_Q8_0:
+			if (p->q8_min)
+				qrows2_q8_0n(y, qx, p, n_tok, g0, g1);
+			else
+				qrows2_q8_0(y, qx, p, n_tok, g0, g1);
+			return;
 		case KT_Q4_0: qrows2_q4_0(y, qx, p, n_tok, g0, g1); return;
 		case KT_Q4_K: qrows2_q4_k(y, qx, p, n_tok, g0, g1); return;
 		case KT_Q5_K: qrows2_q5_k(y, qx, p, n_tok, g0, g1); return;

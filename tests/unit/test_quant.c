@@ -1474,6 +1474,79 @@ static void test_packed_quantize_x_special(void **state)
 	free(b);
 }
 
+/* Q8_0 codes of -128 (which quantizers never write) made -127: the AVX2
+ * kernel then takes its sign-trick form (|x| times q * sign(x)), which
+ * needs q > -128; with one left it keeps the nibble form. Returns how many
+ * were changed. */
+static size_t q8_drop_min(struct q_case *c)
+{
+	size_t rb = kt_row_bytes(KT_Q8_0, (size_t)c->w.cols), n = 0;
+	for (int r = 0; r < c->w.rows; r++)
+		for (int b = 0; b < c->w.cols / 32; b++)
+			for (int j = 0; j < 32; j++) {
+				uint8_t *q = c->data + (size_t)r * rb + (size_t)b * 34 + 2 + j;
+				if (*q == 0x80) {
+					*q = 0x81;
+					n++;
+				}
+			}
+	return n;
+}
+
+/* The AVX2 Q8_0 kernel's two forms, each bit-identical to the portable
+ * kernel: codes without -128 (sign trick), the same with one -128 put back
+ * in a row (nibbles), codes of +-127 with activations of -128 (from NaN;
+ * the largest pair sums of the sign trick, 2 * 128 * 127);
+ * n_tok 1 and 7, group ranges. */
+static void test_packed_q8_forms(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	rng_seed(406);
+	for (int form = 0; form < 3; form++)
+		for (int K = 32; K <= 800; K += 768) {
+			const int R = 37, T = 7;
+			struct q_case c;
+			q_case_make(&c, KT_Q8_0, R, K, T);
+			q8_drop_min(&c);
+			size_t rb = kt_row_bytes(KT_Q8_0, (size_t)K);
+			if (form == 1)
+				c.data[(size_t)(R / 2) * rb + 2 + 5] = 0x80;   /* row R/2, code 5: -128 */
+			if (form == 2) {
+				/* all codes +-127, x = -128 * dx exactly in odd places */
+				for (int r = 0; r < R; r++)
+					for (int b = 0; b < K / 32; b++)
+						for (int j = 0; j < 32; j++)
+							c.data[(size_t)r * rb + (size_t)b * 34 + 2 + j] =
+								(uint8_t)(int8_t)(rng_u64() & 1 ? 127 : -127);
+				/* NaN activations are coded -128 (the only way
+				 * ordinary-sized blocks get it) */
+				for (int i = 0; i < T * K; i++)
+					c.x[i] = i & 1 ? NAN : (float)(rng_u64() % 255) / 254.0f;
+			}
+			float *yp = xmalloc((size_t)T * R * sizeof(float));
+			float *ya = xmalloc((size_t)T * R * sizeof(float));
+			struct cpu_qpack *p;
+			assert_int_equal(cpu_qpack_new(&c.w, NULL, &p), 0);
+			uint8_t *qx = qx_alloc(T, K);
+			cpu_qx_quantize(CPU_ISA_PORTABLE, qx, c.x, K, 0, T);
+			for (int nt = 1; nt <= T; nt += T - 1) {
+				poison(yp, (size_t)T * R);
+				poison(ya, (size_t)T * R);
+				cpu_qpack_rows(CPU_ISA_PORTABLE, yp, qx, p, nt, 0, cpu_qpack_groups(p));
+				cpu_qpack_rows(CPU_ISA_AVX2, ya, qx, p, nt, 0, 1);
+				cpu_qpack_rows(CPU_ISA_AVX2, ya, qx, p, nt, 1, cpu_qpack_groups(p));
+				expect_same(yp, ya, (size_t)nt * R, "q8_0 form %d, %d x %d n_tok %d: avx2 vs "
+					    "portable", form, R, K, nt);
+			}
+			free(qx);
+			cpu_qpack_free(p);
+			free(yp);
+			free(ya);
+			q_case_done(&c);
+		}
+}
+
 /* Llama 3.2-1B's matrix shapes (dim 2048, kv 512, ffn 8192; a slice of the
  * 128256-row classifier) on random weights, each packed dtype: the AVX2
  * kernel bit-identical to the portable one at n_tok 1 and 7 and a token's
@@ -1487,15 +1560,19 @@ static void test_packed_real_shapes(void **state)
 		{ 2048, 2048, 7 }, { 512, 2048, 7 }, { 8192, 2048, 7 }, { 2048, 8192, 7 },
 		{ 1000, 2048, 7 },
 	};
-	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	/* Q8_0 twice: with the raw rows' -128 codes (nibble form), without
+	 * (sign-trick form) */
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
 	rng_seed(405);
 	for (size_t di = 0; di < N_ELEMS(dts); di++)
 		for (size_t si = 0; si < N_ELEMS(shapes); si++) {
-			if (di >= 2 && si != 1 && si != 3)
+			if (di >= 3 && si != 1 && si != 3)
 				continue;   /* K-quants: two shapes (time) */
 			int R = shapes[si].rows, K = shapes[si].cols, T = shapes[si].ntok;
 			struct q_case c;
 			q_case_make(&c, dts[di], R, K, T);
+			if (di == 1)
+				assert_true(q8_drop_min(&c) > 0);
 			size_t n = (size_t)T * R;
 			float *yp = xmalloc(n * sizeof(float)), *ya = xmalloc(n * sizeof(float));
 			float *y1 = xmalloc(n * sizeof(float));
@@ -1673,6 +1750,7 @@ int main(void)
 		cmocka_unit_test(test_packed_group_range),
 		cmocka_unit_test(test_packed_quantize_x),
 		cmocka_unit_test(test_packed_quantize_x_special),
+		cmocka_unit_test(test_packed_q8_forms),
 		cmocka_unit_test(test_packed_real_shapes),
 		cmocka_unit_test(test_packed_out_of_memory),
 	};
