@@ -7,10 +7,18 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/threadpool.h"
 
+/* Which vector code a kernel runs. Every choice gives the same bits. */
+enum cpu_isa {
+	CPU_ISA_PORTABLE = 0,  /* plain C */
+	CPU_ISA_AVX512 = 1,    /* AVX-512F/BW/VL (packed quantized: + VNNI) */
+	CPU_ISA_AVX2 = 2,      /* AVX2 + FMA + F16C */
+};
+
 struct cpu_backend {
 	struct backend be;
 	struct tpool *pool;
 	int have_avx512;
+	int have_avx2;          /* AVX2 + FMA + F16C (used without AVX-512) */
 	float **scratch;        /* per-thread scratch (attention scores) */
 	size_t scratch_len;     /* floats in each */
 	int have_vnni;          /* AVX512-VNNI: quantized weights are packed */
@@ -33,14 +41,16 @@ int cpu_qpack_groups(const struct cpu_qpack *p);
 /* Bytes of one token's quantized activations of width cols. */
 size_t cpu_qx_row_bytes(int cols);
 /* Quantize tokens [t0, t1) of x (rows of cols) into qx (rows of
- * cpu_qx_row_bytes(cols), 64-byte aligned). vnni picks the vector code;
- * the bytes are the same either way. */
-void cpu_qx_quantize(int vnni, uint8_t *qx, const float *x, int cols, int t0, int t1);
+ * cpu_qx_row_bytes(cols), 64-byte aligned). isa (enum cpu_isa) picks the
+ * vector code; the bytes are the same whichever. */
+void cpu_qx_quantize(int isa, uint8_t *qx, const float *x, int cols, int t0, int t1);
 /* y (n_tok x rows) for row groups [g0, g1) of p from quantized activations;
- * vnni picks the AVX512-VNNI kernel; the result is bit-identical either way
- * and for any group range. */
-void cpu_qpack_rows(int vnni, float *y, const uint8_t *qx, const struct cpu_qpack *p,
+ * isa picks the kernel (CPU_ISA_AVX512: AVX512-VNNI; CPU_ISA_AVX2); the
+ * result is bit-identical whichever and for any group range. */
+void cpu_qpack_rows(int isa, float *y, const uint8_t *qx, const struct cpu_qpack *p,
 		    int n_tok, int g0, int g1);
+/* The isa of the packed kernels on this backend. */
+int cpu_q_isa(const struct cpu_backend *cb);
 
 /* Matmul entry point of the CPU backend (kernels/cpu/matmul.c). */
 void cpu_matmul(struct backend *be, float *y, const float *x,
@@ -48,10 +58,12 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 
 /* Single-threaded matmul of rows [r0, r1) of w (any dtype; Q8_0/Q4_0 need
  * w->cols a multiple of kt_block_weights(w->dtype)), for testing and for the pool workers.
- * avx512 selects the AVX-512 kernels; the result is bit-identical either
- * way, and for any row range. */
-void cpu_matmul_rows(int avx512, float *y, const float *x,
+ * isa (enum cpu_isa) selects the kernels (the caller checks the CPU has
+ * them); the result is bit-identical whichever, and for any row range. */
+void cpu_matmul_rows(int isa, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1);
+/* The isa cpu_matmul uses on this backend. */
+int cpu_mm_isa(const struct cpu_backend *cb);
 
 /* Room in cb->qx for n_tok tokens of width cols: 0 or -ENOMEM. */
 int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols);

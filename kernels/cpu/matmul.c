@@ -436,6 +436,386 @@ ROWS_FOR(rows_q4_0, rows_q_avx512, KT_Q4_0)
 ROWS_FOR(rows_q4_k, rows_q_avx512, KT_Q4_K)
 ROWS_FOR(rows_q5_k, rows_q_avx512, KT_Q5_K)
 ROWS_FOR(rows_q6_k, rows_q_avx512, KT_Q6_K)
+
+/* ---- AVX2 + FMA + F16C ---------------------------------------------------
+ *
+ * The same arithmetic with 8-lane registers (CPUs without AVX-512): the
+ * 16-lane accumulator of an element is kept as two halves, lanes 0-7 and
+ * 8-15 (lane j still takes input columns k + j, k = 0, 16, ...), and the
+ * horizontal sum adds the halves (s = 8), the 128-bit halves of that (4),
+ * then pairs (2) and the last two (1): rows_generic's tree, so the bits are
+ * those of rows_generic and of the AVX-512 path. The tail (K % 16 columns)
+ * runs on zero-padded copies and is blended so that the lanes past K keep
+ * their value, as rows_generic leaves them.
+ */
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* lanes 0-15 as two halves -> the fixed reduction tree */
+AVX2 INLINE float a2_hsum(__m256 lo, __m256 hi)
+{
+	__m256 v = _mm256_add_ps(lo, hi);
+	__m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	a = _mm_add_ps(a, _mm_movehl_ps(a, a));
+	a = _mm_add_ss(a, _mm_movehdup_ps(a));
+	return _mm_cvtss_f32(a);
+}
+
+/* Eight weights from element i as fp32. */
+AVX2 INLINE __m256 a2_ld_w(const void *base, enum kt_dtype dt, size_t i)
+{
+	if (dt == KT_F32)
+		return _mm256_loadu_ps((const float *)base + i);
+	__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)base + i));
+	if (dt == KT_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Lanes [0, n) of 8 set, as a blend mask (n may be <= 0 or >= 8). */
+AVX2 INLINE __m256 a2_mask(int n)
+{
+	return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
+						      _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+/* One NT x NR tile: tokens [t0, t0+NT) x rows [r0, r0+NR). */
+AVX2 INLINE void a2_tile(float *y, const float *x, const void *w, enum kt_dtype dt,
+			 int K, int N, int t0, int r0, const int NT, const int NR)
+{
+	__m256 lo[4][4], hi[4][4];
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			lo[t][r] = hi[t][r] = _mm256_setzero_ps();
+	const char *wb = (const char *)w;
+	const size_t esz = dt == KT_F32 ? 4 : 2;
+	int k = 0;
+	for (; k + 16 <= K; k += 16) {
+		if (t0 == 0) {
+			/* the next row block, as the AVX-512 tile does */
+#pragma GCC unroll 4
+			for (int r = 0; r < NR; r++)
+				_mm_prefetch(wb + ((size_t)(r0 + NR + r) * K + k) * esz, _MM_HINT_T0);
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m256 wl = a2_ld_w(w, dt, (size_t)(r0 + r) * K + k);
+			__m256 wh = a2_ld_w(w, dt, (size_t)(r0 + r) * K + k + 8);
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				const float *xp = x + (size_t)(t0 + t) * K + k;
+				lo[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp), wl, lo[t][r]);
+				hi[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 8), wh, hi[t][r]);
+			}
+		}
+	}
+	if (k < K) {
+		const int n = K - k;
+		const __m256 ml = a2_mask(n), mh = a2_mask(n - 8);
+		float xt[4][16] __attribute__((aligned(32)));
+#pragma GCC unroll 4
+		for (int t = 0; t < NT; t++) {
+			memset(xt[t], 0, sizeof(xt[t]));
+			memcpy(xt[t], x + (size_t)(t0 + t) * K + k, (size_t)n * sizeof(float));
+		}
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			float wt[16] __attribute__((aligned(32))) = { 0 };
+			memcpy(wt, wb + ((size_t)(r0 + r) * K + k) * esz, (size_t)n * esz);
+			__m256 wl = a2_ld_w(wt, dt, 0), wh = a2_ld_w(wt, dt, 8);
+#pragma GCC unroll 4
+			for (int t = 0; t < NT; t++) {
+				lo[t][r] = _mm256_blendv_ps(lo[t][r],
+					_mm256_fmadd_ps(_mm256_load_ps(xt[t]), wl, lo[t][r]), ml);
+				hi[t][r] = _mm256_blendv_ps(hi[t][r],
+					_mm256_fmadd_ps(_mm256_load_ps(xt[t] + 8), wh, hi[t][r]), mh);
+			}
+		}
+	}
+#pragma GCC unroll 4
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++)
+			y[(size_t)(t0 + t) * N + r0 + r] = a2_hsum(lo[t][r], hi[t][r]);
+}
+
+/* All tokens x rows [r0, r1) for one dtype (dt is a constant at each call):
+ * batch 1 four rows at a time; batches 3 tokens x 2 rows (12 of the 16
+ * registers accumulate), then the tails. */
+AVX2 INLINE void rows_avx2(float *y, const float *x, const void *w, enum kt_dtype dt,
+			   int K, int N, int n_tok, int r0, int r1)
+{
+	int r = r0;
+	if (n_tok == 1) {
+		for (; r + 4 <= r1; r += 4)
+			a2_tile(y, x, w, dt, K, N, 0, r, 1, 4);
+		for (; r < r1; r++)
+			a2_tile(y, x, w, dt, K, N, 0, r, 1, 1);
+		return;
+	}
+	for (; r + 2 <= r1; r += 2) {
+		int t = 0;
+		for (; t + 3 <= n_tok; t += 3)
+			a2_tile(y, x, w, dt, K, N, t, r, 3, 2);
+		switch (n_tok - t) {
+		case 2: a2_tile(y, x, w, dt, K, N, t, r, 2, 2); break;
+		case 1: a2_tile(y, x, w, dt, K, N, t, r, 1, 2); break;
+		}
+	}
+	for (; r < r1; r++) {
+		int t = 0;
+		for (; t + 4 <= n_tok; t += 4)
+			a2_tile(y, x, w, dt, K, N, t, r, 4, 1);
+		for (; t < n_tok; t++)
+			a2_tile(y, x, w, dt, K, N, t, r, 1, 1);
+	}
+}
+
+#define ROWS_FOR2(name, impl, dt)                                                 \
+	AVX2 static void name(float *y, const float *x, const void *w, int K, int N, \
+			      int n_tok, int r0, int r1)                             \
+	{                                                                       \
+		impl(y, x, w, dt, K, N, n_tok, r0, r1);                           \
+	}
+
+ROWS_FOR2(rows2_f32, rows_avx2, KT_F32)
+ROWS_FOR2(rows2_f16, rows_avx2, KT_F16)
+ROWS_FOR2(rows2_bf16, rows_avx2, KT_BF16)
+
+/* ---- AVX2: block-quantized weights dequantized to fp32 --------------------
+ *
+ * rows_generic_q's arithmetic in 8-lane halves: every weight is the exact
+ * fp32 value kt_row_to_f32 gives (Q8_0 d * q, Q4_0 d * (q - 8): products
+ * of the f16 scale and a small integer, exact), fused into lane j of the
+ * element's 16-lane accumulator for weight j of each 16-weight half block;
+ * then a2_hsum. Batch 1 (Q8_0, Q4_0) dequantizes in registers from
+ * Q2_STREAMS streams of consecutive rows, as rows_q_1 does; batches and the
+ * K-quants dequantize a row block a chunk at a time into a buffer (the
+ * K-quants with kt_row_to_f32) and run token x row tiles over it.
+ */
+#define Q2_STREAMS 4    /* rows per batch-1 tile, one per stream */
+
+/* The block's f16 scale, converted and broadcast. */
+AVX2 INLINE __m256 a2_q_scale(const uint8_t *blk)
+{
+	short h;
+	memcpy(&h, blk, 2);
+	return _mm256_cvtph_ps(_mm_set1_epi16(h));
+}
+
+/* Weights 0-7, 8-15, 16-23, 24-31 of one Q8_0 / Q4_0 block; d its scale. */
+AVX2 INLINE void a2_q_deq(const uint8_t *blk, enum kt_dtype dt, __m256 d, __m256 w[4])
+{
+	if (dt == KT_Q8_0) {
+#pragma GCC unroll 4
+		for (int i = 0; i < 4; i++)
+			w[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+				_mm_loadl_epi64((const __m128i *)(blk + 2 + 8 * i)))));
+		return;
+	}
+	/* byte i: weight i in the low nibble, i + 16 in the high one */
+	const __m256i m = _mm256_set1_epi32(15), o = _mm256_set1_epi32(8);
+	__m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 2)));
+	__m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(blk + 10)));
+	w[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(a, m), o)));
+	w[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(b, m), o)));
+	w[2] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(a, 4), o)));
+	w[3] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(b, 4), o)));
+}
+
+/* Batch-1 tile: rows r0, r0 + stride, ..., of the one token; each row's
+ * bytes pf further on are prefetched. */
+AVX2 INLINE void a2_qtile_1(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
+			    int K, int r0, int stride, size_t pf, const int NR)
+{
+	const size_t bb = q_block_bytes(dt), rb = (size_t)K / KT_QBLOCK * bb;
+	const int nb = K / KT_QBLOCK;
+	const uint8_t *row[Q2_STREAMS];
+	__m256 lo[Q2_STREAMS], hi[Q2_STREAMS];
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++) {
+		row[r] = w + (size_t)(r0 + r * stride) * rb;
+		lo[r] = hi[r] = _mm256_setzero_ps();
+	}
+	for (int b = 0; b < nb; b++) {
+		size_t off = (size_t)b * bb;
+		if (dt == KT_Q8_0 || b % 3 == 0) {
+#pragma GCC unroll 4
+			for (int r = 0; r < NR; r++)
+				_mm_prefetch((const char *)row[r] + pf + off, _MM_HINT_T0);
+		}
+		const float *xb = x + (size_t)b * KT_QBLOCK;
+#pragma GCC unroll 4
+		for (int r = 0; r < NR; r++) {
+			__m256 wv[4];
+			a2_q_deq(row[r] + off, dt, a2_q_scale(row[r] + off), wv);
+			lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb), wv[0], lo[r]);
+			hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 8), wv[1], hi[r]);
+			lo[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 16), wv[2], lo[r]);
+			hi[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xb + 24), wv[3], hi[r]);
+		}
+	}
+#pragma GCC unroll 4
+	for (int r = 0; r < NR; r++)
+		y[r0 + r * stride] = a2_hsum(lo[r], hi[r]);
+}
+
+/* Batch 1, rows [r0, r1): Q2_STREAMS streams of L consecutive rows, then
+ * the rest one at a time. */
+AVX2 INLINE void a2_rows_q_1(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
+			     int K, int r0, int r1)
+{
+	const size_t rb = (size_t)K / KT_QBLOCK * q_block_bytes(dt);
+	const int L = (r1 - r0) / Q2_STREAMS;
+	for (int j = 0; j < L; j++)
+		a2_qtile_1(y, x, w, dt, K, r0 + j, L, 2 * rb, Q2_STREAMS);
+	for (int r = r0 + Q2_STREAMS * L; r < r1; r++)
+		a2_qtile_1(y, x, w, dt, K, r, 1, rb, 1);
+}
+
+/* Dequantize NR rows (row[]) over columns [k0, k0+kn) into wbuf[r][0..kn);
+ * as q_deq_rows. */
+AVX2 INLINE void a2_q_deq_rows(float *wbuf, const uint8_t *const *row, enum kt_dtype dt,
+			       int k0, int kn, size_t pf, const int NR)
+{
+	if (dt == KT_Q4_K || dt == KT_Q5_K || dt == KT_Q6_K) {
+		const size_t bb = kt_row_bytes(dt, KT_QK_K);
+		for (int r = 0; r < NR; r++) {
+			const uint8_t *p = row[r] + (size_t)(k0 / KT_QK_K) * bb;
+			if (pf)
+				for (size_t o = 0; o < (size_t)(kn / KT_QK_K) * bb; o += 64)
+					_mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
+			kt_row_to_f32(dt, p, wbuf + (size_t)r * QK, (size_t)kn);
+		}
+		return;
+	}
+	const size_t bb = q_block_bytes(dt);
+	int b0 = k0 / KT_QBLOCK, nb = kn / KT_QBLOCK;
+	for (int r = 0; r < NR; r++)
+		for (int b = 0; b < nb; b++) {
+			const uint8_t *blk = row[r] + (size_t)(b0 + b) * bb;
+			if (pf)
+				_mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
+			__m256 wv[4];
+			a2_q_deq(blk, dt, a2_q_scale(blk), wv);
+			float *o = wbuf + (size_t)r * QK + b * KT_QBLOCK;
+#pragma GCC unroll 4
+			for (int i = 0; i < 4; i++)
+				_mm256_storeu_ps(o + 8 * i, wv[i]);
+		}
+}
+
+/* NT tokens x NR rows (row offsets rw[] into wbuf) over one chunk: the
+ * halves (abuf[t][r], 16 floats) += x[t][k0..k0+kn) * wbuf rows; first:
+ * start from zero. */
+AVX2 INLINE void a2_qtile_n(float *abuf, const float *x, const float *wbuf, int K, int k0,
+			    int kn, int first, int rb0, const int NT, const int NR)
+{
+	__m256 lo[3][2], hi[3][2];
+#pragma GCC unroll 3
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+		for (int r = 0; r < NR; r++) {
+			const float *a = abuf + ((size_t)t * QR + rb0 + r) * 16;
+			lo[t][r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(a);
+			hi[t][r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(a + 8);
+		}
+	for (int k = 0; k < kn; k += 16) {
+#pragma GCC unroll 2
+		for (int r = 0; r < NR; r++) {
+			const float *wr = wbuf + (size_t)(rb0 + r) * QK + k;
+			__m256 wl = _mm256_loadu_ps(wr), wh = _mm256_loadu_ps(wr + 8);
+#pragma GCC unroll 3
+			for (int t = 0; t < NT; t++) {
+				const float *xp = x + (size_t)t * K + k0 + k;
+				lo[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp), wl, lo[t][r]);
+				hi[t][r] = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 8), wh, hi[t][r]);
+			}
+		}
+	}
+#pragma GCC unroll 3
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 2
+		for (int r = 0; r < NR; r++) {
+			float *a = abuf + ((size_t)t * QR + rb0 + r) * 16;
+			_mm256_storeu_ps(a, lo[t][r]);
+			_mm256_storeu_ps(a + 8, hi[t][r]);
+		}
+}
+
+/* Tokens [t0, t0+nt) (nt <= QT) x the NR rows of one row block (row[];
+ * output rows r0, r0 + stride, ...), all chunks; pf as a2_q_deq_rows. */
+AVX2 INLINE void a2_q_block_rows(float *y, const float *x, const uint8_t *const *row,
+				 enum kt_dtype dt, size_t pf, int K, int N, int t0, int nt,
+				 int r0, int stride, const int NR)
+{
+	float wbuf[QR * QK] __attribute__((aligned(32)));
+	float abuf[QT * QR * 16] __attribute__((aligned(32)));
+	const float *xt = x + (size_t)t0 * K;
+	for (int k0 = 0; k0 < K; k0 += QK) {
+		int kn = K - k0 < QK ? K - k0 : QK, first = k0 == 0;
+		a2_q_deq_rows(wbuf, row, dt, k0, kn, t0 == 0 ? pf : 0, NR);
+		for (int rp = 0; rp < NR; rp += 2) {
+			int t = 0;
+			for (; t + 3 <= nt; t += 3) {
+				float *ab = abuf + (size_t)t * QR * 16;
+				const float *xr = xt + (size_t)t * K;
+				if (NR - rp >= 2)
+					a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 3, 2);
+				else
+					a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 3, 1);
+			}
+			float *ab = abuf + (size_t)t * QR * 16;
+			const float *xr = xt + (size_t)t * K;
+			switch ((nt - t) * 2 + (NR - rp >= 2 ? 2 : 1)) {
+			case 6: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 2, 2); break;
+			case 5: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 2, 1); break;
+			case 4: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 1, 2); break;
+			case 3: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 1, 1); break;
+			}
+		}
+	}
+	for (int t = 0; t < nt; t++)
+		for (int r = 0; r < NR; r++) {
+			const float *a = abuf + ((size_t)t * QR + r) * 16;
+			y[(size_t)(t0 + t) * N + r0 + r * stride] =
+				a2_hsum(_mm256_loadu_ps(a), _mm256_loadu_ps(a + 8));
+		}
+}
+
+/* All tokens x rows [r0, r1) of a quantized matrix (dt constant per call),
+ * as rows_q_avx512. */
+AVX2 INLINE void rows_q_avx2(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
+			     int K, int N, int n_tok, int r0, int r1)
+{
+	if (n_tok == 1 && (dt == KT_Q8_0 || dt == KT_Q4_0)) {
+		a2_rows_q_1(y, x, w, dt, K, r0, r1);
+		return;
+	}
+	const size_t rb = kt_row_bytes(dt, (size_t)K);
+	int L = (r1 - r0) / QR;
+	for (int j = 0; j < L; j++) {
+		const uint8_t *row[QR];
+		for (int i = 0; i < QR; i++)
+			row[i] = w + (size_t)(r0 + j + i * L) * rb;
+		for (int t = 0; t < n_tok; t += QT)
+			a2_q_block_rows(y, x, row, dt, 2 * rb, K, N, t,
+					n_tok - t < QT ? n_tok - t : QT, r0 + j, L, QR);
+	}
+	for (int r = r0 + QR * L; r < r1; r++) {
+		const uint8_t *row[1] = { w + (size_t)r * rb };
+		for (int t = 0; t < n_tok; t += QT)
+			a2_q_block_rows(y, x, row, dt, rb, K, N, t,
+					n_tok - t < QT ? n_tok - t : QT, r, 1, 1);
+	}
+}
+
+ROWS_FOR2(rows2_q8_0, rows_q_avx2, KT_Q8_0)
+ROWS_FOR2(rows2_q4_0, rows_q_avx2, KT_Q4_0)
+ROWS_FOR2(rows2_q4_k, rows_q_avx2, KT_Q4_K)
+ROWS_FOR2(rows2_q5_k, rows_q_avx2, KT_Q5_K)
+ROWS_FOR2(rows2_q6_k, rows_q_avx2, KT_Q6_K)
 #endif /* __x86_64__ */
 
 static float w_at(const void *w, enum kt_dtype dt, size_t i)
@@ -503,11 +883,23 @@ static void rows_generic_q(float *y, const float *x, const struct kt_weight *w,
 	}
 }
 
-void cpu_matmul_rows(int avx512, float *y, const float *x,
+void cpu_matmul_rows(int isa, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1)
 {
 #if defined(__x86_64__)
-	if (avx512) {
+	if (isa == CPU_ISA_AVX2) {
+		switch (w->dtype) {
+		case KT_F32: rows2_f32(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_F16: rows2_f16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_BF16: rows2_bf16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q8_0: rows2_q8_0(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q4_0: rows2_q4_0(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q4_K: rows2_q4_k(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q5_K: rows2_q5_k(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		case KT_Q6_K: rows2_q6_k(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
+		}
+	}
+	if (isa == CPU_ISA_AVX512) {
 		switch (w->dtype) {
 		case KT_F32: rows_f32(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
 		case KT_F16: rows_f16(y, x, w->data, w->cols, w->rows, n_tok, r0, r1); return;
@@ -520,7 +912,7 @@ void cpu_matmul_rows(int avx512, float *y, const float *x,
 		}
 	}
 #else
-	(void)avx512;
+	(void)isa;
 #endif
 	if (kt_dtype_is_quant(w->dtype))
 		rows_generic_q(y, x, w, n_tok, r0, r1);
@@ -533,8 +925,13 @@ struct mm_job {
 	const float *x;
 	const struct kt_weight *w;
 	int n_tok;
-	int avx512;
+	int isa;
 };
+
+int cpu_mm_isa(const struct cpu_backend *cb)
+{
+	return cb->have_avx512 ? CPU_ISA_AVX512 : cb->have_avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+}
 
 static void mm_worker(void *ctx, int ith, int nth)
 {
@@ -546,7 +943,7 @@ static void mm_worker(void *ctx, int ith, int nth)
 	if (r1 > rows)
 		r1 = rows;
 	if (r0 < r1)
-		cpu_matmul_rows(j->avx512, j->y, j->x, j->w, j->n_tok, r0, r1);
+		cpu_matmul_rows(j->isa, j->y, j->x, j->w, j->n_tok, r0, r1);
 }
 
 int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols)
@@ -570,8 +967,13 @@ struct qmm_job {
 	const float *x;
 	const struct kt_weight *w;
 	uint8_t *qx;
-	int n_tok, vnni;
+	int n_tok, isa;
 };
+
+int cpu_q_isa(const struct cpu_backend *cb)
+{
+	return cb->have_vnni ? CPU_ISA_AVX512 : cb->have_avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+}
 
 static void qx_worker(void *ctx, int ith, int nth)
 {
@@ -580,7 +982,7 @@ static void qx_worker(void *ctx, int ith, int nth)
 	if (t1 > j->n_tok)
 		t1 = j->n_tok;
 	if (t0 < t1)
-		cpu_qx_quantize(j->vnni, j->qx, j->x, j->w->cols, t0, t1);
+		cpu_qx_quantize(j->isa, j->qx, j->x, j->w->cols, t0, t1);
 }
 
 static void qmm_worker(void *ctx, int ith, int nth)
@@ -595,7 +997,7 @@ static void qmm_worker(void *ctx, int ith, int nth)
 	if (g1 > ng)
 		g1 = ng;
 	if (g0 < g1)
-		cpu_qpack_rows(j->vnni, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
+		cpu_qpack_rows(j->isa, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
 }
 
 void cpu_matmul(struct backend *be, float *y, const float *x,
@@ -604,14 +1006,14 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	size_t wbytes = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
 	if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
-		struct qmm_job q = { y, x, w, cb->qx, n_tok, cb->have_vnni };
+		struct qmm_job q = { y, x, w, cb->qx, n_tok, cpu_q_isa(cb) };
 		int nth = tpool_size(cb->pool);
 		tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
 		tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);
 		return;
 	}
 	/* not packed (or no memory for the activations: the exact path) */
-	struct mm_job j = { y, x, w, n_tok, cb->have_avx512 };
+	struct mm_job j = { y, x, w, n_tok, cpu_mm_isa(cb) };
 	size_t work = wbytes + (size_t)n_tok * w->rows * w->cols / 4;
 	/* below ~256 KiB of weights a second thread costs more than it gives */
 	int nth = work < (256u << 10) ? 1 : tpool_size(cb->pool);

@@ -668,6 +668,31 @@ static int detect_avx512(void)
 #endif
 }
 
+/* The CPU has AVX2 + FMA + F16C (the switch aside). */
+static int cpu_avx2(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+static int detect_avx2(void)
+{
+#if defined(__x86_64__)
+	if (backend_env_flag("LLAMAD_NO_AVX2"))
+		return 0;
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
 static int detect_vnni(void)
 {
 #if defined(__x86_64__)
@@ -691,14 +716,19 @@ struct backend *backend_cpu_new(int n_threads)
 	cb->be.n_threads = n_threads;
 	cb->be.host_mem = 1;
 	cb->have_avx512 = detect_avx512();
-	/* the packed form's results do not depend on the kernel, so
-	 * LLAMAD_NO_AVX512 keeps packing and runs the portable one */
+	cb->have_avx2 = detect_avx2();
+	/* quantized weights are packed for 8-bit activations where the CPU
+	 * has AVX512-VNNI or AVX2; the packed form's results do not depend on
+	 * the kernel, so LLAMAD_NO_AVX512 / LLAMAD_NO_AVX2 keep packing and
+	 * run the next kernel down (AVX2, then the portable one) */
 	int vnni = detect_vnni();
-	cb->pack_quant = vnni && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
+	cb->pack_quant = (vnni || cpu_avx2()) && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
 	cb->have_vnni = cb->have_avx512 && vnni;
 	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s", n_threads,
-		 n_threads == 1 ? "" : "s", cb->have_avx512 ? ", avx512" : "",
-		 cb->pack_quant ? (cb->have_vnni ? ", vnni" : ", packed quantized") : "");
+		 n_threads == 1 ? "" : "s",
+		 cb->have_avx512 ? ", avx512" : cb->have_avx2 ? ", avx2" : "",
+		 !cb->pack_quant ? "" : cb->have_vnni ? ", vnni" :
+		 cb->have_avx2 ? ", int8 dot" : ", packed quantized");
 	cb->pool = tpool_new(n_threads);
 	cb->scratch = cb->pool ? calloc((size_t)n_threads, sizeof(float *)) : NULL;
 	if (!cb->pool || !cb->scratch || ensure_scratch(cb, 4096) != 0) {

@@ -48,7 +48,7 @@ awk -v a="$p32" -v b="$p4" 'BEGIN { exit !(a > 1 && b <= a * 1.10) }' ||
 # and greedy text of its own weights dequantized to f32 (llamad-quantize
 # --type f32 of it): that matmul is the f32 one on the dequantized rows. By
 # default (8-bit activations and integer dot products where the CPU has
-# AVX512-VNNI) the perplexity must be within 1 % of the dequantized copy's.
+# AVX512-VNNI or AVX2) the perplexity must be within 1 % of the dequantized copy's.
 # A Q4_K tensor whose rows are not whole super-blocks is refused, naming the
 # tensor.
 MODELS="$MODELS" "$BUILD/llamad-genmodel" --shape stories110M --layers 1 --out "$dir/hf" \

@@ -168,6 +168,26 @@ static int have_avx512(void)
 #endif
 }
 
+static int have_avx2(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+/* cmocka's skip() with the reason on the test's output. */
+#define SKIP_WITHOUT(cond, what)                                                 \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			print_message("skipped: this CPU has no %s\n", what);     \
+			skip();                                                  \
+		}                                                                \
+	} while (0)
+
 /* ---- matmul ------------------------------------------------------------- */
 
 static const enum kt_dtype mm_dtypes[] = { KT_F32, KT_F16, KT_BF16 };
@@ -245,7 +265,7 @@ static void mm_check(const struct mm_case *c, const float *y, int n_tok, const c
 }
 
 /* Run one matmul path into y (poisoned first). path: 0 rows portable,
- * 1 rows avx512, 2 backend 1 thread, 3 backend 2 threads. */
+ * 1 rows avx512, 2 backend 1 thread, 3 backend 2 threads, 4 rows avx2. */
 static struct backend *g_be1, *g_be2;
 
 static void mm_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
@@ -256,11 +276,18 @@ static void mm_run(int path, float *y, const float *x, const struct kt_weight *w
 	case 1: cpu_matmul_rows(1, y, x, w, n_tok, 0, w->rows); break;
 	case 2: g_be1->ops->matmul(g_be1, y, x, w, n_tok); break;
 	case 3: g_be2->ops->matmul(g_be2, y, x, w, n_tok); break;
+	case 4: cpu_matmul_rows(CPU_ISA_AVX2, y, x, w, n_tok, 0, w->rows); break;
 	}
 }
 
-static const char *const path_name[] = { "rows(avx512=0)", "rows(avx512=1)",
-					  "backend(1)", "backend(2)" };
+static const char *const path_name[] = { "rows(portable)", "rows(avx512)",
+					  "backend(1)", "backend(2)", "rows(avx2)" };
+
+/* The rows path of an isa (enum cpu_isa). */
+static int isa_path(int isa)
+{
+	return isa == CPU_ISA_AVX512 ? 1 : isa == CPU_ISA_AVX2 ? 4 : 0;
+}
 
 /* For every shape: each token's row alone (n_tok = 1) vs the reference;
  * then every n_tok vs the reference, each of its rows bit-identical
@@ -313,6 +340,72 @@ static void test_matmul_avx512(void **state)
 	mm_path_all(1);
 }
 
+static void test_matmul_avx2(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	mm_path_all(4);
+}
+
+/* The AVX2 tiles against the portable loop, bit for bit, on every small
+ * shape that reaches a tile edge: K = 1..33 (every tail length, none) and
+ * wider ones, rows 1..9 (the 4-row and 2-row tiles and their tails), every
+ * n_tok 1..9 (3-token tiles and the 2- and 1-token tails, 4 x 1 on the last
+ * row); a split row range. Then products that underflow to -0: the lanes
+ * past a tail must keep their -0 (rows_generic never touches them), so a
+ * row whose every product is a negative zero sums to -0. */
+static void test_matmul_avx2_bits(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	static const int cols[] = { 1, 2, 7, 8, 9, 15, 16, 17, 23, 24, 31, 32, 33, 100, 288, 301 };
+	rng_seed(11);
+	for (size_t di = 0; di < N_ELEMS(mm_dtypes); di++)
+		for (size_t ci = 0; ci < N_ELEMS(cols); ci++)
+			for (int R = 1; R <= 9; R += (R < 5 ? 1 : 4)) {
+				struct mm_case c;
+				int K = cols[ci];
+				mm_case_make(&c, mm_dtypes[di], R, K);
+				size_t ny = (size_t)MAX_TOK * R;
+				float *a = xmalloc(ny * sizeof(float)), *b = xmalloc(ny * sizeof(float));
+				for (int nt = 1; nt <= 9; nt++) {
+					mm_run(0, a, c.x, &c.w, nt);
+					mm_run(4, b, c.x, &c.w, nt);
+					if (memcmp(a, b, (size_t)nt * R * sizeof(float)))
+						fail_msg("avx2 %s rows %d cols %d n_tok %d differs from portable",
+							 kt_dtype_name(c.w.dtype), R, K, nt);
+				}
+				int cut = R / 2;
+				poison(b, ny);
+				cpu_matmul_rows(CPU_ISA_AVX2, b, c.x, &c.w, 9, 0, cut);
+				cpu_matmul_rows(CPU_ISA_AVX2, b, c.x, &c.w, 9, cut, R);
+				mm_run(0, a, c.x, &c.w, 9);
+				assert_memory_equal(a, b, (size_t)9 * R * sizeof(float));
+				free(a);
+				free(b);
+				mm_case_done(&c);
+			}
+	/* f32 weights 1e-30, activations -1e-30: every product -1e-60, a
+	 * negative zero in fp32 */
+	for (int K = 16; K <= 47; K++) {
+		float *w = xmalloc((size_t)K * sizeof(float)), *x = xmalloc((size_t)K * sizeof(float));
+		for (int k = 0; k < K; k++) {
+			w[k] = 1e-30f;
+			x[k] = -1e-30f;
+		}
+		struct kt_weight wt = { w, KT_F32, 1, K, NULL };
+		float ya, yb;
+		cpu_matmul_rows(CPU_ISA_PORTABLE, &ya, x, &wt, 1, 0, 1);
+		cpu_matmul_rows(CPU_ISA_AVX2, &yb, x, &wt, 1, 0, 1);
+		assert_true(ya == 0 && signbit(ya));
+		if (memcmp(&ya, &yb, sizeof(float)))
+			fail_msg("cols %d: avx2 %g (sign %d) vs portable -0", K, (double)yb,
+				 signbit(yb) != 0);
+		free(w);
+		free(x);
+	}
+}
+
 static void test_matmul_backend_1thread(void **state)
 {
 	(void)state;
@@ -331,7 +424,7 @@ static void test_matmul_threads_and_splits(void **state)
 {
 	(void)state;
 	rng_seed(7);
-	int avx = have_avx512();
+	int avx = have_avx512(), avx2 = have_avx2();
 	for (size_t di = 0; di < N_ELEMS(mm_dtypes); di++)
 		for (size_t ci = 0; ci < N_ELEMS(mm_cols); ci++)
 			for (size_t ri = 0; ri < N_ELEMS(mm_rows); ri++) {
@@ -352,12 +445,19 @@ static void test_matmul_threads_and_splits(void **state)
 					mm_run(1, b, c.x, &c.w, MAX_TOK);
 					assert_memory_equal(a, b, ny * sizeof(float));
 				}
-				for (int p = 0; p <= avx; p++) {
-					mm_run(p, a, c.x, &c.w, MAX_TOK);
+				if (avx2) {
+					mm_run(0, a, c.x, &c.w, MAX_TOK);
+					mm_run(4, b, c.x, &c.w, MAX_TOK);
+					assert_memory_equal(a, b, ny * sizeof(float));
+				}
+				for (int isa = 0; isa <= CPU_ISA_AVX2; isa++) {
+					if ((isa == CPU_ISA_AVX512 && !avx) || (isa == CPU_ISA_AVX2 && !avx2))
+						continue;
+					mm_run(isa_path(isa), a, c.x, &c.w, MAX_TOK);
 					int cut = R / 3 + (R > 1);
 					poison(b, ny);
-					cpu_matmul_rows(p, b, c.x, &c.w, MAX_TOK, 0, cut);
-					cpu_matmul_rows(p, b, c.x, &c.w, MAX_TOK, cut, R);
+					cpu_matmul_rows(isa, b, c.x, &c.w, MAX_TOK, 0, cut);
+					cpu_matmul_rows(isa, b, c.x, &c.w, MAX_TOK, cut, R);
 					assert_memory_equal(a, b, ny * sizeof(float));
 				}
 				free(a);
@@ -366,45 +466,51 @@ static void test_matmul_threads_and_splits(void **state)
 			}
 }
 
-/* backend_cpu_new picks the AVX-512 path when the CPU has it and the
- * portable one under LLAMAD_NO_AVX512=1; its output is bit-identical to the
- * chosen rows path. */
+/* backend_cpu_new picks the AVX-512 path when the CPU has it, else AVX2
+ * where the CPU has that, else the portable one; LLAMAD_NO_AVX512=1 and
+ * LLAMAD_NO_AVX2=1 take them away. Its output is bit-identical to the
+ * chosen rows path, and its description names the vector code. */
 static void test_matmul_dispatch(void **state)
 {
 	(void)state;
 	rng_seed(8);
-	const char *env = getenv("LLAMAD_NO_AVX512");
-	char *saved = env ? strdup(env) : NULL;
+	static const char *const vars[2] = { "LLAMAD_NO_AVX512", "LLAMAD_NO_AVX2" };
+	char *saved[2];
+	for (int v = 0; v < 2; v++) {
+		const char *e = getenv(vars[v]);
+		saved[v] = e ? strdup(e) : NULL;
+	}
 	struct mm_case c;
 	mm_case_make(&c, KT_F16, 37, 172);
 	size_t ny = (size_t)MAX_TOK * 37;
 	float *a = xmalloc(ny * sizeof(float)), *b = xmalloc(ny * sizeof(float));
-
-	assert_int_equal(setenv("LLAMAD_NO_AVX512", "1", 1), 0);
-	struct backend *be = backend_cpu_new(1);
-	assert_non_null(be);
-	assert_int_equal(((struct cpu_backend *)be)->have_avx512, 0);
-	poison(a, ny);
-	be->ops->matmul(be, a, c.x, &c.w, MAX_TOK);
-	mm_run(0, b, c.x, &c.w, MAX_TOK);
-	assert_memory_equal(a, b, ny * sizeof(float));
-	backend_free(be);
-
-	assert_int_equal(unsetenv("LLAMAD_NO_AVX512"), 0);
-	be = backend_cpu_new(1);
-	assert_non_null(be);
-	int avx = ((struct cpu_backend *)be)->have_avx512;
-	assert_int_equal(avx, have_avx512());
-	poison(a, ny);
-	be->ops->matmul(be, a, c.x, &c.w, MAX_TOK);
-	mm_run(avx, b, c.x, &c.w, MAX_TOK);
-	assert_memory_equal(a, b, ny * sizeof(float));
-	backend_free(be);
+	/* bit v of `off`: vars[v] set */
+	for (int off = 0; off < 4; off++) {
+		for (int v = 0; v < 2; v++)
+			assert_int_equal(off >> v & 1 ? setenv(vars[v], "1", 1) : unsetenv(vars[v]), 0);
+		struct backend *be = backend_cpu_new(1);
+		assert_non_null(be);
+		struct cpu_backend *cb = (struct cpu_backend *)be;
+		int want512 = !(off & 1) && have_avx512(), want2 = !(off & 2) && have_avx2();
+		assert_int_equal(cb->have_avx512, want512);
+		assert_int_equal(cb->have_avx2, want2);
+		int isa = want512 ? CPU_ISA_AVX512 : want2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
+		assert_int_equal(cpu_mm_isa(cb), isa);
+		assert_int_equal(strstr(be->desc, ", avx512") != NULL, want512);
+		assert_int_equal(strstr(be->desc, ", avx2") != NULL, !want512 && want2);
+		poison(a, ny);
+		be->ops->matmul(be, a, c.x, &c.w, MAX_TOK);
+		mm_run(isa_path(isa), b, c.x, &c.w, MAX_TOK);
+		assert_memory_equal(a, b, ny * sizeof(float));
+		mm_run(0, b, c.x, &c.w, MAX_TOK);
+		assert_memory_equal(a, b, ny * sizeof(float));
+		backend_free(be);
+	}
 	backend_free(NULL);
-	if (saved)
-		assert_int_equal(setenv("LLAMAD_NO_AVX512", saved, 1), 0);
-	free(saved);
-
+	for (int v = 0; v < 2; v++) {
+		assert_int_equal(saved[v] ? setenv(vars[v], saved[v], 1) : unsetenv(vars[v]), 0);
+		free(saved[v]);
+	}
 	free(a);
 	free(b);
 	mm_case_done(&c);
@@ -1172,6 +1278,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matmul_portable),
 		cmocka_unit_test(test_matmul_avx512),
+		cmocka_unit_test(test_matmul_avx2),
+		cmocka_unit_test(test_matmul_avx2_bits),
 		cmocka_unit_test(test_matmul_backend_1thread),
 		cmocka_unit_test(test_matmul_backend_2threads),
 		cmocka_unit_test(test_matmul_threads_and_splits),

@@ -166,6 +166,26 @@ static int have_avx512(void)
 #endif
 }
 
+static int have_avx2(void)
+{
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c");
+#else
+	return 0;
+#endif
+}
+
+/* cmocka's skip() with the reason on the test's output. */
+#define SKIP_WITHOUT(cond, what)                                                 \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			print_message("skipped: this CPU has no %s\n", what);     \
+			skip();                                                  \
+		}                                                                \
+	} while (0)
+
 static struct backend *g_be1, *g_be2;
 
 /* ---- sizes and names ------------------------------------------------------ */
@@ -824,7 +844,8 @@ static void q_check(const struct q_case *c, const float *y, int n_tok, const cha
 		}
 }
 
-/* path: 0 rows portable, 1 rows avx512, 2 backend 1 thread, 3 backend 2 */
+/* path: 0 rows portable, 1 rows avx512, 2 backend 1 thread, 3 backend 2,
+ * 4 rows avx2 */
 static void q_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
 {
 	poison(y, (size_t)n_tok * w->rows);
@@ -833,11 +854,18 @@ static void q_run(int path, float *y, const float *x, const struct kt_weight *w,
 	case 1: cpu_matmul_rows(1, y, x, w, n_tok, 0, w->rows); break;
 	case 2: g_be1->ops->matmul(g_be1, y, x, w, n_tok); break;
 	case 3: g_be2->ops->matmul(g_be2, y, x, w, n_tok); break;
+	case 4: cpu_matmul_rows(CPU_ISA_AVX2, y, x, w, n_tok, 0, w->rows); break;
 	}
 }
 
-static const char *const path_name[] = { "rows(avx512=0)", "rows(avx512=1)",
-					  "backend(1)", "backend(2)" };
+static const char *const path_name[] = { "rows(portable)", "rows(avx512)",
+					  "backend(1)", "backend(2)", "rows(avx2)" };
+
+/* 1 if the rows path p (0, 1 or 4) runs on this CPU */
+static int path_here(int p)
+{
+	return p == 1 ? have_avx512() : p == 4 ? have_avx2() : 1;
+}
 
 static void expect_same(const float *a, const float *b, size_t n, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
@@ -913,6 +941,13 @@ static void test_matmul_k_avx512(void **state)
 	k_path_all(1);
 }
 
+static void test_matmul_k_avx2(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	k_path_all(4);
+}
+
 static void test_matmul_k_backend_1thread(void **state)
 {
 	(void)state;
@@ -939,6 +974,55 @@ static void test_matmul_q_avx512(void **state)
 	q_path_all(1);
 }
 
+static void test_matmul_q_avx2(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	q_path_all(4);
+}
+
+/* The AVX2 exact path against the portable one, bit for bit: every dtype,
+ * rows 1..9 (the 4-stream batch-1 tiles and their one-row rest, the 4-row
+ * blocks and 2-row tiles of batches), widths of 1 to 17 blocks (K-quants 1,
+ * 2, 3 super-blocks: a 256-column tail past the 512-column chunk), every
+ * n_tok 1..9 (3-token tiles and the 2- and 1-token rests); each split of
+ * the rows in two. */
+static void test_matmul_q_avx2_bits(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	static const int qcols[] = { 32, 64, 96, 544 }, kcols[] = { 256, 512, 768 };
+	rng_seed(310);
+	for (size_t di = 0; di < N_ELEMS(dts); di++)
+		for (int ci = 0; ci < (is_k(dts[di]) ? 3 : 4); ci++)
+			for (int R = 1; R <= 9; R++) {
+				int K = is_k(dts[di]) ? kcols[ci] : qcols[ci];
+				struct q_case c;
+				q_case_make(&c, dts[di], R, K, 9);
+				size_t n = (size_t)9 * R;
+				float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float));
+				for (int nt = 1; nt <= 9; nt++) {
+					q_run(0, a, c.x, &c.w, nt);
+					q_run(4, b, c.x, &c.w, nt);
+					expect_same(a, b, (size_t)nt * R, "avx2 %s %d x %d n_tok %d vs portable",
+						    kt_dtype_name(c.w.dtype), R, K, nt);
+				}
+				for (int cut = 1; cut < R; cut++)
+					for (int nt = 1; nt <= 9; nt += 8) {
+						q_run(0, a, c.x, &c.w, nt);
+						poison(b, n);
+						cpu_matmul_rows(CPU_ISA_AVX2, b, c.x, &c.w, nt, 0, cut);
+						cpu_matmul_rows(CPU_ISA_AVX2, b, c.x, &c.w, nt, cut, R);
+						expect_same(a, b, (size_t)nt * R, "avx2 %s %d x %d n_tok %d: rows "
+							    "split at %d", kt_dtype_name(c.w.dtype), R, K, nt, cut);
+					}
+				free(a);
+				free(b);
+				q_case_done(&c);
+			}
+}
+
 static void test_matmul_q_backend_1thread(void **state)
 {
 	(void)state;
@@ -963,7 +1047,7 @@ struct q_shape {
 static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct q_shape *shapes,
 			    size_t n_shapes)
 {
-	int avx = have_avx512();
+	static const int isa_of[5] = { CPU_ISA_PORTABLE, CPU_ISA_AVX512, -1, -1, CPU_ISA_AVX2 };
 	rng_seed(300);
 	for (size_t di = 0; di < n_dt; di++)
 		for (size_t si = 0; si < n_shapes; si++) {
@@ -971,15 +1055,15 @@ static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct 
 			struct q_case c;
 			q_case_make(&c, dts[di], R, K, T);
 			size_t n = (size_t)T * R;
-			float *y[4];
-			for (int p = 0; p < 4; p++) {
+			float *y[5];
+			for (int p = 0; p < 5; p++) {
 				y[p] = xmalloc(n * sizeof(float));
-				if (p == 1 && !avx)
+				if (!path_here(p))
 					continue;
 				q_run(p, y[p], c.x, &c.w, T);
 			}
-			for (int p = 1; p < 4; p++) {
-				if (p == 1 && !avx)
+			for (int p = 1; p < 5; p++) {
+				if (!path_here(p))
 					continue;
 				expect_same(y[0], y[p], n, "%s %d x %d, n_tok %d: %s vs %s",
 					    kt_dtype_name(c.w.dtype), R, K, T, path_name[0],
@@ -988,20 +1072,20 @@ static void paths_identical(const enum kt_dtype *dts, size_t n_dt, const struct 
 			if (R * K <= 130 * 2048 && T <= 4)
 				q_check(&c, y[0], T, "portable");
 			/* a sub-range, as a thread would compute it */
-			for (int p = 0; p < 2; p++) {
-				if (p == 1 && !avx)
+			for (int p = 0; p < 5; p++) {
+				if (isa_of[p] < 0 || !path_here(p))
 					continue;
 				float *ys = xmalloc(n * sizeof(float));
 				poison(ys, n);
 				int r0 = R / 3, r1 = R - R / 5;
-				cpu_matmul_rows(p, ys, c.x, &c.w, T, r0, r1);
+				cpu_matmul_rows(isa_of[p], ys, c.x, &c.w, T, r0, r1);
 				for (int t = 0; t < T; t++)
 					expect_same(y[0] + (size_t)t * R + r0, ys + (size_t)t * R + r0,
 						    (size_t)(r1 - r0), "%s %d x %d: rows [%d, %d) alone, %s",
 						    kt_dtype_name(c.w.dtype), R, K, r0, r1, path_name[p]);
 				free(ys);
 			}
-			for (int p = 0; p < 4; p++)
+			for (int p = 0; p < 5; p++)
 				free(y[p]);
 			q_case_done(&c);
 		}
@@ -1034,7 +1118,8 @@ static void test_matmul_k_paths_identical(void **state)
 /* ---- packed weights, 8-bit activations (kernels/cpu/qdot.c) ------------
  *
  * Paths: 4 portable, 5 AVX512-VNNI (cpu_qx_quantize + cpu_qpack_rows), 6 and
- * 7 the 1- and 2-thread backends on a weight placed for matmul. Bounds, with
+ * 7 the 1- and 2-thread backends on a weight placed for matmul (they pack
+ * where the CPU has VNNI or AVX2), 8 AVX2. Bounds, with
  * x^ the activations as quantized (dx * xq, decoded here from the bytes the
  * portable quantizer wrote):
  *   vs sum_k w_k x^_k (double):  |y - ref^| <= 1e-5 * sum |w x^|
@@ -1054,6 +1139,23 @@ static int have_vnni(void)
 #endif
 }
 
+/* The backends pack quantized weights (and use the 8-bit kernels). */
+static int backends_pack(void)
+{
+	return have_vnni() || have_avx2();
+}
+
+/* The kernel isa of packed path 4, 5 or 8, or -1 if this CPU lacks it. */
+static int packed_isa(int path)
+{
+	switch (path) {
+	case 4: return CPU_ISA_PORTABLE;
+	case 5: return have_vnni() ? CPU_ISA_AVX512 : -1;
+	case 8: return have_avx2() ? CPU_ISA_AVX2 : -1;
+	}
+	return -1;
+}
+
 static uint8_t *qx_alloc(int n_tok, int cols)
 {
 	void *p = NULL;
@@ -1062,14 +1164,14 @@ static uint8_t *qx_alloc(int n_tok, int cols)
 	return p;
 }
 
-/* y = x W^T through path 4-7; returns 0, or -1 when the path is missing
- * here (no VNNI: the backends do not pack). */
+/* y = x W^T through path 4-8; returns 0, or -1 when the path is missing
+ * here (no VNNI or no AVX2; neither: the backends do not pack). */
 static int qp_run(int path, float *y, const float *x, const struct kt_weight *w, int n_tok)
 {
 	poison(y, (size_t)n_tok * w->rows);
-	if (path >= 5 && !have_vnni())
-		return -1;
-	if (path >= 6) {
+	if (path == 6 || path == 7) {
+		if (!backends_pack())
+			return -1;
 		struct backend *be = path == 6 ? g_be1 : g_be2;
 		struct kt_weight pw;
 		assert_int_equal(be->ops->weight_place(be, &pw, w, KT_USE_MATMUL), 0);
@@ -1080,11 +1182,14 @@ static int qp_run(int path, float *y, const float *x, const struct kt_weight *w,
 		assert_null(pw.pack);
 		return 0;
 	}
+	int isa = packed_isa(path);
+	if (isa < 0)
+		return -1;
 	struct cpu_qpack *p;
 	assert_int_equal(cpu_qpack_new(w, NULL, &p), 0);
 	uint8_t *qx = qx_alloc(n_tok, w->cols);
-	cpu_qx_quantize(path == 5, qx, x, w->cols, 0, n_tok);
-	cpu_qpack_rows(path == 5, y, qx, p, n_tok, 0, cpu_qpack_groups(p));
+	cpu_qx_quantize(isa, qx, x, w->cols, 0, n_tok);
+	cpu_qpack_rows(isa, y, qx, p, n_tok, 0, cpu_qpack_groups(p));
 	free(qx);
 	cpu_qpack_free(p);
 	return 0;
@@ -1130,7 +1235,7 @@ static void test_packed_matmul(void **state)
 {
 	(void)state;
 	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
-	static const int rows[] = { 1, 17, 37, 130 }, ntok[] = { 1, 2, 5, 9 };
+	static const int rows[] = { 1, 17, 37, 130 }, ntok[] = { 1, 2, 3, 5, 7, 9 };
 	rng_seed(400);
 	for (size_t di = 0; di < N_ELEMS(dts); di++)
 		for (int ci = 0; ci < 2; ci++)
@@ -1143,7 +1248,7 @@ static void test_packed_matmul(void **state)
 				for (int t = 0; t < 9; t++)
 					qp_run(4, y1 + (size_t)t * R, c.x + (size_t)t * K, &c.w, 1);
 				qp_check(&c, y1, 9);
-				for (int path = 4; path < 8; path++)
+				for (int path = 4; path <= 8; path++)
 					for (size_t ti = 0; ti < N_ELEMS(ntok); ti++) {
 						if (qp_run(path, y, c.x, &c.w, ntok[ti]))
 							continue;
@@ -1176,7 +1281,10 @@ static void test_packed_group_range(void **state)
 		cpu_qx_quantize(0, qx, c.x, K, 0, T);
 		float *y = xmalloc((size_t)T * R * sizeof(float));
 		float *ys = xmalloc((size_t)T * R * sizeof(float));
-		for (int v = 0; v <= have_vnni(); v++)
+		for (int path = 4; path <= 8; path += 4) {
+			int v = packed_isa(path);
+			if (v < 0)
+				continue;
 			for (int nt = 1; nt <= T; nt += T - 1) {
 				poison(y, (size_t)T * R);
 				poison(ys, (size_t)T * R);
@@ -1184,9 +1292,23 @@ static void test_packed_group_range(void **state)
 				cpu_qpack_rows(v, ys, qx, p, nt, 0, 3);
 				cpu_qpack_rows(v, ys, qx, p, nt, 3, 9);
 				cpu_qpack_rows(v, ys, qx, p, nt, 9, 12);
-				expect_same(y, ys, (size_t)nt * R, "packed %s vnni %d n_tok %d: group ranges",
+				expect_same(y, ys, (size_t)nt * R, "packed %s isa %d n_tok %d: group ranges",
 					    kt_dtype_name(c.w.dtype), v, nt);
 			}
+		}
+		if (have_vnni()) {
+			/* the VNNI kernel over the same ranges */
+			for (int nt = 1; nt <= T; nt += T - 1) {
+				poison(y, (size_t)T * R);
+				poison(ys, (size_t)T * R);
+				cpu_qpack_rows(CPU_ISA_AVX512, y, qx, p, nt, 0, 12);
+				cpu_qpack_rows(CPU_ISA_AVX512, ys, qx, p, nt, 0, 3);
+				cpu_qpack_rows(CPU_ISA_AVX512, ys, qx, p, nt, 3, 9);
+				cpu_qpack_rows(CPU_ISA_AVX512, ys, qx, p, nt, 9, 12);
+				expect_same(y, ys, (size_t)nt * R, "packed %s vnni n_tok %d: group ranges",
+					    kt_dtype_name(c.w.dtype), nt);
+			}
+		}
 		free(ys);
 		free(y);
 		free(qx);
@@ -1205,8 +1327,7 @@ static void test_packed_out_of_memory(void **state)
 #if defined(__SANITIZE_ADDRESS__)
 	skip();
 #else
-	if (!have_vnni())
-		skip();
+	SKIP_WITHOUT(backends_pack(), "AVX512-VNNI or AVX2 (no packing)");
 	struct backend *be = backend_cpu_new(1);
 	assert_non_null(be);
 	struct q_case c;
@@ -1269,7 +1390,12 @@ static void test_packed_quantize_x(void **state)
 	memset(b, 0, 3 * rb);
 	cpu_qx_quantize(0, a, x, K, 0, 3);
 	if (have_vnni()) {
-		cpu_qx_quantize(1, b, x, K, 0, 3);
+		cpu_qx_quantize(CPU_ISA_AVX512, b, x, K, 0, 3);
+		assert_memory_equal(a, b, 3 * rb);
+	}
+	if (have_avx2()) {
+		memset(b, 0, 3 * rb);
+		cpu_qx_quantize(CPU_ISA_AVX2, b, x, K, 0, 3);
 		assert_memory_equal(a, b, 3 * rb);
 	}
 	const int8_t *q = (const int8_t *)(a + rb);
@@ -1296,6 +1422,204 @@ static void test_packed_quantize_x(void **state)
 		assert_int_equal(((const int8_t *)(a + 2 * rb))[i], 0);
 	free(a);
 	free(b);
+}
+
+/* The AVX2 activation quantizer writes the portable code's bytes on blocks
+ * that are not ordinary numbers too: a NaN among finite values (passed
+ * over by the maximum, coded -128), +-inf (scale inf, every code from
+ * x * 0: -128 for the infinities' NaN, 0 else), only subnormals (the scale
+ * underflows, 1/dx overflows: codes clamped to +-127 / -128, zeros' NaN
+ * -128), negative zeros, exact ties at +-127.5 and +-0.5, and values
+ * clamped at 127 and -128 by the fp32 rounding of x * (1/dx). */
+static void test_packed_quantize_x_special(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	enum { NBLK = 10, K = 32 * NBLK };
+	float x[K];
+	rng_seed(404);
+	for (int i = 0; i < K; i++)
+		x[i] = rng_float(-2, 2);
+	x[3] = NAN;                               /* block 0 */
+	x[32 + 5] = INFINITY;                     /* block 1 */
+	x[64 + 9] = -INFINITY;                    /* block 2 */
+	x[64 + 10] = INFINITY;
+	for (int i = 0; i < 32; i++) {
+		x[96 + i] = (i % 3 - 1) * 1e-42f;     /* block 3: subnormals and zeros */
+		x[128 + i] = -0.0f;                   /* block 4 */
+		x[160 + i] = (float)(i - 16) * 0.5f;  /* block 5: ties at +-0.5 steps */
+		x[192 + i] = (i & 1 ? -1 : 1) * 1.7e-38f * (float)(i + 1); /* block 6: tiny normals */
+		x[224 + i] = (float)(i - 16) / 16.0f;   /* block 7: -1 .. 15/16 */
+	}
+	x[160 + 31] = 127.0f * 0.5f;              /* dx = 0.5 */
+	x[256 + 0] = 3.0f;                        /* block 8: a maximum of 3, a tie of 1.5 */
+	x[256 + 1] = 1.5f * 3.0f / 127.0f;
+	x[288 + 30] = NAN;                        /* block 9: NaN (in the last 8) and an infinity */
+	x[288 + 8] = -INFINITY;
+	size_t rb = cpu_qx_row_bytes(K);
+	uint8_t *a = qx_alloc(1, K), *b = qx_alloc(1, K);
+	memset(a, 0x55, rb);
+	memset(b, 0xaa, rb);
+	cpu_qx_quantize(CPU_ISA_PORTABLE, a, x, K, 0, 1);
+	cpu_qx_quantize(CPU_ISA_AVX2, b, x, K, 0, 1);
+	for (int blk = 0; blk < NBLK; blk++) {
+		if (memcmp(a + 32 * blk, b + 32 * blk, 32))
+			fail_msg("block %d: codes differ from the portable quantizer's", blk);
+		for (int k = 0; k < 3; k++)
+			if (memcmp(a + K + 4 * (k * NBLK + blk), b + K + 4 * (k * NBLK + blk), 4))
+				fail_msg("block %d: %s differs from the portable quantizer's", blk,
+					 k == 0 ? "the scale" : k == 1 ? "sl" : "sh");
+	}
+	free(a);
+	free(b);
+}
+
+/* Q8_0 codes of -128 (which quantizers never write) made -127: the AVX2
+ * kernel then takes its sign-trick form (|x| times q * sign(x)), which
+ * needs q > -128; with one left it keeps the nibble form. Returns how many
+ * were changed. */
+static size_t q8_drop_min(struct q_case *c)
+{
+	size_t rb = kt_row_bytes(KT_Q8_0, (size_t)c->w.cols), n = 0;
+	for (int r = 0; r < c->w.rows; r++)
+		for (int b = 0; b < c->w.cols / 32; b++)
+			for (int j = 0; j < 32; j++) {
+				uint8_t *q = c->data + (size_t)r * rb + (size_t)b * 34 + 2 + j;
+				if (*q == 0x80) {
+					*q = 0x81;
+					n++;
+				}
+			}
+	return n;
+}
+
+/* The AVX2 Q8_0 kernel's two forms, each bit-identical to the portable
+ * kernel: codes without -128 (sign trick), the same with one -128 put back
+ * in a row (nibbles), codes of +-127 with activations of -128 (from NaN;
+ * the largest pair sums of the sign trick, 2 * 128 * 127);
+ * n_tok 1 and 7, group ranges. */
+static void test_packed_q8_forms(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	rng_seed(406);
+	for (int form = 0; form < 3; form++)
+		for (int K = 32; K <= 800; K += 768) {
+			const int R = 37, T = 7;
+			struct q_case c;
+			q_case_make(&c, KT_Q8_0, R, K, T);
+			q8_drop_min(&c);
+			size_t rb = kt_row_bytes(KT_Q8_0, (size_t)K);
+			if (form == 1)
+				c.data[(size_t)(R / 2) * rb + 2 + 5] = 0x80;   /* row R/2, code 5: -128 */
+			if (form == 2) {
+				/* all codes +-127, x = -128 * dx exactly in odd places */
+				for (int r = 0; r < R; r++)
+					for (int b = 0; b < K / 32; b++)
+						for (int j = 0; j < 32; j++)
+							c.data[(size_t)r * rb + (size_t)b * 34 + 2 + j] =
+								(uint8_t)(int8_t)(rng_u64() & 1 ? 127 : -127);
+				/* NaN activations are coded -128 (the only way
+				 * ordinary-sized blocks get it) */
+				for (int i = 0; i < T * K; i++)
+					c.x[i] = i & 1 ? NAN : (float)(rng_u64() % 255) / 254.0f;
+			}
+			float *yp = xmalloc((size_t)T * R * sizeof(float));
+			float *ya = xmalloc((size_t)T * R * sizeof(float));
+			struct cpu_qpack *p;
+			assert_int_equal(cpu_qpack_new(&c.w, NULL, &p), 0);
+			uint8_t *qx = qx_alloc(T, K);
+			cpu_qx_quantize(CPU_ISA_PORTABLE, qx, c.x, K, 0, T);
+			for (int nt = 1; nt <= T; nt += T - 1) {
+				poison(yp, (size_t)T * R);
+				poison(ya, (size_t)T * R);
+				cpu_qpack_rows(CPU_ISA_PORTABLE, yp, qx, p, nt, 0, cpu_qpack_groups(p));
+				cpu_qpack_rows(CPU_ISA_AVX2, ya, qx, p, nt, 0, 1);
+				cpu_qpack_rows(CPU_ISA_AVX2, ya, qx, p, nt, 1, cpu_qpack_groups(p));
+				expect_same(yp, ya, (size_t)nt * R, "q8_0 form %d, %d x %d n_tok %d: avx2 vs "
+					    "portable", form, R, K, nt);
+			}
+			free(qx);
+			cpu_qpack_free(p);
+			free(yp);
+			free(ya);
+			q_case_done(&c);
+		}
+}
+
+/* Llama 3.2-1B's matrix shapes (dim 2048, kv 512, ffn 8192; a slice of the
+ * 128256-row classifier) on random weights, each packed dtype: the AVX2
+ * kernel bit-identical to the portable one at n_tok 1 and 7 and a token's
+ * rows alone equal to the same rows in the batch of 7; the 2-thread
+ * backend equal to both; every 61st row within qp_check's bounds. */
+static void test_packed_real_shapes(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(have_avx2(), "AVX2+FMA+F16C");
+	static const struct q_shape shapes[] = {
+		{ 2048, 2048, 7 }, { 512, 2048, 7 }, { 8192, 2048, 7 }, { 2048, 8192, 7 },
+		{ 1000, 2048, 7 },
+	};
+	/* Q8_0 twice: with the raw rows' -128 codes (nibble form), without
+	 * (sign-trick form) */
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
+	rng_seed(405);
+	for (size_t di = 0; di < N_ELEMS(dts); di++)
+		for (size_t si = 0; si < N_ELEMS(shapes); si++) {
+			if (di >= 3 && si != 1 && si != 3)
+				continue;   /* K-quants: two shapes (time) */
+			int R = shapes[si].rows, K = shapes[si].cols, T = shapes[si].ntok;
+			struct q_case c;
+			q_case_make(&c, dts[di], R, K, T);
+			if (di == 1)
+				assert_true(q8_drop_min(&c) > 0);
+			size_t n = (size_t)T * R;
+			float *yp = xmalloc(n * sizeof(float)), *ya = xmalloc(n * sizeof(float));
+			float *y1 = xmalloc(n * sizeof(float));
+			struct cpu_qpack *p;
+			assert_int_equal(cpu_qpack_new(&c.w, NULL, &p), 0);
+			uint8_t *qx = qx_alloc(T, K);
+			cpu_qx_quantize(CPU_ISA_PORTABLE, qx, c.x, K, 0, T);
+			poison(yp, n);
+			poison(ya, n);
+			cpu_qpack_rows(CPU_ISA_PORTABLE, yp, qx, p, T, 0, cpu_qpack_groups(p));
+			cpu_qpack_rows(CPU_ISA_AVX2, ya, qx, p, T, 0, cpu_qpack_groups(p));
+			expect_same(yp, ya, n, "%s %d x %d n_tok %d: avx2 vs portable",
+				    kt_dtype_name(c.w.dtype), R, K, T);
+			for (int t = 0; t < T; t++) {
+				const uint8_t *qt = qx + (size_t)t * cpu_qx_row_bytes(K);
+				poison(y1, (size_t)R);
+				cpu_qpack_rows(CPU_ISA_AVX2, y1, qt, p, 1, 0, cpu_qpack_groups(p));
+				expect_same(ya + (size_t)t * R, y1, (size_t)R,
+					    "%s %d x %d: token %d alone vs in a batch of %d (avx2)",
+					    kt_dtype_name(c.w.dtype), R, K, t, T);
+			}
+			qp_run(7, y1, c.x, &c.w, T);
+			expect_same(yp, y1, n, "%s %d x %d n_tok %d: backend(2) vs portable",
+				    kt_dtype_name(c.w.dtype), R, K, T);
+			/* bounds on a sample of rows: qp_check on a matrix of them */
+			int ns = (R + 60) / 61;
+			struct q_case sc = c;
+			size_t rb = kt_row_bytes(c.w.dtype, (size_t)K);
+			sc.data = xmalloc((size_t)ns * rb);
+			float *ys = xmalloc((size_t)T * ns * sizeof(float));
+			for (int i = 0; i < ns; i++) {
+				memcpy(sc.data + (size_t)i * rb, c.data + (size_t)(61 * i) * rb, rb);
+				for (int t = 0; t < T; t++)
+					ys[(size_t)t * ns + i] = ya[(size_t)t * R + 61 * i];
+			}
+			sc.w.data = sc.data;
+			sc.w.rows = ns;
+			qp_check(&sc, ys, T);
+			free(sc.data);
+			free(ys);
+			free(qx);
+			cpu_qpack_free(p);
+			free(yp);
+			free(ya);
+			free(y1);
+			q_case_done(&c);
+		}
 }
 
 /* ---- embed ----------------------------------------------------------------- */
@@ -1404,6 +1728,8 @@ int main(void)
 		cmocka_unit_test(test_row_to_f32_plain),
 		cmocka_unit_test(test_matmul_q_portable),
 		cmocka_unit_test(test_matmul_q_avx512),
+		cmocka_unit_test(test_matmul_q_avx2),
+		cmocka_unit_test(test_matmul_q_avx2_bits),
 		cmocka_unit_test(test_matmul_q_backend_1thread),
 		cmocka_unit_test(test_matmul_q_backend_2threads),
 		cmocka_unit_test(test_matmul_q_paths_identical),
@@ -1415,6 +1741,7 @@ int main(void)
 		cmocka_unit_test(test_q6_k_round_trip),
 		cmocka_unit_test(test_matmul_k_portable),
 		cmocka_unit_test(test_matmul_k_avx512),
+		cmocka_unit_test(test_matmul_k_avx2),
 		cmocka_unit_test(test_matmul_k_backend_1thread),
 		cmocka_unit_test(test_matmul_k_backend_2threads),
 		cmocka_unit_test(test_matmul_k_paths_identical),
@@ -1422,6 +1749,9 @@ int main(void)
 		cmocka_unit_test(test_packed_matmul),
 		cmocka_unit_test(test_packed_group_range),
 		cmocka_unit_test(test_packed_quantize_x),
+		cmocka_unit_test(test_packed_quantize_x_special),
+		cmocka_unit_test(test_packed_q8_forms),
+		cmocka_unit_test(test_packed_real_shapes),
 		cmocka_unit_test(test_packed_out_of_memory),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
