@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "model/model.h"
 #include "model/tok_int.h"
 #include "model/tokenizer.h"
 
@@ -127,6 +128,10 @@ struct tok *tok_load(const char *path, char **cause)
 		return NULL;
 	}
 	struct tok *t;
+	if (len >= 4 && memcmp(buf, "GGUF", 4) == 0) {  /* the vocabulary of a GGUF file */
+		free(buf);
+		return gguf_load_tokenizer(path, cause);
+	}
 	if (is_json(path, buf, len)) {
 		free(buf);
 		t = wrap(NULL, bpe_load_json(path, cause), cause, path);

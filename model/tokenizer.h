@@ -26,7 +26,8 @@ enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
 
 /* Load a tokenizer file: a SentencePiece model (tokenizer.model) or a
  * Hugging Face tokenizer.json (a name ending in .json, or content starting
- * with '{'); for tokenizer.json, tokenizer_config.json and
+ * with '{') or the vocabulary of a GGUF file; for tokenizer.json,
+ * tokenizer_config.json and
  * generation_config.json beside it name BOS, EOS and the end-of-turn ids.
  * Returns NULL on error and, if cause is not NULL, sets *cause to a malloc'd
  * message naming the file and the reason. */

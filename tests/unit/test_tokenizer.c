@@ -541,6 +541,36 @@ static void test_load_mem(void **state)
 
 /* ---- UTF-8 validation --------------------------------------------------- */
 
+/* --tokenizer may name a GGUF file: its vocabulary is loaded (the
+ * SentencePiece one of ggml-vocab-llama-spm.gguf here), and it encodes as
+ * tokenizer.model does. */
+static void test_load_gguf_vocab(void **state)
+{
+	(void)state;
+	char *p = model_path("ggml-vocab-llama-spm.gguf"), *cause = NULL;
+	struct tok *g = tok_load(p, &cause);
+	if (!g)
+		fprintf(stderr, "%s\n", cause);
+	assert_non_null(g);
+	char *q = model_path("tokenizer.model");
+	struct tok *t = tok_load(q, &cause);
+	assert_non_null(t);
+	assert_int_equal(tok_n_vocab(g), tok_n_vocab(t));
+	const char *text = "Hello world, 12345 caf\xc3\xa9";
+	int32_t *a = NULL, *b = NULL;
+	int na = tok_encode(g, text, strlen(text), 1, &a);
+	int nb = tok_encode(t, text, strlen(text), 1, &b);
+	assert_true(na > 2);
+	assert_int_equal(na, nb);
+	assert_memory_equal(a, b, (size_t)na * sizeof(int32_t));
+	free(a);
+	free(b);
+	tok_free(g);
+	tok_free(t);
+	free(p);
+	free(q);
+}
+
 static void test_utf8(void **state)
 {
 	(void)state;
@@ -628,6 +658,7 @@ int main(void)
 		cmocka_unit_test(test_stream_byte_runs),
 		cmocka_unit_test(test_load_errors),
 		cmocka_unit_test(test_load_mem),
+		cmocka_unit_test(test_load_gguf_vocab),
 		cmocka_unit_test(test_utf8),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
