@@ -19,6 +19,8 @@ struct cpu_backend {
 	struct tpool *pool;
 	int have_avx512;
 	int have_avx2;          /* AVX2 + FMA + F16C (used without AVX-512) */
+	int attn_wide;          /* attention in sixteen-float vectors (AVX-512F);
+				 * else eight: the same results (tests flip it) */
 	float **scratch;        /* per-thread scratch (attention scores) */
 	size_t scratch_len;     /* floats in each */
 	int have_vnni;          /* AVX512-VNNI: quantized weights are packed */

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -968,6 +969,8 @@ struct qmm_job {
 	const struct kt_weight *w;
 	uint8_t *qx;
 	int n_tok, isa;
+	int chunk;              /* groups a worker takes at a time */
+	_Atomic int next;       /* first group not yet taken */
 };
 
 int cpu_q_isa(const struct cpu_backend *cb)
@@ -985,19 +988,24 @@ static void qx_worker(void *ctx, int ith, int nth)
 		cpu_qx_quantize(j->isa, j->qx, j->x, j->w->cols, t0, t1);
 }
 
+/* Workers take chunks of groups in ascending order until none is left, so
+ * a worker the system holds up (another process on its core) delays the
+ * matmul by at most a chunk instead of by its whole half; each worker
+ * still reads ascending addresses. A group's results do not depend on who
+ * computes it. */
 static void qmm_worker(void *ctx, int ith, int nth)
 {
+	(void)ith;
+	(void)nth;
 	struct qmm_job *j = ctx;
 	int ng = cpu_qpack_groups(j->w->pack);
-	/* whole tiles of 4 groups where there are enough */
-	int per = (ng + nth - 1) / nth;
-	if (ng >= 4 * nth)
-		per = (per + 3) & ~3;
-	int g0 = ith * per, g1 = g0 + per;
-	if (g1 > ng)
-		g1 = ng;
-	if (g0 < g1)
+	for (;;) {
+		int g0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+		if (g0 >= ng)
+			return;
+		int g1 = g0 + j->chunk < ng ? g0 + j->chunk : ng;
 		cpu_qpack_rows(j->isa, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
+	}
 }
 
 void cpu_matmul(struct backend *be, float *y, const float *x,
@@ -1006,8 +1014,10 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	size_t wbytes = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
 	if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
-		struct qmm_job q = { y, x, w, cb->qx, n_tok, cpu_q_isa(cb) };
-		int nth = tpool_size(cb->pool);
+		int nth = tpool_size(cb->pool), ng = cpu_qpack_groups(w->pack);
+		/* about 8 chunks a worker, whole tiles of 4 groups */
+		int chunk = ((ng + 8 * nth - 1) / (8 * nth) + 3) & ~3;
+		struct qmm_job q = { y, x, w, cb->qx, n_tok, cpu_q_isa(cb), chunk, 0 };
 		tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
 		tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);
 		return;

@@ -833,6 +833,20 @@ static void attn_case(const struct attn_cfg *cfg)
 			      cfg->n_kv_heads, cfg->hd);
 	assert_memory_equal(out, out2, (size_t)T * qd * sizeof(float));
 
+	/* the sixteen-float and the eight-float code give the same bits (the
+	 * former in its AVX-512 clone where the CPU has it, else its
+	 * baseline one) */
+	struct cpu_backend *cb1 = (struct cpu_backend *)g_be1;
+	int wide = cb1->attn_wide;
+	cb1->attn_wide = !wide;
+	poison(out2, (size_t)T * qd);
+	g_be1->ops->attention(g_be1, out2, q, &kv, cfg->layer, rows, T, cfg->n_heads,
+			      cfg->n_kv_heads, cfg->hd);
+	cb1->attn_wide = wide;
+	if (memcmp(out, out2, (size_t)T * qd * sizeof(float)))
+		fail_msg("attention hd %d: the %d-float code differs from the %d-float one",
+			 cfg->hd, wide ? 8 : 16, wide ? 16 : 8);
+
 	free(sc);
 	free(out);
 	free(out2);
@@ -902,6 +916,18 @@ static void test_attention_row_groups(void **state)
 		.seqs = { { 4, { 3, 0, 2, 1 }, 50 } },
 	};
 	attn_case(&cfg2);
+	/* head sizes that take every output chunk of both codes: 48 (stories15M:
+	 * 3 x 16, 6 x 8), 20 (8-float chunks and a scalar rest), 192 (row
+	 * groups, 3 x 64) */
+	static const int hds[] = { 48, 20, 192 };
+	for (size_t i = 0; i < N_ELEMS(hds); i++) {
+		struct attn_cfg c3 = {
+			.block_size = 16, .n_blocks = 6, .n_layers = 1, .layer = 0,
+			.n_heads = 4, .n_kv_heads = 2, .hd = hds[i], .n_seqs = 2,
+			.seqs = { { 3, { 4, 1, 5 }, 41 }, { 2, { 0, 2 }, 23 } },
+		};
+		attn_case(&c3);
+	}
 }
 
 /* ---- element-wise ------------------------------------------------------- */
