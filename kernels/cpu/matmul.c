@@ -473,6 +473,20 @@ AVX2 INLINE __m256 a2_ld_w(const void *base, enum kt_dtype dt, size_t i)
 }
 
 /* Lanes [0, n) of 8 set, as a blend mask (n may be <= 0 or >= 8). */
+
+/* Copy the n < 64 bytes of a row's tail into a zeroed stack tile. Byte by
+ * byte through volatile, so the compiler never turns it into a call of
+ * memcpy: the worker threads then make no libc call (ThreadSanitizer builds
+ * leave kernels/ uninstrumented, and an intercepted memcpy of activations
+ * handed over by the uninstrumented thread pool would read as a race). */
+static inline void tail_copy(void *dst, const void *src, size_t n)
+{
+	unsigned char *d = dst;
+	const volatile unsigned char *s = src;
+	for (size_t i = 0; i < n; i++)
+		d[i] = s[i];
+}
+
 AVX2 INLINE __m256 a2_mask(int n)
 {
 	return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n),
@@ -518,12 +532,12 @@ AVX2 INLINE void a2_tile(float *y, const float *x, const void *w, enum kt_dtype 
 #pragma GCC unroll 4
 		for (int t = 0; t < NT; t++) {
 			memset(xt[t], 0, sizeof(xt[t]));
-			memcpy(xt[t], x + (size_t)(t0 + t) * K + k, (size_t)n * sizeof(float));
+			tail_copy(xt[t], x + (size_t)(t0 + t) * K + k, (size_t)n * sizeof(float));
 		}
 #pragma GCC unroll 4
 		for (int r = 0; r < NR; r++) {
 			float wt[16] __attribute__((aligned(32))) = { 0 };
-			memcpy(wt, wb + ((size_t)(r0 + r) * K + k) * esz, (size_t)n * esz);
+			tail_copy(wt, wb + ((size_t)(r0 + r) * K + k) * esz, (size_t)n * esz);
 			__m256 wl = a2_ld_w(wt, dt, 0), wh = a2_ld_w(wt, dt, 8);
 #pragma GCC unroll 4
 			for (int t = 0; t < NT; t++) {
