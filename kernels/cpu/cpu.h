@@ -7,6 +7,12 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/threadpool.h"
 
+/* Instruction sets the CPU has (whatever the LLAMAD_NO_* switches say):
+ * AVX-512F alone (the attention clones); AVX-512F/BW/VL + F16C (matmul);
+ * AVX2 + FMA + F16C; AVX-512F + VNNI (the packed integer path). */
+enum cpu_feature { CPU_AVX512F, CPU_AVX512, CPU_AVX2, CPU_VNNI };
+int cpu_has(enum cpu_feature f);
+
 /* Which vector code a kernel runs. Every choice gives the same bits. */
 enum cpu_isa {
 	CPU_ISA_PORTABLE = 0,  /* plain C */

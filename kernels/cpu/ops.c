@@ -810,63 +810,26 @@ static const struct backend_ops cpu_ops = {
 	.weight_release = cpu_weight_release,
 };
 
-static int detect_avx512(void)
-{
-#if defined(__x86_64__)
-	if (backend_env_flag("LLAMAD_NO_AVX512"))
-		return 0;
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-#else
-	return 0;
-#endif
-}
-
-/* The CPU has AVX-512F: attn_one's and attn_group4's AVX-512 clones run. */
-static int cpu_avx512f(void)
+/* The CPU's instruction sets (cpu.h); the switches apply to the paths only. */
+int cpu_has(enum cpu_feature f)
 {
 #if defined(__x86_64__)
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f");
+	switch (f) {
+	case CPU_AVX512F: return __builtin_cpu_supports("avx512f");
+	case CPU_AVX512:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+	case CPU_AVX2:
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+	case CPU_VNNI:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+	}
 #else
-	return 0;
+	(void)f;
 #endif
-}
-
-/* The CPU has AVX2 + FMA + F16C (the switch aside). */
-static int cpu_avx2(void)
-{
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-#else
 	return 0;
-#endif
-}
-
-static int detect_avx2(void)
-{
-#if defined(__x86_64__)
-	if (backend_env_flag("LLAMAD_NO_AVX2"))
-		return 0;
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-#else
-	return 0;
-#endif
-}
-
-static int detect_vnni(void)
-{
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
-#else
-	return 0;
-#endif
 }
 
 struct backend *backend_cpu_new(int n_threads)
@@ -881,17 +844,17 @@ struct backend *backend_cpu_new(int n_threads)
 	cb->be.ops = &cpu_ops;
 	cb->be.n_threads = n_threads;
 	cb->be.host_mem = 1;
-	cb->have_avx512 = detect_avx512();
-	cb->have_avx2 = detect_avx2();
+	cb->have_avx512 = cpu_has(CPU_AVX512) && !backend_env_flag("LLAMAD_NO_AVX512");
+	cb->have_avx2 = cpu_has(CPU_AVX2) && !backend_env_flag("LLAMAD_NO_AVX2");
 	/* sixteen-float attention where it is one register (the AVX-512
 	 * clone); the eight-float code elsewhere: the same results */
-	cb->attn_wide = cpu_avx512f();
+	cb->attn_wide = cpu_has(CPU_AVX512F);
 	/* quantized weights are packed for 8-bit activations where the CPU
 	 * has AVX512-VNNI or AVX2; the packed form's results do not depend on
 	 * the kernel, so LLAMAD_NO_AVX512 / LLAMAD_NO_AVX2 keep packing and
 	 * run the next kernel down (AVX2, then the portable one) */
-	int vnni = detect_vnni();
-	cb->pack_quant = (vnni || cpu_avx2()) && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
+	int vnni = cpu_has(CPU_VNNI);
+	cb->pack_quant = (vnni || cpu_has(CPU_AVX2)) && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
 	cb->have_vnni = cb->have_avx512 && vnni;
 	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s", n_threads,
 		 n_threads == 1 ? "" : "s",

@@ -159,34 +159,13 @@ static uint16_t ref_to_bf16(float f)
 
 static int have_avx512(void)
 {
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-#else
-	return 0;
-#endif
+	return cpu_has(CPU_AVX512);
 }
 
 static int have_avx2(void)
 {
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-#else
-	return 0;
-#endif
+	return cpu_has(CPU_AVX2);
 }
-
-/* cmocka's skip() with the reason on the test's output. */
-#define SKIP_WITHOUT(cond, what)                                                 \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			print_message("skipped: this CPU has no %s\n", what);     \
-			skip();                                                  \
-		}                                                                \
-	} while (0)
 
 /* ---- matmul ------------------------------------------------------------- */
 

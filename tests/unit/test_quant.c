@@ -157,34 +157,13 @@ static double ref_weight(enum kt_dtype dt, const uint8_t *row, size_t i)
 
 static int have_avx512(void)
 {
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-	       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-#else
-	return 0;
-#endif
+	return cpu_has(CPU_AVX512);
 }
 
 static int have_avx2(void)
 {
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-	       __builtin_cpu_supports("f16c");
-#else
-	return 0;
-#endif
+	return cpu_has(CPU_AVX2);
 }
-
-/* cmocka's skip() with the reason on the test's output. */
-#define SKIP_WITHOUT(cond, what)                                                 \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			print_message("skipped: this CPU has no %s\n", what);     \
-			skip();                                                  \
-		}                                                                \
-	} while (0)
 
 static struct backend *g_be1, *g_be2;
 
@@ -1133,7 +1112,7 @@ static void test_matmul_k_paths_identical(void **state)
 static int have_vnni(void)
 {
 #if defined(__x86_64__)
-	return have_avx512() && __builtin_cpu_supports("avx512vnni");
+	return cpu_has(CPU_VNNI) && have_avx512();
 #else
 	return 0;
 #endif

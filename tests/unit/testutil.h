@@ -138,4 +138,13 @@ static inline void assert_finite(const float *l, size_t n)
 			fail_msg("logit %zu is %g", i, (double)l[i]);
 }
 
+/* cmocka's skip() with the reason on the test's output. */
+#define SKIP_WITHOUT(cond, what)                                                 \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			print_message("skipped: this CPU has no %s\n", what);     \
+			skip();                                                  \
+		}                                                                \
+	} while (0)
+
 #endif
