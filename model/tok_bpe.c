@@ -809,13 +809,13 @@ static int json_merges(struct bpe *b, json_t *model)
 	return rc;
 }
 
-struct bpe *bpe_load_json(const char *path, char **cause)
+struct bpe *bpe_load_json(const char *path, const char *text, size_t len, char **cause)
 {
 	struct bpe *b = bpe_new(path, cause);
 	if (!b)
 		return NULL;
 	json_error_t err;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
 	struct entry *ents = NULL;
 	int n = 0, rc = -EINVAL;
 	const struct pre_kind *pk;

@@ -34,9 +34,10 @@ int spm_drops_leading_space(const struct spm *t);
 
 /* byte-level BPE (tok_bpe.c) */
 struct bpe;
-/* path: a tokenizer.json; tokenizer_config.json and generation_config.json
- * beside it are read when present. */
-struct bpe *bpe_load_json(const char *path, char **cause);
+/* text[0, len): the tokenizer.json at path (named in messages);
+ * tokenizer_config.json and generation_config.json beside it are read when
+ * present. */
+struct bpe *bpe_load_json(const char *path, const char *text, size_t len, char **cause);
 struct bpe *bpe_load_spec(const struct tok_bpe_spec *spec, const char *what, char **cause);
 void bpe_free(struct bpe *b);
 int bpe_n_vocab(const struct bpe *b);

@@ -111,6 +111,20 @@ static int is_json(const char *path, const char *buf, size_t len)
 	return i < len && buf[i] == '{';
 }
 
+/* 1 if the file at path starts with the GGUF magic (its vocabulary is then
+ * read through the GGUF reader, which maps the file: a model of gigabytes
+ * is not read whole for it). */
+static int is_gguf(const char *path)
+{
+	char m[4];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t r = read(fd, m, sizeof m);
+	close(fd);
+	return r == 4 && memcmp(m, "GGUF", 4) == 0;
+}
+
 struct tok *tok_load(const char *path, char **cause)
 {
 	if (cause)
@@ -119,6 +133,8 @@ struct tok *tok_load(const char *path, char **cause)
 		set_cause(cause, "(null)", "no path given", 0);
 		return NULL;
 	}
+	if (is_gguf(path))
+		return gguf_load_tokenizer(path, cause);
 	char *buf = NULL;
 	size_t len = 0;
 	int rc = read_file(path, &buf, &len);
@@ -127,18 +143,10 @@ struct tok *tok_load(const char *path, char **cause)
 			  -rc);
 		return NULL;
 	}
-	struct tok *t;
-	if (len >= 4 && memcmp(buf, "GGUF", 4) == 0) {  /* the vocabulary of a GGUF file */
-		free(buf);
-		return gguf_load_tokenizer(path, cause);
-	}
-	if (is_json(path, buf, len)) {
-		free(buf);
-		t = wrap(NULL, bpe_load_json(path, cause), cause, path);
-	} else {
-		t = wrap(spm_load_mem(buf, len, path, cause), NULL, cause, path);
-		free(buf);
-	}
+	struct tok *t = is_json(path, buf, len)
+		? wrap(NULL, bpe_load_json(path, buf, len, cause), cause, path)
+		: wrap(spm_load_mem(buf, len, path, cause), NULL, cause, path);
+	free(buf);
 	return t;
 }
 
