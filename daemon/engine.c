@@ -205,6 +205,10 @@ static const int stop_reasons[] = {
 static void finish_generate(struct engine *e, struct job *j, int why)
 {
 	gen_finish(&j->gen, why);
+	struct session *s = j->s;
+	if (j->answer_turn && s->n_turns > 0 && s->turns[s->n_turns - 1].role == CHAT_ASSISTANT &&
+	    !s->turns[s->n_turns - 1].text)
+		s->turns[s->n_turns - 1].end = (uint8_t)stop_reasons[why];  /* transcripts */
 	if (j->n_text)
 		send_token_event(e, j, NULL, 0);
 	double t = engine_now();

@@ -68,6 +68,7 @@ static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *
 	llamad__session_info__init(i);
 	i->session = s->id;
 	PB_SET(i, tokens, s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens);
+	PB_SET(i, turns, s->loc == SESS_DISK ? s->disk_turns : (uint32_t)s->n_turns);
 	PB_SET(i, location, s->loc);
 	PB_SET(i, saved, !s->dirty && s->file_bytes > 0);
 	PB_SET(i, file_bytes, s->file_bytes);
@@ -78,7 +79,6 @@ static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *
 	PB_SET(i, last_use_ms, s->last_use_ms);
 	PB_SET(i, template_, s->tmpl);
 	PB_SET(i, context_policy, s->policy);
-	PB_SET(i, turns, (uint32_t)s->n_turns);
 	PB_SET(i, busy, s->busy);
 	PB_SET(i, prefilled_tokens, s->prefilled);
 	PB_SET(i, generated_tokens, s->generated);
@@ -156,6 +156,7 @@ static int on_hello(struct engine *e, struct req *rq)
 	hr.server = (char *)"llamad " LLAMAD_VERSION;
 	hr.model = e->model_desc;
 	PB_SET(&hr, max_frame, e->cfg.max_frame);
+	PB_SET(&hr, max_text, e->cfg.max_text);
 	PB_SET(&hr, context_length, (uint32_t)engine_session_limit(e));
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_HELLO);
 	r.hello = &hr;
@@ -563,6 +564,148 @@ static int on_save(struct engine *e, struct req *rq)
 	return 0;
 }
 
+/* ---- transcripts --------------------------------------------------------------- */
+
+_Static_assert(SESS_END_MAX == LLAMAD__STOP_REASON__STOP_CANCELLED &&
+	       (int)LLAMAD__ROLE__ROLE_RAW == CHAT_RAW && (int)LLAMAD__ROLE__ROLE_USER == CHAT_USER,
+	       "a turn's end and role are the wire's StopReason and Role");
+
+/* Bytes a message of `size` bytes takes as a length-delimited field. */
+static size_t field_bytes(size_t size)
+{
+	size_t n = 2;  /* tag, and the length's first byte */
+	for (size_t v = size >> 7; v; v >>= 7)
+		n++;
+	return n + size;
+}
+
+/* Turn i of h into *t; its text (and ids) malloc'd into *own / *ids. */
+static int fill_turn(struct engine *e, const struct session *h, int i, int with_ids,
+		     Llamad__Turn *t, char **own, uint32_t **ids)
+{
+	const struct sess_turn *st = &h->turns[i];
+	int a = st->start, b = i + 1 < h->n_turns ? h->turns[i + 1].start : h->n_tokens;
+	llamad__turn__init(t);
+	*own = NULL;
+	*ids = NULL;
+	PB_SET(t, index, (uint32_t)i);
+	PB_SET(t, role, (Llamad__Role)st->role);
+	PB_SET(t, tokens, (uint32_t)(b - a));
+	PB_SET(t, start, (uint32_t)a);
+	int generated = !st->text && st->role == CHAT_ASSISTANT;
+	PB_SET(t, generated, generated);
+	if (st->end) {
+		PB_SET(t, stop_reason, (Llamad__StopReason)st->end);
+	}
+	if (st->text) {
+		t->text = st->text;
+	} else if (chat_answer_text(e->m->tok, h->tmpl, h->tokens + a, b - a, own) < 0) {
+		return -ENOMEM;
+	} else {
+		t->text = *own;
+	}
+	if (with_ids && b > a) {
+		if (!(*ids = malloc((size_t)(b - a) * sizeof(uint32_t))))
+			return -ENOMEM;
+		for (int k = a; k < b; k++)
+			(*ids)[k - a] = (uint32_t)h->tokens[k];
+		t->n_token_ids = (size_t)(b - a);
+		t->token_ids = *ids;
+	}
+	return 0;
+}
+
+/* Cut t to fit room bytes as a field: token ids dropped, the text cut at a
+ * character boundary. */
+static void cut_turn(Llamad__Turn *t, size_t room)
+{
+	t->n_token_ids = 0;
+	PB_SET(t, truncated, 1);
+	size_t fixed = field_bytes(protobuf_c_message_get_packed_size(&t->base)) -
+		       (t->text ? strlen(t->text) : 0);
+	size_t keep = room > fixed + 8 ? room - fixed - 8 : 0;
+	if (t->text && strlen(t->text) > keep)
+		t->text[utf8_valid_prefix(t->text, keep)] = '\0';
+}
+
+static int on_transcript(struct engine *e, struct req *rq)
+{
+	const Llamad__GetTranscript *g = rq->q->transcript;
+	struct session tmp, *h;
+	char *cause = NULL;
+	int rc = res_history(&e->res, rq->s, &tmp, &h, &cause);
+	if (rc) {
+		fail(rq, rc, "%s", cause ? cause : "cannot read the session");
+		free(cause);
+		return rc;
+	}
+	int n = h->n_turns;
+	int a = g->has_from_turn && g->from_turn < (uint32_t)n ? (int)g->from_turn
+				: g->has_from_turn ? n : 0;
+	if (g->last_turns && (uint32_t)(n - a) > g->last_turns)
+		a = n - (int)g->last_turns;
+	Llamad__Transcript tr = LLAMAD__TRANSCRIPT__INIT;
+	tr.session = rq->s->id;
+	PB_SET(&tr, turns, (uint32_t)n);
+	PB_SET(&tr, first, (uint32_t)a);
+	PB_SET(&tr, next, (uint32_t)n);  /* its size, for the budget; set below */
+	PB_SET(&tr, template_, (Llamad__Template)h->tmpl);
+	PB_SET(&tr, location, (Llamad__Location)rq->s->loc);
+	PB_SET(&tr, busy, rq->s->busy);
+	tr.system = h->system;
+	/* the reply fits a frame of max_frame bytes: room for the Response
+	 * around it, then turns while they fit (at least one, cut if it must) */
+	size_t budget = e->cfg.max_frame - 32, used = protobuf_c_message_get_packed_size(&tr.base);
+	if (used > budget / 2) {
+		tr.system = NULL;  /* a system prompt that crowds out the turns */
+		used = protobuf_c_message_get_packed_size(&tr.base);
+	}
+	Llamad__Turn *turns = calloc((size_t)(n - a) + 1, sizeof(*turns));
+	Llamad__Turn **ptrs = calloc((size_t)(n - a) + 1, sizeof(*ptrs));
+	char **own = calloc((size_t)(n - a) + 1, sizeof(*own));
+	uint32_t **ids = calloc((size_t)(n - a) + 1, sizeof(*ids));
+	int k = 0;
+	rc = turns && ptrs && own && ids ? 0 : -ENOMEM;
+	for (int i = a; i < n && !rc; i++, k++) {
+		Llamad__Turn *t = &turns[k];
+		rc = fill_turn(e, h, i, g->token_ids, t, &own[k], &ids[k]);
+		if (rc)
+			break;
+		size_t sz = field_bytes(protobuf_c_message_get_packed_size(&t->base));
+		if (used + sz > budget) {
+			if (k > 0)
+				break;
+			if (!own[k] && t->text && !(t->text = own[k] = strdup(t->text))) {
+				rc = -ENOMEM;
+				break;
+			}
+			cut_turn(t, budget - used);
+			sz = field_bytes(protobuf_c_message_get_packed_size(&t->base));
+		}
+		used += sz;
+		ptrs[k] = t;
+	}
+	if (!rc) {
+		PB_SET(&tr, next, (uint32_t)(a + k));
+		tr.n_items = (size_t)k;
+		tr.items = ptrs;
+		Llamad__Response r = response(LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+		r.transcript = &tr;
+		reply_body(e, rq, &r);
+	}
+	for (int i = 0; own && i <= n - a; i++) {
+		free(own[i]);
+		free(ids[i]);
+	}
+	free(turns);
+	free(ptrs);
+	free(own);
+	free(ids);
+	if (h == &tmp)
+		sess_clear_history(&e->st, &tmp);
+	return rc ? fail(rq, rc, "out of memory") : 0;
+}
+
 /* ---- the table -------------------------------------------------------------- */
 
 #define NAMED(field, name) \
@@ -573,6 +716,7 @@ NAMED(fork, session)
 NAMED(drop, session)
 NAMED(info, session)
 NAMED(rewind, session)
+NAMED(transcript, session)
 #undef NAMED
 
 struct op {
@@ -598,6 +742,7 @@ static const struct op ops[] = {
 	{ LLAMAD__REQUEST__OP_CANCEL, on_cancel, 0, NULL },
 	{ LLAMAD__REQUEST__OP_STATUS, on_status, 0, NULL },
 	{ LLAMAD__REQUEST__OP_SAVE, on_save, 0, NULL },
+	{ LLAMAD__REQUEST__OP_TRANSCRIPT, on_transcript, NEED_SESSION, session_of_transcript },
 };
 
 /* The preconditions of op for rq: 0 or -errno with rq->msg. */

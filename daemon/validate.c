@@ -94,6 +94,8 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 		return id_ok(q->info->session) ? 0 : (*why = bad_id, bad);
 	case LLAMAD__REQUEST__OP_REWIND:
 		return id_ok(q->rewind->session) ? 0 : (*why = bad_id, bad);
+	case LLAMAD__REQUEST__OP_TRANSCRIPT:
+		return id_ok(q->transcript->session) ? 0 : (*why = bad_id, bad);
 	case LLAMAD__REQUEST__OP_TOKENIZE:
 		if (!text_ok(q->tokenize->text, mt, why))
 			return strlen(q->tokenize->text) > mt ? big : bad;

@@ -663,3 +663,64 @@ int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum c
 	*ids = v;
 	return n_old + 1;
 }
+
+/* Where an answer's own tokens start in ids[0, n): after BOS and, llama3,
+ * the assistant header and "\n\n" when the turn opens with them. */
+static int answer_start(const struct tok *t, int tmpl, const int32_t *ids, int n)
+{
+	struct l3_ids l;
+	if (tmpl != CHAT_TEMPLATE_LLAMA3 || l3_ids(t, &l) != 0)
+		return 0;
+	int i = 0;
+	while (i < n && ids[i] != l.start && tok_is_control(t, ids[i]))
+		i++;
+	if (i >= n || ids[i] != l.start)
+		return 0;
+	int k = i + 1;
+	while (k < n && ids[k] != l.end)
+		k++;
+	if (k >= n)
+		return 0;
+	k++;
+	int32_t *nl = NULL;
+	int m = tok_encode(t, "\n\n", 2, 0, &nl);
+	if (m > 0 && k + m <= n && memcmp(ids + k, nl, (size_t)m * sizeof(int32_t)) == 0)
+		k += m;
+	free(nl);
+	return k;
+}
+
+int chat_answer_text(const struct tok *t, int tmpl, const int32_t *ids, int n, char **text)
+{
+	size_t len = 0, cap = 256;
+	char *buf = malloc(cap);
+	if (!buf)
+		return -ENOMEM;
+	buf[0] = '\0';
+	struct detok d;
+	detok_init(&d, t, tmpl != CHAT_TEMPLATE_RAW);
+	int vocab = tok_n_vocab(t);
+	for (int i = answer_start(t, tmpl, ids, n); i <= n; i++) {
+		if (i < n && (ids[i] < 0 || ids[i] >= vocab))
+			continue;
+		int k;
+		for (;;) {  /* a full buffer leaves the stream as it was: grow, retry */
+			k = i < n ? detok_feed(&d, ids[i], buf + len, cap - len)
+				  : detok_flush(&d, buf + len, cap - len);
+			if (k != -ENOSPC)
+				break;
+			char *nb = realloc(buf, cap * 2);
+			if (!nb) {
+				free(buf);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		if (k > 0)
+			len += (size_t)k;
+	}
+	buf[len] = '\0';
+	*text = buf;
+	return (int)len;
+}

@@ -183,4 +183,16 @@ int chat_encode_generation(const struct tok *t, const struct chat_ctx *c, int32_
 int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 			   const char *text, const int32_t *old, int n_old, int32_t **ids);
 
+/*
+ * The text of an answer the model generated, from the tokens of its turn
+ * (ids[0, n)), as a Generate streamed it: the template's framing in front
+ * (BOS; llama3, the assistant header and its "\n\n") skipped, control
+ * tokens (the end of turn) giving no text, the first piece's leading space
+ * dropped under a chat template (as the stream does), ids outside the
+ * vocabulary skipped. Unlike the stream, a matched stop string is part of
+ * the text (its tokens are in the turn). Returns the length with *text
+ * malloc'd (NUL-terminated), or -ENOMEM.
+ */
+int chat_answer_text(const struct tok *t, int tmpl, const int32_t *ids, int n, char **text);
+
 #endif

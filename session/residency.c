@@ -182,6 +182,7 @@ int res_list(struct residency *r, int max_sessions)
 			break;
 		s->loc = SESS_DISK;
 		s->disk_tokens = ents[i].n_tokens;
+		s->disk_turns = ents[i].n_turns;
 		s->tmpl = (int)ents[i].tmpl;
 		s->policy = (int)ents[i].policy;
 		s->prefilled = ents[i].prefilled;
@@ -321,6 +322,7 @@ void res_save_histories(struct residency *r)
 static void to_stub(struct residency *r, struct session *s)
 {
 	s->disk_tokens = (uint32_t)s->n_tokens;
+	s->disk_turns = (uint32_t)s->n_turns;
 	sess_clear_history(r->st, s);
 	ram_release(r, s);
 	s->loc = SESS_DISK;
@@ -514,4 +516,34 @@ void res_drop(struct residency *r, struct session *s, int remove_file)
 		say(r, RES_WARN, "session %s: cannot remove its state file", s->id);
 	ram_release(r, s);
 	sess_drop(r->st, s);
+}
+
+int res_history(struct residency *r, struct session *s, struct session *tmp,
+		struct session **out, char **cause)
+{
+	if (cause)
+		*cause = NULL;
+	if (s->loc != SESS_DISK) {
+		*out = s;
+		return 0;
+	}
+	memset(tmp, 0, sizeof(*tmp));
+	memcpy(tmp->id, s->id, sizeof(tmp->id));
+	tmp->uid = s->uid;
+	char *path = r->dir ? store_path(r->dir, s->uid, s->id) : NULL;
+	char *why = NULL;
+	int rc = path ? store_load_history(path, tmp, &why) : -ENOENT;
+	free(path);
+	if (rc) {
+		say_file(r, RES_WARN, "cannot read the history of session", s, "", why, rc);
+		set_cause(cause, "cannot read session '%s': %s", s->id,
+			  why ? why : strerror(-rc));
+		free(why);
+		sess_clear_history(r->st, tmp);
+		return -EIO;
+	}
+	tmp->tmpl = s->tmpl;
+	tmp->policy = s->policy;
+	*out = tmp;
+	return 0;
 }

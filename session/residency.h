@@ -114,6 +114,17 @@ int res_evict_one(struct residency *r, const struct session *keep);
  */
 int res_ensure(struct residency *r, struct session *s, char **cause);
 
+/*
+ * The history of s, wherever it lives: s itself when its history is in
+ * memory (pool or host memory: *out = s), or, for a session only on disk,
+ * its file's history read into *tmp (a zeroed session this fills; release
+ * it with sess_clear_history(r->st, tmp)) without touching the pool:
+ * *out = tmp. Token ids are not checked against the vocabulary (a foreign
+ * file). 0, or -EIO with *cause as res_ensure's (the file cannot be read).
+ */
+int res_history(struct residency *r, struct session *s, struct session *tmp,
+		struct session **out, char **cause);
+
 /* Remove s from the table with all it holds (pool blocks, host K/V and its
  * accounting); with remove_file, also its state file. */
 void res_drop(struct residency *r, struct session *s, int remove_file);

@@ -208,6 +208,7 @@ int sess_append(struct session *s, const int32_t *ids, int n, int role,
 			return -ENOMEM;
 		s->turns[s->n_turns].start = s->n_tokens;
 		s->turns[s->n_turns].role = (uint8_t)role;
+		s->turns[s->n_turns].end = 0;
 		s->turns[s->n_turns].text = copy;
 		s->n_turns++;
 	}

@@ -26,9 +26,15 @@ enum sess_policy { SESS_CTX_ERROR = 1, SESS_CTX_SHIFT = 2 };
 /* Where a session's K/V is (values match proto Location). */
 enum sess_loc { SESS_POOL = 0, SESS_RAM = 1, SESS_DISK = 2 };
 
+/* Highest sess_turn.end (the wire's STOP_CANCELLED). */
+#define SESS_END_MAX 5
+
 struct sess_turn {
 	int start;            /* index of its first token */
 	uint8_t role;         /* enum chat_role */
+	uint8_t end;          /* an answer the model generated: why it ended (the
+			       * wire's StopReason, 1..5); 0: not ended, or not
+			       * generated */
 	char *text;           /* the client's text (NULL for generated answers) */
 };
 
@@ -61,6 +67,7 @@ struct session {
 	size_t ram_bytes;
 	int ram_blocks;
 	uint32_t disk_tokens; /* SESS_DISK: history length from the file header */
+	uint32_t disk_turns;  /* SESS_DISK: its turns, from the file header */
 	int save_failed;      /* the last save failed (logged once) */
 	unsigned evict_scan;  /* eviction pass that found it unmovable */
 	struct session *hnext;

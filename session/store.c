@@ -46,8 +46,11 @@ enum {
 	H_BODY_BYTES = 92,
 	H_ID = 100,
 	H_CHECKSUM = H_ID + SESSION_ID_MAX + 1,  /* 229 */
-	H_HEADER_SUM = H_CHECKSUM + 8,           /* 237 */
-	H_END = H_HEADER_SUM + 8,                /* 245; zero padding up to 256 */
+	H_META_SUM = H_CHECKSUM + 8,             /* 237 (version 2) */
+	H_HEADER_SUM = H_META_SUM + 8,           /* 245 (version 1: 237) */
+	H_END = H_HEADER_SUM + 8,                /* 253; zero padding up to 256 */
+	H_HEADER_SUM_V1 = H_CHECKSUM + 8,
+	H_END_V1 = H_HEADER_SUM_V1 + 8,
 };
 _Static_assert(H_END <= STORE_HEADER_BYTES, "store header fields overflow STORE_HEADER_BYTES");
 _Static_assert(sizeof(STORE_MAGIC) - 1 == 8, "store magic is 8 bytes");
@@ -64,7 +67,8 @@ _Static_assert(sizeof(STORE_MAGIC) - 1 == 8, "store magic is 8 bytes");
 #define MAX_POLICY     SESS_CTX_SHIFT
 
 #define NO_TEXT    0xffffffffu      /* text_len of an absent text */
-#define TURN_FIXED 9                /* start i32 + role u8 + text_len u32 */
+/* start i32 + role u8 (+ end u8 from version 2) + text_len u32 */
+#define TURN_FIXED(version) ((version) >= 2 ? 10u : 9u)
 #define KV_DTYPE_F32 0
 #define IO_CHUNK   ((size_t)4 << 20) /* read/write buffer */
 /* Spans at least this large skip the buffer (KV blocks, long texts). */
@@ -188,6 +192,7 @@ struct hdr {
 	uint64_t prefilled, generated, body_bytes;
 	char id[SESSION_ID_MAX + 1];
 	uint64_t checksum;
+	uint64_t meta_sum;        /* version 2: XXH64 of the body before the K/V */
 	/* derived */
 	uint32_t n_blocks;        /* ceil(n_cached / block_size) */
 	uint64_t block_bytes;     /* of the file's KV shape */
@@ -218,6 +223,7 @@ static void hdr_build(unsigned char b[STORE_HEADER_BYTES], const struct hdr *h)
 	put_le(b + H_BODY_BYTES, h->body_bytes, 8);
 	memcpy(b + H_ID, h->id, strlen(h->id));  /* the rest stays NUL */
 	put_le(b + H_CHECKSUM, h->checksum, 8);
+	put_le(b + H_META_SUM, h->meta_sum, 8);
 	put_le(b + H_HEADER_SUM, XXH64(b, H_HEADER_SUM, 0), 8);
 }
 
@@ -245,7 +251,7 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 	/* The version is checked before the header checksum: another version may
 	 * lay its header out differently. */
 	h->version = get_u32(b + H_VERSION);
-	if (h->version != STORE_VERSION) {
+	if (h->version < 1 || h->version > STORE_VERSION) {
 		snprintf(why, whycap, "written by %s llamad (format version %" PRIu32 ")",
 			 h->version > STORE_VERSION ? "a newer" : "an older", h->version);
 		return -EPROTO;
@@ -255,13 +261,14 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 			 file_bytes, STORE_HEADER_BYTES);
 		return -EBADMSG;
 	}
-	if (get_u64(b + H_HEADER_SUM) != XXH64(b, H_HEADER_SUM, 0)) {
+	int hsum = h->version >= 2 ? H_HEADER_SUM : H_HEADER_SUM_V1;
+	if (get_u64(b + hsum) != XXH64(b, (size_t)hsum, 0)) {
 		snprintf(why, whycap, "corrupt header (checksum mismatch)");
 		return -EBADMSG;
 	}
 	/* The padding is outside header_sum: require it zero so that no header
 	 * byte goes unchecked. */
-	for (int i = H_END; i < STORE_HEADER_BYTES; i++) {
+	for (int i = hsum + 8; i < STORE_HEADER_BYTES; i++) {
 		if (b[i]) {
 			snprintf(why, whycap, "corrupt header (non-zero padding)");
 			return -EBADMSG;
@@ -285,6 +292,7 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 	h->generated = get_u64(b + H_GENERATED);
 	h->body_bytes = get_u64(b + H_BODY_BYTES);
 	h->checksum = get_u64(b + H_CHECKSUM);
+	h->meta_sum = h->version >= 2 ? get_u64(b + H_META_SUM) : 0;
 
 	if (h->header_bytes != STORE_HEADER_BYTES) {
 		snprintf(why, whycap, "corrupt header (header_bytes %" PRIu32 ")", h->header_bytes);
@@ -333,7 +341,8 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 	 * the block count may still overflow. */
 	h->n_blocks = (h->n_cached + h->block_size - 1) / h->block_size;
 	h->block_bytes = 2 * sizeof(float) * (uint64_t)h->block_size * h->n_layers * h->kv_dim;
-	uint64_t meta_min = 4 * (uint64_t)h->n_tokens + TURN_FIXED * (uint64_t)h->n_turns + 8;
+	uint64_t meta_min = 4 * (uint64_t)h->n_tokens +
+			    TURN_FIXED(h->version) * (uint64_t)h->n_turns + 8;
 	if (__builtin_mul_overflow((uint64_t)h->n_blocks, h->block_bytes, &h->kv_bytes) ||
 	    h->body_bytes < h->kv_bytes || h->body_bytes - h->kv_bytes < meta_min ||
 	    h->body_bytes > UINT64_MAX - STORE_HEADER_BYTES) {
@@ -458,7 +467,8 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 	int prev = 0;
 	for (int i = 0; i < s->n_turns; i++) {
 		const struct sess_turn *t = &s->turns[i];
-		if (t->start < prev || t->start > s->n_tokens || t->role > MAX_ROLE) {
+		if (t->start < prev || t->start > s->n_tokens || t->role > MAX_ROLE ||
+		    t->end > SESS_END_MAX) {
 			snprintf(why, whycap, "cannot save: inconsistent turn %d", i);
 			return -EINVAL;
 		}
@@ -467,7 +477,7 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 			return -E2BIG;
 		}
 		prev = t->start;
-		meta += 5 + text_bytes(t->text);
+		meta += TURN_FIXED(STORE_VERSION) - 4 + text_bytes(t->text);
 	}
 	int bs = kv->block_size;
 	int n_blocks = (n_cached + bs - 1) / bs;
@@ -505,9 +515,10 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 	return 0;
 }
 
-/* Write the body of s (store.h) through w. */
+/* Write the body of s (store.h) through w; h->meta_sum gets the hash of
+ * what comes before the K/V. */
 static int write_body(struct wr *w, const struct session *s, const struct kvpool *pool,
-		      const struct hdr *h)
+		      struct hdr *h)
 {
 	int rc = 0;
 	/* tokens: through a small staging array (little-endian whatever the host) */
@@ -519,10 +530,11 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 		rc = wr_put(w, tb, (size_t)n * 4);
 	}
 	for (int i = 0; i < s->n_turns && !rc; i++) {
-		unsigned char f[5];
+		unsigned char f[6];
 		put_le(f, (uint32_t)s->turns[i].start, 4);
 		f[4] = s->turns[i].role;
-		rc = wr_put(w, f, 5);
+		f[5] = s->turns[i].end;
+		rc = wr_put(w, f, 6);
 		if (!rc)
 			rc = wr_text(w, s->turns[i].text);
 	}
@@ -530,6 +542,7 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 		rc = wr_text(w, s->system);
 	if (!rc)
 		rc = wr_text(w, s->next_system);
+	h->meta_sum = XXH64_digest(w->st);  /* the bytes so far: all but the K/V */
 	/* KV, straight from a host pool (runs of consecutive block ids in one
 	 * write), or a block at a time through host memory from a device */
 	const int32_t *bl = s->kv.blocks;
@@ -798,12 +811,22 @@ static int rd_text(struct rd *r, uint64_t *meta_left, char **out, const char **w
 	return 0;
 }
 
+/* How much of a body read_body takes. */
+enum body_part {
+	BODY_ALL,         /* history and K/V into pool blocks */
+	BODY_HISTORY,     /* history; the K/V only hashed for the checksum */
+	BODY_META,        /* history only, checked by the header's meta_sum
+			   * (version 2; the K/V is not read at all) */
+};
+
 /* Parse the body (positioned just after the header) into L, taking pool
- * blocks if load_kv, and verify the checksum. On error L holds what was taken
- * so far (the caller frees it). */
-static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, int load_kv,
+ * blocks for BODY_ALL, and verify the checksum. On error L holds what was
+ * taken so far (the caller frees it). */
+static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enum body_part part,
 		     struct loaded *L, const char **why)
 {
+	int load_kv = part == BODY_ALL;
+	unsigned fixed = TURN_FIXED(h->version);
 	uint64_t meta_left = h->body_bytes - h->kv_bytes;
 	int rc;
 	*why = NULL;
@@ -839,23 +862,24 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, int
 	}
 	uint32_t prev = 0;
 	for (uint32_t i = 0; i < h->n_turns; i++) {
-		unsigned char f[5];
-		if (meta_left < 5) {
+		unsigned char f[6] = { 0 };
+		if (meta_left < fixed - 4) {
 			*why = "corrupt (body layout)";
 			return -EBADMSG;
 		}
-		if ((rc = rd_get(r, f, 5)))
+		if ((rc = rd_get(r, f, fixed - 4)))
 			return rc;
-		meta_left -= 5;
+		meta_left -= fixed - 4;
 		uint32_t start = get_u32(f);
 		/* an empty last turn starts at n_tokens (a llama2 system turn) */
-		if (start < prev || start > h->n_tokens || f[4] > MAX_ROLE) {
+		if (start < prev || start > h->n_tokens || f[4] > MAX_ROLE || f[5] > SESS_END_MAX) {
 			*why = "corrupt (bad turn)";
 			return -EBADMSG;
 		}
 		prev = start;
 		L->turns[i].start = (int)start;
 		L->turns[i].role = f[4];
+		L->turns[i].end = f[5];
 		L->n_turns = (int)i + 1;
 		if ((rc = rd_text(r, &meta_left, &L->turns[i].text, why)))
 			return rc;
@@ -866,6 +890,13 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, int
 	if (meta_left) {
 		*why = "corrupt (body layout)";
 		return -EBADMSG;
+	}
+	if (part == BODY_META) {
+		if (XXH64_digest(r->st) != h->meta_sum) {
+			*why = "corrupt (checksum mismatch)";
+			return -EBADMSG;
+		}
+		return 0;
 	}
 
 	/* KV: into fresh pool blocks (the caller checked there are enough), runs
@@ -929,8 +960,10 @@ static int shape_matches(const struct hdr *h, const struct kvpool *pool)
 	       h->kv_dim == (uint32_t)pool->kv.kv_dim;
 }
 
-int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
-	       int allow_foreign, char **cause)
+/* store_load, or with history_only store_load_history (pool and
+ * fingerprint unused). */
+static int load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
+		int allow_foreign, int history_only, char **cause)
 {
 	if (cause)
 		*cause = NULL;
@@ -976,8 +1009,10 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 
 	/* Whose cache is it? Foreign or differently shaped K/V is only skipped
 	 * (and the history kept) when the caller allows it. */
-	int same_model = h.fingerprint == fingerprint;
-	int same_shape = h.n_cached == 0 || shape_matches(&h, pool);
+	int same_model = !history_only && h.fingerprint == fingerprint;
+	int same_shape = history_only || h.n_cached == 0 || shape_matches(&h, pool);
+	if (history_only)
+		allow_foreign = 1;
 	if (!same_model && !allow_foreign) {
 		rc = fail(cause, -ESTALE, "saved under a different model (fingerprint %016"
 			  PRIx64 ", this model %016" PRIx64 ")", h.fingerprint, fingerprint);
@@ -997,7 +1032,11 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 		goto out;
 	}
 
-	r.left = h.body_bytes;
+	/* a version 2 file's history has its own checksum: the K/V need not
+	 * be read for it */
+	enum body_part part = load_kv ? BODY_ALL : history_only && h.version >= 2 ? BODY_META
+										  : BODY_HISTORY;
+	r.left = part == BODY_META ? h.body_bytes - h.kv_bytes : h.body_bytes;
 	r.buf = malloc(IO_CHUNK);
 	r.st = XXH64_createState();
 	if (!r.buf || !r.st) {
@@ -1006,8 +1045,8 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	}
 	XXH64_reset(r.st, 0);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = read_body(&r, &h, pool, load_kv, &L, &body_why);
-	if (rc == -EBADMSG && body_why && !strstr(body_why, "checksum")) {
+	rc = read_body(&r, &h, pool, part, &L, &body_why);
+	if (rc == -EBADMSG && body_why && !strstr(body_why, "checksum") && part != BODY_META) {
 		/* A layout error in a body that also fails its checksum is plain
 		 * corruption: hash the rest to say so, rather than name whichever
 		 * field the damage happened to hit. */
@@ -1046,12 +1085,24 @@ int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_
 	s->prefilled = h.prefilled;
 	s->generated = h.generated;
 	memset(&L, 0, sizeof(L));
+	rc = 0;
 out:
 	loaded_free(&L, pool);
 	XXH64_freeState(r.st);
 	free(r.buf);
 	close(fd);
 	return rc;
+}
+
+int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
+	       int allow_foreign, char **cause)
+{
+	return load(path, s, pool, fingerprint, allow_foreign, 0, cause);
+}
+
+int store_load_history(const char *path, struct session *s, char **cause)
+{
+	return load(path, s, NULL, 0, 1, 1, cause);
 }
 
 /* ---- list, remove ------------------------------------------------------- */
@@ -1107,6 +1158,7 @@ static int list_one(int dfd, const char *name, struct store_entry *e, char *why,
 	e->fingerprint = h.fingerprint;
 	e->n_tokens = h.n_tokens;
 	e->n_cached = h.n_cached;
+	e->n_turns = h.n_turns;
 	e->tmpl = h.tmpl;
 	e->policy = h.policy;
 	e->prefilled = h.prefilled;

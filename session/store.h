@@ -10,12 +10,14 @@
  *     kv_dim u32, n_tokens u32, n_cached u32, n_turns u32, uid u32, tmpl u32,
  *     policy u32, flags u32 (0), last_use_ms i64, prefilled u64,
  *     generated u64, body_bytes u64, id (129 bytes, NUL-padded),
- *     checksum u64 (XXH64 of the body), header_sum u64 (XXH64 of every
- *     header byte before it), zero padding (must be zero)
+ *     checksum u64 (XXH64 of the body), meta_sum u64 (XXH64 of the body
+ *     before the kv part: a history can be read and checked without its
+ *     K/V), header_sum u64 (XXH64 of every header byte before it), zero
+ *     padding (must be zero)
  *   body:
  *     tokens      n_tokens x i32
- *     turns       n_turns x { start i32; role u8; text_len u32 (0xffffffff:
- *                 no text); text bytes }
+ *     turns       n_turns x { start i32; role u8; end u8 (sess_turn.end);
+ *                 text_len u32 (0xffffffff: no text); text bytes }
  *     system      len u32 (0xffffffff: none) + bytes
  *     next_system len u32 (same) + bytes
  *     kv          ceil(n_cached / block_size) blocks of kt_kv_block_bytes
@@ -36,7 +38,10 @@
 #include "session/session.h"
 
 #define STORE_MAGIC "LLAMADS1"
-#define STORE_VERSION 1
+/* Version 2 added meta_sum and the turns' end byte; version 1 files (no
+ * meta_sum: header_sum right after checksum; turns without end) are read
+ * too, and written as version 2 at their next save. */
+#define STORE_VERSION 2
 
 #define STORE_HEADER_BYTES 256  /* the fields above, zero-padded */
 
@@ -45,7 +50,7 @@ struct store_entry {
 	char id[SESSION_ID_MAX + 1];
 	uid_t uid;
 	uint64_t fingerprint;
-	uint32_t n_tokens, n_cached;
+	uint32_t n_tokens, n_cached, n_turns;
 	uint32_t tmpl, policy;
 	int64_t last_use_ms;
 	uint64_t prefilled, generated;
@@ -92,6 +97,16 @@ int store_save_history(const char *dir, const struct session *s, const struct kv
  */
 int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
 	       int allow_foreign, char **cause);
+
+/*
+ * Read only the history of the session file at path (tokens, turns,
+ * system prompts; no K/V, whatever model wrote it) into s, as store_load
+ * with n_cached 0, for showing a session without restoring it. A version 2
+ * file's history is checked by its own checksum and its K/V is not read;
+ * a version 1 file is read whole for its checksum. Same errors as
+ * store_load but -ESTALE and -ENOSPC.
+ */
+int store_load_history(const char *path, struct session *s, char **cause);
 
 /*
  * List dir's session files, reading headers only. *entries (malloc'd array,

@@ -3,7 +3,8 @@
  * a session file. It is loaded twice into an empty session of a small pool
  * (64 blocks of 16 positions, 2 layers, kv_dim 8): once as is, once with
  * its header and body checksums repaired so that the fuzzer reaches the
- * body parser; each load with allow_foreign 0 and 1. The session is
+ * body parser; each load with allow_foreign 0 and 1, and the history alone
+ * (store_load_history). The session is
  * created with the (uid, id) the header names when that id is valid, so
  * that the load gets past the identity check. Then store_list reads a
  * folder holding the file under its proper name.
@@ -17,12 +18,12 @@
 
 #include "fuzz_util.h"
 #include "session/store.h"
+#include "tests/unit/store_file.h"
 
 #define FP 0x0123456789abcdefULL   /* the fingerprint of tests/fuzz/gen_corpus.c */
-#define OFF_UID 52
-#define OFF_ID 100
-#define OFF_CHECKSUM 229
-#define OFF_HEADER_SUM 237
+#define OFF_UID SF_UID
+#define OFF_ID SF_ID
+#define OFF_CHECKSUM SF_CHECKSUM
 
 static char *dir, *listdir;
 static struct kvpool *pool;
@@ -64,6 +65,19 @@ static void load(const char *path, const char *id, uid_t uid, int foreign)
 	if (rc == 0 && (s->n_cached > s->n_tokens || s->n_tokens < 0))
 		abort();
 	free(cause);
+	/* the history alone (a transcript of a session on disk) */
+	struct session h;
+	memset(&h, 0, sizeof(h));
+	memcpy(h.id, s->id, sizeof(h.id));
+	h.uid = uid;
+	cause = NULL;
+	rc = store_load_history(path, &h, &cause);
+	if (rc != 0 && (!cause || h.n_tokens || h.n_turns))
+		abort();
+	if (rc == 0 && (h.n_cached || h.kv.n_blocks))
+		abort();        /* no K/V */
+	free(cause);
+	sess_clear_history(&t, &h);
 	sess_table_done(&t);    /* releases the session's blocks */
 	if (kvpool_n_free(pool) != 64)
 		abort();        /* no block kept */
@@ -101,9 +115,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!fix)
 			abort();
 		memcpy(fix, data, size);
-		put_le64(fix + OFF_CHECKSUM, XXH64(fix + STORE_HEADER_BYTES,
-						   size - STORE_HEADER_BYTES, 0));
-		put_le64(fix + OFF_HEADER_SUM, XXH64(fix, OFF_HEADER_SUM, 0));
+		if (sf_get(fix + SF_VERSION, 4) == 1) {  /* version 1: no meta_sum */
+			put_le64(fix + OFF_CHECKSUM, XXH64(fix + STORE_HEADER_BYTES,
+							   size - STORE_HEADER_BYTES, 0));
+			put_le64(fix + SF_HEADER_SUM_V1, XXH64(fix, SF_HEADER_SUM_V1, 0));
+		} else {
+			sf_reseal(fix, size);
+		}
 		fuzz_write(path, fix, size);
 		free(fix);
 		load(path, id, uid, 0);

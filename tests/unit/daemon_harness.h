@@ -319,6 +319,24 @@ SESSION_OP(op_drop, LLAMAD__REQUEST__OP_DROP, drop, Llamad__Drop, LLAMAD__DROP__
 SESSION_OP(op_rewind, LLAMAD__REQUEST__OP_REWIND, rewind, Llamad__Rewind, LLAMAD__REWIND__INIT)
 #undef SESSION_OP
 
+/* GetTranscript of name: turns from `from` (< 0: unset), the last `last`
+ * (0: all), with token ids when ids. */
+static inline Llamad__Response *op_transcript(struct cli *c, const char *name, int64_t from,
+					      uint32_t last, int ids)
+{
+	Llamad__GetTranscript g = LLAMAD__GET_TRANSCRIPT__INIT;
+	g.session = (char *)name;
+	g.has_from_turn = from >= 0;
+	g.from_turn = from >= 0 ? (uint32_t)from : 0;
+	g.has_last_turns = last > 0;
+	g.last_turns = last;
+	g.has_token_ids = ids != 0;
+	g.token_ids = ids != 0;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_TRANSCRIPT);
+	q.transcript = &g;
+	return cli_call(c, &q);
+}
+
 static inline Llamad__Response *op_fork(struct cli *c, const char *src, const char *dst)
 {
 	Llamad__Fork f = LLAMAD__FORK__INIT;

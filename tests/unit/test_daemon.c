@@ -1114,6 +1114,159 @@ static void test_ephemeral_busy_elsewhere(void **state)
  * reply (SHUTTING_DOWN, or Done if it won the race) and then end of stream;
  * the daemon exits 0, removes its socket, and its log holds no sanitizer
  * report. */
+/* Fail (naming line) unless transcript turn t is turn `index` of `role`
+ * with `text`, written by the model or not, ended for `reason` (0: no
+ * reason given). */
+#define expect_turn(t, index, role, text, generated, reason) \
+	expect_turn_at((t), (index), (role), (text), (generated), (reason), __LINE__)
+static void expect_turn_at(const Llamad__Turn *t, uint32_t index, int role, const char *text,
+			   int generated, int reason, int line)
+{
+	if (t->index != index || (int)t->role != role || !t->text || strcmp(t->text, text) ||
+	    t->generated != (generated != 0) || t->has_stop_reason != (reason != 0) ||
+	    (reason && (int)t->stop_reason != reason) || t->truncated)
+		fail_msg("line %d: turn %u role %d \"%s\" generated %d reason %d; wanted turn %u "
+			 "role %d \"%s\" generated %d reason %d", line, t->index, t->role,
+			 t->text ? t->text : "(null)", t->generated,
+			 t->has_stop_reason ? (int)t->stop_reason : 0, index, role, text,
+			 generated, reason);
+}
+
+/* The transcript of name (from, last as op_transcript), after checking its
+ * range [first, next) of `turns`. */
+#define transcript(c, name, from, last, ids, turns, first, next) \
+	transcript_at((c), (name), (from), (last), (ids), (turns), (first), (next), __LINE__)
+static Llamad__Response *transcript_at(struct cli *c, const char *name, int64_t from, uint32_t last,
+				       int ids, uint32_t turns, uint32_t first, uint32_t next,
+				       int line)
+{
+	Llamad__Response *r = expect_body_at(op_transcript(c, name, from, last, ids),
+					     LLAMAD__RESPONSE__BODY_TRANSCRIPT, line);
+	const Llamad__Transcript *t = r->transcript;
+	if (strcmp(t->session, name) || t->turns != turns || t->first != first || t->next != next ||
+	    t->n_items != next - first)
+		fail_msg("line %d: transcript of %s: %u turns, [%u, %u), %zu items; wanted %u, "
+			 "[%u, %u)", line, t->session, t->turns, t->first, t->next, t->n_items,
+			 turns, first, next);
+	for (size_t i = 0; i < t->n_items; i++)
+		assert_int_equal(t->items[i]->index, first + i);
+	return r;
+}
+
+static void test_transcript(void **state)
+{
+	struct cli *c = *state;
+	enum { R_USER = LLAMAD__ROLE__ROLE_USER, R_ASSISTANT = LLAMAD__ROLE__ROLE_ASSISTANT,
+	       R_RAW = LLAMAD__ROLE__ROLE_RAW, S_MAX = LLAMAD__STOP_REASON__STOP_MAX_TOKENS,
+	       S_CANCELLED = LLAMAD__STOP_REASON__STOP_CANCELLED,
+	       S_STRING = LLAMAD__STOP_REASON__STOP_STRING };
+	/* raw: the client's text, then the golden continuation (llama2.c's),
+	 * here detokenized from the session's tokens */
+	must_open(c, "tr-raw", T_RAW, 0, NULL, 0);
+	struct gen g, g1, g2;
+	generate_ok(c, "tr-raw", GREEDY(PROMPT, 60), &g, 0);
+	Llamad__Response *r = transcript(c, "tr-raw", -1, 0, 1, 2, 0, 2);
+	const Llamad__Transcript *t = r->transcript;
+	assert_int_equal(t->template_, T_RAW);
+	assert_int_equal(t->location, LLAMAD__LOCATION__LOCATION_POOL);
+	assert_false(t->busy);
+	expect_turn(t->items[0], 0, R_RAW, PROMPT, 0, 0);
+	assert_int_equal(t->items[0]->tokens, 5);
+	assert_int_equal(t->items[0]->start, 0);
+	assert_int_equal(t->items[0]->n_token_ids, 5);
+	assert_int_equal(t->items[0]->token_ids[0], 1);  /* BOS */
+	expect_turn(t->items[1], 1, R_ASSISTANT, T.golden[0], 1, S_MAX);
+	assert_string_equal(t->items[1]->text, g.text);
+	assert_int_equal(t->items[1]->tokens, 60);
+	assert_int_equal(t->items[1]->start, 5);
+	assert_int_equal(t->items[1]->n_token_ids, g.n);
+	assert_memory_equal(t->items[1]->token_ids, g.toks, g.n * sizeof(uint32_t));
+	rfree(r);
+	/* without ids asked for, none */
+	r = transcript(c, "tr-raw", 1, 0, 0, 2, 1, 2);
+	assert_int_equal(r->transcript->items[0]->n_token_ids, 0);
+	rfree(r);
+	gen_free(&g);
+
+	/* llama2 chat: user turns are the client's text (not their [INST]
+	 * framing), answers the text that streamed, with why they ended */
+	must_open(c, "tr-chat", T_LLAMA2, 0, "Be kind.", 0);
+	generate(c, "tr-chat", GREEDY("Tell me a story.", 12), &g1);
+	assert_int_equal(g1.error, 0);
+	uint64_t gid = gen_send(c, "tr-chat", GREEDY("What next?", 400));
+	memset(&g2, 0, sizeof(g2));
+	for (int k = 0; k < 3; k++)
+		assert_int_equal(gen_take(&g2, cli_next(c, gid)), 0);
+	/* while it runs: busy, and the answer so far has no end */
+	r = transcript(c, "tr-chat", -1, 1, 0, 4, 3, 4);
+	assert_true(r->transcript->busy);
+	assert_int_equal(r->transcript->items[0]->role, R_ASSISTANT);
+	assert_false(r->transcript->items[0]->has_stop_reason);
+	rfree(r);
+	rfree(expect_body(cli_next(c, cancel_send(c, gid)), LLAMAD__RESPONSE__BODY_OK));
+	gen_wait(c, gid, &g2);
+	assert_int_equal(g2.reason, S_CANCELLED);
+	r = transcript(c, "tr-chat", -1, 0, 0, 4, 0, 4);
+	t = r->transcript;
+	assert_string_equal(t->system, "Be kind.");
+	assert_int_equal(t->template_, T_LLAMA2);
+	assert_false(t->busy);
+	expect_turn(t->items[0], 0, R_USER, "Tell me a story.", 0, 0);
+	expect_turn(t->items[1], 1, R_ASSISTANT, g1.text, 1, g1.reason);
+	assert_int_equal(t->items[1]->tokens, g1.generated);
+	expect_turn(t->items[2], 2, R_USER, "What next?", 0, 0);
+	expect_turn(t->items[3], 3, R_ASSISTANT, g2.text, 1, S_CANCELLED);
+	assert_int_equal(t->items[3]->tokens, g2.generated);
+	assert_int_equal(t->items[3]->start + t->items[3]->tokens, g2.session_tokens);
+	rfree(r);
+	gen_free(&g1);
+	gen_free(&g2);
+
+	/* a stop string: the stream withheld it, the session (and so the
+	 * transcript) holds its tokens */
+	Llamad__SamplerOptions so = LLAMAD__SAMPLER_OPTIONS__INIT;
+	PB_SET(&so, temperature, 0.0f);
+	char *stops[] = { (char *)"the" };
+	Llamad__Generate ge = LLAMAD__GENERATE__INIT;
+	ge.session = (char *)"tr-chat";
+	ge.prompt = (char *)"Tell me about the sea.";
+	PB_SET(&ge, max_tokens, 200);
+	ge.sampler = &so;
+	ge.n_stop = 1;
+	ge.stop = stops;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_GENERATE);
+	q.generate = &ge;
+	memset(&g, 0, sizeof(g));
+	gen_wait(c, cli_send(c, &q), &g);
+	assert_int_equal(g.reason, S_STRING);
+	r = transcript(c, "tr-chat", -1, 1, 0, 6, 5, 6);
+	const Llamad__Turn *a = r->transcript->items[0];
+	assert_int_equal(a->stop_reason, S_STRING);
+	char *want = fmt("%sthe", g.text);
+	if (strncmp(a->text, want, strlen(want)))
+		fail_msg("stopped answer \"%s\" does not start with \"%s\"", a->text, want);
+	free(want);
+	rfree(r);
+	gen_free(&g);
+
+	/* ranges: from a turn, the last N, both, past the end */
+	rfree(transcript(c, "tr-chat", 2, 0, 0, 6, 2, 6));
+	rfree(transcript(c, "tr-chat", -1, 2, 0, 6, 4, 6));
+	rfree(transcript(c, "tr-chat", 1, 2, 0, 6, 4, 6));
+	rfree(transcript(c, "tr-chat", 5, 3, 0, 6, 5, 6));
+	rfree(transcript(c, "tr-chat", 6, 0, 0, 6, 6, 6));
+	rfree(transcript(c, "tr-chat", 4000000000, 0, 0, 6, 6, 6));
+	must_open(c, "tr-empty", T_LLAMA2, 0, NULL, 0);
+	rfree(transcript(c, "tr-empty", -1, 0, 1, 0, 0, 0));
+
+	/* errors */
+	expect_error(op_transcript(c, "tr-none", -1, 0, 0), LLAMAD__ERROR_CODE__UNKNOWN_SESSION);
+	expect_error(op_transcript(c, "bad name", -1, 0, 0), LLAMAD__ERROR_CODE__BAD_REQUEST);
+	must_drop(c, "tr-raw");
+	must_drop(c, "tr-chat");
+	must_drop(c, "tr-empty");
+}
+
 static void test_shutdown(void **state)
 {
 	(void)state;
@@ -1171,6 +1324,7 @@ int main(void)
 		cmocka_unit_test(test_tokenize),
 		cmocka_unit_test(test_status),
 		cmocka_unit_test(test_ephemeral_busy_elsewhere),
+		cmocka_unit_test_setup_teardown(test_transcript, case_connect, case_disconnect),
 		cmocka_unit_test(test_shutdown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

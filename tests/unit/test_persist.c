@@ -58,6 +58,7 @@
 #define RECV_MAX (64u << 20)
 
 #include "tests/unit/daemon_harness.h"
+#include "tests/unit/store_file.h"
 #define BLOCK_BYTES 20480        /* stories260K: one KV block of 16 tokens */
 #define MAX_DAEMONS 8
 
@@ -66,18 +67,14 @@ enum { L_POOL = LLAMAD__LOCATION__LOCATION_POOL, L_RAM = LLAMAD__LOCATION__LOCAT
 enum { E_STORAGE = LLAMAD__ERROR_CODE__STORAGE,
        E_EXHAUSTED = LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED };
 
-/* The state file header (session/store.h): field offsets of the fields the
- * cases edit. */
+/* The state file header: store_file.h. */
 enum {
-	H_VERSION = 8,
-	H_FINGERPRINT = 16,
-	H_N_TOKENS = 40,
-	H_BODY_BYTES = 92,
-	H_ID = 100,
-	H_ID_BYTES = 129,
-	H_CHECKSUM = 229,
-	H_HEADER_SUM = 237,
-	HEADER_BYTES = 256,
+	H_VERSION = SF_VERSION,
+	H_FINGERPRINT = SF_FINGERPRINT,
+	H_BODY_BYTES = SF_BODY_BYTES,
+	H_ID = SF_ID,
+	H_ID_BYTES = SF_ID_BYTES,
+	HEADER_BYTES = SF_HEADER_BYTES,
 };
 
 static struct {
@@ -198,27 +195,14 @@ static void expect_state_files(const char *dir, ...)
 	free(got);
 }
 
-static void put_le(unsigned char *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
+#define put_le sf_put
+#define get_le sf_get
 
-static uint64_t get_le(const unsigned char *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-/* Recompute the body checksum and the header checksum of a state file
- * image, as a writer would. */
+/* Recompute the checksums of a state file image, as a writer would. */
 static void reseal(unsigned char *b, size_t len)
 {
 	assert_true(len >= HEADER_BYTES);
-	put_le(b + H_CHECKSUM, XXH64(b + HEADER_BYTES, len - HEADER_BYTES, 0), 8);
-	put_le(b + H_HEADER_SUM, XXH64(b, H_HEADER_SUM, 0), 8);
+	sf_reseal(b, len);
 }
 
 /* ---- the daemon ---------------------------------------------------------- */
@@ -533,9 +517,44 @@ static void test_restart_without_loss(void **state)
 	assert_int_equal(sr->file_bytes, size_raw);
 	assert_int_equal(sr->kv_blocks, 0);
 	assert_int_equal(sr->cached_tokens, 0);
+	assert_int_equal(sw->turns, 4);   /* the header's count, not the stub's 0 */
+	assert_int_equal(sr->turns, 2);
 	rfree(l);
+	/* its transcript, read from the file without restoring it, equals the
+	 * one of the same session in memory in the reference daemon */
+	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "raw" : "work";
+		Llamad__Response *a = expect_body(op_transcript(c, name, -1, 0, 1),
+						  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+		Llamad__Response *b = expect_body(op_transcript(rc, name, -1, 0, 1),
+						  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+		const Llamad__Transcript *ta = a->transcript, *tb = b->transcript;
+		assert_int_equal(ta->location, L_DISK);
+		assert_int_equal(tb->location, L_POOL);
+		assert_int_equal(ta->turns, k ? 2 : 4);
+		assert_int_equal(ta->n_items, tb->n_items);
+		assert_int_equal(ta->next, tb->next);
+		assert_true(!ta->system == !tb->system);
+		if (ta->system)
+			assert_string_equal(ta->system, tb->system);
+		for (size_t i = 0; i < ta->n_items; i++) {
+			const Llamad__Turn *x = ta->items[i], *y = tb->items[i];
+			assert_string_equal(x->text, y->text);
+			assert_int_equal(x->role, y->role);
+			assert_int_equal(x->generated, y->generated);
+			assert_int_equal(x->has_stop_reason, y->has_stop_reason);
+			assert_int_equal(x->stop_reason, y->stop_reason);
+			assert_int_equal(x->tokens, y->tokens);
+			assert_int_equal(x->n_token_ids, y->n_token_ids);
+			assert_memory_equal(x->token_ids, y->token_ids,
+					    x->n_token_ids * sizeof(uint32_t));
+		}
+		assert_string_equal(ta->items[ta->n_items - 1]->text, g[k ? 2 : 1].text);
+		rfree(a);
+		rfree(b);
+	}
 	Llamad__Response *s0 = op_status(c);
-	assert_int_equal(s0->status->counters->restores, 0);
+	assert_int_equal(s0->status->counters->restores, 0);  /* transcripts restored nothing */
 	assert_int_equal(s0->status->sessions_on_disk, 2);
 	assert_int_equal(s0->status->kv_blocks_free, s0->status->kv_blocks_total);
 	assert_string_equal(s0->status->state_dir, dir);
@@ -1313,6 +1332,68 @@ static void test_limits(void **state)
 	free(dir);
 }
 
+/* ---- transcripts in small frames ------------------------------------------ */
+
+/* A transcript reply never exceeds max_frame: turns that do not fit wait
+ * for the next request (next says where), and a single turn larger than a
+ * frame comes cut (truncated; no token ids). */
+static void test_transcript_frames(void **state)
+{
+	(void)state;
+	struct daemon d;
+	start_daemon(&d, "d9", T.model, "none", "--max-frame", "1024", NULL);
+	struct cli *c = cli_new(&d);
+	/* three turns of 500 bytes: one per frame */
+	must_open(c, "paged", T_RAW, 0, NULL, 0);
+	static const char line[] = "Once upon a time, there was a little girl named Lily. ";
+	char text[501];
+	for (int k = 0; k < 3; k++) {
+		for (size_t i = 0; i < 500; i++)
+			text[i] = line[i % (sizeof(line) - 1)];
+		text[0] = (char)('A' + k);
+		text[500] = 0;
+		rfree(expect_body(op_append(c, "paged", LLAMAD__ROLE__ROLE_RAW, text),
+				  LLAMAD__RESPONSE__BODY_SESSION));
+	}
+	uint32_t from = 0;
+	for (int k = 0; k < 3; k++) {
+		Llamad__Response *r = expect_body(op_transcript(c, "paged", from, 0, 1),
+						  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+		assert_true(protobuf_c_message_get_packed_size(&r->base) + 4 <= 1024);
+		const Llamad__Transcript *t = r->transcript;
+		assert_int_equal(t->turns, 3);
+		assert_int_equal(t->first, from);
+		assert_int_equal(t->next, from + 1);
+		assert_int_equal(t->n_items, 1);
+		const Llamad__Turn *u = t->items[0];
+		assert_false(u->truncated);
+		assert_int_equal(strlen(u->text), 500);
+		assert_int_equal(u->text[0], 'A' + k);
+		assert_int_equal(u->n_token_ids, u->tokens);
+		from = t->next;
+		rfree(r);
+	}
+	/* an answer longer than a frame: cut, a prefix of what streamed */
+	must_open(c, "long", T_RAW, 0, NULL, 0);
+	struct gen g;
+	generate_ok(c, "long", GREEDY(PROMPT, 480), &g, 0);
+	assert_true(g.len > 1100);
+	Llamad__Response *r = expect_body(op_transcript(c, "long", 1, 0, 1),
+					  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+	assert_true(protobuf_c_message_get_packed_size(&r->base) + 4 <= 1024);
+	assert_int_equal(r->transcript->next, 2);
+	const Llamad__Turn *u = r->transcript->items[0];
+	assert_true(u->truncated);
+	assert_int_equal(u->n_token_ids, 0);
+	assert_true(strlen(u->text) > 500 && strlen(u->text) < g.len);
+	assert_memory_equal(u->text, g.text, strlen(u->text));
+	assert_int_equal(u->tokens, 480);
+	rfree(r);
+	gen_free(&g);
+	cli_free(c);
+	stop_daemon(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1326,6 +1407,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_more_sessions_than_pool, case_setup,
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_limits, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_transcript_frames, case_setup, case_teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "session/store.h"
+#include "store_file.h"
 #include "testutil.h"
 
 #define NB 64   /* blocks */
@@ -31,14 +32,12 @@
 #define FP 0x0123456789abcdefULL
 #define HB STORE_HEADER_BYTES
 
-/* Header offsets used to forge files (see store.h for the order). */
-#define OFF_VERSION 8
-#define OFF_N_TOKENS 40
-#define OFF_N_CACHED 44
-#define OFF_N_TURNS 48
-#define OFF_BODY_BYTES 92
-#define OFF_CHECKSUM 229
-#define OFF_HEADER_SUM 237
+/* Header offsets used to forge files: store_file.h. */
+#define OFF_VERSION SF_VERSION
+#define OFF_N_TOKENS SF_N_TOKENS
+#define OFF_N_CACHED SF_N_CACHED
+#define OFF_N_TURNS SF_N_TURNS
+#define OFF_BODY_BYTES SF_BODY_BYTES
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -129,18 +128,8 @@ static void put64(unsigned char *p, uint64_t v)
 		p[i] = (unsigned char)(v >> (8 * i));
 }
 
-/* Recompute the header checksum after editing header bytes. */
-static void fix_header_sum(unsigned char *b)
-{
-	put64(b + OFF_HEADER_SUM, XXH64(b, OFF_HEADER_SUM, 0));
-}
-
-/* Recompute both checksums after editing the body. */
-static void fix_sums(unsigned char *b, size_t n)
-{
-	put64(b + OFF_CHECKSUM, XXH64(b + HB, n - HB, 0));
-	fix_header_sum(b);
-}
+#define fix_header_sum sf_fix_header_sum
+#define fix_sums sf_reseal
 
 static float kv_value(int seq_block, size_t i)
 {
@@ -197,6 +186,8 @@ static struct session *make_session(struct env *e, uid_t uid, const char *id, in
 		snprintf(text, sizeof(text), "user text %d ü", k);
 		assert_int_equal(sess_append(s, ids, n, role, role == CHAT_USER ? (big ? big : text)
 							 : NULL, 1), 0);
+		if (role == CHAT_ASSISTANT)  /* every stop reason, and none */
+			s->turns[s->n_turns - 1].end = (uint8_t)(k / 2 % (SESS_END_MAX + 1));
 		at += n;
 	}
 	if (n_tokens > 0)
@@ -244,6 +235,7 @@ static void assert_same(const struct session *a, const struct kvpool *pa, const 
 	for (int i = 0; i < a->n_turns; i++) {
 		assert_int_equal(a->turns[i].start, b->turns[i].start);
 		assert_int_equal(a->turns[i].role, b->turns[i].role);
+		assert_int_equal(a->turns[i].end, b->turns[i].end);
 		assert_str_eq_or_null(a->turns[i].text, b->turns[i].text);
 	}
 	assert_str_eq_or_null(a->system, b->system);
@@ -596,6 +588,7 @@ static void test_list(void **state)
 	assert_true(ents[0].fingerprint == FP);
 	assert_int_equal(ents[0].n_tokens, 75);
 	assert_int_equal(ents[0].n_cached, 40);
+	assert_int_equal(ents[0].n_turns, 8);  /* system, six turns of up to 13 tokens, system */
 	assert_true(ents[0].last_use_ms == 1700000000123LL);
 	struct stat st;
 	assert_int_equal(stat(src, &st), 0);
@@ -696,6 +689,111 @@ static void test_corrupt_body(void **state)
 	free(buf);
 }
 
+/* The history alone (a transcript of a session on disk): the K/V is not
+ * read, so damage there does not stop it, and damage to the history does;
+ * no pool block is taken; any model's file. */
+static void test_history_only(void **state)
+{
+	struct fx *f = *state;
+	size_t n;
+	unsigned char *buf = read_file(f->path, &n);
+	int free0 = kvpool_n_free(f->e.pool);
+	for (int round = 0; round < 4; round++) {
+		unsigned char *m = malloc(n);
+		assert_non_null(m);
+		memcpy(m, buf, n);
+		if (round == 1)
+			m[n - 3] ^= 0x40;        /* the last K/V block: body checksum wrong */
+		if (round == 2)
+			m[HB + 5] ^= 0x40;       /* a token: both checksums wrong */
+		if (round == 3) {                /* another model's file */
+			sf_put(m + SF_FINGERPRINT, FP ^ 7, 8);
+			sf_fix_header_sum(m);
+		}
+		write_file(f->path, m, n);
+		free(m);
+		struct session h;
+		memset(&h, 0, sizeof(h));
+		strcpy(h.id, "work");
+		char *cause = NULL;
+		int rc = store_load_history(f->path, &h, &cause);
+		if (round == 2) {
+			assert_int_equal(rc, -EBADMSG);
+			assert_non_null(strstr(cause, "checksum mismatch"));
+			assert_empty(&h);
+		} else {
+			assert_int_equal(rc, 0);
+			assert_null(cause);
+			assert_same(f->s, f->e.pool, &h, f->e.pool, 0);
+		}
+		free(cause);
+		sess_clear_history(&f->e.t, &h);
+		assert_int_equal(kvpool_n_free(f->e.pool), free0);
+		/* a whole load checks every byte */
+		assert_int_equal(try_load(&f->e2, f->path, 0, "work", FP, 0, NULL),
+				 round == 0 ? 0 : round == 3 ? -ESTALE : -EBADMSG);
+	}
+	free(buf);
+}
+
+/* A version 1 file (written before turns had an end byte and the header a
+ * meta_sum), made from a version 2 image by the documented layouts: it
+ * loads whole, K/V included, with no turn ended; its history alone is
+ * checked by the body checksum. */
+static void test_version1_file(void **state)
+{
+	struct fx *f = *state;
+	size_t n;
+	unsigned char *v2 = read_file(f->path, &n);
+	uint32_t n_tokens = (uint32_t)sf_get(v2 + SF_N_TOKENS, 4);
+	uint32_t n_turns = (uint32_t)sf_get(v2 + SF_N_TURNS, 4);
+	unsigned char *v1 = calloc(1, n);
+	assert_non_null(v1);
+	memcpy(v1, v2, SF_CHECKSUM);
+	size_t in = HB, out = HB;
+	memcpy(v1 + out, v2 + in, 4 * (size_t)n_tokens);
+	in += 4 * (size_t)n_tokens;
+	out += 4 * (size_t)n_tokens;
+	for (uint32_t i = 0; i < n_turns; i++) {
+		memcpy(v1 + out, v2 + in, 5);   /* start, role; the end byte goes */
+		uint32_t len = (uint32_t)sf_get(v2 + in + 6, 4);
+		size_t text = len == 0xffffffffu ? 0 : len;
+		memcpy(v1 + out + 5, v2 + in + 6, 4 + text);
+		in += 10 + text;
+		out += 9 + text;
+	}
+	memcpy(v1 + out, v2 + in, n - in);  /* system prompts and K/V */
+	out += n - in;
+	sf_put(v1 + SF_VERSION, 1, 4);
+	sf_put(v1 + SF_BODY_BYTES, out - HB, 8);
+	sf_put(v1 + SF_CHECKSUM, XXH64(v1 + HB, out - HB, 0), 8);
+	sf_put(v1 + SF_HEADER_SUM_V1, XXH64(v1, SF_HEADER_SUM_V1, 0), 8);
+	write_file(f->path, v1, out);
+
+	for (int i = 0; i < f->s->n_turns; i++)
+		f->s->turns[i].end = 0;
+	struct session *b = sess_create(&f->e2.t, 0, "work");
+	char *cause = NULL;
+	assert_int_equal(store_load(f->path, b, f->e2.pool, FP, 0, &cause), 0);
+	assert_null(cause);
+	assert_same(f->s, f->e.pool, b, f->e2.pool, 1);
+	sess_drop(&f->e2.t, b);
+	struct session h;
+	memset(&h, 0, sizeof(h));
+	strcpy(h.id, "work");
+	assert_int_equal(store_load_history(f->path, &h, &cause), 0);
+	assert_same(f->s, f->e.pool, &h, f->e.pool, 0);
+	sess_clear_history(&f->e.t, &h);
+	v1[out - 3] ^= 1;   /* K/V damage: version 1 has no checksum of the history alone */
+	write_file(f->path, v1, out);
+	memset(&h, 0, sizeof(h));
+	strcpy(h.id, "work");
+	assert_int_equal(store_load_history(f->path, &h, &cause), -EBADMSG);
+	free(cause);
+	free(v1);
+	free(v2);
+}
+
 static void test_corrupt_header(void **state)
 {
 	struct fx *f = *state;
@@ -746,9 +844,10 @@ static void test_forged_body(void **state)
 		{ HB, 0x80000000u, 0, "negative token" },
 		{ turn0, 76, 0, "bad turn" },               /* start past the end */
 		{ turn0 + 4, 4, 1, "bad turn" },             /* role */
-		{ turn0 + 5, 0xfffffff0u, 0, "text length" },
-		{ turn0 + 5, 9, 0, NULL },                   /* text runs into the next turn */
-		{ turn0 + 9, 0, 1, "NUL byte" },
+		{ turn0 + 5, 6, 1, "bad turn" },             /* end: no such stop reason */
+		{ turn0 + 6, 0xfffffff0u, 0, "text length" },
+		{ turn0 + 6, 9, 0, NULL },                   /* text runs into the next turn */
+		{ turn0 + 10, 0, 1, "NUL byte" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		memcpy(m, buf, n);
@@ -1089,7 +1188,7 @@ static void test_garbage(void **state)
 			n = n0;
 			memcpy(m, valid, n);
 			for (int k = 1 + rnd() % 4; k > 0; k--)
-				m[rnd() % OFF_HEADER_SUM] ^= (unsigned char)(1 + rnd() % 255);
+				m[rnd() % SF_HEADER_SUM] ^= (unsigned char)(1 + rnd() % 255);
 			fix_header_sum(m);
 			break;
 		case 3:  /* body bytes changed, both sums fixed: the parser sees it all */
@@ -1145,6 +1244,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_list_bad_headers, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_body, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_corrupt_header, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_history_only, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_version1_file, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_forged_body, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_truncated, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_version_and_magic, setup_std, teardown),
