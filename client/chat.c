@@ -36,15 +36,18 @@ const char chat_help[] =
 "  /drop          drop the session and quit\n"
 "  /system TEXT   add a system turn\n"
 "  /regen         remove the last answer and generate it again\n"
-"  /history       show the session's turns and tokens\n"
+"  /history [N]   show the session's counts and its turns (the last N)\n"
 "  /quit          quit (the session stays)\n"
 "  /help          list these commands\n"
 "A line starting with // sends a literal /.\n"
+"Entering a session that has turns prints its last few first (--recap).\n"
 "\n"
 "With stdin not a terminal, all of stdin is one user turn: the answer is\n"
-"printed and llamactl exits (with --json: one object, as `generate`).\n"
+"printed and llamactl exits (with --json: JSON lines, as `generate`).\n"
 "\n"
 "  -s, --session NAME      the session\n"
+"      --recap N           on entering a session that has turns, print the\n"
+"                          last N of them (default 4; 0: none)\n"
 "      --system TEXT       system prompt of a new session\n"
 "      --template NAME     template of a new session: llama3, llama2 or raw\n"
 "                          (default: the daemon's, from the model file)\n"
@@ -62,6 +65,7 @@ struct chat {
 	char prompt[200];
 	bool continuation;          /* reading the next line of a \ line */
 	bool last_is_system;        /* the last turn we added is /system's */
+	uint32_t recap;             /* turns shown on entering a session */
 };
 
 static volatile sig_atomic_t g_sigint;
@@ -334,7 +338,9 @@ static void chat_generate(struct chat *c, const char *prompt)
 		.prompt = prompt,
 		.role = LLAMAD__ROLE__ROLE_USER,
 		.opts = &c->g,
-		.echo = stdout,
+		.echo = cli->json ? NULL : stdout,
+		.events = cli->json,
+		.collect = cli->json,
 	};
 	struct gen_result res;
 	drain_sigint();
@@ -344,10 +350,12 @@ static void chat_generate(struct chat *c, const char *prompt)
 		fprintf(stderr, "\nllamactl: interrupted while waiting for the daemon\n");
 		exit(EXIT_INTERRUPTED);
 	}
-	if (res.last && res.last != '\n')
+	if (res.last && res.last != '\n' && !cli->json)
 		fputc('\n', stdout);
-	cli_flush_stdout();
 	const Llamad__Response *t = res.term;
+	if (cli->json && t->body_case == LLAMAD__RESPONSE__BODY_DONE && t->done)
+		cli_json_done_line(c->ephemeral ? NULL : c->session, &res);
+	cli_flush_stdout();
 	if (t->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
 		if (t->error && t->error->has_code &&
 		    t->error->code == LLAMAD__ERROR_CODE__CANCELLED)
@@ -399,13 +407,40 @@ static void print_info_line(FILE *f, const Llamad__SessionInfo *s)
 	fputc('\n', f);
 }
 
+static void recap_head(void *ctx, const Llamad__Transcript *t)
+{
+	(void)ctx;
+	if (t->first > 0)
+		printf("(%u earlier turn%s)\n", t->first, t->first == 1 ? "" : "s");
+}
+
+static void recap_turn(void *ctx, const Llamad__Turn *u)
+{
+	(void)ctx;
+	cli_print_turn(stdout, u);
+}
+
+/* Print the session's turns (last > 0: the last `last`). Errors are
+ * reported and the chat goes on. */
+static void print_turns(struct chat *c, uint32_t last)
+{
+	struct transcript_cb cb = { recap_head, recap_turn, NULL };
+	drain_sigint();
+	Llamad__Response *e = cli_transcript(c->cli, c->session, 0, last, false, &cb);
+	cli_flush_stdout();
+	if (e) {
+		cli_print_error(e);
+		llamad__response__free_unpacked(e, NULL);
+	}
+}
+
 static void slash_help(void)
 {
 	fputs("/fork NAME     fork the session to NAME and go on in NAME\n"
 	      "/drop          drop the session and quit\n"
 	      "/system TEXT   add a system turn\n"
 	      "/regen         remove the last answer and generate it again\n"
-	      "/history       show the session's turns and tokens\n"
+	      "/history [N]   show the session's counts and its turns (the last N)\n"
 	      "/quit          quit (the session stays)\n"
 	      "/help          this list\n"
 	      "Ctrl-C stops an answer; Ctrl-D quits; end a line with \\ to continue it.\n",
@@ -432,10 +467,17 @@ static bool slash(struct chat *c, char *line)
 		return true;
 	}
 	if (strcmp(cmd, "history") == 0) {
+		char *end = NULL;
+		unsigned long n = *arg ? strtoul(arg, &end, 10) : 0;
+		if (*arg && (*end || n > UINT32_MAX)) {
+			fputs("usage: /history [N]\n", stderr);
+			return true;
+		}
 		Llamad__Response *r = info_call(c);
 		if (r) {
 			print_info_line(stdout, r->session);
 			llamad__response__free_unpacked(r, NULL);
+			print_turns(c, (uint32_t)n);
 		}
 		return true;
 	}
@@ -563,6 +605,7 @@ static int chat_once(struct chat *c, char *text)
 		.role = LLAMAD__ROLE__ROLE_USER,
 		.opts = &c->g,
 		.echo = cli->json ? NULL : stdout,
+		.events = cli->json,
 		.collect = cli->json,
 	};
 	struct gen_result res;
@@ -583,17 +626,19 @@ static int chat_once(struct chat *c, char *text)
 
 int cmd_chat(struct cli *cli, int argc, char **argv)
 {
-	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE };
+	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE, O_RECAP };
 	static const struct option opts[] = {
 		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
 		{ "session", required_argument, NULL, 's' },
 		{ "system", required_argument, NULL, O_SYSTEM },
 		{ "template", required_argument, NULL, O_TEMPLATE },
+		{ "recap", required_argument, NULL, O_RECAP },
 		{ 0 },
 	};
 	struct chat c;
 	memset(&c, 0, sizeof(c));
 	c.cli = cli;
+	c.recap = 4;
 	gen_opts_init(&c.g);
 	const char *session = NULL, *system = NULL;
 	Llamad__Template tmpl = LLAMAD__TEMPLATE__TEMPLATE_DEFAULT;
@@ -605,6 +650,9 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 			break;
 		case O_SYSTEM:
 			system = optarg;
+			break;
+		case O_RECAP:
+			c.recap = (uint32_t)cli_parse_u64(cli, "--recap", optarg, 0, UINT32_MAX);
 			break;
 		case O_TEMPLATE:
 			if (strcmp(optarg, "llama3") == 0)
@@ -667,7 +715,11 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 		else
 			print_info_line(stderr, s);
 	}
+	bool recap = interactive && !cli->json && s && s->has_created && !s->created &&
+		     s->turns > 0 && c.recap > 0;
 	llamad__response__free_unpacked(r, NULL);
+	if (recap)
+		print_turns(&c, c.recap);
 
 	int rc = interactive ? chat_interactive(&c) : chat_once(&c, text);
 	free(c.session);

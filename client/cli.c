@@ -20,6 +20,40 @@ void gen_opts_init(struct gen_opts *g)
 	g->sampler = init;
 }
 
+/* --json was given: errors also go to stdout as JSON objects. */
+static bool json_errors;
+
+/* The error object of cli_error, on stdout. */
+static void json_error(const char *kind, int code, const char *msg)
+{
+	struct json j;
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_key(&j, "event");
+	json_str(&j, "error");
+	json_key(&j, "error");
+	json_str(&j, kind);
+	json_key(&j, "code");
+	json_u64(&j, (uint64_t)(code > 0 ? code : 0));
+	json_key(&j, "message");
+	json_str(&j, msg);
+	json_obj_end(&j);
+	json_end(&j);
+	fflush(stdout);
+}
+
+void cli_error(const char *kind, int code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "llamactl: %s\n", msg);
+	if (json_errors)
+		json_error(kind, code, msg);
+}
+
 const char *cli_prog(const struct cli *cli)
 {
 	static char buf[64];
@@ -31,12 +65,14 @@ const char *cli_prog(const struct cli *cli)
 
 noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
 {
+	char msg[1024];
 	va_list ap;
-	fprintf(stderr, "%s: ", cli_prog(cli));
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "\nTry '%s --help'.\n", cli_prog(cli));
+	fprintf(stderr, "%s: %s\nTry '%s --help'.\n", cli_prog(cli), msg, cli_prog(cli));
+	if (json_errors)
+		json_error("usage", 0, msg);
 	exit(EXIT_USAGE);
 }
 
@@ -149,7 +185,7 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
 		cli->verbose = true;
 		return;
 	case OPT_JSON:
-		cli->json = true;
+		cli->json = json_errors = true;
 		return;
 	case OPT_SOCKET:
 		if (!*arg)
@@ -166,6 +202,8 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
 	/* '?', ':' or an option this command does not take: getopt has
 	 * already said what was wrong. */
 	fprintf(stderr, "Try '%s --help'.\n", cli_prog(cli));
+	if (json_errors)
+		json_error("usage", 0, "bad option (see --help)");
 	exit(EXIT_USAGE);
 }
 
@@ -174,8 +212,8 @@ void cli_connect(struct cli *cli)
 	int rc = conn_connect(&cli->conn, cli->socket);
 	if (rc) {
 		bool hint = rc == -ENOENT || rc == -ECONNREFUSED;
-		fprintf(stderr, "llamactl: cannot connect to %s: %s%s\n", cli->socket,
-			strerror(-rc), hint ? " (is llamad running?)" : "");
+		cli_error("connect", 0, "cannot connect to %s: %s%s", cli->socket, strerror(-rc),
+			  hint ? " (is llamad running?)" : "");
 		exit(EXIT_CONNECT);
 	}
 	Llamad__Response *r;
@@ -189,11 +227,11 @@ void cli_connect(struct cli *cli)
 noreturn void cli_die_conn(const struct cli *cli, int err)
 {
 	if (err == -EMSGSIZE)
-		fprintf(stderr, "llamactl: request too large for the daemon (it accepts "
-			"frames of at most %u bytes)\n", cli->conn.max_frame);
+		cli_error("too large", 0, "request too large for the daemon (it accepts frames of "
+			  "at most %u bytes: max_frame)", cli->conn.max_frame);
 	else
-		fprintf(stderr, "llamactl: connection to %s lost: %s\n", cli->socket,
-			conn_strerror(err));
+		cli_error("connection", 0, "connection to %s lost: %s", cli->socket,
+			  conn_strerror(err));
 	exit(EXIT_DAEMON);
 }
 
@@ -203,6 +241,8 @@ void cli_print_error(const Llamad__Response *r)
 	int code = e && e->has_code ? (int)e->code : 0;
 	const char *msg = e && e->message && *e->message ? e->message : "(no message)";
 	fprintf(stderr, "llamactl: %s: %s\n", frame_error_name(code), msg);
+	if (json_errors)
+		json_error(frame_error_name(code), code, msg);
 }
 
 Llamad__Response *cli_expect(Llamad__Response *r, Llamad__Response__BodyCase want)
@@ -213,8 +253,8 @@ Llamad__Response *cli_expect(Llamad__Response *r, Llamad__Response__BodyCase wan
 		exit(EXIT_DAEMON);
 	}
 	if (r->body_case != want) {
-		fprintf(stderr, "llamactl: unexpected reply from the daemon (body %d, "
-			"expected %d)\n", (int)r->body_case, (int)want);
+		cli_error("reply", 0, "unexpected reply from the daemon (body %d, expected %d)",
+			  (int)r->body_case, (int)want);
 		llamad__response__free_unpacked(r, NULL);
 		exit(EXIT_DAEMON);
 	}
@@ -236,12 +276,29 @@ Llamad__Response *cli_call(struct cli *cli, Llamad__Request *req,
 	return cli_expect(cli_call_any(cli, req), want);
 }
 
+noreturn void cli_write_failed(int err)
+{
+	if (err == EPIPE)
+		exit(EXIT_OK);  /* the reader has what it wanted (| head) */
+	fprintf(stderr, "llamactl: write error on stdout: %s\n", strerror(err));
+	exit(EXIT_DAEMON);
+}
+
 void cli_flush_stdout(void)
 {
-	if (fflush(stdout) != 0 || ferror(stdout)) {
-		fprintf(stderr, "llamactl: write error on stdout: %s\n", strerror(errno));
-		exit(EXIT_DAEMON);
-	}
+	if (fflush(stdout) != 0 || ferror(stdout))
+		cli_write_failed(errno ? errno : EIO);
+}
+
+noreturn void cli_die_local(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	cli_error("local", 0, "%s", msg);
+	exit(EXIT_DAEMON);
 }
 
 char *cli_read_all(int fd, size_t *len)
@@ -262,8 +319,7 @@ char *cli_read_all(int fd, size_t *len)
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;
-			fprintf(stderr, "llamactl: cannot read stdin: %s\n", strerror(errno));
-			exit(EXIT_DAEMON);
+			cli_die_local("cannot read stdin: %s", strerror(errno));
 		}
 		if (k == 0)
 			break;
@@ -273,8 +329,7 @@ char *cli_read_all(int fd, size_t *len)
 	*len = n;
 	return buf;
 nomem:
-	fprintf(stderr, "llamactl: out of memory reading stdin\n");
-	exit(EXIT_DAEMON);
+	cli_die_local("out of memory reading stdin");
 }
 
 void cli_ephemeral_name(char *buf, size_t n)
@@ -337,11 +392,35 @@ struct gen_ctx {
 	int write_errno;
 };
 
+/* One token event as a JSON line on stdout, flushed. */
+static int json_token_event(const Llamad__TokenEvent *t)
+{
+	struct json j;
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_key(&j, "event");
+	json_str(&j, "token");
+	json_key(&j, "text");
+	json_str(&j, t && t->text ? t->text : "");
+	json_key(&j, "tokens");
+	json_arr_begin(&j);
+	for (size_t i = 0; t && i < t->n_tokens; i++)
+		json_u64(&j, t->tokens[i]);
+	json_arr_end(&j);
+	json_obj_end(&j);
+	json_end(&j);
+	return fflush(stdout) != 0 || ferror(stdout) ? -EIO : 0;
+}
+
 static int on_token(void *ctx, const Llamad__Response *r)
 {
 	struct gen_ctx *x = ctx;
 	const char *t = r->token ? r->token->text : NULL;
 	size_t n = t ? strlen(t) : 0;
+	if (x->g->events && json_token_event(r->token) != 0) {
+		x->write_errno = errno ? errno : EIO;
+		return -EIO;
+	}
 	if (n == 0)
 		return 0;
 	x->res->last = t[n - 1];
@@ -414,14 +493,10 @@ void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *r
 		fputc('\n', g->echo);   /* the message below on a line of its own */
 		fflush(g->echo);
 	}
-	if (rc == -EIO && x.write_errno) {
-		fprintf(stderr, "llamactl: write error on stdout: %s\n", strerror(x.write_errno));
-		exit(EXIT_DAEMON);
-	}
-	if (rc == -ENOMEM) {
-		fprintf(stderr, "llamactl: out of memory\n");
-		exit(EXIT_DAEMON);
-	}
+	if (rc == -EIO && x.write_errno)
+		cli_write_failed(x.write_errno);
+	if (rc == -ENOMEM)
+		cli_die_local("out of memory");
 	if (rc)
 		cli_die_conn(cli, rc);
 }
@@ -500,20 +575,27 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 	}
 }
 
+void cli_json_done_line(const char *session, const struct gen_result *res)
+{
+	struct json j;
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_key(&j, "event");
+	json_str(&j, "done");
+	json_key(&j, "session");
+	json_str(&j, session);
+	json_key(&j, "text");
+	json_strn(&j, res->text ? res->text : "", res->len);
+	cli_json_done(&j, res->term->done);
+	json_obj_end(&j);
+	json_end(&j);
+}
+
 int cli_gen_finish(struct cli *cli, const char *session, struct gen_result *res)
 {
 	const Llamad__Done *d = res->term->done;
 	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_key(&j, "session");
-		json_str(&j, session);
-		json_key(&j, "text");
-		json_strn(&j, res->text ? res->text : "", res->len);
-		cli_json_done(&j, d);
-		json_obj_end(&j);
-		json_end(&j);
+		cli_json_done_line(session, res);
 	} else {
 		fputc('\n', stdout);
 	}
@@ -521,6 +603,110 @@ int cli_gen_finish(struct cli *cli, const char *session, struct gen_result *res)
 	cli_report_done(cli, d);
 	gen_result_done(res);
 	return EXIT_OK;
+}
+
+/* ---- transcripts ---------------------------------------------------------- */
+
+Llamad__Response *cli_transcript(struct cli *cli, const char *session, uint32_t from,
+				 uint32_t last, bool ids, const struct transcript_cb *cb)
+{
+	bool first = true;
+	for (;;) {
+		Llamad__GetTranscript g = LLAMAD__GET_TRANSCRIPT__INIT;
+		g.session = (char *)session;
+		PB_SET(&g, from_turn, from);
+		if (first && last) {
+			PB_SET(&g, last_turns, last);
+		}
+		if (ids) {
+			PB_SET(&g, token_ids, 1);
+		}
+		Llamad__Request req = LLAMAD__REQUEST__INIT;
+		req.op_case = LLAMAD__REQUEST__OP_TRANSCRIPT;
+		req.transcript = &g;
+		Llamad__Response *r = cli_call_any(cli, &req);
+		if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR)
+			return r;
+		const Llamad__Transcript *t = cli_expect(r, LLAMAD__RESPONSE__BODY_TRANSCRIPT)->transcript;
+		if (first && cb->head)
+			cb->head(cb->ctx, t);
+		first = false;
+		for (size_t i = 0; i < t->n_items && cb->turn; i++)
+			cb->turn(cb->ctx, t->items[i]);
+		/* the next page, unless this was the last (or made no progress) */
+		bool more = t->next < t->turns && t->next > (t->has_first ? t->first : from) &&
+			    t->n_items > 0;
+		from = t->next;
+		llamad__response__free_unpacked(r, NULL);
+		if (!more)
+			return NULL;
+	}
+}
+
+const char *cli_role_name(int role)
+{
+	switch (role) {
+	case LLAMAD__ROLE__ROLE_USER: return "user";
+	case LLAMAD__ROLE__ROLE_SYSTEM: return "system";
+	case LLAMAD__ROLE__ROLE_ASSISTANT: return "assistant";
+	case LLAMAD__ROLE__ROLE_RAW: return "raw";
+	}
+	return "?";
+}
+
+void cli_print_turn(FILE *f, const Llamad__Turn *u)
+{
+	fprintf(f, "[%u] %s (%u token%s", u->index, cli_role_name(u->role), u->tokens,
+		u->tokens == 1 ? "" : "s");
+	if (u->has_stop_reason)
+		fprintf(f, ", ended: %s", cli_reason_name(u->stop_reason));
+	if (u->truncated)
+		fputs(", cut to fit one reply", f);
+	fputs(")\n", f);
+	const char *t = u->text ? u->text : "";
+	size_t n = strlen(t);
+	fputs(t, f);
+	if (n && t[n - 1] != '\n')
+		fputc('\n', f);
+	if (u->n_token_ids) {
+		fputs("ids:", f);
+		for (size_t i = 0; i < u->n_token_ids; i++)
+			fprintf(f, " %u", u->token_ids[i]);
+		fputc('\n', f);
+	}
+	fputc('\n', f);
+}
+
+void cli_json_turn(struct json *j, const Llamad__Turn *u)
+{
+	json_obj_begin(j);
+	json_key(j, "index");
+	json_u64(j, u->index);
+	json_key(j, "role");
+	json_str(j, cli_role_name(u->role));
+	json_key(j, "text");
+	json_str(j, u->text ? u->text : "");
+	json_key(j, "tokens");
+	json_u64(j, u->tokens);
+	json_key(j, "start");
+	json_u64(j, u->start);
+	json_key(j, "generated");
+	json_bool(j, u->generated);
+	json_key(j, "stop_reason");
+	if (u->has_stop_reason)
+		json_str(j, cli_reason_name(u->stop_reason));
+	else
+		json_null(j);
+	json_key(j, "truncated");
+	json_bool(j, u->truncated);
+	if (u->n_token_ids) {
+		json_key(j, "token_ids");
+		json_arr_begin(j);
+		for (size_t i = 0; i < u->n_token_ids; i++)
+			json_u64(j, u->token_ids[i]);
+		json_arr_end(j);
+	}
+	json_obj_end(j);
 }
 
 const char *cli_location_name(int loc)

@@ -106,7 +106,8 @@ void gen_opts_init(struct gen_opts *g);
 /* Prefix for messages: "llamactl" or "llamactl CMD". */
 const char *cli_prog(const struct cli *cli);
 
-/* Print "PROG: message" and a hint to --help on stderr; exit 2. */
+/* Print "PROG: message" and a hint to --help on stderr (with --json, also
+ * the error line of cli_error, kind "usage"); exit 2. */
 noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
@@ -127,6 +128,26 @@ uint64_t cli_parse_u64(const struct cli *cli, const char *what, const char *arg,
 /* Connect to cli->socket and shake hands. Exits 3 if the socket cannot be
  * reached, 1 if the daemon refuses the handshake or the link breaks. */
 void cli_connect(struct cli *cli);
+
+/*
+ * Report an error: "llamactl: MESSAGE" on stderr and, with --json, also the
+ * line {"event":"error","error":KIND,"code":CODE,"message":MESSAGE} on
+ * stdout, so that a program reading the JSON never parses human text. KIND
+ * is a daemon ErrorCode's name (frame_error_name: "unknown session", ...)
+ * with its CODE, or one of llamactl's own with code 0: "usage", "connect"
+ * (no daemon at the socket), "connection" (the link broke), "too large",
+ * "reply" (an unexpected reply), "local" (stdin, memory, a limit of the
+ * command). Does not exit.
+ */
+void cli_error(const char *kind, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* cli_error("local", ...) and exit 1. */
+noreturn void cli_die_local(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A write to stdout failed with errno err: exit quietly with 0 if the
+ * reader went away (EPIPE: `| head`), else report it and exit 1. */
+noreturn void cli_write_failed(int err);
 
 /* Report a transport failure (err < 0 from conn_*) and exit 1. */
 noreturn void cli_die_conn(const struct cli *cli, int err);
@@ -176,6 +197,8 @@ struct gen_req {
 	Llamad__Role role;           /* role of prompt */
 	const struct gen_opts *opts; /* may be NULL */
 	FILE *echo;                  /* stream text here as it comes, or NULL */
+	bool events;                 /* each token event as a JSON line on stdout
+				      * ({"event":"token","text":..,"tokens":[..]}) */
 	bool collect;                /* keep the text in the result */
 };
 
@@ -210,10 +233,41 @@ void cli_json_done(struct json *j, const Llamad__Done *d);
  * note a context-full stop there. */
 void cli_report_done(const struct cli *cli, const Llamad__Done *d);
 
-/* Finish a generation that ended with its Done: with --json the object
- * {"session", "text", Done's fields} (session NULL: null), else the newline
- * after the echoed text; then cli_report_done. Frees res; returns 0. */
+/* Finish a generation that ended with its Done: with --json the line
+ * {"event":"done", "session", "text" (all of it), Done's fields} (session
+ * NULL: null), else the newline after the echoed text; then
+ * cli_report_done. Frees res; returns 0. */
 int cli_gen_finish(struct cli *cli, const char *session, struct gen_result *res);
+/* The {"event":"done",...} line of cli_gen_finish for res (its term a
+ * Done), on stdout. */
+void cli_json_done_line(const char *session, const struct gen_result *res);
+
+/* What cli_transcript calls: head once, with the first reply (its
+ * items not yet shown), then turn for each turn in order (may be NULL). */
+struct transcript_cb {
+	void (*head)(void *ctx, const Llamad__Transcript *t);
+	void (*turn)(void *ctx, const Llamad__Turn *u);
+	void *ctx;
+};
+
+/* Fetch session's turns from turn `from` on (last > 0: only the last
+ * `last` of them), with their token ids when ids, page by page (a reply
+ * holds what fits one frame). Returns NULL when every turn was shown, or
+ * the daemon's Error reply (the caller reports and frees it); exits 1 on
+ * a transport failure. */
+Llamad__Response *cli_transcript(struct cli *cli, const char *session, uint32_t from,
+				 uint32_t last, bool ids, const struct transcript_cb *cb);
+
+/* A turn for people, on f: a line "[INDEX] ROLE (N tokens[, ended: WHY])"
+ * then its text and an empty line. */
+void cli_print_turn(FILE *f, const Llamad__Turn *u);
+
+/* A turn as a JSON object (the fields of proto Turn; token_ids when
+ * present). */
+void cli_json_turn(struct json *j, const Llamad__Turn *u);
+
+/* "user", "system", "assistant" or "raw" for a Role value. */
+const char *cli_role_name(int role);
 
 /* Write a SessionInfo as a JSON object. */
 /* "pool", "ram" or "disk" for a Location value. */

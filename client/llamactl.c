@@ -29,7 +29,9 @@ static const char global_help[] =
 "                      $XDG_RUNTIME_DIR/llamad/llamad.sock, or\n"
 "                      /run/llamad/llamad.sock for root or without\n"
 "                      XDG_RUNTIME_DIR)\n"
-"      --json          machine-readable output (JSON)\n"
+"      --json          machine-readable output: JSON objects, one a line, on\n"
+"                      stdout (generate, chat and summarize: one per event as\n"
+"                      it comes); errors too, as {\"event\":\"error\",...}\n"
 "  -v, --verbose       counts, timings and progress on stderr\n"
 "  -h, --help          this text; `llamactl COMMAND --help` for a command\n"
 "      --version       print the version\n"
@@ -48,7 +50,11 @@ static const char generate_help[] =
 "\n"
 CLI_SAMPLER_HELP
 "\n"
-"With --json, print one object at the end: session, text, and the counts.\n";
+"With --json, JSON lines on stdout, one object a line, flushed as they come:\n"
+"{\"event\":\"token\",\"text\":..,\"tokens\":[..]} per token event, then\n"
+"{\"event\":\"done\",\"session\":..,\"text\":(all of it),\"reason\":.., counts}, or\n"
+"{\"event\":\"error\",\"error\":..,\"code\":..,\"message\":..} (the exit status is\n"
+"the same as without --json).\n";
 
 static const char sessions_help[] =
 "List the daemon's sessions: name, tokens, KV cache size, where the cache is\n"
@@ -58,7 +64,21 @@ static const char sessions_help[] =
 
 static const char show_help[] =
 "Print what the daemon knows of session NAME: turns, tokens, KV cache,\n"
-"template, system prompt, last use.\n";
+"template, system prompt, last use. With --transcript, print its turns instead:\n"
+"each turn's index, role, token count and, for answers the model generated,\n"
+"why it ended (eos, max_tokens, stop, context_full, cancelled), then its text\n"
+"(a client's turn: the text sent; an answer: its tokens detokenized). A\n"
+"session on disk is read from its state file, not restored.\n"
+"\n"
+"      --transcript        print the turns\n"
+"      --last N            only the last N turns (implies --transcript)\n"
+"      --from K            from turn K on (0 is the first; implies --transcript)\n"
+"      --ids               also each turn's token ids (implies --transcript)\n"
+"\n"
+"With --json, one object: the session's fields or, with --transcript, the\n"
+"transcript: session, turns, first, next, template, location, system, busy and\n"
+"items, an array of {index, role, text, tokens, start, generated, stop_reason,\n"
+"truncated[, token_ids]}.\n";
 
 static const char fork_help[] =
 "Fork session SRC into a new session DST sharing its history (and its KV\n"
@@ -169,10 +189,8 @@ static char *text_arg(const char *arg)
 {
 	if (arg && strcmp(arg, "-") != 0) {
 		char *s = strdup(arg);
-		if (!s) {
-			fprintf(stderr, "llamactl: out of memory\n");
-			exit(EXIT_DAEMON);
-		}
+		if (!s)
+			cli_die_local("out of memory");
 		return s;
 	}
 	size_t n;
@@ -230,6 +248,7 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 		.role = raw ? LLAMAD__ROLE__ROLE_RAW : LLAMAD__ROLE__ROLE_USER,
 		.opts = &g,
 		.echo = cli->json ? NULL : stdout,
+		.events = cli->json,
 		.collect = cli->json,
 	};
 	struct gen_result res;
@@ -342,11 +361,115 @@ static void print_session(const Llamad__SessionInfo *s)
 	printf("generated tokens: %llu\n", (unsigned long long)s->generated_tokens);
 }
 
+/* show --transcript: the page header and the turns, for people or JSON */
+struct show_tx {
+	struct json j;
+	bool json;
+};
+
+static void show_head(void *ctx, const Llamad__Transcript *t)
+{
+	struct show_tx *x = ctx;
+	if (!x->json) {
+		printf("session %s: %u turn%s, template %s%s\n", t->session ? t->session : "?",
+		       t->turns, t->turns == 1 ? "" : "s", cli_template_name(t->template_),
+		       t->location == LLAMAD__LOCATION__LOCATION_DISK ? ", on disk" : "");
+		if (t->system && *t->system)
+			printf("system prompt: %s\n", t->system);
+		if (t->first > 0)
+			printf("(%u earlier turn%s not shown)\n", t->first, t->first == 1 ? "" : "s");
+		putchar('\n');
+		return;
+	}
+	struct json *j = &x->j;
+	json_obj_begin(j);
+	json_key(j, "session");
+	json_str(j, t->session);
+	json_key(j, "turns");
+	json_u64(j, t->turns);
+	json_key(j, "first");
+	json_u64(j, t->first);
+	json_key(j, "template");
+	json_str(j, cli_template_name(t->template_));
+	json_key(j, "location");
+	json_str(j, cli_location_name(t->location));
+	json_key(j, "system");
+	json_str(j, t->system);
+	json_key(j, "busy");
+	json_bool(j, t->busy);
+	json_key(j, "items");
+	json_arr_begin(j);
+}
+
+static void show_turn(void *ctx, const Llamad__Turn *u)
+{
+	struct show_tx *x = ctx;
+	if (x->json)
+		cli_json_turn(&x->j, u);
+	else
+		cli_print_turn(stdout, u);
+}
+
+static int show_transcript(struct cli *cli, const char *session, uint32_t from, uint32_t last,
+			   bool ids)
+{
+	struct show_tx x = { .json = cli->json };
+	json_init(&x.j, stdout);
+	struct transcript_cb cb = { show_head, show_turn, &x };
+	Llamad__Response *e = cli_transcript(cli, session, from, last, ids, &cb);
+	if (e) {
+		cli_flush_stdout();
+		cli_print_error(e);
+		llamad__response__free_unpacked(e, NULL);
+		return EXIT_DAEMON;
+	}
+	if (cli->json) {
+		json_arr_end(&x.j);
+		json_obj_end(&x.j);
+		json_end(&x.j);
+	}
+	cli_flush_stdout();
+	return EXIT_OK;
+}
+
 static int cmd_show(struct cli *cli, int argc, char **argv)
 {
-	parse_common(cli, argc, argv);
+	enum { O_TRANSCRIPT = OPT_CMD, O_LAST, O_FROM, O_IDS };
+	static const struct option opts[] = {
+		CLI_COMMON_OPTS,
+		{ "transcript", no_argument, NULL, O_TRANSCRIPT },
+		{ "last", required_argument, NULL, O_LAST },
+		{ "from", required_argument, NULL, O_FROM },
+		{ "ids", no_argument, NULL, O_IDS },
+		{ 0 },
+	};
+	bool transcript = false, ids = false;
+	uint32_t last = 0, from = 0;
+	int o;
+	while ((o = getopt_long(argc, argv, "hv", opts, NULL)) != -1) {
+		switch (o) {
+		case O_TRANSCRIPT:
+			transcript = true;
+			break;
+		case O_LAST:
+			last = (uint32_t)cli_parse_u64(cli, "--last", optarg, 1, UINT32_MAX);
+			transcript = true;
+			break;
+		case O_FROM:
+			from = (uint32_t)cli_parse_u64(cli, "--from", optarg, 0, UINT32_MAX);
+			transcript = true;
+			break;
+		case O_IDS:
+			ids = transcript = true;
+			break;
+		default:
+			cli_opt(cli, NULL, o, optarg);
+		}
+	}
 	want_args_at(cli, argc, argv, 1, 1);
 	cli_connect(cli);
+	if (transcript)
+		return show_transcript(cli, argv[optind], from, last, ids);
 	Llamad__Response *r = get_info(cli, argv[optind]);
 	if (cli->json) {
 		struct json j;
@@ -707,7 +830,8 @@ static const struct command commands[] = {
 	{ "generate", "[--session NAME] [--raw] [OPTIONS] [PROMPT | -]",
 	  "add a turn (or not) and stream the answer", generate_help, cmd_generate },
 	{ "sessions", "", "list sessions", sessions_help, cmd_sessions },
-	{ "show", "NAME", "show a session's info", show_help, cmd_show },
+	{ "show", "NAME [--transcript] [--last N] [--from K] [--ids]",
+	  "show a session's info, or its turns", show_help, cmd_show },
 	{ "fork", "SRC DST", "fork a session", fork_help, cmd_fork },
 	{ "drop", "NAME", "drop a session", drop_help, cmd_drop },
 	{ "save", "NAME | --all", "write sessions to the state directory now", save_help,

@@ -43,8 +43,11 @@ const char summarize_help[] =
 "\n"
 CLI_SAMPLER_HELP
 "\n"
-"With --json, print one object: summary, parts, rounds, and the counts of the\n"
-"final request.\n";
+"With --json, JSON lines on stdout: {\"event\":\"progress\",...} after each part of a\n"
+"long text, the final summary's {\"event\":\"token\",...} events, then\n"
+"{\"event\":\"done\",\"summary\":(trimmed),\"text\":(as streamed),\"session\":..,\n"
+"\"parts\":..,\"rounds\":..,\"input_tokens\":.., and the counts of the final\n"
+"request}; errors as {\"event\":\"error\",...}.\n";
 
 struct summ {
 	struct cli *cli;
@@ -71,8 +74,7 @@ struct pieces {
 
 static noreturn void nomem(void)
 {
-	fprintf(stderr, "llamactl: out of memory\n");
-	exit(EXIT_DAEMON);
+	cli_die_local("out of memory");
 }
 
 static void pieces_push(struct pieces *p, size_t off, size_t len, uint32_t ntok)
@@ -232,10 +234,11 @@ static Llamad__Template default_chat_template(struct cli *cli)
 }
 
 /* Summarize text[0..len) in session (NULL: a fresh throw-away one). The
- * answer streams to echo when not NULL; res gets the collected text and the
- * Done reply. Exits 1 on a daemon error. */
+ * answer streams to echo when not NULL, and as JSON token events when
+ * events; res gets the collected text and the Done reply. Exits 1 on a
+ * daemon error. */
 static void summarize_one(struct summ *s, const char *text, size_t len,
-			  const char *session, FILE *echo, struct gen_result *res)
+			  const char *session, FILE *echo, bool events, struct gen_result *res)
 {
 	struct cli *cli = s->cli;
 	char eph[64];
@@ -257,6 +260,7 @@ static void summarize_one(struct summ *s, const char *text, size_t len,
 		.role = LLAMAD__ROLE__ROLE_USER,
 		.opts = &s->g,
 		.echo = echo,
+		.events = events,
 		.collect = true,
 	};
 	cli_generate(cli, &req, res);
@@ -273,6 +277,37 @@ static void summarize_one(struct summ *s, const char *text, size_t len,
 	if (!session)
 		cli_drop_session(cli, eph, true);
 	s->parts++;
+}
+
+/* Part `part` of `parts` of a round is summarized (in_tok tokens to
+ * out_tok): a line on stderr with -v, and with --json the line
+ * {"event":"progress","round","part","parts","input_tokens","summary_tokens"}. */
+static void progress(struct summ *s, int round, size_t part, size_t parts, uint32_t in_tok,
+		     uint32_t out_tok)
+{
+	if (s->cli->verbose)
+		fprintf(stderr, "llamactl: round %d: part %zu/%zu: %u tokens -> %u\n", round, part,
+			parts, in_tok, out_tok);
+	if (!s->cli->json)
+		return;
+	struct json j;
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_key(&j, "event");
+	json_str(&j, "progress");
+	json_key(&j, "round");
+	json_u64(&j, (uint64_t)round);
+	json_key(&j, "part");
+	json_u64(&j, part);
+	json_key(&j, "parts");
+	json_u64(&j, parts);
+	json_key(&j, "input_tokens");
+	json_u64(&j, in_tok);
+	json_key(&j, "summary_tokens");
+	json_u64(&j, out_tok);
+	json_obj_end(&j);
+	json_end(&j);
+	cli_flush_stdout();
 }
 
 /* One round: cut text into pieces, summarize each, return the joined
@@ -306,7 +341,7 @@ static char *summarize_round(struct summ *s, const char *text, size_t len, int r
 	size_t olen = 0;
 	for (size_t i = 0; i < chunks.n; i++) {
 		struct gen_result res;
-		summarize_one(s, text + chunks.v[i].off, chunks.v[i].len, NULL, NULL, &res);
+		summarize_one(s, text + chunks.v[i].off, chunks.v[i].len, NULL, NULL, false, &res);
 		size_t n = res.len;
 		char *t = res.text ? trim(res.text, &n) : "";
 		char *o = realloc(out, olen + n + 3);
@@ -320,10 +355,8 @@ static char *summarize_round(struct summ *s, const char *text, size_t len, int r
 		memcpy(out + olen, t, n);
 		olen += n;
 		out[olen] = '\0';
-		if (s->cli->verbose)
-			fprintf(stderr, "llamactl: round %d: part %zu/%zu: %u tokens -> %u\n",
-				round, i + 1, chunks.n, chunks.v[i].ntok,
-				res.term->done->generated_tokens);
+		progress(s, round, i + 1, chunks.n, chunks.v[i].ntok,
+			 res.term->done->generated_tokens);
 		gen_result_done(&res);
 	}
 	free(chunks.v);
@@ -424,8 +457,8 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 		llamad__response__free_unpacked(r, NULL);
 		if (s.ctx) {
 			if ((uint64_t)have + s.budget + s.overhead + 16 > s.ctx) {
-				fprintf(stderr, "llamactl: session %s holds %u tokens: no room "
-					"left for a summary (context %u)\n", session, have, s.ctx);
+				cli_error("local", 0, "session %s holds %u tokens: no room left "
+					  "for a summary (context %u)", session, have, s.ctx);
 				return EXIT_DAEMON;
 			}
 			s.final_limit = s.ctx - have - s.budget - s.overhead;
@@ -443,16 +476,16 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 	int round = 0;
 	while (n > s.final_limit) {
 		if (++round > SUM_MAX_ROUNDS) {
-			fprintf(stderr, "llamactl: the text does not get short enough in %d "
-				"rounds\n", SUM_MAX_ROUNDS);
+			cli_error("local", 0, "the text does not get short enough in %d rounds",
+				  SUM_MAX_ROUNDS);
 			return EXIT_DAEMON;
 		}
 		size_t nlen;
 		char *next = summarize_round(&s, text, tlen, round, &nlen);
 		uint32_t m = count_tokens(&s, next, nlen);
 		if (m >= n) {
-			fprintf(stderr, "llamactl: the summaries (%u tokens) are no shorter than "
-				"the text (%u tokens); try a smaller --max-tokens\n", m, n);
+			cli_error("local", 0, "the summaries (%u tokens) are no shorter than the "
+				  "text (%u tokens); try a smaller --max-tokens", m, n);
 			return EXIT_DAEMON;
 		}
 		free(text);
@@ -462,15 +495,19 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 	}
 
 	struct gen_result res;
-	summarize_one(&s, text, tlen, session, cli->json ? NULL : stdout, &res);
+	summarize_one(&s, text, tlen, session, cli->json ? NULL : stdout, cli->json, &res);
 	if (cli->json) {
 		size_t sl = res.len;
 		char *sum = res.text ? trim(res.text, &sl) : "";
 		struct json j;
 		json_init(&j, stdout);
 		json_obj_begin(&j);
+		json_key(&j, "event");
+		json_str(&j, "done");
 		json_key(&j, "summary");
 		json_strn(&j, sum, sl);
+		json_key(&j, "text");  /* as the token events gave it, untrimmed */
+		json_strn(&j, res.text ? res.text : "", res.len);
 		json_key(&j, "session");
 		json_str(&j, session);
 		json_key(&j, "parts");

@@ -47,7 +47,8 @@ ctl show work2 > /dev/null 2>&1; rc=$?
 [ "$rc" -eq 1 ] || bad "show of a dropped session exited $rc, expected 1"
 echo "ok   chat from a pipe, show, fork, sessions, drop"
 
-# --json: one object per generation, its text the golden text's start
+# --json: JSON lines, a token event per token, then done; the events' text
+# and the done line's text are the golden text's start
 block 1 > "$dir/want"
 ctl --json generate --raw --temperature 0 --max-tokens 60 "Once upon a time" > "$dir/j1" ||
     bad "--json generate exited $?"
@@ -55,11 +56,19 @@ echo "Hello there" | ctl --json chat --session js --max-tokens 5 --temperature 0
     bad "--json chat exited $?"
 python3 - "$dir/j1" "$dir/j2" "$dir/want" <<'PY' && echo "ok   --json generate and chat" || bad "--json output"
 import json, sys
-g, c = (json.load(open(f)) for f in sys.argv[1:3])
+def events(path):
+    ev = [json.loads(line) for line in open(path)]  # every line one object
+    toks = [e for e in ev if e["event"] == "token"]
+    assert ev[-1]["event"] == "done" and len(toks) == len(ev) - 1, ev
+    assert "".join(e["text"] for e in toks) == ev[-1]["text"], ev
+    return toks, ev[-1]
 want = open(sys.argv[3]).read().rstrip("\n")  # the block ends with a newline
+toks, g = events(sys.argv[1])
 assert g["session"] is None, g
 assert "Once upon a time" + g["text"] == want, (g["text"], want)
 assert g["generated_tokens"] == 60 and g["reason"] == "max_tokens", g
+assert len(toks) == 60 and all(len(e["tokens"]) == 1 for e in toks), toks
+toks, c = events(sys.argv[2])
 assert c["session"] == "js" and c["generated_tokens"] <= 5 and c["text"], c
 PY
 
