@@ -383,6 +383,15 @@ int main(int argc, char **argv)
 	q.detokenize = &dt;
 	put(dir, "detokenize", &q);
 
+	Llamad__GetTranscript tx = LLAMAD__GET_TRANSCRIPT__INIT;
+	tx.session = "chat-1";
+	PB_SET(&tx, from_turn, 2);
+	PB_SET(&tx, last_turns, 3);
+	PB_SET(&tx, token_ids, 1);
+	q.op_case = LLAMAD__REQUEST__OP_TRANSCRIPT;
+	q.transcript = &tx;
+	put(dir, "transcript", &q);
+
 	Llamad__Save sv = LLAMAD__SAVE__INIT;
 	PB_SET(&sv, all, 1);
 	q.op_case = LLAMAD__REQUEST__OP_SAVE;
@@ -402,6 +411,7 @@ int main(int argc, char **argv)
 	if (!s || sess_append(s, tok, 12, CHAT_USER, "hi ☃", 1) ||
 	    sess_append(s, tok + 12, 8, CHAT_ASSISTANT, NULL, 1))
 		abort();
+	s->turns[1].end = 2;  /* an answer cut by max_tokens */
 	s->system = strdup("be brief");
 	s->tmpl = CHAT_TEMPLATE_LLAMA2;
 	s->policy = SESS_CTX_SHIFT;
