@@ -206,14 +206,16 @@ static void on_read(struct bufferevent *bev, void *arg)
 		evbuffer_drain(in, FRAME_HDR);
 		uint8_t *body = evbuffer_pullup(in, len);
 		Llamad__Request *q = llamad__request__unpack(NULL, len, body);
+		const char *why = NULL;
+		int rc = q ? request_strings_ok(body, len, &why) : 0;  /* body: until the drain */
 		evbuffer_drain(in, len);
 		if (!q) {
 			conn_error(c, 0, -EINVAL,
 				   "malformed message (not a Request)");
 			continue;
 		}
-		const char *why = NULL;
-		int rc = request_validate(q, s->cfg->max_text, &why);
+		if (!rc)
+			rc = request_validate(q, s->cfg->max_text, &why);
 		if (rc) {
 			conn_error(c, q->id, rc, why);
 			llamad__request__free_unpacked(q, NULL);

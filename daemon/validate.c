@@ -25,6 +25,69 @@ static int text_ok(const char *t, uint32_t max, const char **why)
 	return 1;
 }
 
+/* A varint at p[*i, n): its value, *i moved past it; -1 if cut or over
+ * 10 bytes. */
+static int64_t varint(const uint8_t *p, size_t n, size_t *i)
+{
+	uint64_t v = 0;
+	for (int shift = 0; *i < n && shift < 70; shift += 7) {
+		uint8_t b = p[(*i)++];
+		v |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 0);
+		if (!(b & 0x80))
+			return (int64_t)(v & INT64_MAX);
+	}
+	return -1;
+}
+
+/* 1 if no string field of message d in p[0, n) holds a NUL byte. */
+static int strings_ok(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, int depth)
+{
+	size_t i = 0;
+	while (i < n) {
+		int64_t tag = varint(p, n, &i);
+		if (tag < 0)
+			return 1;
+		int64_t len;
+		switch (tag & 7) {
+		case 0:
+			if (varint(p, n, &i) < 0)
+				return 1;
+			continue;
+		case 1:
+			i += 8;
+			continue;
+		case 5:
+			i += 4;
+			continue;
+		case 2:
+			len = varint(p, n, &i);
+			if (len < 0 || (uint64_t)len > n - i)
+				return 1;
+			break;
+		default:
+			return 1;   /* groups: the unpacker refuses them */
+		}
+		const ProtobufCFieldDescriptor *f =
+			tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
+					       : NULL;
+		if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, (size_t)len))
+			return 0;
+		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8 &&
+		    !strings_ok(f->descriptor, p + i, (size_t)len, depth + 1))
+			return 0;
+		i += (size_t)len;
+	}
+	return 1;
+}
+
+int request_strings_ok(const uint8_t *body, size_t len, const char **why)
+{
+	if (strings_ok(&llamad__request__descriptor, body, len, 0))
+		return 0;
+	*why = "a text field holds a NUL byte";
+	return -EINVAL;
+}
+
 static int id_ok(const char *id)
 {
 	return id && sess_id_valid(id);

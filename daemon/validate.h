@@ -20,4 +20,10 @@
  * to a static one-line message. */
 int request_validate(const Llamad__Request *q, uint32_t max_text, const char **why);
 
+/* Check the serialized Request body[0, len) that protobuf-c unpacked: no
+ * string field, at any depth, holds a NUL byte (protobuf-c would hand it
+ * over cut at the NUL: "name\0x" would open session "name"). 0, or -EINVAL
+ * with *why set. Bytes that do not parse are left to the unpacker. */
+int request_strings_ok(const uint8_t *body, size_t len, const char **why);
+
 #endif

@@ -782,6 +782,53 @@ static void test_bad_fields(void **state)
 	still_serving();
 }
 
+/* A NUL byte inside any string field is refused (protobuf-c would hand the
+ * string over cut at the NUL): BAD_REQUEST, nothing made or changed. */
+static void test_nul_in_strings(void **state)
+{
+	struct cli *c = *state;
+	must_open(c, "nul", T_RAW, 0, NULL, 0);
+	/* Request frames written by hand: 08 id, then the op's field */
+	static const struct { uint8_t id; const char *what; uint8_t bytes[40]; size_t n; } f[] = {
+		{ 41, "open session id", { 0x1a, 0x08, 0x0a, 0x06, 'n', 'a', 'm', 'e', 0, 'x' }, 10 },
+		{ 42, "open system", { 0x1a, 0x0c, 0x0a, 0x03, 'n', 'u', 'l', 0x12, 0x05, 's', 'y', 0,
+				       's', 't' }, 14 },
+		{ 43, "append text", { 0x22, 0x0b, 0x0a, 0x03, 'n', 'u', 'l', 0x1a, 0x04, 'h', 'i', 0,
+				       'x' }, 13 },
+		{ 44, "generate prompt", { 0x2a, 0x0a, 0x0a, 0x03, 'n', 'u', 'l', 0x12, 0x03, 'a', 0,
+					   'b' }, 12 },
+		{ 45, "generate stop", { 0x2a, 0x0a, 0x0a, 0x03, 'n', 'u', 'l', 0x32, 0x03, 'a', 0,
+					 'b' }, 12 },
+		{ 46, "hello client", { 0x12, 0x05, 0x12, 0x03, 'a', 0, 'b' }, 7 },
+		{ 47, "tokenize text", { 0x5a, 0x04, 0x0a, 0x02, 0, 'x' }, 6 },
+		{ 48, "transcript session", { 0x82, 0x01, 0x06, 0x0a, 0x04, 'n', 'u', 'l', 0 }, 9 },
+	};
+	for (size_t k = 0; k < sizeof(f) / sizeof(f[0]); k++) {
+		uint8_t frame[64];
+		size_t n = 2 + f[k].n;
+		frame_put_len(frame, (uint32_t)n);
+		frame[4] = 0x08;
+		frame[5] = f[k].id;
+		memcpy(frame + 6, f[k].bytes, f[k].n);
+		assert_int_equal(frame_write_all(c->fd, frame, 4 + n), 0);
+		Llamad__Response *r = cli_next(c, f[k].id);
+		if (r->body_case != LLAMAD__RESPONSE__BODY_ERROR ||
+		    r->error->code != LLAMAD__ERROR_CODE__BAD_REQUEST ||
+		    !strstr(r->error->message, "NUL"))
+			fail_msg("%s with a NUL byte: %s", f[k].what, body_name(r));
+		rfree(r);
+	}
+	expect_error(op_info(c, "name"), LLAMAD__ERROR_CODE__UNKNOWN_SESSION);
+	Llamad__Response *i = must_info(c, "nul");
+	assert_int_equal(i->session->tokens, 0);
+	assert_int_equal(i->session->turns, 0);
+	rfree(i);
+	/* the same frames without the NUL are fine: the test is not refusing
+	 * everything */
+	rfree(expect_body(op_append(c, "nul", -1, "hix"), LLAMAD__RESPONSE__BODY_SESSION));
+	must_drop(c, "nul");
+}
+
 static void test_busy(void **state)
 {
 	struct cli *c = *state;
@@ -1316,6 +1363,7 @@ int main(void)
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test_setup_teardown(test_unknown_op, case_connect, case_disconnect),
 		cmocka_unit_test(test_bad_fields),
+		cmocka_unit_test_setup_teardown(test_nul_in_strings, case_connect, case_disconnect),
 		cmocka_unit_test_setup_teardown(test_busy, case_connect, case_disconnect),
 		cmocka_unit_test_setup_teardown(test_refused_text, case_connect, case_disconnect),
 		cmocka_unit_test_setup_teardown(test_context_full, case_connect, case_disconnect),
