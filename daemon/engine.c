@@ -310,6 +310,7 @@ static void step(struct engine *e)
 			continue;
 		}
 		if (j->kind == JOB_APPEND && j->s->n_tokens - j->s->n_cached <= 1) {
+			j->s->busy = 0;  /* done: the reply says so (job_remove clears it too) */
 			if (j->cancelled != 2)
 				reply_info(e, j->conn, j->req_id, j->s, -1, j->tokens_added);
 			job_remove(e, j);

@@ -286,7 +286,7 @@ static int on_generate(struct engine *e, struct req *rq)
 		return fail(rq, -ENOMEM, "out of memory");
 	}
 	j->gen_ok = 1;
-	if (g->prompt) {
+	if (g->prompt && *g->prompt) {  /* an empty prompt is no prompt */
 		int n = add_turn(e, rq, g->has_role, (int)g->role, g->prompt);
 		if (n < 0) {
 			job_free(j);

@@ -122,8 +122,8 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 		const Llamad__Append *a = q->append;
 		if (!id_ok(a->session))
 			return (*why = bad_id, bad);
-		if (!a->text)
-			return (*why = "append needs text", bad);
+		if (!a->text || !*a->text)
+			return (*why = "append needs a text (an empty turn adds nothing)", bad);
 		if (!text_ok(a->text, mt, why))
 			return strlen(a->text) > mt ? big : bad;
 		if (a->has_role && (a->role < 0 || a->role > 3))
@@ -142,9 +142,13 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = "max_tokens is larger than 1048576", big);
 		if (g->n_stop > LLAMAD_MAX_STOPS)
 			return (*why = "at most " LLAMAD_STR(LLAMAD_MAX_STOPS) " stop strings", big);
-		for (size_t i = 0; i < g->n_stop; i++)
+		for (size_t i = 0; i < g->n_stop; i++) {
+			if (g->stop[i] && strlen(g->stop[i]) > LLAMAD_MAX_STOP_LEN)
+				return (*why = "a stop string is longer than "
+					LLAMAD_STR(LLAMAD_MAX_STOP_LEN) " bytes", big);
 			if (!text_ok(g->stop[i], LLAMAD_MAX_STOP_LEN, why))
-				return strlen(g->stop[i]) > LLAMAD_MAX_STOP_LEN ? big : bad;
+				return bad;
+		}
 		return 0;
 	}
 	case LLAMAD__REQUEST__OP_FORK:

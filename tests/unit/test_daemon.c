@@ -337,6 +337,7 @@ static void test_append_then_generate(void **state)
 	Llamad__Response *r = expect_body(op_append(c, "app-raw", LLAMAD__ROLE__ROLE_RAW, PROMPT),
 					  LLAMAD__RESPONSE__BODY_SESSION);
 	assert_true(r->session->has_tokens_added);
+	assert_false(r->session->busy);   /* the reply comes when the work is done */
 	assert_int_equal(r->session->tokens_added, 5);
 	assert_int_equal(r->session->tokens, 5);
 	assert_int_equal(r->session->cached_tokens, r->session->tokens - 1);
@@ -732,8 +733,10 @@ static void test_bad_fields(void **state)
 	(void)state;
 	struct cli *c = cli_new(&D);
 	must_open(c, "fields", T_RAW, 0, NULL, 0);
-	/* invalid UTF-8 */
+	/* invalid UTF-8; no text or an empty one */
 	expect_error(op_append(c, "fields", -1, "abc\xff\xfe"), LLAMAD__ERROR_CODE__BAD_REQUEST);
+	expect_error(op_append(c, "fields", -1, ""), LLAMAD__ERROR_CODE__BAD_REQUEST);
+	expect_error(op_append(c, "fields", -1, NULL), LLAMAD__ERROR_CODE__BAD_REQUEST);
 	expect_error(op_append(c, "fields", -1, "over\xc0\xaflong"), LLAMAD__ERROR_CODE__BAD_REQUEST);
 	struct gen g;
 	generate(c, "fields", GREEDY("cut \xe2\x82", 5), &g);
@@ -761,6 +764,35 @@ static void test_bad_fields(void **state)
 	}
 	/* a request without any session id */
 	expect_error(op_info(c, NULL), LLAMAD__ERROR_CODE__BAD_REQUEST);
+	/* the 256-byte limits of a Hello's client name and of a stop string:
+	 * TOO_LARGE, naming that limit (not max_text) */
+	char long_text[258];
+	memset(long_text, 'x', 257);
+	long_text[257] = 0;
+	Llamad__Hello h = LLAMAD__HELLO__INIT;
+	h.client = long_text;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_HELLO);
+	q.hello = &h;
+	Llamad__Response *lr = cli_call(c, &q);
+	assert_null(strstr(lr->body_case == LLAMAD__RESPONSE__BODY_ERROR ? lr->error->message : "",
+			   "max_text"));
+	expect_error_at(lr, LLAMAD__ERROR_CODE__TOO_LARGE, "256", 1, __LINE__);
+	char *stops[] = { long_text };
+	Llamad__Generate ge = LLAMAD__GENERATE__INIT;
+	ge.session = (char *)"fields";
+	ge.n_stop = 1;
+	ge.stop = stops;
+	q = request_of(LLAMAD__REQUEST__OP_GENERATE);
+	q.generate = &ge;
+	lr = cli_call(c, &q);
+	assert_null(strstr(lr->body_case == LLAMAD__RESPONSE__BODY_ERROR ? lr->error->message : "",
+			   "max_text"));
+	expect_error_at(lr, LLAMAD__ERROR_CODE__TOO_LARGE, "256", 1, __LINE__);
+	long_text[256] = 0;   /* 256 bytes are fine */
+	h.client = long_text;
+	q = request_of(LLAMAD__REQUEST__OP_HELLO);
+	q.hello = &h;
+	rfree(expect_body(cli_call(c, &q), LLAMAD__RESPONSE__BODY_HELLO));
 	/* 128 characters is fine */
 	long_id[128] = 0;
 	must_open(c, long_id, T_RAW, 0, NULL, 0);
