@@ -378,6 +378,8 @@ static void step(struct engine *e)
 		return;
 	int rc = fwd_run(e->fwd, &e->pool->kv, e->seqs, nb);
 	e->n_forward++;
+	if (e->step_delay_ms > 0)  /* LLAMAD_TEST_STEP_DELAY_MS: a slow model, for tests */
+		usleep((useconds_t)e->step_delay_ms * 1000);
 	if (e->fail_after && e->n_forward >= e->fail_after) {
 		e->be->failed = 1;  /* LLAMAD_TEST_FAIL_AFTER: a backend failure on cue */
 		rc = -EIO;
@@ -505,19 +507,22 @@ static void *engine_main(void *arg)
 			say_template(e);
 		while (c) {
 			struct cmd *n = c->next;
+			c->next = NULL;
 			if (shut && c->kind == CMD_REQUEST) {
 				engine_error(e, c->conn, c->req->id, -ESHUTDOWN, "the daemon is stopping");
 			} else if (c->kind == CMD_REQUEST) {
-				handle_request(e, c->conn, c->uid, c->req);
+				if (handle_request(e, c))
+					c = NULL;  /* waits for its session */
 			} else {
 				handle_disconnect(e, c->conn);
 			}
-			if (c->req)
+			if (c && c->req)
 				llamad__request__free_unpacked(c->req, NULL);
 			free(c);
 			c = n;
 		}
 		if (shut) {
+			end_parked(e, -ESHUTDOWN, "the daemon is stopping");
 			end_all(e);
 			save_at_shutdown(e);
 			pthread_mutex_lock(&e->mu);
@@ -527,8 +532,10 @@ static void *engine_main(void *arg)
 			flush_notify(e);
 			return NULL;
 		}
+		run_parked(e);
 		if (e->n_jobs)
 			step(e);
+		run_parked(e);
 		save_idle(e);
 		flush_notify(e);
 	}
@@ -557,6 +564,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	e->t_start = engine_now();
 	const char *fa = getenv("LLAMAD_TEST_FAIL_AFTER");
 	e->fail_after = fa && *fa ? strtoull(fa, NULL, 10) : 0;
+	const char *sd = getenv("LLAMAD_TEST_STEP_DELAY_MS");
+	e->step_delay_ms = sd && *sd ? (int)strtol(sd, NULL, 10) : 0;
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	struct backend_opts bo = { .kind = (enum backend_kind)cfg->device, .n_threads = cfg->threads,

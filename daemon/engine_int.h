@@ -77,6 +77,7 @@ struct engine {
 	struct reply *out_head, *out_tail; /* under mu */
 	int notify_fd;
 	uint64_t fail_after;     /* LLAMAD_TEST_FAIL_AFTER (tests): fail at pass N */
+	int step_delay_ms;       /* LLAMAD_TEST_STEP_DELAY_MS (tests): sleep per pass */
 	int idle_ticks, trimmed; /* seconds idle; memory given back since */
 	int shutdown;            /* under mu */
 	int finished;            /* under mu */
@@ -85,6 +86,9 @@ struct engine {
 
 	struct job *jobs;
 	int n_jobs;
+	/* requests waiting for their session (busy with another request), in
+	 * arrival order (handlers.c: park, run_parked) */
+	struct cmd *parked_head, *parked_tail;
 	unsigned rr;             /* round-robin start */
 	struct fwd_seq *seqs;
 	struct job **batch;
@@ -120,10 +124,22 @@ void job_free(struct job *j);
 void job_emit_text(void *ctx, const char *text, size_t len);
 
 /* ---- handlers.c ---- */
-/* Apply one request (the table of operations and their preconditions). */
-void handle_request(struct engine *e, uint64_t conn, uid_t uid, const Llamad__Request *q);
-/* Connection conn closed: its jobs are cancelled, its idle ephemeral
- * sessions dropped (busy ones when their job ends). */
+/* Apply one request, c (CMD_REQUEST): the table of operations and their
+ * preconditions. A request that needs its session idle while the session
+ * runs another one (or has requests waiting before it) waits, in arrival
+ * order, up to PARK_MAX per session: then handle_request keeps c and
+ * returns 1; else it returns 0 and the caller frees c. */
+#define PARK_MAX 64
+int handle_request(struct engine *e, struct cmd *c);
+/* Run the waiting requests whose sessions are idle now, in order (between
+ * steps). */
+void run_parked(struct engine *e);
+/* The waiting requests end: each gets `err` (a -errno: SHUTTING_DOWN at
+ * shutdown) as its reply. */
+void end_parked(struct engine *e, int err, const char *msg);
+/* Connection conn closed: its jobs are cancelled, its waiting requests
+ * forgotten, its idle ephemeral sessions dropped (busy ones when their
+ * job ends). */
 void handle_disconnect(struct engine *e, uint64_t conn);
 /* The template of new sessions that choose none (the template setting,
  * else the model file's: chat_resolve_template), with one line saying

@@ -453,15 +453,23 @@ static int on_detokenize(struct engine *e, struct req *rq)
 	return 0;
 }
 
+static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id);
+
 static int on_cancel(struct engine *e, struct req *rq)
 {
 	const Llamad__Cancel *c = rq->q->cancel;
+	/* a running request first (of several with that id: any one), else
+	 * the first waiting one */
 	for (struct job *j = e->jobs; j; j = j->next) {
 		if (j->conn == rq->conn && j->req_id == c->request_id && !j->cancelled) {
 			j->cancelled = 1;
 			reply_ok(e, rq);
 			return 0;
 		}
+	}
+	if (cancel_parked(e, rq->conn, c->request_id)) {
+		reply_ok(e, rq);
+		return 0;
 	}
 	return fail(rq, -ESRCH, "no running request with id %llu on this connection",
 		    (unsigned long long)c->request_id);
@@ -770,19 +778,137 @@ static int check(struct engine *e, const struct op *op, struct req *rq)
 	return 0;
 }
 
-void handle_request(struct engine *e, uint64_t conn, uid_t uid, const Llamad__Request *q)
+static const struct op *op_of(const Llamad__Request *q)
 {
-	struct req rq = { .conn = conn, .id = q->id, .uid = uid, .q = q };
-	e->n_requests++;
-	const struct op *op = NULL;
-	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]) && !op; i++)
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		if (ops[i].op == q->op_case)
-			op = &ops[i];
+			return &ops[i];
+	return NULL;
+}
+
+/* Run request c now. */
+static void run_request(struct engine *e, const struct cmd *c)
+{
+	const Llamad__Request *q = c->req;
+	struct req rq = { .conn = c->conn, .id = q->id, .uid = c->uid, .q = q };
+	const struct op *op = op_of(q);
 	int rc = op ? check(e, op, &rq) : fail(&rq, -ENOSYS, "unknown operation");
 	if (rc == 0)
 		rc = op->run(e, &rq);
 	if (rc)
-		engine_error(e, conn, rq.id, rc, "%s", rq.msg);
+		engine_error(e, rq.conn, rq.id, rc, "%s", rq.msg);
+}
+
+/* The session a waiting-capable request names, as its sender sees it, or
+ * NULL (no such session, or an operation that never waits). */
+static struct session *waits_for(struct engine *e, const struct cmd *c)
+{
+	const struct op *op = op_of(c->req);
+	if (!op || !(op->pre & NOT_BUSY))
+		return NULL;
+	const char *name = op->session_of(c->req);
+	return name ? sess_find(&e->st, c->uid, name) : NULL;
+}
+
+int handle_request(struct engine *e, struct cmd *c)
+{
+	e->n_requests++;
+	struct session *s = waits_for(e, c);
+	int queued = 0;
+	for (struct cmd *p = e->parked_head; s && p; p = p->next)
+		queued += waits_for(e, p) == s;
+	if (!s || (!s->busy && !queued)) {
+		run_request(e, c);
+		return 0;
+	}
+	if (queued >= PARK_MAX) {
+		engine_error(e, c->conn, c->req->id, -EBUSY, "session '%s' has %d requests "
+			     "waiting to run (at most %d)", s->id, queued, PARK_MAX);
+		return 0;
+	}
+	c->next = NULL;  /* after the others: requests run in the order they came */
+	if (e->parked_tail)
+		e->parked_tail->next = c;
+	else
+		e->parked_head = c;
+	e->parked_tail = c;
+	return 1;
+}
+
+/* Take c out of the waiting list (prev: the one before it, or NULL). */
+static void unpark(struct engine *e, struct cmd *prev, struct cmd *c)
+{
+	if (prev)
+		prev->next = c->next;
+	else
+		e->parked_head = c->next;
+	if (e->parked_tail == c)
+		e->parked_tail = prev;
+	c->next = NULL;
+}
+
+static void free_cmd(struct cmd *c)
+{
+	llamad__request__free_unpacked(c->req, NULL);
+	free(c);
+}
+
+void run_parked(struct engine *e)
+{
+	struct cmd *prev = NULL;
+	for (struct cmd *c = e->parked_head, *n; c; c = n) {
+		n = c->next;
+		struct session *s = waits_for(e, c);
+		if (s && s->busy) {   /* still busy: it, and those after it, wait */
+			prev = c;
+			continue;
+		}
+		unpark(e, prev, c);
+		run_request(e, c);
+		free_cmd(c);
+		n = prev ? prev->next : e->parked_head;  /* the list may have changed */
+	}
+}
+
+void end_parked(struct engine *e, int err, const char *msg)
+{
+	while (e->parked_head) {
+		struct cmd *c = e->parked_head;
+		unpark(e, NULL, c);
+		engine_error(e, c->conn, c->req->id, err, "%s", msg);
+		free_cmd(c);
+	}
+}
+
+/* Cancel the waiting request id of conn: its reply says it never ran (a
+ * Generate: Done STOP_CANCELLED, nothing generated; others: CANCELLED).
+ * 1 if there was one. */
+static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id)
+{
+	struct cmd *prev = NULL;
+	for (struct cmd *c = e->parked_head; c; prev = c, c = c->next) {
+		if (c->conn != conn || c->req->id != id)
+			continue;
+		unpark(e, prev, c);
+		if (c->req->op_case == LLAMAD__REQUEST__OP_GENERATE) {
+			struct session *s = waits_for(e, c);
+			Llamad__Done d = LLAMAD__DONE__INIT;
+			PB_SET(&d, reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
+			PB_SET(&d, prompt_tokens, 0);
+			PB_SET(&d, generated_tokens, 0);
+			PB_SET(&d, session_tokens, s ? (uint32_t)(s->loc == SESS_DISK ? s->disk_tokens
+											 : (uint32_t)s->n_tokens) : 0);
+			Llamad__Response r = response(LLAMAD__RESPONSE__BODY_DONE);
+			PB_SET(&r, id, id);
+			r.done = &d;
+			engine_reply(e, conn, &r);
+		} else {
+			engine_error(e, conn, id, -ECANCELED, "cancelled before it ran");
+		}
+		free_cmd(c);
+		return 1;
+	}
+	return 0;
 }
 
 /* ---- a connection goes -------------------------------------------------------- */
@@ -808,6 +934,16 @@ void handle_disconnect(struct engine *e, uint64_t conn)
 	for (struct job *j = e->jobs; j; j = j->next)
 		if (j->conn == conn)
 			j->cancelled = 2;
+	struct cmd *prev = NULL;
+	for (struct cmd *c = e->parked_head, *n; c; c = n) {
+		n = c->next;
+		if (c->conn != conn) {
+			prev = c;
+			continue;
+		}
+		unpark(e, prev, c);
+		free_cmd(c);
+	}
 	struct gone_ctx g = { e, conn };
 	sess_foreach(&e->st, 0, drop_ephemeral, &g);
 }

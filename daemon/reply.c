@@ -18,6 +18,8 @@ struct reply *reply_pack(uint64_t conn, const Llamad__Response *r)
 		return NULL;
 	o->next = NULL;
 	o->conn = conn;
+	o->id = r->id;
+	o->terminal = r->body_case != LLAMAD__RESPONSE__BODY_TOKEN;
 	o->len = FRAME_HDR + n;
 	frame_put_len(o->data, (uint32_t)n);
 	llamad__response__pack(r, o->data + FRAME_HDR);

@@ -27,6 +27,8 @@
 struct reply {
 	struct reply *next;
 	uint64_t conn;
+	uint64_t id;             /* the request's */
+	int terminal;            /* the request's last reply (not a token event) */
 	size_t len;
 	uint8_t data[];
 };

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,6 +41,16 @@
 #include "session/session.h"
 
 #define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */
+/* Flow control: a connection's requests are read while fewer than this
+ * many, and fewer than max_frame bytes of them, wait for their last reply. */
+#define MAX_INFLIGHT 256
+
+/* A request of a connection that has not had its last reply yet. */
+struct inflight {
+	struct inflight *next;
+	uint64_t id;
+	uint32_t bytes;          /* its frame */
+};
 
 struct conn {
 	uint64_t id;
@@ -47,6 +58,12 @@ struct conn {
 	uid_t uid;
 	pid_t pid;
 	int closing;             /* close once the output is flushed */
+	int read_eof;            /* the client shut down its side: close once
+				  * every request read has had its last reply */
+	int paused;              /* reading stopped by flow control */
+	struct inflight *fl_head, *fl_tail;  /* requests at the engine, in order */
+	uint32_t n_inflight;
+	uint64_t inflight_bytes;
 	struct server *srv;
 };
 
@@ -146,6 +163,10 @@ static void publish_counts(struct server *s)
 static void conn_close(struct conn *c)
 {
 	struct server *s = c->srv;
+	for (struct inflight *f = c->fl_head, *n; f; f = n) {
+		n = f->next;
+		free(f);
+	}
 	map_del(s, c->id);
 	engine_disconnect(s->eng, c->id);
 	bufferevent_free(c->bev);
@@ -177,6 +198,58 @@ static void conn_close_after_flush(struct conn *c)
 		conn_close(c);
 }
 
+/* Request id of bytes went to the engine: 0, or -ENOMEM. */
+static int track(struct conn *c, uint64_t id, uint32_t bytes)
+{
+	struct inflight *f = malloc(sizeof(*f));
+	if (!f)
+		return -ENOMEM;
+	*f = (struct inflight){ NULL, id, bytes };
+	if (c->fl_tail)
+		c->fl_tail->next = f;
+	else
+		c->fl_head = f;
+	c->fl_tail = f;
+	c->n_inflight++;
+	c->inflight_bytes += bytes;
+	return 0;
+}
+
+/* The last reply to request id of c went out: forget the oldest request
+ * of that id. */
+static void untrack(struct conn *c, uint64_t id)
+{
+	struct inflight *prev = NULL;
+	for (struct inflight *f = c->fl_head; f; prev = f, f = f->next) {
+		if (f->id != id)
+			continue;
+		if (prev)
+			prev->next = f->next;
+		else
+			c->fl_head = f->next;
+		if (c->fl_tail == f)
+			c->fl_tail = prev;
+		c->n_inflight--;
+		c->inflight_bytes -= f->bytes;
+		free(f);
+		return;
+	}
+}
+
+/* Is c's allowance of requests waiting for the engine used up? */
+static int flow_full(const struct conn *c)
+{
+	return c->n_inflight >= MAX_INFLIGHT || c->inflight_bytes >= c->srv->cfg->max_frame;
+}
+
+/* A half-closed connection whose requests have all been answered closes
+ * (once its output is written). */
+static void maybe_finish(struct conn *c)
+{
+	if (c->read_eof && c->n_inflight == 0 && !c->closing)
+		conn_close_after_flush(c);
+}
+
 static void on_read(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -185,9 +258,16 @@ static void on_read(struct bufferevent *bev, void *arg)
 	for (;;) {
 		if (c->closing)
 			return;
-		size_t avail = evbuffer_get_length(in);
-		if (avail < FRAME_HDR)
+		if (flow_full(c)) {   /* read again when replies have gone out */
+			c->paused = 1;
+			bufferevent_disable(bev, EV_READ);
 			return;
+		}
+		size_t avail = evbuffer_get_length(in);
+		if (avail < FRAME_HDR) {
+			maybe_finish(c);
+			return;
+		}
 		uint8_t hdr[FRAME_HDR];
 		evbuffer_copyout(in, hdr, FRAME_HDR);
 		uint32_t len = frame_get_len(hdr);
@@ -201,8 +281,14 @@ static void on_read(struct bufferevent *bev, void *arg)
 			conn_close_after_flush(c);
 			return;
 		}
-		if (avail < FRAME_HDR + (size_t)len)
+		if (avail < FRAME_HDR + (size_t)len) {
+			if (c->read_eof) {   /* the client will send no more of it */
+				conn_error(c, 0, -EINVAL, "connection shut down mid-frame");
+				evbuffer_drain(in, avail);
+				maybe_finish(c);
+			}
 			return;
+		}
 		evbuffer_drain(in, FRAME_HDR);
 		uint8_t *body = evbuffer_pullup(in, len);
 		Llamad__Request *q = llamad__request__unpack(NULL, len, body);
@@ -226,6 +312,11 @@ static void on_read(struct bufferevent *bev, void *arg)
 			llamad__request__free_unpacked(q, NULL);
 			continue;
 		}
+		if (track(c, q->id, FRAME_HDR + len) != 0) {
+			conn_error(c, q->id, -ENOMEM, "out of memory");
+			llamad__request__free_unpacked(q, NULL);
+			continue;
+		}
 		engine_submit(s->eng, c->id, c->uid, q);
 	}
 }
@@ -237,12 +328,28 @@ static void on_write(struct bufferevent *bev, void *arg)
 		conn_close(c);
 }
 
+/* 1 if c's client closed the connection altogether, not only its sending
+ * side (shutdown(SHUT_WR)): a Unix stream socket then polls as hung up. */
+static int peer_gone(const struct conn *c)
+{
+	struct pollfd p = { .fd = bufferevent_getfd(c->bev), .events = 0 };
+	return poll(&p, 1, 0) < 0 || (p.revents & (POLLHUP | POLLERR));
+}
+
 static void on_event(struct bufferevent *bev, short what, void *arg)
 {
 	(void)bev;
 	struct conn *c = arg;
 	if (what & BEV_EVENT_TIMEOUT)
 		log_msg(LL_DEBUG, "connection %llu idle; closing", (unsigned long long)c->id);
+	if ((what & BEV_EVENT_EOF) && !(what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) &&
+	    !c->closing && !peer_gone(c)) {
+		/* the client shut down its sending side (or closed): answer
+		 * what it sent, then close */
+		c->read_eof = 1;
+		on_read(c->bev, c);
+		return;
+	}
 	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
 		conn_close(c);
 }
@@ -332,6 +439,15 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 				bufferevent_write(c->bev, o->data, o->len);
 				if (s->cfg->idle_timeout > 0)
 					set_timeouts(s, c);  /* a reply is activity too */
+				if (o->terminal)
+					untrack(c, o->id);
+				if (c->paused && !flow_full(c)) {
+					c->paused = 0;
+					bufferevent_enable(c->bev, EV_READ);
+					on_read(c->bev, c);   /* frames already buffered */
+				} else {
+					maybe_finish(c);
+				}
 			}
 		}
 		free(o);

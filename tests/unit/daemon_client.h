@@ -25,6 +25,11 @@ struct cli {
 	int fd;
 	uint64_t next_id;
 	struct stash *kept;
+	/* corked (cli_cork): requests are kept here and written all at once
+	 * by cli_uncork, so that the daemon reads them in one go */
+	int corked;
+	uint8_t *cork;
+	size_t cork_len;
 };
 
 /* Next Response on fd within ms; NULL with *err (-ETIMEDOUT, -ECONNRESET
@@ -55,10 +60,40 @@ static inline uint64_t cli_send(struct cli *c, Llamad__Request *q)
 {
 	q->has_id = 1;
 	q->id = ++c->next_id;
+	if (c->corked) {
+		uint8_t *f;
+		size_t n;
+		if (frame_pack(&q->base, &f, &n) != 0)
+			fail_msg("out of memory");
+		c->cork = realloc(c->cork, c->cork_len + n);
+		assert_non_null(c->cork);
+		memcpy(c->cork + c->cork_len, f, n);
+		c->cork_len += n;
+		free(f);
+		return q->id;
+	}
 	int rc = frame_send(c->fd, &q->base);
 	if (rc)
 		fail_msg("send: %s", strerror(-rc));
 	return q->id;
+}
+
+/* Keep the requests sent from now on, until cli_uncork writes them all in
+ * one write. */
+static inline void cli_cork(struct cli *c)
+{
+	c->corked = 1;
+}
+
+static inline void cli_uncork(struct cli *c)
+{
+	c->corked = 0;
+	int rc = frame_write_all(c->fd, c->cork, c->cork_len);
+	if (rc)
+		fail_msg("send: %s", strerror(-rc));
+	free(c->cork);
+	c->cork = NULL;
+	c->cork_len = 0;
 }
 
 /* The next reply for id: a kept one first, else read (keeping others). */

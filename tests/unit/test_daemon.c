@@ -861,30 +861,102 @@ static void test_nul_in_strings(void **state)
 	must_drop(c, "nul");
 }
 
+/* Requests that need their session idle wait while it runs another one,
+ * and run in the order they came (an Append then a Generate written
+ * together both succeed); a waiting request can be cancelled; at most
+ * PARK_MAX (64) wait per session, past that BUSY. */
 static void test_busy(void **state)
 {
 	struct cli *c = *state;
 	must_open(c, "busy", T_RAW, 0, NULL, 0);
 	uint64_t g1 = gen_send(c, "busy", GREEDY(PROMPT, 400));
 	uint64_t g2 = gen_send(c, "busy", GREEDY(NULL, 5));
-	struct gen a = { 0 }, b = { 0 };
-	gen_wait(c, g2, &b);
-	assert_int_equal(b.error, LLAMAD__ERROR_CODE__BUSY);
-	assert_int_equal(b.n, 0);
-	expect_error(op_append(c, "busy", -1, "more"), LLAMAD__ERROR_CODE__BUSY);
-	expect_error(op_drop(c, "busy"), LLAMAD__ERROR_CODE__BUSY);
-	expect_error(op_rewind(c, "busy"), LLAMAD__ERROR_CODE__BUSY);
-	Llamad__Response *i = must_info(c, "busy");
+	Llamad__Response *i = must_info(c, "busy");   /* not a waiting kind */
 	assert_true(i->session->busy);
 	rfree(i);
+	struct gen a = { 0 }, b = { 0 };
 	gen_wait(c, g1, &a);
 	assert_int_equal(a.error, 0);
 	assert_int_equal(a.generated, 400);
 	/* the busy one's first 60 tokens are the golden text */
 	assert_true(!strncmp(a.text, T.golden[0], strlen(T.golden[0])));
+	gen_wait(c, g2, &b);   /* ran after g1, on what g1 left */
+	assert_int_equal(b.error, 0);
+	assert_int_equal(b.generated, 5);
+	assert_int_equal(b.session_tokens, 5 + 400 + 5);
+	assert_int_equal(b.prompt_tokens, 1);
 	gen_free(&a);
 	gen_free(&b);
+
+	/* an Append and a Generate written at once */
+	Llamad__Append ap = LLAMAD__APPEND__INIT;
+	ap.session = (char *)"busy";
+	ap.text = (char *)" And then";
+	PB_SET(&ap, role, LLAMAD__ROLE__ROLE_RAW);
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_APPEND);
+	q.append = &ap;
+	uint64_t aid = cli_send(c, &q);
+	uint64_t g3 = gen_send(c, "busy", GREEDY(NULL, 3));
+	Llamad__Response *r = expect_body(cli_next(c, aid), LLAMAD__RESPONSE__BODY_SESSION);
+	assert_true(r->session->tokens_added > 0);
+	rfree(r);
+	memset(&a, 0, sizeof(a));
+	gen_wait(c, g3, &a);
+	assert_int_equal(a.error, 0);
+	assert_int_equal(a.generated, 3);
+	gen_free(&a);
+
+	/* a waiting Generate cancelled: Done CANCELLED, nothing generated (all
+	 * written at once: the daemon reads them before g4 could end) */
 	must_drop(c, "busy");
+	must_open(c, "busy", T_RAW, 0, NULL, 0);
+	cli_cork(c);
+	uint64_t g4 = gen_send(c, "busy", GREEDY(PROMPT, 500));
+	uint64_t g5 = gen_send(c, "busy", GREEDY("never", 5));
+	uint64_t c5 = cancel_send(c, g5);
+	uint64_t w[64];
+	for (int k = 0; k < 64; k++)
+		w[k] = gen_send(c, "busy", GREEDY(NULL, 1));
+	uint64_t w65 = gen_send(c, "busy", GREEDY(NULL, 1));
+	cli_uncork(c);
+	rfree(expect_body(cli_next(c, c5), LLAMAD__RESPONSE__BODY_OK));
+	memset(&b, 0, sizeof(b));
+	gen_wait(c, g5, &b);
+	assert_int_equal(b.error, 0);
+	assert_int_equal(b.reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
+	assert_int_equal(b.generated, 0);
+	assert_int_equal(b.n, 0);
+	gen_free(&b);
+
+	/* at most 64 wait; the 65th is BUSY, naming the bound */
+	expect_error_at(cli_next(c, w65), LLAMAD__ERROR_CODE__BUSY, "waiting", 1, __LINE__);
+	rfree(expect_body(cli_next(c, cancel_send(c, g4)), LLAMAD__RESPONSE__BODY_OK));
+	memset(&a, 0, sizeof(a));
+	gen_wait(c, g4, &a);
+	assert_int_equal(a.reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
+	uint32_t last = a.session_tokens;
+	gen_free(&a);
+	for (int k = 0; k < 64; k++) {   /* each ran, in order */
+		memset(&a, 0, sizeof(a));
+		gen_wait(c, w[k], &a);
+		assert_int_equal(a.error, 0);
+		assert_int_equal(a.generated, 1);
+		assert_int_equal(a.session_tokens, last + 1 + (uint32_t)k);
+		gen_free(&a);
+	}
+	/* a Drop waits for the generation before it */
+	uint64_t g6 = gen_send(c, "busy", GREEDY(NULL, 20));
+	Llamad__Drop dr = LLAMAD__DROP__INIT;
+	dr.session = (char *)"busy";
+	q = request_of(LLAMAD__REQUEST__OP_DROP);
+	q.drop = &dr;
+	uint64_t did = cli_send(c, &q);
+	memset(&a, 0, sizeof(a));
+	gen_wait(c, g6, &a);
+	assert_int_equal(a.generated, 20);
+	gen_free(&a);
+	rfree(expect_body(cli_next(c, did), LLAMAD__RESPONSE__BODY_OK));
+	expect_error(op_info(c, "busy"), LLAMAD__ERROR_CODE__UNKNOWN_SESSION);
 }
 
 static void test_refused_text(void **state)
@@ -1346,6 +1418,56 @@ static void test_transcript(void **state)
 	must_drop(c, "tr-empty");
 }
 
+/* A client that shuts down its sending side after its requests gets every
+ * reply, then the daemon closes; a frame cut by the shutdown is answered
+ * with an error. */
+static void test_half_close(void **state)
+{
+	(void)state;
+	struct cli *c = cli_new(&D);
+	must_open(c, "half", T_RAW, 0, NULL, 0);
+	cli_cork(c);
+	uint64_t gid = gen_send(c, "half", GREEDY(PROMPT, 30));
+	Llamad__GetInfo gi = LLAMAD__GET_INFO__INIT;
+	gi.session = (char *)"half";
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_INFO);
+	q.info = &gi;
+	uint64_t iid = cli_send(c, &q);
+	cli_uncork(c);
+	assert_int_equal(shutdown(c->fd, SHUT_WR), 0);
+	struct gen g = { 0 };
+	gen_wait(c, gid, &g);
+	assert_int_equal(g.error, 0);
+	assert_int_equal(g.generated, 30);
+	assert_true(!strncmp(g.text, T.golden[0], strlen(g.text)));
+	gen_free(&g);
+	/* GetInfo does not wait for the generation: it saw the session as it
+	 * stood when it came */
+	Llamad__Response *r = expect_body(cli_next(c, iid), LLAMAD__RESPONSE__BODY_SESSION);
+	assert_true(r->session->tokens >= 5);
+	rfree(r);
+	int err = 0;
+	r = recv_within(c->fd, 10000, &err);
+	if (r)
+		fail_msg("after the last reply: %s, not the end of the stream", body_name(r));
+	assert_int_equal(err, -ECONNRESET);
+	cli_free(c);
+
+	/* half a frame, then the shutdown */
+	c = cli_new(&D);
+	uint8_t part[] = { 0, 0, 0, 40, 0x08, 0x01 };
+	assert_int_equal(frame_write_all(c->fd, part, sizeof(part)), 0);
+	assert_int_equal(shutdown(c->fd, SHUT_WR), 0);
+	expect_error_at(cli_next(c, 0), LLAMAD__ERROR_CODE__BAD_REQUEST, "mid-frame", 1, __LINE__);
+	r = recv_within(c->fd, 10000, &err);
+	assert_null(r);
+	assert_int_equal(err, -ECONNRESET);
+	cli_free(c);
+	c = cli_new(&D);
+	must_drop(c, "half");
+	cli_free(c);
+}
+
 static void test_shutdown(void **state)
 {
 	(void)state;
@@ -1405,6 +1527,7 @@ int main(void)
 		cmocka_unit_test(test_status),
 		cmocka_unit_test(test_ephemeral_busy_elsewhere),
 		cmocka_unit_test_setup_teardown(test_transcript, case_connect, case_disconnect),
+		cmocka_unit_test(test_half_close),
 		cmocka_unit_test(test_shutdown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

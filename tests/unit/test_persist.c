@@ -1394,6 +1394,125 @@ static void test_transcript_frames(void **state)
 	stop_daemon(&d);
 }
 
+/* ---- flow control ------------------------------------------------------- */
+
+/* A connection may have at most 256 requests waiting for their last reply:
+ * past that the daemon reads no more of its requests until replies go out
+ * (nothing is refused; all are answered). */
+static void test_flow_control(void **state)
+{
+	(void)state;
+	struct daemon d;
+	/* a slow model (5 ms a pass), so that the first generations outlast
+	 * the reading of the pipeline */
+	setenv("LLAMAD_TEST_STEP_DELAY_MS", "5", 1);
+	start_daemon(&d, "d10", T.model, "none", NULL);
+	unsetenv("LLAMAD_TEST_STEP_DELAY_MS");
+	struct cli *c = cli_new(&d), *watch = cli_new(&d);
+	enum { NS = 5, WAIT = 60 };
+	char name[NS][16];
+	for (int k = 0; k < NS; k++) {
+		snprintf(name[k], sizeof(name[k]), "flow%d", k);
+		must_open(c, name[k], T_RAW, 0, NULL, 0);
+	}
+	Llamad__Response *s0 = op_status(watch);
+	uint64_t req0 = s0->status->counters->requests;
+	rfree(s0);
+	uint64_t ids[NS][WAIT + 1];
+	cli_cork(c);
+	for (int k = 0; k < NS; k++)
+		ids[k][0] = gen_send(c, name[k], GREEDY(PROMPT, 200));
+	for (int i = 1; i <= WAIT; i++)
+		for (int k = 0; k < NS; k++)
+			ids[k][i] = gen_send(c, name[k], GREEDY(NULL, 1));
+	cli_uncork(c);
+	sleep_ms(150);
+	Llamad__Response *s1 = op_status(watch);
+	uint64_t taken = s1->status->counters->requests - req0 - 1;  /* less the Status */
+	rfree(s1);
+	print_message("flow control: %llu of %d pipelined requests read while the first ran\n",
+		      (unsigned long long)taken, NS * (WAIT + 1));
+	assert_true(taken <= 256);
+	assert_true(taken >= 200);
+	for (int k = 0; k < NS; k++) {
+		for (int i = 0; i <= WAIT; i++) {
+			struct gen g = { 0 };
+			gen_wait(c, ids[k][i], &g);
+			if (g.error || g.generated != (i ? 1u : 200u))
+				fail_msg("%s request %d: error %d (%s), %u tokens", name[k], i, g.error,
+					 g.msg, g.generated);
+			gen_free(&g);
+		}
+		must_drop(c, name[k]);
+	}
+	cli_free(watch);
+	cli_free(c);
+	stop_daemon(&d);
+
+	/* and at most max_frame bytes of them: 30 KiB requests (a Generate
+	 * padded with an unknown field) with a 64 KiB max_frame, three read */
+	setenv("LLAMAD_TEST_STEP_DELAY_MS", "5", 1);
+	start_daemon(&d, "d10b", T.model, "none", "--max-frame", "65536", NULL);
+	unsetenv("LLAMAD_TEST_STEP_DELAY_MS");
+	c = cli_new(&d);
+	watch = cli_new(&d);
+	s0 = op_status(watch);
+	req0 = s0->status->counters->requests;
+	rfree(s0);
+	uint64_t big[NS];
+	uint8_t *all = NULL;
+	size_t all_len = 0, pad = 30 << 10;
+	for (int k = 0; k < NS; k++) {
+		Llamad__Generate g = LLAMAD__GENERATE__INIT;
+		g.session = name[k];
+		g.prompt = (char *)PROMPT;
+		PB_SET(&g, max_tokens, 100);
+		Llamad__Request q = request_of(LLAMAD__REQUEST__OP_GENERATE);
+		q.generate = &g;
+		PB_SET(&q, id, big[k] = 5000 + (uint64_t)k);
+		size_t n = llamad__request__get_packed_size(&q);
+		all = realloc(all, all_len + 4 + n + 3 + pad);
+		assert_non_null(all);
+		uint8_t *f = all + all_len;
+		llamad__request__pack(&q, f + 4);
+		uint8_t *u = f + 4 + n;   /* field 99, length-delimited, 30 KiB in all */
+		size_t body = pad - 2;    /* 30718: a 3-byte varint */
+		u[0] = 0x9a;
+		u[1] = 0x06;
+		u[2] = (uint8_t)(0x80 | (body & 0x7f));
+		u[3] = (uint8_t)(0x80 | ((body >> 7) & 0x7f));
+		u[4] = (uint8_t)(body >> 14);
+		memset(u + 5, 'x', body);
+		frame_put_len(f, (uint32_t)(n + 3 + pad));
+		all_len += 4 + n + 3 + pad;
+	}
+	for (int k = 0; k < NS; k++)
+		must_open(c, name[k], T_RAW, 0, NULL, 0);
+	s0 = op_status(watch);
+	req0 = s0->status->counters->requests;
+	rfree(s0);
+	assert_int_equal(frame_write_all(c->fd, all, all_len), 0);
+	free(all);
+	sleep_ms(150);
+	s1 = op_status(watch);
+	taken = s1->status->counters->requests - req0 - 1;
+	rfree(s1);
+	print_message("flow control: %llu of %d requests of 30 KiB read (max_frame 64 KiB)\n",
+		      (unsigned long long)taken, NS);
+	assert_int_equal(taken, 3);
+	for (int k = 0; k < NS; k++) {
+		struct gen g = { 0 };
+		gen_wait(c, big[k], &g);
+		if (g.error || g.generated != 100)
+			fail_msg("padded request %d: error %d (%s), %u tokens", k, g.error, g.msg,
+				 g.generated);
+		gen_free(&g);
+	}
+	cli_free(watch);
+	cli_free(c);
+	stop_daemon(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1408,6 +1527,7 @@ int main(void)
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_limits, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_transcript_frames, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_flow_control, case_setup, case_teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
