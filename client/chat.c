@@ -46,6 +46,10 @@ const char chat_help[] =
 "printed and llamactl exits (with --json: JSON lines, as `generate`).\n"
 "\n"
 "  -s, --session NAME      the session\n"
+"      --context-policy P  when the session is full: shift (default for a\n"
+"                          session chat creates: the oldest turns make room,\n"
+"                          the system prompt stays) or error; given, it also\n"
+"                          changes an existing session's\n"
 "      --recap N           on entering a session that has turns, print the\n"
 "                          last N of them (default 4; 0: none)\n"
 "      --system TEXT       system prompt of a new session\n"
@@ -626,13 +630,15 @@ static int chat_once(struct chat *c, char *text)
 
 int cmd_chat(struct cli *cli, int argc, char **argv)
 {
-	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE, O_RECAP };
+	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE, O_RECAP, O_POLICY };
+	Llamad__ContextPolicy policy = LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT;
 	static const struct option opts[] = {
 		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
 		{ "session", required_argument, NULL, 's' },
 		{ "system", required_argument, NULL, O_SYSTEM },
 		{ "template", required_argument, NULL, O_TEMPLATE },
 		{ "recap", required_argument, NULL, O_RECAP },
+		{ "context-policy", required_argument, NULL, O_POLICY },
 		{ 0 },
 	};
 	struct chat c;
@@ -650,6 +656,9 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 			break;
 		case O_SYSTEM:
 			system = optarg;
+			break;
+		case O_POLICY:
+			policy = cli_parse_policy(cli, optarg);
 			break;
 		case O_RECAP:
 			c.recap = (uint32_t)cli_parse_u64(cli, "--recap", optarg, 0, UINT32_MAX);
@@ -696,8 +705,9 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 			cli_usage_error(cli, "no message on stdin");
 		}
 	}
-	Llamad__Response *r = cli_open_session(cli, c.session, system, tmpl, c.ephemeral,
-					       c.ephemeral, false);
+	struct open_opts oo = { .system = system, .tmpl = tmpl, .policy = policy,
+				.ephemeral = c.ephemeral, .create_only = c.ephemeral };
+	Llamad__Response *r = cli_open_chat(cli, c.session, oo);
 	const Llamad__SessionInfo *s = r->session;
 	if (s && s->has_created && !s->created) {
 		if (system && (!s->system || strcmp(s->system, system) != 0))

@@ -344,23 +344,22 @@ void cli_ephemeral_name(char *buf, size_t n)
 }
 
 Llamad__Response *cli_open_session(struct cli *cli, const char *session,
-				   const char *system, Llamad__Template tmpl,
-				   bool ephemeral, bool create_only, bool errors_ok)
+				   const struct open_opts *op, bool errors_ok)
 {
 	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
 	o.session = (char *)session;
-	o.system = (char *)system;
-	if (tmpl != LLAMAD__TEMPLATE__TEMPLATE_DEFAULT) {
-		o.has_template_ = 1;
-		o.template_ = tmpl;
+	o.system = (char *)op->system;
+	if (op->tmpl != LLAMAD__TEMPLATE__TEMPLATE_DEFAULT) {
+		PB_SET(&o, template_, op->tmpl);
 	}
-	if (ephemeral) {
-		o.has_ephemeral = 1;
-		o.ephemeral = 1;
+	if (op->policy != LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT) {
+		PB_SET(&o, context_policy, op->policy);
 	}
-	if (create_only) {
-		o.has_create_only = 1;
-		o.create_only = 1;
+	if (op->ephemeral) {
+		PB_SET(&o, ephemeral, 1);
+	}
+	if (op->create_only) {
+		PB_SET(&o, create_only, 1);
 	}
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
 	req.op_case = LLAMAD__REQUEST__OP_OPEN;
@@ -369,6 +368,34 @@ Llamad__Response *cli_open_session(struct cli *cli, const char *session,
 	if (errors_ok && r->body_case == LLAMAD__RESPONSE__BODY_ERROR)
 		return r;
 	return cli_expect(r, LLAMAD__RESPONSE__BODY_SESSION);
+}
+
+Llamad__Response *cli_open_chat(struct cli *cli, const char *session, struct open_opts o)
+{
+	if (o.create_only && o.policy == LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT)
+		o.policy = LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT;  /* a new one anyway */
+	if (o.policy != LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT || o.create_only)
+		return cli_open_session(cli, session, &o, false);
+	/* create it with shift; if it exists, open it as it is */
+	struct open_opts create = o;
+	create.policy = LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT;
+	create.create_only = true;
+	Llamad__Response *r = cli_open_session(cli, session, &create, true);
+	if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR && r->error &&
+	    r->error->code == LLAMAD__ERROR_CODE__SESSION_EXISTS) {
+		llamad__response__free_unpacked(r, NULL);
+		return cli_open_session(cli, session, &o, false);
+	}
+	return cli_expect(r, LLAMAD__RESPONSE__BODY_SESSION);
+}
+
+Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg)
+{
+	if (strcmp(arg, "shift") == 0)
+		return LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT;
+	if (strcmp(arg, "error") == 0)
+		return LLAMAD__CONTEXT_POLICY__CONTEXT_ERROR;
+	cli_usage_error(cli, "--context-policy: '%s' is not shift or error", arg);
 }
 
 void cli_drop_session(struct cli *cli, const char *session, bool quiet)
@@ -571,7 +598,8 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 			d->prompt_tokens, d->prefill_ms, ps, d->generated_tokens,
 			d->generate_ms, gs, cli_reason_name(reason), d->session_tokens);
 	} else if (reason == LLAMAD__STOP_REASON__STOP_CONTEXT_FULL) {
-		fprintf(stderr, "llamactl: the session's context is full; the answer was cut\n");
+		fprintf(stderr, "llamactl: the session's context is full; the answer was cut "
+			"(--context-policy shift lets the oldest turns make room)\n");
 	}
 }
 

@@ -179,12 +179,28 @@ char *cli_read_all(int fd, size_t *len);
 /* Write a fresh session name for a throw-away session into buf (n >= 48). */
 void cli_ephemeral_name(char *buf, size_t n);
 
-/* OpenSession. system, tmpl (TEMPLATE_DEFAULT: leave unset) as given;
- * returns the SessionInfo reply (caller frees), or, if the daemon refuses,
- * the Error reply when errors_ok, else exits 1. */
+/* How a session is opened. */
+struct open_opts {
+	const char *system;              /* NULL: none */
+	Llamad__Template tmpl;           /* TEMPLATE_DEFAULT: leave unset */
+	Llamad__ContextPolicy policy;    /* CONTEXT_DEFAULT: leave unset (set: also
+					  * changes an existing session's) */
+	bool ephemeral, create_only;
+};
+
+/* OpenSession with o; returns the SessionInfo reply (caller frees), or, if
+ * the daemon refuses, the Error reply when errors_ok, else exits 1. */
 Llamad__Response *cli_open_session(struct cli *cli, const char *session,
-				   const char *system, Llamad__Template tmpl,
-				   bool ephemeral, bool create_only, bool errors_ok);
+				   const struct open_opts *o, bool errors_ok);
+
+/* Open session for a chat: with policy CONTEXT_DEFAULT, a session it
+ * creates gets CONTEXT_SHIFT (a chat outlives a full context) and an
+ * existing one keeps its own; else policy. Exits 1 on a daemon error. */
+Llamad__Response *cli_open_chat(struct cli *cli, const char *session, struct open_opts o);
+
+/* Parse --context-policy's argument ("error" or "shift"); exits 2 on
+ * another. */
+Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg);
 
 /* Drop a session; exits 1 on failure unless quiet (then errors are
  * ignored, transport failures still exit). */

@@ -47,6 +47,9 @@ static const char generate_help[] =
 "  -s, --session NAME      the session (created if missing)\n"
 "      --raw               PROMPT is raw text, not a user turn; a session this\n"
 "                          creates uses the raw template (no chat format)\n"
+"      --context-policy P  when the session is full: error (the default of the\n"
+"                          daemon's, usually) or shift (drop the oldest turns);\n"
+"                          applies to an existing session too\n"
 "\n"
 CLI_SAMPLER_HELP
 "\n"
@@ -201,13 +204,15 @@ static char *text_arg(const char *arg)
 
 static int cmd_generate(struct cli *cli, int argc, char **argv)
 {
-	enum { O_SESSION = OPT_CMD, O_RAW };
+	enum { O_SESSION = OPT_CMD, O_RAW, O_POLICY };
 	static const struct option opts[] = {
 		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
 		{ "session", required_argument, NULL, 's' },
 		{ "raw", no_argument, NULL, O_RAW },
+		{ "context-policy", required_argument, NULL, O_POLICY },
 		{ 0 },
 	};
+	Llamad__ContextPolicy policy = LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT;
 	struct gen_opts g;
 	gen_opts_init(&g);
 	const char *session = NULL;
@@ -221,6 +226,9 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 		case O_RAW:
 			raw = true;
 			break;
+		case O_POLICY:
+			policy = cli_parse_policy(cli, optarg);
+			break;
 		default:
 			cli_opt(cli, &g, o, optarg);
 		}
@@ -232,15 +240,13 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 	char eph[64];
 	Llamad__Template tmpl = raw ? LLAMAD__TEMPLATE__TEMPLATE_RAW
 				    : LLAMAD__TEMPLATE__TEMPLATE_DEFAULT;
+	struct open_opts oo = { .tmpl = tmpl, .policy = policy };
 	if (!session) {
 		cli_ephemeral_name(eph, sizeof(eph));
 		session = eph;
-		llamad__response__free_unpacked(
-			cli_open_session(cli, session, NULL, tmpl, true, true, false), NULL);
-	} else {
-		llamad__response__free_unpacked(
-			cli_open_session(cli, session, NULL, tmpl, false, false, false), NULL);
+		oo.ephemeral = oo.create_only = true;
 	}
+	llamad__response__free_unpacked(cli_open_session(cli, session, &oo, false), NULL);
 
 	struct gen_req req = {
 		.session = session,

@@ -224,8 +224,8 @@ static Llamad__Template default_chat_template(struct cli *cli)
 {
 	char eph[64];
 	cli_ephemeral_name(eph, sizeof(eph));
-	Llamad__Response *r = cli_open_session(cli, eph, NULL, LLAMAD__TEMPLATE__TEMPLATE_DEFAULT,
-					       true, true, false);
+	struct open_opts o = { .ephemeral = true, .create_only = true };
+	Llamad__Response *r = cli_open_session(cli, eph, &o, false);
 	Llamad__Template t = r->session && r->session->has_template_ ? r->session->template_
 								      : LLAMAD__TEMPLATE__TEMPLATE_RAW;
 	llamad__response__free_unpacked(r, NULL);
@@ -244,8 +244,9 @@ static void summarize_one(struct summ *s, const char *text, size_t len,
 	char eph[64];
 	if (!session) {
 		cli_ephemeral_name(eph, sizeof(eph));
-		llamad__response__free_unpacked(
-			cli_open_session(cli, eph, SUM_SYSTEM, s->tmpl, true, true, false), NULL);
+		struct open_opts o = { .system = SUM_SYSTEM, .tmpl = s->tmpl, .ephemeral = true,
+				       .create_only = true };
+		llamad__response__free_unpacked(cli_open_session(cli, eph, &o, false), NULL);
 	}
 	size_t pl = strlen(SUM_PREFIX);
 	char *prompt = malloc(pl + len + 1);
@@ -451,8 +452,8 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 	s.final_limit = s.limit;
 
 	if (session) {
-		Llamad__Response *r = cli_open_session(cli, session, SUM_SYSTEM, s.tmpl,
-						       false, false, false);
+		struct open_opts o = { .system = SUM_SYSTEM, .tmpl = s.tmpl };
+		Llamad__Response *r = cli_open_chat(cli, session, o);
 		uint32_t have = r->session ? r->session->tokens : 0;
 		llamad__response__free_unpacked(r, NULL);
 		if (s.ctx) {

@@ -266,9 +266,15 @@ static void after_logits(struct engine *e, struct job *j)
 		j->t_first = engine_now();
 	int32_t next = gen_sample(&j->gen, j->logits, s->tokens, s->n_tokens);
 	if (s->n_tokens + 1 > engine_session_limit(e)) {
+		/* never this generation's own turns, nor the question it answers */
 		int keep = turn_last_user(s);
+		if (keep < 0 || keep > j->keep_turn)
+			keep = j->keep_turn;
 		struct turn_env te = engine_turns(e);
-		if (turn_make_room(&te, s, 1, keep < 0 ? s->n_turns : keep) != 0) {
+		int before = s->n_turns;
+		int rc = turn_make_room(&te, s, 1, keep);
+		j->keep_turn -= before - s->n_turns;  /* turns before it went */
+		if (rc != 0) {
 			finish_generate(e, j, GEN_CONTEXT_FULL);
 			return;
 		}

@@ -45,6 +45,8 @@ struct job {
 	int tokens_added;        /* append: the turn's tokens */
 	int prompt_tokens;       /* tokens prefilled by this request */
 	int answer_turn;         /* generate: assistant turn opened */
+	int keep_turn;           /* generate: its first turn (the prompt's, else
+				  * the answer's): a context shift keeps it */
 	int gen_ok;              /* generate: gen set up */
 	struct gen gen;
 	char *text;              /* text released this step, for the token event */

@@ -185,6 +185,10 @@ static int on_open(struct engine *e, struct req *rq)
 	if (s) {
 		if (o->create_only)
 			return fail(rq, -EEXIST, "session '%s' exists", o->session);
+		if (o->has_context_policy && o->context_policy && (int)o->context_policy != s->policy) {
+			s->policy = (int)o->context_policy;  /* the one setting a reopen changes */
+			s->dirty = 1;
+		}
 		s->last_use_ms = engine_unix_ms();
 		reply_info(e, rq->conn, rq->id, s, 0, -1);
 		return 0;
@@ -286,12 +290,16 @@ static int on_generate(struct engine *e, struct req *rq)
 		return fail(rq, -ENOMEM, "out of memory");
 	}
 	j->gen_ok = 1;
+	j->keep_turn = s->n_turns;
 	if (g->prompt && *g->prompt) {  /* an empty prompt is no prompt */
 		int n = add_turn(e, rq, g->has_role, (int)g->role, g->prompt);
 		if (n < 0) {
 			job_free(j);
 			return n;
 		}
+		/* the prompt's turn (a llama2 system prompt adds none); a shift
+		 * to make room for it may have moved it */
+		j->keep_turn = n > 0 ? s->n_turns - 1 : s->n_turns;
 	}
 	struct turn_env te = engine_turns(e);
 	int opened = turn_generation(&te, s, rq->msg, sizeof(rq->msg));

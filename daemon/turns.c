@@ -139,8 +139,15 @@ static int add_ids(const struct turn_env *te, struct session *s, int32_t *ids, i
 		   const char *text, char *msg, size_t cap)
 {
 	if (turn_make_room(te, s, n, s->n_turns) != 0) {
-		snprintf(msg, cap, "the turn needs %d tokens; the session holds %d of its %d-token "
-			 "context", n, s->n_tokens, te->limit);
+		if (n > te->limit || s->policy == SESS_CTX_SHIFT)
+			snprintf(msg, cap, "the turn needs %d tokens, more than the %d-token context "
+				 "holds with the turns it must keep; send a shorter text", n, te->limit);
+		else
+			snprintf(msg, cap, "the turn needs %d tokens; the session holds %d of its "
+				 "%d-token context (its context policy is error: reopen it with "
+				 "context policy shift, llamactl chat --context-policy shift, to drop "
+				 "the oldest turns instead, or rewind or drop it)",
+				 n, s->n_tokens, te->limit);
 		return -EMSGSIZE;
 	}
 	if (sess_append(s, ids, n, role, text, 1) != 0) {

@@ -62,11 +62,11 @@ need() {  # command options...
 # shellcheck disable=SC2086  # $SAMPLER: a list of words
 SAMPLER="--temperature --top-k --top-p --min-p --repeat-penalty --seed --max-tokens --stop"
 # shellcheck disable=SC2086
-need chat --session --system --template --recap $SAMPLER /fork /drop /system /regen /history /quit /help
+need chat --session --system --template --recap --context-policy $SAMPLER /fork /drop /system /regen /history /quit /help
 # shellcheck disable=SC2086
 need summarize --max-tokens --session $SAMPLER
 # shellcheck disable=SC2086
-need generate --session --raw $SAMPLER
+need generate --session --raw --context-policy $SAMPLER
 need show --transcript --last --from --ids
 echo "ok   every command's --help (and 'help CMD', '-h')"
 

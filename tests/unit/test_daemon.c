@@ -1069,6 +1069,29 @@ static void test_context_shift(void **state)
 	assert_true(i->session->turns < 6);
 	rfree(i);
 	must_drop(c, "shift");
+
+	/* raw turns under shift: a generation that outgrows the context drops
+	 * the turns before its own prompt, never the prompt */
+	must_open(c, "shift-raw", T_RAW, P_SHIFT, NULL, 0);
+	for (int k = 0; k < 2; k++)
+		rfree(expect_body(op_append(c, "shift-raw", LLAMAD__ROLE__ROLE_RAW,
+					    k ? " The dog ran to the park." : PROMPT),
+				  LLAMAD__RESPONSE__BODY_SESSION));
+	struct gen g;
+	generate(c, "shift-raw", (struct genopt){ " Lily and Ben", LLAMAD__ROLE__ROLE_RAW, 700, 0.0f,
+						  -1 }, &g);
+	assert_int_equal(g.error, 0);
+	assert_int_equal(g.reason, LLAMAD__STOP_REASON__STOP_CONTEXT_FULL);
+	assert_true(g.generated > 400);
+	Llamad__Response *r = expect_body(op_transcript(c, "shift-raw", -1, 0, 0),
+					  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+	const Llamad__Transcript *t = r->transcript;
+	assert_int_equal(t->turns, 2);   /* the earlier turns went; its prompt stayed */
+	assert_string_equal(t->items[0]->text, " Lily and Ben");
+	assert_true(t->items[1]->generated);
+	rfree(r);
+	gen_free(&g);
+	must_drop(c, "shift-raw");
 }
 
 static void test_rewind(void **state)
