@@ -31,6 +31,10 @@ const char chat_help[] =
 "on the next one. The answer streams as it is generated; Ctrl-C stops it\n"
 "(the part already generated stays in the session). Ctrl-C at the prompt\n"
 "clears the line; Ctrl-D quits. History: ~/.local/state/llamactl/history.\n"
+"A paste of several lines is one message. Answers come after \"assistant:\"\n"
+"(in colour on a terminal, unless NO_COLOR is set); with stdout not the\n"
+"terminal, your messages go there too (\"user:\"). If the daemon restarts, the\n"
+"next message reconnects.\n"
 "Commands at the prompt:\n"
 "  /fork NAME     fork the session to NAME and go on in NAME\n"
 "  /drop          drop the session and quit\n"
@@ -58,6 +62,8 @@ const char chat_help[] =
 "\n"
 CLI_SAMPLER_HELP;
 
+#define CHAT_MAX_PASTES 16
+
 struct chat {
 	struct cli *cli;
 	char *session;              /* current session (owned) */
@@ -70,6 +76,17 @@ struct chat {
 	bool continuation;          /* reading the next line of a \ line */
 	bool last_is_system;        /* the last turn we added is /system's */
 	uint32_t recap;             /* turns shown on entering a session */
+	struct open_opts open;      /* how the session was opened (to reopen it) */
+	bool labels;                /* "assistant:" before answers (interactive) */
+	bool color;                 /* colour: stdout a terminal, NO_COLOR unset */
+	bool echo_user;             /* stdout is not the terminal: the user's turns
+				     * go there too, so a log holds both sides */
+	bool lost;                  /* the connection broke: reconnect first */
+	bool bracketed;             /* bracketed paste is on in the terminal */
+	char *pending;              /* bytes chat_getc gives before reading more */
+	size_t n_pending, at_pending;
+	char *pastes[CHAT_MAX_PASTES];  /* pastes of several lines in this message */
+	int n_pastes;
 };
 
 static volatile sig_atomic_t g_sigint;
@@ -122,12 +139,111 @@ static void drain_sigint(void)
 	g_sigint = 0;
 }
 
+/* One byte from stdin within timeout_ms (< 0: no limit), sleeping in ppoll
+ * with the signals open: 1 with *b, 0 at end of input, -1 on an error, -2
+ * on a signal or when the time ran out. */
+static int read_byte(unsigned char *b, int timeout_ms)
+{
+	struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
+	struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
+	int k = ppoll(&p, 1, timeout_ms < 0 ? NULL : &ts, &g_wait_mask);
+	if (k < 0)
+		return errno == EINTR ? -2 : -1;
+	if (k == 0)
+		return -2;
+	ssize_t n = read(STDIN_FILENO, b, 1);
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN ? -2 : -1;
+	return n == 1 ? 1 : 0;
+}
+
+/* Append n bytes to c's pending bytes; false when out of memory. */
+static bool push_pending(struct chat *c, const char *s, size_t n)
+{
+	if (c->at_pending == c->n_pending)
+		c->at_pending = c->n_pending = 0;
+	char *p = realloc(c->pending, c->n_pending + n + 1);
+	if (!p)
+		return false;
+	memcpy(p + c->n_pending, s, n);
+	c->pending = p;
+	c->n_pending += n;
+	return true;
+}
+
+/* The placeholder a paste of several lines stands as in the line. */
+static void paste_mark(char *buf, size_t n, int k, const char *text)
+{
+	int lines = 0;
+	size_t len = strlen(text);
+	for (size_t i = 0; i < len; i++)
+		lines += text[i] == '\n';
+	lines += len && text[len - 1] != '\n';
+	snprintf(buf, n, "[paste %d: %d lines]", k + 1, lines);
+}
+
+/* An escape byte came from the terminal: if a bracketed paste follows
+ * (ESC [ 2 0 0 ~ ... ESC [ 2 0 1 ~), take it whole, newlines included: a
+ * paste of one line is typed into the line, one of several stands as a
+ * placeholder that read_message replaces with it (one message, one turn).
+ * Anything else goes back to libedit as it came. */
+static void take_escape(struct chat *c)
+{
+	static const char start[] = "[200~", end[] = "\x1b[201~";
+	char seq[8] = "\x1b";
+	size_t n = 1;
+	unsigned char b;
+	while (n < 6 && read_byte(&b, 50) == 1) {
+		seq[n++] = (char)b;
+		if (b != (unsigned char)start[n - 2])
+			break;
+	}
+	if (n < 6 || memcmp(seq + 1, start, 5) != 0) {
+		push_pending(c, seq, n);
+		return;
+	}
+	char *text = NULL;
+	size_t len = 0, cap = 0, e = strlen(end);
+	unsigned char prev = 0;
+	while (read_byte(&b, 1000) == 1) {
+		if (len + 2 > cap) {
+			char *t = realloc(text, cap = cap ? cap * 2 : 256);
+			if (!t)
+				break;
+			text = t;
+		}
+		bool crlf = b == '\n' && prev == '\r';   /* the CR stood for it already */
+		prev = b;
+		if (crlf)
+			continue;
+		text[len++] = (char)(b == '\r' ? '\n' : b);   /* terminals paste Enter as CR */
+		if (len >= e && memcmp(text + len - e, end, e) == 0) {
+			len -= e;
+			break;
+		}
+	}
+	if (!text)
+		return;
+	text[len] = '\0';
+	if (!memchr(text, '\n', len) || c->n_pastes == CHAT_MAX_PASTES) {
+		push_pending(c, text, len);
+		free(text);
+		return;
+	}
+	char mark[64];
+	paste_mark(mark, sizeof(mark), c->n_pastes, text);
+	c->pastes[c->n_pastes++] = text;
+	push_pending(c, mark, strlen(mark));
+}
+
 /* libedit's character source: one key from stdin, sleeping in ppoll with
  * the signals open. A Ctrl-C becomes Enter with g_line_interrupted set, so
  * el_gets returns and the line is thrown away. */
 static int chat_getc(EditLine *el, wchar_t *wc)
 {
 	static mbstate_t st;
+	struct chat *c = NULL;
+	el_get(el, EL_CLIENTDATA, &c);
 	for (;;) {
 		if (g_sigwinch) {
 			g_sigwinch = 0;
@@ -140,21 +256,21 @@ static int chat_getc(EditLine *el, wchar_t *wc)
 			*wc = L'\n';
 			return 1;
 		}
-		struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
-		if (ppoll(&p, 1, NULL, &g_wait_mask) < 0) {
-			if (errno == EINTR)
+		unsigned char ub;
+		if (c && c->at_pending < c->n_pending) {
+			ub = (unsigned char)c->pending[c->at_pending++];
+		} else {
+			int k = read_byte(&ub, -1);
+			if (k == -2)
 				continue;
-			return -1;
-		}
-		char b;
-		ssize_t n = read(STDIN_FILENO, &b, 1);
-		if (n < 0) {
-			if (errno == EINTR || errno == EAGAIN)
+			if (k <= 0)
+				return k;
+			if (ub == 0x1b && c && c->bracketed) {
+				take_escape(c);
 				continue;
-			return -1;
+			}
 		}
-		if (n == 0)
-			return 0;
+		char b = (char)ub;
 		size_t r = mbrtowc(wc, &b, 1, &st);
 		if (r == (size_t)-2)
 			continue;            /* more bytes of this character */
@@ -176,7 +292,12 @@ static char *prompt_fn(EditLine *el)
 		return "... ";
 	if (c->ephemeral)
 		return "> ";
-	snprintf(c->prompt, sizeof(c->prompt), "%.120s> ", c->session);
+	/* \1 ... \1: the colour's escape sequence takes no room on screen */
+	if (c->color)
+		snprintf(c->prompt, sizeof(c->prompt), "\1\033[1;32m\1%.120s\1\033[0m\1> ",
+			 c->session);
+	else
+		snprintf(c->prompt, sizeof(c->prompt), "%.120s> ", c->session);
 	return c->prompt;
 }
 
@@ -250,17 +371,36 @@ static void editor_setup(struct chat *c)
 	el_set(c->el, EL_EDITOR, "emacs");
 	el_set(c->el, EL_SIGNAL, 0);
 	el_set(c->el, EL_GETCFN, chat_getc);
-	el_set(c->el, EL_PROMPT, prompt_fn);
+	el_set(c->el, EL_PROMPT_ESC, prompt_fn, '\1');
 	if (c->hist)
 		el_set(c->el, EL_HIST, history, c->hist);
 	el_set(c->el, EL_BIND, "^R", "em-inc-search-prev", NULL);
 	el_source(c->el, NULL);   /* ~/.editrc, if any */
 	g_chat = c;
 	atexit(chat_atexit);
+	/* bracketed paste: the terminal marks what is pasted, so that a paste
+	 * of several lines is one message, not one per line */
+	const char *term = getenv("TERM");
+	if (isatty(STDOUT_FILENO) && term && strcmp(term, "dumb") != 0) {
+		fputs("\033[?2004h", stdout);
+		fflush(stdout);
+		c->bracketed = true;
+	}
 }
 
 static void editor_done(struct chat *c)
 {
+	if (c->bracketed) {
+		fputs("\033[?2004l", stdout);
+		fflush(stdout);
+		c->bracketed = false;
+	}
+	for (int k = 0; k < c->n_pastes; k++)
+		free(c->pastes[k]);
+	c->n_pastes = 0;
+	free(c->pending);
+	c->pending = NULL;
+	c->n_pending = c->at_pending = 0;
 	if (c->hist && c->hist_path[0]) {
 		HistEvent ev;
 		mode_t old = umask(077);
@@ -275,6 +415,34 @@ static void editor_done(struct chat *c)
 	c->hist = NULL;
 	if (g_chat == c)
 		g_chat = NULL;   /* c may live on a stack that is about to go */
+}
+
+/* msg (malloc'd) with the placeholders of this message's pastes replaced
+ * by what was pasted (a placeholder the user edited stays as it is); the
+ * pastes are forgotten. NULL when out of memory. */
+static char *expand_pastes(struct chat *c, char *msg)
+{
+	for (int k = 0; k < c->n_pastes; k++) {
+		char mark[64];
+		paste_mark(mark, sizeof(mark), k, c->pastes[k]);
+		char *at = msg ? strstr(msg, mark) : NULL;
+		if (at) {
+			size_t ml = strlen(mark), tl = strlen(c->pastes[k]), n = strlen(msg);
+			char *m = malloc(n - ml + tl + 1);
+			if (m) {
+				size_t pre = (size_t)(at - msg);
+				memcpy(m, msg, pre);
+				memcpy(m + pre, c->pastes[k], tl);
+				memcpy(m + pre + tl, at + ml, n - pre - ml + 1);
+			}
+			free(msg);
+			msg = m;
+		}
+		free(c->pastes[k]);
+		c->pastes[k] = NULL;
+	}
+	c->n_pastes = 0;
+	return msg;
 }
 
 /* Read one message: a line, or several joined where a line ends with a
@@ -323,7 +491,8 @@ static char *read_message(struct chat *c)
 		c->continuation = true;
 	}
 	c->continuation = false;
-	if (c->hist && msg[strspn(msg, " \t\n")]) {
+	msg = expand_pastes(c, msg);
+	if (msg && c->hist && msg[strspn(msg, " \t\n")]) {
 		HistEvent ev;
 		history(c->hist, &ev, H_ENTER, msg);
 	}
@@ -331,6 +500,58 @@ static char *read_message(struct chat *c)
 }
 
 /* ---- talking to the daemon -------------------------------------------------- */
+
+/* The connection broke (err < 0): say so; the next request reconnects. */
+static void connection_lost(struct chat *c, int err, const char *what)
+{
+	fprintf(stderr, "llamactl: the connection to llamad was lost (%s)%s%s; the next message "
+		"reconnects\n", conn_strerror(err), *what ? " " : "", what);
+	conn_close(&c->cli->conn);
+	c->lost = true;
+}
+
+static void print_info_line(FILE *f, const Llamad__SessionInfo *s);
+
+/* After a lost connection: connect again, waiting up to 30 s for the
+ * daemon to come back (Ctrl-C stops waiting), and open the session again.
+ * true when connected. */
+static bool reconnect(struct chat *c)
+{
+	struct pollfd p = { .fd = c->cli->conn.fd, .events = POLLIN };
+	if (!c->lost && p.fd >= 0 && poll(&p, 1, 0) == 1) {
+		/* readable with no request out: the daemon closed it (it
+		 * stopped, or restarted) since the last turn */
+		conn_close(&c->cli->conn);
+		c->lost = true;
+	}
+	if (!c->lost)
+		return true;
+	struct cli *cli = c->cli;
+	fprintf(stderr, "llamactl: reconnecting to %s ...\n", cli->socket);
+	drain_sigint();
+	int rc = -ENOENT;
+	for (int i = 0; i < 60 && !g_sigint; i++) {
+		rc = cli_try_connect(cli);
+		if (rc == 0 || (rc != -ENOENT && rc != -ECONNREFUSED && rc != -ECONNRESET &&
+				rc != -EPIPE && rc != -EAGAIN))
+			break;
+		struct timespec half = { 0, 500000000L };
+		ppoll(NULL, 0, &half, &g_wait_mask);   /* Ctrl-C ends the wait */
+	}
+	drain_sigint();
+	if (rc) {
+		fprintf(stderr, "llamactl: cannot reach llamad at %s: %s (the next message tries "
+			"again)\n", cli->socket, conn_strerror(rc));
+		return false;
+	}
+	Llamad__Response *r = cli_open_chat(cli, c->session, c->open);
+	fputs("llamactl: reconnected; ", stderr);
+	if (r->session)
+		print_info_line(stderr, r->session);
+	llamad__response__free_unpacked(r, NULL);
+	c->lost = false;
+	return true;
+}
 
 /* Generate in the current session (prompt NULL: continue) and show the
  * answer. Daemon errors are reported and the chat goes on. */
@@ -349,13 +570,27 @@ static void chat_generate(struct chat *c, const char *prompt)
 	struct gen_result res;
 	drain_sigint();
 	c->last_is_system = false;
+	req.soft = true;
+	if (c->labels && !cli->json) {
+		if (c->echo_user && prompt)   /* the log gets the question too */
+			printf("%suser:%s %s\n", c->color ? "\033[1;32m" : "",
+			       c->color ? "\033[0m" : "", prompt);
+		printf("%sassistant:%s ", c->color ? "\033[1;36m" : "", c->color ? "\033[0m" : "");
+		fflush(stdout);
+	}
 	cli_generate(cli, &req, &res);
 	if (res.interrupted) {
 		fprintf(stderr, "\nllamactl: interrupted while waiting for the daemon\n");
 		exit(EXIT_INTERRUPTED);
 	}
-	if (res.last && res.last != '\n' && !cli->json)
+	if (!cli->json && ((res.last && res.last != '\n') || (c->labels && !res.last)))
 		fputc('\n', stdout);
+	if (res.lost) {
+		cli_flush_stdout();
+		connection_lost(c, res.lost, "during the answer; the part shown stays in the session");
+		gen_result_done(&res);
+		return;
+	}
 	const Llamad__Response *t = res.term;
 	if (cli->json && t->body_case == LLAMAD__RESPONSE__BODY_DONE && t->done)
 		cli_json_done_line(c->ephemeral ? NULL : c->session, &res);
@@ -374,11 +609,18 @@ static void chat_generate(struct chat *c, const char *prompt)
 	gen_result_done(&res);
 }
 
-/* Send req; on an Error reply report it and return NULL, else the reply. */
+/* Send req; on an Error reply report it and return NULL, else the reply.
+ * A broken connection is reported too (NULL; the next request
+ * reconnects). */
 static Llamad__Response *chat_call(struct chat *c, Llamad__Request *req)
 {
 	drain_sigint();
-	Llamad__Response *r = cli_call_any(c->cli, req);
+	Llamad__Response *r = NULL;
+	int rc = conn_call(&c->cli->conn, req, &r);
+	if (rc) {
+		connection_lost(c, rc, "");
+		return NULL;
+	}
 	if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
 		cli_print_error(r);
 		llamad__response__free_unpacked(r, NULL);
@@ -586,6 +828,8 @@ static int chat_interactive(struct chat *c)
 		bool go_on = true;
 		if (!*text)
 			;   /* empty, or cleared by Ctrl-C */
+		else if (!reconnect(c))
+			;   /* said why; the line is in the history for another try */
 		else if (line[0] == '/' && line[1] != '/')
 			go_on = slash(c, line);
 		else
@@ -708,6 +952,13 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 	struct open_opts oo = { .system = system, .tmpl = tmpl, .policy = policy,
 				.ephemeral = c.ephemeral, .create_only = c.ephemeral };
 	Llamad__Response *r = cli_open_chat(cli, c.session, oo);
+	c.open = oo;
+	c.open.create_only = false;   /* reopening after a reconnect */
+	c.labels = interactive && !cli->json;
+	const char *no_color = getenv("NO_COLOR"), *term = getenv("TERM");
+	c.color = c.labels && isatty(STDOUT_FILENO) && !(no_color && *no_color) &&
+		  !(term && strcmp(term, "dumb") == 0);
+	c.echo_user = c.labels && !isatty(STDOUT_FILENO);
 	const Llamad__SessionInfo *s = r->session;
 	if (s && s->has_created && !s->created) {
 		if (system && (!s->system || strcmp(s->system, system) != 0))

@@ -207,6 +207,23 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
 	exit(EXIT_USAGE);
 }
 
+int cli_try_connect(struct cli *cli)
+{
+	conn_close(&cli->conn);
+	int rc = conn_connect(&cli->conn, cli->socket);
+	if (rc)
+		return rc;
+	Llamad__Response *r = NULL;
+	rc = conn_hello(&cli->conn, &r);
+	if (rc) {
+		conn_close(&cli->conn);
+		return rc;
+	}
+	cli_expect(r, LLAMAD__RESPONSE__BODY_HELLO);   /* exits on a refusal */
+	llamad__response__free_unpacked(r, NULL);
+	return 0;
+}
+
 void cli_connect(struct cli *cli)
 {
 	int rc = conn_connect(&cli->conn, cli->socket);
@@ -506,12 +523,21 @@ void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *r
 
 	uint64_t id;
 	int rc = conn_send(&cli->conn, &req, &id);
+	if (rc && g->soft && rc != -EMSGSIZE) {
+		res->lost = rc;
+		return;
+	}
 	if (rc)
 		cli_die_conn(cli, rc);
 	struct gen_ctx x = { g, res, 0 };
 	rc = conn_wait(&cli->conn, id, on_token, &x, &res->term, &res->cancelled);
 	if (rc == -EINTR) {
 		res->interrupted = true;
+		res->term = NULL;
+		return;
+	}
+	if (rc && g->soft && !x.write_errno && rc != -ENOMEM) {
+		res->lost = rc;   /* the connection broke: the caller goes on */
 		res->term = NULL;
 		return;
 	}

@@ -149,6 +149,11 @@ noreturn void cli_die_local(const char *fmt, ...) __attribute__((format(printf, 
  * reader went away (EPIPE: `| head`), else report it and exit 1. */
 noreturn void cli_write_failed(int err);
 
+/* Connect and shake hands without exiting: 0, or the negative errno of the
+ * connect or of the handshake (the connection is then closed). A daemon
+ * that refuses the handshake is reported and exits 1. */
+int cli_try_connect(struct cli *cli);
+
 /* Report a transport failure (err < 0 from conn_*) and exit 1. */
 noreturn void cli_die_conn(const struct cli *cli, int err);
 
@@ -216,6 +221,8 @@ struct gen_req {
 	bool events;                 /* each token event as a JSON line on stdout
 				      * ({"event":"token","text":..,"tokens":[..]}) */
 	bool collect;                /* keep the text in the result */
+	bool soft;                   /* a broken connection ends the call (res->lost)
+				      * instead of the program */
 };
 
 struct gen_result {
@@ -225,13 +232,15 @@ struct gen_result {
 	bool cancelled;              /* a Cancel was sent (interrupt) */
 	bool interrupted;            /* a second interrupt abandoned the wait */
 	char last;                   /* last byte of text received, or 0 */
+	int lost;                    /* soft: the connection broke (-errno); term NULL */
 };
 
 /* Run a Generate and wait for its end. Token text is written to g->echo
  * (one fwrite + fflush per event, so a character is never split) and/or
- * kept. Exits 1 on a transport failure or a write error on g->echo. On
- * return res->term is the terminal reply, or NULL when interrupted (then
- * the connection is unusable). Free with gen_result_done. */
+ * kept. Exits 1 on a transport failure (unless g->soft: then res->lost is
+ * set) or a write error on g->echo. On return res->term is the terminal
+ * reply, or NULL when interrupted or lost (then the connection is
+ * unusable). Free with gen_result_done. */
 void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *res);
 
 /* Free what res holds. */

@@ -281,12 +281,13 @@ static void summarize_one(struct summ *s, const char *text, size_t len,
 }
 
 /* Part `part` of `parts` of a round is summarized (in_tok tokens to
- * out_tok): a line on stderr with -v, and with --json the line
+ * out_tok): a line on stderr with -v or when stderr is a terminal, and
+ * with --json the line
  * {"event":"progress","round","part","parts","input_tokens","summary_tokens"}. */
 static void progress(struct summ *s, int round, size_t part, size_t parts, uint32_t in_tok,
 		     uint32_t out_tok)
 {
-	if (s->cli->verbose)
+	if (s->cli->verbose || isatty(STDERR_FILENO))   /* long work: say how far it is */
 		fprintf(stderr, "llamactl: round %d: part %zu/%zu: %u tokens -> %u\n", round, part,
 			parts, in_tok, out_tok);
 	if (!s->cli->json)

@@ -57,7 +57,121 @@ ctl generate --session full --raw -n 5 "Once upon a time" > /dev/null 2>"$dir/fu
 grep -q "context policy shift" "$dir/fullerr2" && ok "a turn refused by a full context names the fix" ||
     bad "refused turn: $(cat "$dir/fullerr2")"
 
-kill "$pid"; wait "$pid"; rc=$?; pid=
-[ "$rc" -eq 0 ] || bad "daemon exited $rc on SIGTERM"
+# ---- chat on a terminal -----------------------------------------------------------
+# chatpty.py: run llamactl chat with stdin (and stdout, unless OUT is set) on a
+# pty; send each line of the keys file when the prompt shows (a line
+# "@restart" restarts the daemon instead, with $dir/restart); print what
+# the terminal showed and the exit status.
+cat > "$dir/chatpty.py" <<'PY'
+import os, pty, select, subprocess, sys, time
+ctl, sock, keys = sys.argv[1:4]
+args = sys.argv[4:]
+master, slave = pty.openpty()
+out_path = os.environ.get("OUT")
+stdout = open(out_path, "wb") if out_path else slave
+p = subprocess.Popen([ctl, "--socket", sock, "chat"] + args, stdin=slave, stdout=stdout,
+                     stderr=slave, close_fds=True)
+os.close(slave)
+out = b""
+def until(pred, secs=30):
+    global out
+    end = time.time() + secs
+    while not pred(out) and time.time() < end:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                out += os.read(master, 65536)
+            except OSError:
+                break
+def prompt_after(n):
+    return lambda o: o.count(b"> ") > n and o.rstrip().endswith(b">")
+until(prompt_after(0))
+for line in open(keys, "rb"):
+    line = line.rstrip(b"\n").replace(b"\\e", b"\x1b").replace(b"\\r", b"\r").replace(b"\\n", b"\n")
+    if line == b"@restart":
+        subprocess.run(["sh", os.path.join(os.path.dirname(keys), "restart")], check=True)
+        continue
+    n = out.count(b"> ")
+    os.write(master, line + b"\r")
+    until(prompt_after(n))
+os.write(master, b"\x04")
+until(lambda o: p.poll() is not None, 5)
+p.wait(5)
+sys.stdout.write(out.decode("utf-8", "replace"))
+sys.stdout.write("\n[exit %d]\n" % p.returncode)
+PY
+{
+    echo "kill \$(cat '$dir/pid'); while kill -0 \$(cat '$dir/pid') 2>/dev/null; do sleep 0.1; done"
+    echo "'$BUILD/llamad' --model '$MODELS/stories260K.bin' --tokenizer '$MODELS/tok512.model' \\"
+    echo "    --socket '$sock' --state-dir '$dir/state' --log-level warning 2>>'$dir/log' &"
+    echo "echo \$! > '$dir/pid'"
+    echo "i=0; while [ ! -S '$sock' ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done"
+} > "$dir/restart"
+echo "$pid" > "$dir/pid"
+tty() { python3 "$dir/chatpty.py" "$CTL" "$sock" "$dir/keys" "$@"; }
+
+# a paste of three lines is one message, one turn
+printf '%s\n' '\e[200~line one\rline two\rline three\e[201~' > "$dir/keys"
+TERM=xterm tty --session paste -n 4 --temperature 0 > "$dir/t1" 2>&1
+ctl --json show paste --transcript > "$dir/t1j"
+python3 - "$dir/t1j" <<'PY' && ok "a bracketed paste of three lines is one turn" || bad "paste: $(cat "$dir/t1j" "$dir/t1")"
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert t["turns"] == 2, t
+assert t["items"][0]["text"] == "line one\nline two\nline three", t["items"][0]
+PY
+grep -q "\[paste 1: 3 lines\]" "$dir/t1" || bad "the paste's placeholder was not shown: $(cat "$dir/t1")"
+# labels and colour on a terminal; none of the colour with NO_COLOR
+printf 'Hello there\n' > "$dir/keys"
+TERM=xterm tty --session lab -n 4 --temperature 0 > "$dir/t2" 2>&1
+grep -q "$(printf '\033')\[1;36massistant:" "$dir/t2" && ok "on a terminal: a coloured 'assistant:' label" ||
+    bad "no coloured label: $(cat -v "$dir/t2")"
+NO_COLOR=1 TERM=xterm tty --session lab -n 4 --temperature 0 > "$dir/t3" 2>&1
+if grep -q "assistant: " "$dir/t3" && ! grep -q "$(printf '\033')\[1;3" "$dir/t3"; then
+    ok "NO_COLOR: the labels without colour"
+else bad "NO_COLOR: $(cat -v "$dir/t3")"; fi
+# stdout piped (chat | tee log): the log has both sides, no colour
+printf 'Hello there\nAnd then?\n' > "$dir/keys"
+OUT=$dir/log.txt TERM=xterm tty --session piped -n 4 --temperature 0 > "$dir/t4" 2>&1
+if grep -q "^user: Hello there$" "$dir/log.txt" && grep -q "^user: And then?$" "$dir/log.txt" &&
+   [ "$(grep -c '^assistant: ' "$dir/log.txt")" -eq 2 ] && ! grep -q "$(printf '\033')" "$dir/log.txt"; then
+    ok "chat with stdout piped: the log holds both sides, without colour"
+else bad "piped log: $(cat -v "$dir/log.txt")"; fi
+# the daemon restarts between two turns: chat reconnects for the next one
+printf 'Hello there\n@restart\nAnd then?\n' > "$dir/keys"
+TERM=xterm tty --session rc -n 4 --temperature 0 > "$dir/t5" 2>&1
+pid=$(cat "$dir/pid")
+turns=$(ctl --json show rc | sed -n 's/.*"turns":\([0-9]*\).*/\1/p')
+if grep -q "reconnected" "$dir/t5" && grep -q "\[exit 0\]" "$dir/t5" && [ "$turns" = 4 ]; then
+    ok "chat reconnects after the daemon restarts (4 turns in the session)"
+else bad "reconnect: turns $turns: $(cat "$dir/t5")"; fi
+
+# ---- summarize shows progress when stderr is a terminal ----------------------------
+for i in $(seq 1 60); do
+    echo "Lily and Ben went to the park. They played on the swings and saw a big dog."
+    echo
+done > "$dir/long.txt"
+python3 - "$CTL" "$sock" "$dir/long.txt" > "$dir/sumtty" <<'PY'
+import os, pty, subprocess, sys
+master, slave = pty.openpty()
+p = subprocess.run([sys.argv[1], "--socket", sys.argv[2], "summarize", "--temperature", "0", "-n", "16"],
+                   stdin=open(sys.argv[3]), stdout=subprocess.DEVNULL, stderr=slave, timeout=120)
+os.close(slave)
+out = b""
+while True:
+    try:
+        chunk = os.read(master, 65536)
+    except OSError:
+        break
+    if not chunk:
+        break
+    out += chunk
+sys.stdout.write(out.decode("utf-8", "replace"))
+PY
+grep -q "part 1/" "$dir/sumtty" && ok "summarize: progress on a terminal's stderr" || bad "summarize progress: $(cat "$dir/sumtty")"
+ctl summarize --temperature 0 -n 16 < "$dir/long.txt" > /dev/null 2>"$dir/sumerr"
+[ -s "$dir/sumerr" ] && bad "summarize printed to a stderr that is not a terminal: $(cat "$dir/sumerr")"
+
+kill "$pid"; wait "$pid" 2>/dev/null; pid=
 [ "$fail" -eq 0 ] && echo "llamactl_chat: all ok"
 exit "$fail"
