@@ -21,6 +21,7 @@
 # run time); OPT= optimisation flags; BUILD= output folder.
 
 PREFIX  ?= /usr/local
+NVIM_PACK = $(DESTDIR)$(PREFIX)/share/nvim/site/pack/llamad/start/llamad
 DESTDIR ?=
 BUILD   ?= build
 OPT     ?= -O3
@@ -33,7 +34,7 @@ MODELS  ?= $(SHARED)/models
 DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
             libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
             libedit-dev libxxhash-dev mandoc python3 python3-numpy systemd util-linux \
-            clang libclang-rt-14-dev
+            clang libclang-rt-14-dev neovim emacs-nox
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
 # found, unless CUDA=0.
@@ -274,6 +275,17 @@ install: all
 	install -d $(DESTDIR)/etc/llamad $(DESTDIR)$(PREFIX)/lib/systemd/system
 	install -m 0644 etc/llamad.service etc/llamad.socket $(DESTDIR)$(PREFIX)/lib/systemd/system/
 	[ -f $(DESTDIR)/etc/llamad/llamad.conf ] || install -m 0644 etc/llamad.conf $(DESTDIR)/etc/llamad/
+	# editors: a Neovim package on the default packpath, the Emacs package
+	# in site-lisp (both on the editors' own paths for PREFIX /usr/local, /usr)
+	install -d $(NVIM_PACK)/plugin $(NVIM_PACK)/lua/llamad $(NVIM_PACK)/doc \
+	    $(DESTDIR)$(PREFIX)/share/emacs/site-lisp
+	install -m 0644 client/nvim/plugin/llamad.lua $(NVIM_PACK)/plugin/
+	install -m 0644 client/nvim/lua/llamad/*.lua $(NVIM_PACK)/lua/llamad/
+	install -m 0644 client/nvim/doc/llamad.txt $(NVIM_PACK)/doc/
+	! command -v nvim >/dev/null 2>&1 || \
+	    nvim --headless -u NONE -i NONE -c 'helptags $(NVIM_PACK)/doc' -c 'qall!' >/dev/null 2>&1 || true
+	install -m 0644 client/emacs/llamad.el client/emacs/llamad-proto.el \
+	    $(DESTDIR)$(PREFIX)/share/emacs/site-lisp/
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan $(FUZZ_BUILD)

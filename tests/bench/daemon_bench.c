@@ -9,6 +9,8 @@
  *   llamad-bench-daemon SOCKET persist-save    [--history N] [--turn N]
  *   llamad-bench-daemon SOCKET persist-restore [--history N] [--turn N]
  *   llamad-bench-daemon SOCKET churn     [--sessions N] [--rounds N] [--tokens N]
+ *   llamad-bench-daemon SOCKET transcript      [--turns N]
+ *   llamad-bench-daemon SOCKET transcript-disk
  *
  * turn:      time from sending a turn of --turn tokens (default 20) appended
  *            to a session of --history tokens (default 1500) until its first
@@ -31,6 +33,12 @@
  *            in turn gets a short turn and --tokens tokens (default 16):
  *            aggregate tok/s of the rounds (run it with a pool that holds
  *            all of them and with one that holds a quarter).
+ * transcript: a session "bench-transcript" of --turns short raw turns
+ *            (default 3000), then GetTranscript of its last 10 turns
+ *            (median of 21 round trips) and of all of them, page by page;
+ *            saves it. transcript-disk: run after restarting the daemon on
+ *            the same state directory: the last 10 turns of the session
+ *            still on disk (read from its file, not restored; median of 21).
  * Output: key=value lines.
  */
 #include <errno.h>
@@ -421,6 +429,92 @@ static void bench_churn(int n, int rounds, int tokens)
 		drop_session(names[i]);
 }
 
+/* GetTranscript of name from `from` (last > 0: the last `last`): the
+ * reply; its turn count in *turns, its size in *bytes. */
+static Llamad__Response *transcript(const char *name, uint32_t from, uint32_t last)
+{
+	Llamad__GetTranscript g = LLAMAD__GET_TRANSCRIPT__INIT;
+	g.session = (char *)name;
+	PB_SET(&g, from_turn, from);
+	if (last) {
+		PB_SET(&g, last_turns, last);
+	}
+	Llamad__Request q = LLAMAD__REQUEST__INIT;
+	q.op_case = LLAMAD__REQUEST__OP_TRANSCRIPT;
+	q.transcript = &g;
+	return call(&q);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Median round trip (ms) of 21 GetTranscripts of name's last 10 turns. */
+static double last10_ms(const char *name, uint32_t *location)
+{
+	double t[21];
+	for (int r = 0; r < 21; r++) {
+		double t0 = now_s();
+		Llamad__Response *resp = transcript(name, 0, 10);
+		t[r] = (now_s() - t0) * 1e3;
+		if (resp->transcript->n_items != 10)
+			die("GetTranscript did not give 10 turns");
+		*location = resp->transcript->location;
+		llamad__response__free_unpacked(resp, NULL);
+	}
+	qsort(t, 21, sizeof(double), cmp_double);
+	return t[10];
+}
+
+static void bench_transcript(int turns)
+{
+	const char *name = "bench-transcript";
+	open_session(name, 1);
+	char text[64];
+	double t0 = now_s();
+	for (int i = 0; i < turns; i++) {
+		snprintf(text, sizeof(text), i ? " and turn %d." : "Turn %d.", i);
+		llamad__response__free_unpacked(append(name, text), NULL);
+	}
+	double build = now_s() - t0;
+	uint32_t loc;
+	double last10 = last10_ms(name, &loc);
+	t0 = now_s();
+	uint32_t from = 0, pages = 0, got = 0;
+	size_t bytes = 0;
+	for (;;) {
+		Llamad__Response *resp = transcript(name, from, 0);
+		bytes += llamad__response__get_packed_size(resp);
+		got += (uint32_t)resp->transcript->n_items;
+		pages++;
+		from = resp->transcript->next;
+		int more = from < resp->transcript->turns && resp->transcript->n_items > 0;
+		llamad__response__free_unpacked(resp, NULL);
+		if (!more)
+			break;
+	}
+	double all = (now_s() - t0) * 1e3;
+	if (got != (uint32_t)turns)
+		die("the whole transcript did not come back");
+	Llamad__Response *sv = save(name);
+	unsigned long long file = (unsigned long long)sv->saved->bytes;
+	llamad__response__free_unpacked(sv, NULL);
+	printf("bench=transcript turns=%d tokens=%u build_s=%.2f last10_ms=%.3f all_ms=%.2f "
+	       "all_pages=%u all_bytes=%zu state_file_bytes=%llu\n", turns, tokens_of(name), build,
+	       last10, all, pages, bytes, file);
+}
+
+static void bench_transcript_disk(void)
+{
+	uint32_t loc = 0;
+	double last10 = last10_ms("bench-transcript", &loc);
+	printf("bench=transcript_disk last10_ms=%.3f location=%s\n", last10,
+	       loc == LLAMAD__LOCATION__LOCATION_DISK ? "disk" : "restored");
+	drop_session("bench-transcript");
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -428,7 +522,7 @@ int main(int argc, char **argv)
 			"[--history N] [--turn N] [--others K] [--sessions N] [--tokens N]\n");
 		return 2;
 	}
-	int hist = -1, turn = -1, others = 8, sessions = -1, tokens = -1, rounds = 3;
+	int hist = -1, turn = -1, others = 8, sessions = -1, tokens = -1, rounds = 3, turns = 3000;
 	for (int i = 3; i + 1 < argc; i += 2) {
 		int v = atoi(argv[i + 1]);
 		if (!strcmp(argv[i], "--history"))
@@ -443,6 +537,8 @@ int main(int argc, char **argv)
 			tokens = v;
 		else if (!strcmp(argv[i], "--rounds"))
 			rounds = v;
+		else if (!strcmp(argv[i], "--turns"))
+			turns = v;
 		else {
 			fprintf(stderr, "llamad-bench-daemon: unknown option %s\n", argv[i]);
 			return 2;
@@ -470,6 +566,10 @@ int main(int argc, char **argv)
 		bench_aggregate(sessions < 0 ? 4 : sessions, tokens < 0 ? 128 : tokens);
 	else if (!strcmp(argv[2], "stream"))
 		bench_stream(tokens < 0 ? 128 : tokens);
+	else if (!strcmp(argv[2], "transcript"))
+		bench_transcript(turns);
+	else if (!strcmp(argv[2], "transcript-disk"))
+		bench_transcript_disk();
 	else {
 		fprintf(stderr, "llamad-bench-daemon: unknown benchmark %s\n", argv[2]);
 		return 2;

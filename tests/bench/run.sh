@@ -126,6 +126,20 @@ oneshot=$("$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS
 echo "$oneshot $ctl" | awk '{ os = $1 / ($2 / 1000); ctl = $3 / ($4 / 1000);
     printf "bench=protocol oneshot_tok_s=%.1f llamactl_tok_s=%.1f ratio=%.2f\n", os, ctl, ctl / os }' | tee -a "$log"
 
+# ---- transcripts: a 3,000-turn session, in memory and on disk ---------------
+echo "== daemon: llama3-tiny shape, GetTranscript of a 3,000-turn session"
+tiny=$OUT/llama3-tiny-f32
+[ -f "$tiny/config.json" ] || "$BUILD/llamad-genmodel" --shape llama3-tiny --out "$tiny" \
+    --tokenizer "$MODELS/llama3-tokenizer/tokenizer.json" >/dev/null
+rm -rf "$state"
+start_daemon --model "$tiny" --max-session-tokens 32768 --kv-memory 64M --state-dir "$state"
+"$D" "$sock" transcript --turns 3000 | tee -a "$log"
+stop_daemon
+start_daemon --model "$tiny" --max-session-tokens 32768 --kv-memory 64M --state-dir "$state"
+"$D" "$sock" transcript-disk | tee -a "$log"
+stop_daemon
+rm -rf "$state"
+
 # ---- the CUDA backend, when this machine has a usable GPU -----------------
 echo "== CUDA backend (7B shape, random weights; skipped without a GPU)"
 rc=0
