@@ -14,7 +14,7 @@
 #   make test-tsan  the daemon's threads under ThreadSanitizer (tests/tsan.sh)
 #   make fuzz       libFuzzer targets (tests/fuzz/) built with clang into
 #                   build-fuzz/, each run FUZZ_TIME seconds (default 60)
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (make uninstall: the same, removed)
 #
 # Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found);
 # ARCH= sets the target ISA (default x86-64-v3; AVX-512 kernels are chosen at
@@ -104,7 +104,7 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all deps test test-unit test-shell test-asan test-tsan bench demo install clean \
+.PHONY: all bins deps test test-unit test-shell test-asan test-tsan bench demo install uninstall clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -263,29 +263,61 @@ demo: deps
 	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/tools/demo.sh
 
 # ---- install -----------------------------------------------------------------
+# PREFIX=/usr/local DESTDIR= (and SYSCONFDIR=/etc, SYSTEMDUNITDIR): the
+# binaries, man pages, systemd units (ExecStart in PREFIX), sysusers.d and
+# tmpfiles.d entries, the sample config (never over an existing one), the
+# .proto and the editor packages. Paths under /usr/local in the units and
+# man pages become PREFIX's. `make uninstall` (same variables) removes it
+# all, the config only if unchanged.
 
-install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/llamad
-	install -m 0755 $(BUILD)/llamad $(BUILD)/llamactl $(DESTDIR)$(PREFIX)/bin/
-	install -m 0644 proto/llamad.proto $(DESTDIR)$(PREFIX)/share/llamad/
-	for s in 1 5 7 8; do \
-	    for p in man/*.$$s; do [ -f "$$p" ] || continue; \
-	        install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
-	        install -m 0644 "$$p" $(DESTDIR)$(PREFIX)/share/man/man$$s/; done; done
-	install -d $(DESTDIR)/etc/llamad $(DESTDIR)$(PREFIX)/lib/systemd/system
-	install -m 0644 etc/llamad.service etc/llamad.socket $(DESTDIR)$(PREFIX)/lib/systemd/system/
-	[ -f $(DESTDIR)/etc/llamad/llamad.conf ] || install -m 0644 etc/llamad.conf $(DESTDIR)/etc/llamad/
+SYSCONFDIR     ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+INSTALL_BINS   := llamad llamactl llamad-quantize
+MAN_PAGES      := $(wildcard man/*.[1-8])
+I_BIN      = $(DESTDIR)$(PREFIX)/bin
+I_SHARE    = $(DESTDIR)$(PREFIX)/share
+I_UNITS    = $(DESTDIR)$(SYSTEMDUNITDIR)
+I_SYSUSERS = $(DESTDIR)$(PREFIX)/lib/sysusers.d
+I_TMPFILES = $(DESTDIR)$(PREFIX)/lib/tmpfiles.d
+I_CONF     = $(DESTDIR)$(SYSCONFDIR)/llamad
+NVIM_FILES  = plugin/llamad.lua lua/llamad/init.lua lua/llamad/conn.lua lua/llamad/pb.lua \
+              doc/llamad.txt
+EMACS_FILES = llamad.el llamad-proto.el
+PREFIXED    = sed -e 's|/usr/local/|$(PREFIX)/|g' -e 's|/etc/llamad/|$(SYSCONFDIR)/llamad/|g'
+
+bins: $(BINS)
+
+install: bins
+	install -d $(I_BIN) $(I_SHARE)/llamad $(I_UNITS) $(I_SYSUSERS) $(I_TMPFILES) $(I_CONF)
+	install -m 0755 $(INSTALL_BINS:%=$(BUILD)/%) $(I_BIN)/
+	install -m 0644 proto/llamad.proto $(I_SHARE)/llamad/
+	for p in $(MAN_PAGES); do s=$${p##*.}; install -d $(I_SHARE)/man/man$$s; \
+	    $(PREFIXED) "$$p" > $(I_SHARE)/man/man$$s/$${p##*/}; \
+	    chmod 0644 $(I_SHARE)/man/man$$s/$${p##*/}; done
+	for u in llamad.service llamad.socket; do $(PREFIXED) etc/$$u > $(I_UNITS)/$$u; \
+	    chmod 0644 $(I_UNITS)/$$u; done
+	install -m 0644 etc/llamad.sysusers $(I_SYSUSERS)/llamad.conf
+	install -m 0644 etc/llamad.tmpfiles $(I_TMPFILES)/llamad.conf
+	[ -f $(I_CONF)/llamad.conf ] || install -m 0644 etc/llamad.conf $(I_CONF)/
 	# editors: a Neovim package on the default packpath, the Emacs package
 	# in site-lisp (both on the editors' own paths for PREFIX /usr/local, /usr)
-	install -d $(NVIM_PACK)/plugin $(NVIM_PACK)/lua/llamad $(NVIM_PACK)/doc \
-	    $(DESTDIR)$(PREFIX)/share/emacs/site-lisp
-	install -m 0644 client/nvim/plugin/llamad.lua $(NVIM_PACK)/plugin/
-	install -m 0644 client/nvim/lua/llamad/*.lua $(NVIM_PACK)/lua/llamad/
-	install -m 0644 client/nvim/doc/llamad.txt $(NVIM_PACK)/doc/
+	for f in $(NVIM_FILES); do install -D -m 0644 client/nvim/$$f $(NVIM_PACK)/$$f; done
 	! command -v nvim >/dev/null 2>&1 || \
 	    nvim --headless -u NONE -i NONE -c 'helptags $(NVIM_PACK)/doc' -c 'qall!' >/dev/null 2>&1 || true
-	install -m 0644 client/emacs/llamad.el client/emacs/llamad-proto.el \
-	    $(DESTDIR)$(PREFIX)/share/emacs/site-lisp/
+	install -d $(I_SHARE)/emacs/site-lisp
+	install -m 0644 $(EMACS_FILES:%=client/emacs/%) $(I_SHARE)/emacs/site-lisp/
+
+uninstall:
+	rm -f $(INSTALL_BINS:%=$(I_BIN)/%) $(I_SHARE)/llamad/llamad.proto \
+	    $(I_UNITS)/llamad.service $(I_UNITS)/llamad.socket \
+	    $(I_SYSUSERS)/llamad.conf $(I_TMPFILES)/llamad.conf \
+	    $(NVIM_FILES:%=$(NVIM_PACK)/%) $(NVIM_PACK)/doc/tags \
+	    $(EMACS_FILES:%=$(I_SHARE)/emacs/site-lisp/%)
+	for p in $(MAN_PAGES); do rm -f $(I_SHARE)/man/man$${p##*.}/$${p##*/}; done
+	! cmp -s etc/llamad.conf $(I_CONF)/llamad.conf || rm -f $(I_CONF)/llamad.conf
+	rmdir $(I_SHARE)/llamad $(I_CONF) $(NVIM_PACK)/plugin $(NVIM_PACK)/lua/llamad \
+	    $(NVIM_PACK)/lua $(NVIM_PACK)/doc $(NVIM_PACK) $(dir $(NVIM_PACK)) \
+	    $(dir $(patsubst %/,%,$(dir $(NVIM_PACK)))) 2>/dev/null || true
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan $(FUZZ_BUILD)

@@ -1,0 +1,91 @@
+#!/bin/sh
+# tests/integration/install.sh — `make install` as a packager uses it:
+#  - PREFIX and SYSCONFDIR reach the units (ExecStart, --config) and the man
+#    pages (the .proto's path); the tree holds the binaries (llamad-quantize
+#    too), units, sysusers.d and tmpfiles.d entries, the sample config, the
+#    .proto and the editor packages;
+#  - systemd-analyze verify accepts the installed units (their command and
+#    man pages found), and `systemd-analyze security --offline=yes` rates
+#    the service at most 1.5 ("SAFE"/"OK");
+#  - systemd-sysusers and systemd-tmpfiles, on a scratch root, make the
+#    llamad user and its 0700 state directory;
+#  - DESTDIR with PREFIX=/usr: the same files under /usr;
+#  - `make uninstall` leaves nothing behind.
+# Env: BUILD (build folder; its binaries must be built).
+BUILD=${BUILD:-build}
+. tests/tools/daemon.sh
+need_files "$BUILD/llamad" "$BUILD/llamactl" "$BUILD/llamad-quantize"
+for c in systemd-analyze systemd-sysusers systemd-tmpfiles; do
+    command -v $c >/dev/null 2>&1 || { echo "FAIL: $c is missing (package systemd)"; exit 1; }
+done
+test_frame
+mk() { make --no-print-directory -s BUILD="$BUILD" "$@" >"$dir/make.log" 2>&1 || { bad "make $*:"; cat "$dir/make.log"; }; }
+
+# ---- PREFIX in a scratch folder: the units run what was installed -----------
+P=$dir/usr E=$dir/etc
+mk install PREFIX="$P" SYSCONFDIR="$E"
+for f in bin/llamad bin/llamactl bin/llamad-quantize lib/systemd/system/llamad.service \
+         lib/systemd/system/llamad.socket lib/sysusers.d/llamad.conf lib/tmpfiles.d/llamad.conf \
+         share/llamad/llamad.proto share/man/man8/llamad.8 share/man/man1/llamactl.1 \
+         share/man/man5/llamad.conf.5 share/man/man7/llamad-protocol.7 \
+         share/nvim/site/pack/llamad/start/llamad/plugin/llamad.lua \
+         share/emacs/site-lisp/llamad.el; do
+    [ -f "$P/$f" ] || bad "not installed: PREFIX/$f"
+done
+[ -f "$E/llamad/llamad.conf" ] || bad "no sample config in SYSCONFDIR"
+grep -qx "ExecStart=$P/bin/llamad --config $E/llamad/llamad.conf" "$P/lib/systemd/system/llamad.service" &&
+    ok "ExecStart names PREFIX's llamad and SYSCONFDIR's config" ||
+    bad "ExecStart: $(grep ExecStart "$P/lib/systemd/system/llamad.service")"
+grep -q "$P/share/llamad/llamad.proto" "$P/share/man/man7/llamad-protocol.7" &&
+    ! grep -q "/usr/local/" "$P/share/man/man7/llamad-protocol.7" &&
+    ok "llamad-protocol(7) names the installed .proto" || bad "llamad-protocol(7) FILES: wrong path"
+if SYSTEMD_UNIT_PATH="$P/lib/systemd/system:" MANPATH="$P/share/man" \
+    systemd-analyze verify llamad.service llamad.socket >"$dir/verify" 2>&1 && [ ! -s "$dir/verify" ]; then
+    ok "systemd-analyze verify: no complaint about the installed units"
+else
+    bad "systemd-analyze verify:"; cat "$dir/verify"
+fi
+systemd-analyze security --offline=yes "$P/lib/systemd/system/llamad.service" >"$dir/sec" 2>&1
+score=$(sed -n 's/.*Overall exposure level for llamad.service: \([0-9.]*\).*/\1/p' "$dir/sec")
+if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 1.5) }'; then
+    ok "systemd-analyze security --offline=yes: exposure $score"
+else
+    bad "systemd-analyze security: exposure '$score':"; cat "$dir/sec"
+fi
+# the user, the group and the state directory, made on a scratch root
+R=$dir/root
+mkdir -p "$R/etc" "$R/var/lib"
+systemd-sysusers --root="$R" "$P/lib/sysusers.d/llamad.conf" >"$dir/sysusers" 2>&1 &&
+    grep -q "^llamad:" "$R/etc/passwd" && grep -q "^llamad:" "$R/etc/group" &&
+    ok "sysusers.d: user and group llamad" || { bad "systemd-sysusers:"; cat "$dir/sysusers"; }
+systemd-tmpfiles --root="$R" --create "$P/lib/tmpfiles.d/llamad.conf" >"$dir/tmpfiles" 2>&1
+mode=$(stat -c %a "$R/var/lib/llamad" 2>/dev/null)
+[ "$mode" = 700 ] && [ -d "$R/var/lib/llamad/models" ] && ok "tmpfiles.d: /var/lib/llamad 0700 and its models folder" ||
+    { bad "systemd-tmpfiles: mode '$mode'"; cat "$dir/tmpfiles"; }
+# the installed client runs and its man page renders
+"$P/bin/llamactl" --version | grep -q '^llamactl ' || bad "installed llamactl does not run"
+mandoc -Tascii "$P/share/man/man8/llamad.8" 2>/dev/null | grep -q "Llama" || bad "llamad(8) does not render"
+# uninstall: nothing left but the folders that were there before
+mk uninstall PREFIX="$P" SYSCONFDIR="$E"
+left=$(find "$P" "$E" -type f 2>/dev/null)
+[ -z "$left" ] && ok "make uninstall removes every file" || bad "left after uninstall: $left"
+# a changed config stays
+mk install PREFIX="$P" SYSCONFDIR="$E"
+echo "threads = 1" >> "$E/llamad/llamad.conf"
+mk uninstall PREFIX="$P" SYSCONFDIR="$E"
+[ -f "$E/llamad/llamad.conf" ] && ok "uninstall keeps a changed config" || bad "uninstall removed a changed config"
+
+# ---- DESTDIR with PREFIX=/usr: a package's tree ------------------------------
+D=$dir/dest
+mk install DESTDIR="$D" PREFIX=/usr
+grep -qx "ExecStart=/usr/bin/llamad --config /etc/llamad/llamad.conf" "$D/usr/lib/systemd/system/llamad.service" &&
+    [ -x "$D/usr/bin/llamad-quantize" ] && [ -f "$D/etc/llamad/llamad.conf" ] &&
+    grep -q "/usr/share/llamad/llamad.proto" "$D/usr/share/man/man7/llamad-protocol.7" &&
+    ok "DESTDIR=... PREFIX=/usr: /usr/bin/llamad in the unit, the files under DESTDIR" ||
+    bad "DESTDIR install: $(grep ExecStart "$D/usr/lib/systemd/system/llamad.service")"
+mk uninstall DESTDIR="$D" PREFIX=/usr
+left=$(find "$D" -type f 2>/dev/null)
+[ -z "$left" ] || bad "left after DESTDIR uninstall: $left"
+
+[ "$fail" -eq 0 ] && echo "install: all ok"
+exit "$fail"
