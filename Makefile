@@ -15,6 +15,7 @@
 #   make fuzz       libFuzzer targets (tests/fuzz/) built with clang into
 #                   build-fuzz/, each run FUZZ_TIME seconds (default 60)
 #   make install    PREFIX=/usr/local DESTDIR= (make uninstall: the same, removed)
+#   make deb        the Debian package (debian/) into $(BUILD)/deb/
 #
 # Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found);
 # ARCH= sets the target ISA (default x86-64-v3; AVX-512 kernels are chosen at
@@ -34,7 +35,7 @@ MODELS  ?= $(SHARED)/models
 DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
             libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
             libedit-dev libxxhash-dev mandoc python3 python3-numpy systemd util-linux \
-            clang libclang-rt-14-dev neovim emacs-nox
+            clang libclang-rt-14-dev neovim emacs-nox debhelper dpkg-dev lintian
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
 # found, unless CUDA=0.
@@ -104,7 +105,7 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all bins deps test test-unit test-shell test-asan test-tsan bench demo install uninstall clean \
+.PHONY: all bins deps test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -267,8 +268,10 @@ demo: deps
 # binaries, man pages, systemd units (ExecStart in PREFIX), sysusers.d and
 # tmpfiles.d entries, the sample config (never over an existing one), the
 # .proto and the editor packages. Paths under /usr/local in the units and
-# man pages become PREFIX's. `make uninstall` (same variables) removes it
-# all, the config only if unchanged.
+# man pages become PREFIX's. Run as root without DESTDIR, it also makes the
+# llamad user and /var/lib/llamad (systemd-sysusers, systemd-tmpfiles) and
+# reloads systemd, unless SYSTEM_SETUP=no. `make uninstall` (same
+# variables) removes the files, the config only if unchanged.
 
 SYSCONFDIR     ?= /etc
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
@@ -306,6 +309,12 @@ install: bins
 	    nvim --headless -u NONE -i NONE -c 'helptags $(NVIM_PACK)/doc' -c 'qall!' >/dev/null 2>&1 || true
 	install -d $(I_SHARE)/emacs/site-lisp
 	install -m 0644 $(EMACS_FILES:%=client/emacs/%) $(I_SHARE)/emacs/site-lisp/
+	# installed for real (no DESTDIR, as root): make the user and the state
+	# directory now and tell systemd about the units (SYSTEM_SETUP=no: not)
+	if [ -z "$(DESTDIR)" ] && [ "$(SYSTEM_SETUP)" != no ] && [ "$$(id -u)" -eq 0 ]; then \
+	    systemd-sysusers $(I_SYSUSERS)/llamad.conf && \
+	    systemd-tmpfiles --create $(I_TMPFILES)/llamad.conf; \
+	    [ ! -d /run/systemd/system ] || systemctl daemon-reload; fi
 
 uninstall:
 	rm -f $(INSTALL_BINS:%=$(I_BIN)/%) $(I_SHARE)/llamad/llamad.proto \
@@ -319,7 +328,20 @@ uninstall:
 	    $(NVIM_PACK)/lua $(NVIM_PACK)/doc $(NVIM_PACK) $(dir $(NVIM_PACK)) \
 	    $(dir $(patsubst %/,%,$(dir $(NVIM_PACK)))) 2>/dev/null || true
 
+# ---- Debian package -------------------------------------------------------------
+# make deb: the Debian package (debian/, debhelper), built with
+# dpkg-buildpackage from a copy of the tracked files in $(BUILD)/deb/;
+# the .deb lands there. CUDA=0 leaves the CUDA backend out.
+DEB_VERSION := $(shell awk 'NR == 1 { gsub(/[()]/, "", $$2); print $$2 }' debian/changelog)
+
+deb: deps
+	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/llamad-$(DEB_VERSION)
+	git ls-files -z | xargs -0 tar -cf - | tar -xf - -C $(BUILD)/deb/llamad-$(DEB_VERSION)
+	cd $(BUILD)/deb/llamad-$(DEB_VERSION) && $(if $(filter 0,$(CUDA)),CUDA=0) \
+	    dpkg-buildpackage -b -us -uc
+	@ls $(BUILD)/deb/*.deb
+
 clean:
 	rm -rf $(BUILD) build-asan build-tsan $(FUZZ_BUILD)
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -path '$(BUILD)/deb' -prune -o -name '*.d' -type f -print 2>/dev/null)
