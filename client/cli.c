@@ -2,12 +2,15 @@
  * client/cli.c — see cli.h.
  */
 #include <errno.h>
+#include <grp.h>
+#include <pwd.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -224,13 +227,33 @@ int cli_try_connect(struct cli *cli)
 	return 0;
 }
 
+/* What to do about a failed connect (err < 0) to path, into buf (cap). */
+static const char *connect_hint(const char *path, int err, char *buf, size_t cap)
+{
+	struct stat st;
+	if (err == -ENOENT || err == -ECONNREFUSED)
+		return " (is llamad running? `systemctl status llamad.socket`, or --socket PATH)";
+	if (err == -EACCES && stat(path, &st) == 0) {
+		struct group *g = getgrgid(st.st_gid);
+		struct passwd *u = getpwuid(st.st_uid);
+		const char *gname = g ? g->gr_name : "?";
+		if (snprintf(buf, cap, " (the socket is %04o %s:%s: the daemon's users are the "
+			     "members of group %s; `sudo usermod -aG %s %s`, then log in again)",
+			     (unsigned)(st.st_mode & 07777), u ? u->pw_name : "?", gname, gname,
+			     gname, getenv("USER") ? getenv("USER") : "$USER") < 0)
+			return "";
+		return buf;
+	}
+	return "";
+}
+
 void cli_connect(struct cli *cli)
 {
 	int rc = conn_connect(&cli->conn, cli->socket);
 	if (rc) {
-		bool hint = rc == -ENOENT || rc == -ECONNREFUSED;
+		char hint[512];
 		cli_error("connect", 0, "cannot connect to %s: %s%s", cli->socket, strerror(-rc),
-			  hint ? " (is llamad running?)" : "");
+			  connect_hint(cli->socket, rc, hint, sizeof(hint)));
 		exit(EXIT_CONNECT);
 	}
 	Llamad__Response *r;

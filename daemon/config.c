@@ -13,6 +13,8 @@
 #include "daemon/log.h"
 #include "kernels/backend.h"
 #include "model/chat.h"
+#include "proto/path.h"
+#include "session/residency.h"
 #include "session/session.h"
 
 enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
@@ -234,9 +236,27 @@ static int parse_bytes(const char *v, uint64_t *out)
 	return 0;
 }
 
+/* n bytes for people: "1M", "1.5G", "512K", "100" (powers of 1024). */
+static void human_size(char *buf, size_t cap, double n)
+{
+	static const char units[] = "KMGTP";
+	int u = -1;
+	while (n >= 1024 && u < 4) {
+		n /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, cap, "%.0f", n);
+	else
+		snprintf(buf, cap, n == (double)(long long)n ? "%.0f%c" : "%.1f%c", n, units[u]);
+}
+
 int config_set(struct config *c, const char *key, const char *v, int reload_only,
 	       const char **why)
 {
+	/* messages that name the key's range (static: the caller copies it
+	 * before the next parse, as for K_ENUM) */
+	static char msg[160];
 	const struct key *k = find_key(key);
 	if (!k)
 		return -ENOENT;
@@ -264,7 +284,9 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		errno = 0;
 		long long x = strtoll(v, &end, 10);
 		if (errno || end == v || *end || x < k->min || x > k->max) {
-			*why = "expected an integer in range (see llamad.conf(5))";
+			snprintf(msg, sizeof(msg), "expected an integer from %.0f to %.0f",
+				 (double)k->min, (double)k->max);
+			*why = msg;
 			return -EINVAL;
 		}
 		if (k->type == K_U32)
@@ -275,8 +297,20 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 	}
 	case K_BYTES: {
 		uint64_t x;
-		if (parse_bytes(v, &x) || x < k->min || x > k->max) {
-			*why = "expected a size such as 512M, 4G or 25% (see llamad.conf(5))";
+		char lo[32], hi[32];
+		human_size(lo, sizeof(lo), (double)k->min);
+		human_size(hi, sizeof(hi), (double)k->max);
+		if (parse_bytes(v, &x)) {
+			snprintf(msg, sizeof(msg), "expected a size such as 512M, 4G or 25%% "
+				 "(of the available memory), from %s to %s", lo, hi);
+			*why = msg;
+			return -EINVAL;
+		}
+		if (x < k->min || x > k->max) {
+			snprintf(msg, sizeof(msg), "too %s: the %s is %s",
+				 x < k->min ? "small" : "large", x < k->min ? "minimum" : "maximum",
+				 x < k->min ? lo : hi);
+			*why = msg;
 			return -EINVAL;
 		}
 		*(uint64_t *)p = x;
@@ -296,7 +330,9 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		errno = 0;
 		double x = strtod(v, &end);
 		if (errno || end == v || *end || !isfinite(x) || x < k->min || x > k->max) {
-			*why = "expected a number in range (see llamad.conf(5))";
+			snprintf(msg, sizeof(msg), "expected a number from %g to %g", (double)k->min,
+				 (double)k->max);
+			*why = msg;
 			return -EINVAL;
 		}
 		*(float *)p = (float)x;
@@ -399,7 +435,14 @@ void config_dump(const struct config *c, FILE *f)
 		const struct key *k = &keys[i];
 		const void *p = (const char *)c + k->off;
 		if (k->type == K_STR && !*(char *const *)p) {
-			fprintf(f, "# %s =\n", k->name);  /* unset */
+			/* unset; the folders and paths it then takes, as here */
+			char *d = !strcmp(k->name, "socket") ? path_default_socket()
+				: !strcmp(k->name, "state_dir") ? res_dir_of(NULL) : NULL;
+			if (d)
+				fprintf(f, "# %s =     (unset: %s here)\n", k->name, d);
+			else
+				fprintf(f, "# %s =\n", k->name);
+			free(d);
 			continue;
 		}
 		fprintf(f, "%s = ", k->name);

@@ -184,7 +184,8 @@ static int on_open(struct engine *e, struct req *rq)
 		s = NULL;  /* root opening its own session of a name another uid has */
 	if (s) {
 		if (o->create_only)
-			return fail(rq, -EEXIST, "session '%s' exists", o->session);
+			return fail(rq, -EEXIST, "'%s' is taken (create_only): choose another name",
+				    o->session);
 		if (o->has_context_policy && o->context_policy && (int)o->context_policy != s->policy) {
 			s->policy = (int)o->context_policy;  /* the one setting a reopen changes */
 			s->dirty = 1;
@@ -319,7 +320,8 @@ static int on_fork(struct engine *e, struct req *rq)
 	const Llamad__Fork *f = rq->q->fork;
 	struct session *dst = sess_find(&e->st, rq->uid, f->target);
 	if (dst && dst->uid == rq->uid)
-		return fail(rq, -EEXIST, "session '%s' exists", f->target);
+		return fail(rq, -EEXIST, "'%s' is taken: fork to another name, or drop it first",
+			    f->target);
 	int rc = check_room(e, rq);
 	if (rc)
 		return rc;

@@ -14,6 +14,7 @@
 #include <grp.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -597,13 +598,36 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the socket ------------------------------------------------------------ */
 
+/* Set *cause (malloc'd) from a format. */
+static void cause_set(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void cause_set(char **cause, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (vasprintf(cause, fmt, ap) < 0)
+		*cause = NULL;
+	va_end(ap);
+}
+
+/* What to do when the default socket cannot be made (no --socket given). */
+static const char *default_hint(const struct config *cfg)
+{
+	if (cfg->socket)
+		return "";
+	if (geteuid() != 0 && !getenv("XDG_RUNTIME_DIR"))
+		return " (the default socket of a user without XDG_RUNTIME_DIR is "
+		       LLAMAD_SOCKET_SYSTEM ", for the system daemon: pass --socket PATH, or "
+		       "set XDG_RUNTIME_DIR)";
+	return " (pass --socket PATH to listen elsewhere)";
+}
+
 /* Bind and listen on path; fd or -errno with *cause. */
-static int bind_socket(struct server *s, const char *path, char **cause)
+static int bind_socket(const struct config *cfg, const char *path, char **cause)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(sa.sun_path)) {
-		if (asprintf(cause, "socket path %s is too long", path) < 0)
-			*cause = NULL;
+		cause_set(cause, "socket path %s is %zu bytes; a Unix socket's path is at most %zu: "
+			  "choose a shorter --socket", path, strlen(path), sizeof(sa.sun_path) - 1);
 		return -ENAMETOOLONG;
 	}
 	strcpy(sa.sun_path, path);
@@ -612,8 +636,21 @@ static int bind_socket(struct server *s, const char *path, char **cause)
 	char *slash = dir ? strrchr(dir, '/') : NULL;
 	if (slash && slash != dir) {
 		*slash = 0;
-		if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-			log_msg(LL_WARN, "cannot create %s: %s", dir, strerror(errno));
+		struct stat ds;
+		if (stat(dir, &ds) != 0 && mkdir(dir, 0755) != 0) {
+			int e = errno;
+			cause_set(cause, "cannot create %s, the folder of the socket %s: %s%s", dir, path,
+				  strerror(e), default_hint(cfg));
+			free(dir);
+			return -e;
+		}
+		if (access(dir, W_OK | X_OK) != 0) {
+			int e = errno;
+			cause_set(cause, "cannot make the socket %s: %s: %s%s", path, dir, strerror(e),
+				  default_hint(cfg));
+			free(dir);
+			return -e;
+		}
 	}
 	free(dir);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -622,15 +659,15 @@ static int bind_socket(struct server *s, const char *path, char **cause)
 	/* a live daemon answers on the path; a stale file does not */
 	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
 		close(fd);
-		if (asprintf(cause, "another llamad is listening on %s", path) < 0)
-			*cause = NULL;
+		cause_set(cause, "another llamad is listening on %s: stop it, or give this one "
+			  "another --socket", path);
 		return -EADDRINUSE;
 	}
 	close(fd);
 	struct stat st;
 	if (lstat(path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
-		if (asprintf(cause, "%s exists and is not a socket; not replacing it", path) < 0)
-			*cause = NULL;
+		cause_set(cause, "%s exists and is not a socket; not replacing it (remove it, or "
+			  "pass another --socket)", path);
 		return -EEXIST;
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -640,20 +677,18 @@ static int bind_socket(struct server *s, const char *path, char **cause)
 	mode_t old = umask(0177);
 	int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
 	umask(old);
-	if (rc != 0 || chmod(path, s->cfg->socket_mode) != 0 || listen(fd, 128) != 0) {
+	if (rc != 0 || chmod(path, cfg->socket_mode) != 0 || listen(fd, 128) != 0) {
 		int e = errno;
-		if (asprintf(cause, "cannot listen on %s: %s", path, strerror(e)) < 0)
-			*cause = NULL;
+		cause_set(cause, "cannot listen on %s: %s%s", path, strerror(e), default_hint(cfg));
 		close(fd);
 		return -e;
 	}
-	if (s->cfg->socket_group) {
-		struct group *g = getgrnam(s->cfg->socket_group);
+	if (cfg->socket_group) {
+		struct group *g = getgrnam(cfg->socket_group);
 		if (!g || chown(path, (uid_t)-1, g->gr_gid) != 0) {
 			int e = g ? errno : ENOENT;
-			if (asprintf(cause, "cannot give %s to group %s: %s", path,
-				     s->cfg->socket_group, g ? strerror(e) : "no such group") < 0)
-				*cause = NULL;
+			cause_set(cause, "cannot give %s to group %s: %s", path, cfg->socket_group,
+				  g ? strerror(e) : "no such group");
 			close(fd);
 			unlink(path);
 			return -e;
@@ -662,42 +697,63 @@ static int bind_socket(struct server *s, const char *path, char **cause)
 	return fd;
 }
 
-static int open_listener(struct server *s, char **cause)
+int listener_open(const struct config *cfg, struct listener *l, char **cause)
 {
-	int fd = -1;
+	l->fd = -1;
+	l->path = NULL;
 	int n = sd_listen_fds(1);
 	if (n > 1) {
-		if (asprintf(cause, "socket activation passed %d sockets; llamad takes one", n) < 0)
-			*cause = NULL;
+		cause_set(cause, "socket activation passed %d sockets; llamad takes one", n);
 		return -EINVAL;
 	}
 	if (n == 1) {
-		fd = SD_LISTEN_FDS_START;
+		int fd = SD_LISTEN_FDS_START;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
-			if (asprintf(cause, "the activated socket is not a listening Unix stream "
-				     "socket") < 0)
-				*cause = NULL;
+			cause_set(cause, "the activated socket is not a listening Unix stream socket");
 			return -EINVAL;
 		}
 		evutil_make_socket_nonblocking(fd);
+		l->fd = fd;
 		log_msg(LL_INFO, "listening on the socket passed by systemd");
-	} else {
-		char *path = s->cfg->socket ? strdup(s->cfg->socket) : path_default_socket();
-		if (!path)
-			return -ENOMEM;
-		fd = bind_socket(s, path, cause);
-		if (fd < 0) {
-			free(path);
-			return fd;
-		}
-		s->socket_path = path;
-		log_msg(LL_INFO, "listening on %s (mode %04o)", path, s->cfg->socket_mode);
+		return 0;
 	}
+	char *path = cfg->socket ? strdup(cfg->socket) : path_default_socket();
+	if (!path)
+		return -ENOMEM;
+	int fd = bind_socket(cfg, path, cause);
+	if (fd < 0) {
+		free(path);
+		return fd;
+	}
+	l->fd = fd;
+	l->path = path;
+	log_msg(LL_INFO, "listening on %s (mode %04o)", path, cfg->socket_mode);
+	return 0;
+}
+
+void listener_close(struct listener *l)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->path) {
+		unlink(l->path);
+		free(l->path);
+	}
+	l->fd = -1;
+	l->path = NULL;
+}
+
+/* Watch l's socket for connections (s takes it over). */
+static int open_listener(struct server *s, struct listener *l, char **cause)
+{
+	int fd = l->fd;
+	s->socket_path = l->path;
+	l->fd = -1;
+	l->path = NULL;
 	s->listener = evconnlistener_new(s->base, on_accept, s,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
 	if (!s->listener) {
-		if (asprintf(cause, "cannot watch the listening socket") < 0)
-			*cause = NULL;
+		cause_set(cause, "cannot watch the listening socket");
 		close(fd);
 		return -ENOMEM;
 	}
@@ -712,7 +768,8 @@ static void on_fatal(const char *status)
 	sd_notifyf(0, "STATUS=%s\nSTOPPING=1", status);
 }
 
-int server_run(struct config *cfg, const char *config_path, struct engine *eng, char **cause)
+int server_run(struct config *cfg, const char *config_path, struct engine *eng,
+	       struct listener *l, char **cause)
 {
 	struct server s = { 0 };
 	s.cfg = cfg;
@@ -730,7 +787,7 @@ int server_run(struct config *cfg, const char *config_path, struct engine *eng, 
 		rc = -errno;
 		goto out;
 	}
-	if ((rc = open_listener(&s, cause)) != 0)
+	if ((rc = open_listener(&s, l, cause)) != 0)
 		goto out;
 	s.ev_notify = event_new(s.base, s.notify_fd, EV_READ | EV_PERSIST, on_notify, &s);
 	s.ev_term = evsignal_new(s.base, SIGTERM, on_term, &s);

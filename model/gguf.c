@@ -748,20 +748,6 @@ static int special(const struct gguf *g, const char *key, int n, int *out)
 }
 
 /* GGUF token types (llama.cpp) to SentencePiece piece types; 0 if invalid. */
-static int piece_type(int32_t gt)
-{
-	switch (gt) {
-	case 0: /* undefined */
-	case 1: return SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__NORMAL;
-	case 2: return SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__UNKNOWN;
-	case 3: return SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__CONTROL;
-	case 4: return SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__USER_DEFINED;
-	case 5: return SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__UNUSED;
-	case 6: return SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__BYTE;
-	}
-	return 0;
-}
-
 /* The strings of a GGUF string array (bounds-checked when the metadata was
  * parsed) as (pointer, length) pairs into the map; n arrays allocated. */
 static int str_array(const struct gguf_kv *kv, const char ***s, size_t **len)
@@ -928,14 +914,12 @@ static int build_tok(struct gguf *g, struct tok **out)
 
 	/* piece strings, NUL-terminated copies (the strings were bounds-checked
 	 * when the metadata was parsed) */
-	Sentencepiece__ModelProto__SentencePiece *sp = calloc((size_t)n, sizeof(*sp));
-	Sentencepiece__ModelProto__SentencePiece **spp = calloc((size_t)n, sizeof(*spp));
 	char **str = calloc((size_t)n, sizeof(*str));
-	uint8_t *packed = NULL;
+	float *sc = calloc((size_t)n, sizeof(*sc));
+	int32_t *ty = calloc((size_t)n, sizeof(*ty));
 	r = -ENOMEM;
-	if (!sp || !spp || !str)
+	if (!str || !sc || !ty)
 		goto out;
-	int has_byte = 0, has_unk = 0;
 	const uint8_t *p = tk->val;
 	for (int i = 0; i < n; i++) {
 		size_t len = (size_t)le64(p);
@@ -948,71 +932,18 @@ static int build_tok(struct gguf *g, struct tok **out)
 		}
 		if (!(str[i] = strndup((const char *)s, len)))
 			goto out;
-		sentencepiece__model_proto__sentence_piece__init(&sp[i]);
-		sp[i].piece = str[i];
-		sp[i].has_score = 1;
 		if (scores) {
 			uint32_t u = le32(scores + 4 * (size_t)i);
-			memcpy(&sp[i].score, &u, 4);
+			memcpy(&sc[i], &u, 4);
 		}
-		int ty = piece_type(types ? (int32_t)le32(types + 4 * (size_t)i) : 1);
-		if (!ty) {
-			model_set_cause(g->cause, "%s: GGUF token %d has unknown token type %d",
-					g->path, i, (int32_t)le32(types + 4 * (size_t)i));
-			r = -EINVAL;
-			goto out;
-		}
-		sp[i].has_type = 1;
-		sp[i].type = (Sentencepiece__ModelProto__SentencePiece__Type)ty;
-		has_byte |= ty == SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__BYTE;
-		has_unk |= ty == SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__UNKNOWN;
-		spp[i] = &sp[i];
+		ty[i] = types ? (int32_t)le32(types + 4 * (size_t)i) : TOK_TYPE_NORMAL;
 	}
-	/* SentencePiece needs exactly one unknown piece */
-	if (!has_unk && unk >= 0)
-		sp[unk].type = SENTENCEPIECE__MODEL_PROTO__SENTENCE_PIECE__TYPE__UNKNOWN;
-
-	Sentencepiece__TrainerSpec ts = SENTENCEPIECE__TRAINER_SPEC__INIT;
-	ts.has_model_type = 1;
-	ts.model_type = SENTENCEPIECE__TRAINER_SPEC__MODEL_TYPE__BPE;
-	ts.has_vocab_size = 1;
-	ts.vocab_size = n;
-	ts.has_byte_fallback = 1;
-	ts.byte_fallback = has_byte;
-	ts.has_unk_id = ts.has_bos_id = ts.has_eos_id = ts.has_pad_id = 1;
-	ts.unk_id = unk;
-	ts.bos_id = bos;
-	ts.eos_id = eos;
-	ts.pad_id = pad;
-	if (unk >= 0)
-		ts.unk_piece = str[unk];
-	if (bos >= 0)
-		ts.bos_piece = str[bos];
-	if (eos >= 0)
-		ts.eos_piece = str[eos];
-	if (pad >= 0)
-		ts.pad_piece = str[pad];
-
-	Sentencepiece__NormalizerSpec ns = SENTENCEPIECE__NORMALIZER_SPEC__INIT;
-	ns.name = (char *)"identity";
-	ns.has_add_dummy_prefix = 1;
-	ns.add_dummy_prefix = dummy;
-	ns.has_remove_extra_whitespaces = 1;
-	ns.remove_extra_whitespaces = rmws;
-	ns.has_escape_whitespaces = 1;
-	ns.escape_whitespaces = 1;
-
-	Sentencepiece__ModelProto mp = SENTENCEPIECE__MODEL_PROTO__INIT;
-	mp.n_pieces = (size_t)n;
-	mp.pieces = spp;
-	mp.trainer_spec = &ts;
-	mp.normalizer_spec = &ns;
-
-	size_t plen = sentencepiece__model_proto__get_packed_size(&mp);
-	if (!(packed = malloc(plen ? plen : 1)))
-		goto out;
-	sentencepiece__model_proto__pack(&mp, packed);
-	*out = tok_load_mem(packed, plen, g->path, g->cause);
+	struct tok_spm_spec spec = {
+		.n_vocab = n, .pieces = (const char *const *)str, .scores = sc, .types = ty,
+		.unk = unk, .bos = bos, .eos = eos, .pad = pad,
+		.add_dummy_prefix = dummy, .remove_extra_whitespaces = rmws,
+	};
+	*out = tok_load_spm(&spec, g->path, g->cause);
 	r = *out ? 0 : -EINVAL;
 out:
 	if (r == -ENOMEM)
@@ -1021,9 +952,8 @@ out:
 		for (int i = 0; i < n; i++)
 			free(str[i]);
 	free(str);
-	free(sp);
-	free(spp);
-	free(packed);
+	free(sc);
+	free(ty);
 	return r;
 }
 

@@ -36,8 +36,10 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		return -ENOTSUP;
 	}
 	if (len < 28) {
-		model_set_cause(cause, "%s: truncated: %zu bytes, a llama2.c header needs 28",
-				path, len);
+		model_set_cause(cause, "%s: not a model this llamad reads (%zu bytes; as a llama2.c "
+				"checkpoint, shorter than its 28-byte header); models are GGUF "
+				"files, Hugging Face folders (config.json and safetensors) and "
+				"llama2.c checkpoints (.bin)", path, len);
 		return -EINVAL;
 	}
 	int32_t h[7];
@@ -59,7 +61,9 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 	if (!why && c->dim % c->n_heads)
 		why = "dim is not a multiple of the head count";
 	if (why) {
-		model_set_cause(cause, "%s: not a llama2.c checkpoint: %s (header %d %d %d %d %d %d %d)",
+		model_set_cause(cause, "%s: not a llama2.c checkpoint: %s (header %d %d %d %d %d %d "
+				"%d); models are GGUF files, Hugging Face folders (config.json "
+				"and safetensors) and llama2.c checkpoints (.bin)",
 				path, why, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
 		return -EINVAL;
 	}

@@ -236,8 +236,15 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 		return -EINVAL;
 	}
 	if (tok_n_vocab(m->tok) != c->vocab) {
-		model_set_cause(cause, "%s: tokenizer has %d pieces but model %s has vocab %d",
-				tp, tok_n_vocab(m->tok), m->path, c->vocab);
+		if (tokenizer)
+			model_set_cause(cause, "%s: tokenizer has %d pieces but model %s has vocab "
+					"%d: they do not belong together", tp, tok_n_vocab(m->tok),
+					m->path, c->vocab);
+		else
+			model_set_cause(cause, "%s: the tokenizer found beside the model (no "
+					"--tokenizer given) has %d pieces, but model %s has a "
+					"vocabulary of %d: pass its own tokenizer with --tokenizer PATH",
+					tp, tok_n_vocab(m->tok), m->path, c->vocab);
 		return -EINVAL;
 	}
 	if (tok_bos(m->tok) >= 0)

@@ -143,9 +143,20 @@ struct tok *tok_load(const char *path, char **cause)
 			  -rc);
 		return NULL;
 	}
-	struct tok *t = is_json(path, buf, len)
-		? wrap(NULL, bpe_load_json(path, buf, len, cause), cause, path)
-		: wrap(spm_load_mem(buf, len, path, cause), NULL, cause, path);
+	struct tok *t;
+	if (is_json(path, buf, len)) {
+		t = wrap(NULL, bpe_load_json(path, buf, len, cause), cause, path);
+	} else if (tok_is_llama2c(buf, len, NULL)) {
+		t = tok_load_llama2c(buf, len, path, cause);
+	} else if (len > 0 && buf[0] != 0x0a) {
+		/* a ModelProto starts with its pieces (field 1, length-delimited) */
+		set_cause(cause, path, "not a tokenizer this llamad reads (a SentencePiece "
+			  "tokenizer.model, a llama2.c tokenizer.bin, a Hugging Face "
+			  "tokenizer.json or a GGUF file)", 0);
+		t = NULL;
+	} else {
+		t = wrap(spm_load_mem(buf, len, path, cause), NULL, cause, path);
+	}
 	free(buf);
 	return t;
 }

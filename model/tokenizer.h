@@ -24,9 +24,10 @@ struct tok;
 
 enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
 
-/* Load a tokenizer file: a SentencePiece model (tokenizer.model) or a
- * Hugging Face tokenizer.json (a name ending in .json, or content starting
- * with '{') or the vocabulary of a GGUF file; for tokenizer.json,
+/* Load a tokenizer file: a SentencePiece model (tokenizer.model), a
+ * llama2.c tokenizer.bin, a Hugging Face tokenizer.json (a name ending in
+ * .json, or content starting with '{') or the vocabulary of a GGUF file;
+ * anything else is refused naming these; for tokenizer.json,
  * tokenizer_config.json and
  * generation_config.json beside it name BOS, EOS and the end-of-turn ids.
  * Returns NULL on error and, if cause is not NULL, sets *cause to a malloc'd
@@ -60,6 +61,30 @@ struct tok_bpe_spec {
  * tok_load; `what` names the source. */
 struct tok *tok_load_bpe(const struct tok_bpe_spec *spec, const char *what,
 			 char **cause);
+/* A SentencePiece vocabulary given as parts (model/tok_parts.c): pieces
+ * NUL-terminated in SentencePiece's spelling (U+2581 for a space), scores
+ * (NULL: all 0) and types (enum tok_type; NULL: all normal), the special
+ * ids (-1: none) and two normalizer flags. */
+struct tok_spm_spec {
+	int n_vocab;
+	const char *const *pieces;
+	const float *scores;
+	const int32_t *types;
+	int unk, bos, eos, pad;
+	int add_dummy_prefix, remove_extra_whitespaces;
+};
+/* Build a SentencePiece BPE tokenizer from parts (copied). Same error
+ * convention as tok_load; `what` names the source. */
+struct tok *tok_load_spm(const struct tok_spm_spec *spec, const char *what, char **cause);
+/* 1 if data[0, len) is a llama2.c tokenizer.bin (max_token_length i32, then
+ * per piece: score f32, length i32, bytes; nothing else), with its piece
+ * count in *n_vocab (may be NULL). */
+int tok_is_llama2c(const void *data, size_t len, int *n_vocab);
+/* Load a llama2.c tokenizer.bin held in memory: its pieces (spaces back to
+ * U+2581, "\n<s>\n"/"\n</s>\n" as <s>/</s>), scores, <0xHH> byte pieces and
+ * <unk> make the SentencePiece BPE vocabulary it was exported from. Same
+ * error convention as tok_load. */
+struct tok *tok_load_llama2c(const void *data, size_t len, const char *what, char **cause);
 /* Free; accepts NULL. */
 void tok_free(struct tok *t);
 

@@ -124,11 +124,11 @@ static const char *env(const char *name)
 	return v && *v ? v : NULL;
 }
 
-int res_set_dir(struct residency *r, const char *setting)
+char *res_dir_of(const char *setting)
 {
 	char *d = NULL;
 	if (setting && !strcmp(setting, "none"))
-		return 0;
+		return NULL;
 	if (setting) {
 		d = strdup(setting);
 	} else if (env("STATE_DIRECTORY")) {
@@ -140,6 +140,14 @@ int res_set_dir(struct residency *r, const char *setting)
 	} else if (getenv("HOME")) {
 		set_cause(&d, "%s/.local/state/llamad", getenv("HOME"));
 	}
+	return d;
+}
+
+int res_set_dir(struct residency *r, const char *setting)
+{
+	if (setting && !strcmp(setting, "none"))
+		return 0;
+	char *d = res_dir_of(setting);
 	if (!d) {
 		say(r, RES_WARN, "no state directory: sessions will not be saved");
 		return -ENOENT;

@@ -76,6 +76,9 @@ void res_done(struct residency *r);
  * folder to use (persistence off), -ENOMEM.
  */
 int res_set_dir(struct residency *r, const char *setting);
+/* The folder res_set_dir would choose for setting (malloc'd), or NULL for
+ * none ("none", or no folder to use). Makes nothing. */
+char *res_dir_of(const char *setting);
 /* Table stubs (SESS_DISK) for the readable files of the state directory,
  * up to max_sessions sessions in the table; unusable files are reported by
  * name. The number listed, or -errno if the folder cannot be read. */

@@ -50,8 +50,12 @@ usage_err "max-tokens"        $M --prompt hi --max-tokens 0
 usage_err "max-tokens"        $M --prompt hi --max-tokens -5
 usage_err "max-tokens"        $M --prompt hi --max-tokens 12x
 usage_err "max-tokens"        $M --prompt hi --max-tokens 99999999999999999999
-usage_err "threads"           $M --prompt hi --threads -1
-usage_err "threads"           $M --prompt hi --threads 1025
+usage_err "from 0 to 1024"    $M --prompt hi --threads -1
+usage_err "from 0 to 1024"    $M --prompt hi --threads 1025
+usage_err "minimum is 1M"     $M --prompt hi --kv-memory 1
+usage_err "minimum is 1M"     $M --prompt hi --kv-memory 400K
+usage_err "such as 512M"      $M --prompt hi --kv-memory lots
+usage_err "from 0 to 100"     $M --prompt hi --temperature 101
 usage_err "temperature"       $M --prompt hi --temperature warm
 usage_err "temperature"       $M --prompt hi --temperature nan
 usage_err "temperature"       $M --prompt hi --temperature inf
@@ -87,8 +91,51 @@ grep -qF "$nomodel" "$dir/err" || bad "missing model: stderr does not name it: $
 # a model whose default tokenizer is the wrong one: exit 1, tokenizer named
 "$LLAMAD" --model "$BIN" --prompt hi >"$dir/out" 2>"$dir/err"; rc=$?
 [ "$rc" -eq 1 ] || bad "wrong tokenizer: exit $rc, expected 1"
-grep -q "tokenizer.model" "$dir/err" || bad "wrong tokenizer not named: $(cat "$dir/err")"
-echo "ok   missing model exits 1"
+grep -q "tokenizer.model" "$dir/err" && grep -q "found beside the model" "$dir/err" &&
+    grep -q -- "--tokenizer PATH" "$dir/err" || bad "wrong tokenizer not named, or no fix: $(cat "$dir/err")"
+# a text file as the model: the formats are listed
+echo "not a model" > "$dir/notes.txt"
+"$LLAMAD" --model "$dir/notes.txt" --prompt hi >"$dir/out" 2>"$dir/err"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "GGUF files, Hugging Face folders" "$dir/err" ||
+    bad "a text file as the model: exit $rc: $(cat "$dir/err")"
+# ... and as the tokenizer
+"$LLAMAD" --model "$BIN" --tokenizer "$dir/notes.txt" --prompt hi >"$dir/out" 2>"$dir/err"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "not a tokenizer this llamad reads" "$dir/err" ||
+    bad "a text file as the tokenizer: exit $rc: $(cat "$dir/err")"
+echo "ok   missing model exits 1; wrong files name the fix"
+
+# ---- llama2.c's own tokenizer.bin (run.c's -z tok512.bin) ------------------------
+GOLD=${SHARED:-../shared}/reference/stories260K_greedy.txt
+want=$(awk '/^--- stdout ---$/ { on = 1; next } on' "$GOLD" | head -1)
+got=$("$LLAMAD" --model "$BIN" --tokenizer "$MODELS/tok512.bin" --prompt "Once upon a time" \
+      --temperature 0 --max-tokens 30 --echo 2>"$dir/err")
+case $want in
+    "$got"*) echo "ok   --tokenizer tok512.bin (llama2.c format): the golden text" ;;
+    *) bad "tok512.bin: '$got' is not the golden start '$want': $(cat "$dir/err")" ;;
+esac
+
+# ---- socket problems are found before the model loads ------------------------------
+long=$dir/$(printf 'x%.0s' $(seq 120))/s.sock
+"$LLAMAD" --model "$dir/no/such/model.bin" --socket "$long" >"$dir/out" 2>"$dir/err"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "at most 107" "$dir/err" && ! grep -q "loading" "$dir/err" ||
+    bad "a socket path too long: exit $rc: $(cat "$dir/err")"
+echo "plain file" > "$dir/file.sock"
+"$LLAMAD" --model "$dir/no/such/model.bin" --socket "$dir/file.sock" >"$dir/out" 2>"$dir/err"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "not a socket" "$dir/err" || bad "a file at the socket path: $(cat "$dir/err")"
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1; then
+    # a user without XDG_RUNTIME_DIR gets the system path, which it cannot use
+    setpriv --reuid=65534 --regid=65534 --clear-groups env -u XDG_RUNTIME_DIR -u LLAMAD_SOCKET \
+        "$LLAMAD" --model /no/such/model.bin >"$dir/out" 2>"$dir/err"; rc=$?
+    [ "$rc" -eq 1 ] && grep -q "XDG_RUNTIME_DIR" "$dir/err" && grep -q -- "--socket PATH" "$dir/err" ||
+        bad "no XDG_RUNTIME_DIR: exit $rc: $(cat "$dir/err")"
+fi
+echo "ok   socket problems are said before the model loads, with the fix"
+
+# ---- --print-config: the socket and state directory it would use --------------------
+"$LLAMAD" --model "$BIN" --print-config >"$dir/out" 2>&1 || bad "--print-config failed"
+grep -q "^# socket = .*(unset: .*llamad.sock here)" "$dir/out" &&
+    grep -q "^# state_dir = .*(unset: .* here)" "$dir/out" && echo "ok   --print-config names the socket and state dir used" ||
+    bad "--print-config: $(cat "$dir/out")"
 
 run() {  # args... -> stdout in $dir/out; fails the test on a non-zero exit
     "$LLAMAD" $M "$@" >"$dir/out" 2>"$dir/err" || bad "llamad $*: exit $?: $(cat "$dir/err")"

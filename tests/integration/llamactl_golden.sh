@@ -40,6 +40,9 @@ echo "And then?" | ctl chat --session work --max-tokens 8 --temperature 0 > "$di
 ctl --json show work > "$dir/show" || bad "show"
 grep -q '"turns": *4' "$dir/show" || bad "show: expected 4 turns: $(cat "$dir/show")"
 ctl fork work work2 || bad "fork"
+ctl fork work work2 2>"$dir/fe"; rc=$?
+[ "$rc" -eq 1 ] && grep -q "^llamactl: session exists: 'work2' is taken: fork to another name" "$dir/fe" ||
+    bad "fork onto an existing session: rc $rc: $(cat "$dir/fe")"
 ctl --json sessions > "$dir/list" || bad "sessions"
 grep -q '"work2"' "$dir/list" && grep -q '"work"' "$dir/list" || bad "sessions: $(cat "$dir/list")"
 ctl drop work2 || bad "drop"

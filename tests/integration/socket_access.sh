@@ -39,6 +39,16 @@ mode=$(stat -c %a "$dir/s"); grp=$(stat -c %G "$dir/s")
 [ "$mode" = 660 ] && [ "$grp" = nogroup ] || bad "socket is $mode $grp, expected 660 nogroup"
 r=$(try 65533 "$gid"); [ "$r" = ok ] || bad "a member of nogroup could not connect: $r"
 r=$(try 65533 65533); [ "$r" = EACCES ] || bad "a non-member connected or failed otherwise: $r"
+# llamactl says which group to join
+if [ -x "$BUILD/llamactl" ]; then
+    cp "$BUILD/llamactl" "$dir/llamactl" && chmod 755 "$dir/llamactl"
+    out=$(USER=someone setpriv --reuid=65533 --regid=65533 --clear-groups "$dir/llamactl" \
+          --socket "$dir/s" status 2>&1); rc=$?
+    [ "$rc" -eq 3 ] && printf '%s\n' "$out" | grep -q "group nogroup" &&
+        printf '%s\n' "$out" | grep -q "usermod -aG nogroup someone" &&
+        echo "ok   llamactl: permission denied names the socket's group and how to join it" ||
+        bad "llamactl as a non-member: rc $rc: $out"
+fi
 stop
 echo "ok   --socket-mode 0660 --socket-group nogroup: members connect, others get EACCES"
 

@@ -484,7 +484,7 @@ static void test_load_errors(void **state)
 	assert_null(tok_load(path, &cause));
 	assert_non_null(cause);
 	assert_non_null(strstr(cause, path));
-	assert_non_null(strstr(cause, "not a SentencePiece model"));
+	assert_non_null(strstr(cause, "not a tokenizer this llamad reads"));
 	free(cause);
 	cause = NULL;
 
@@ -513,6 +513,79 @@ static void test_load_errors(void **state)
 	assert_non_null(strstr(cause, "gguf metadata"));
 	free(cause);
 	tok_free(NULL);
+}
+
+/* ---- llama2.c tokenizer.bin ---------------------------------------------- */
+
+/* tok_load of a llama2.c tokenizer.bin gives the SentencePiece vocabulary it
+ * was exported from: the Llama 2 one equals tokenizer.model piece for piece
+ * and encodes llama.cpp's 46 vectors to the same ids; tok512.bin's pieces
+ * equal tok512.model's and stories' prompt encodes the same. */
+static void test_llama2c_bin(void **state)
+{
+	struct fixture *fx = *state;
+	char *cause = NULL;
+	char *p = model_path("tokenizer.bin");
+	struct tok *t = tok_load(p, &cause);
+	if (!t)
+		fail_msg("%s", cause ? cause : "?");
+	free(p);
+	assert_int_equal(tok_kind(t), TOK_SPM);
+	assert_int_equal(tok_n_vocab(t), tok_n_vocab(fx->llama));
+	assert_int_equal(tok_bos(t), tok_bos(fx->llama));
+	assert_int_equal(tok_eos(t), tok_eos(fx->llama));
+	for (int i = 0; i < tok_n_vocab(t); i++) {
+		if (strcmp(tok_piece(t, i), tok_piece(fx->llama, i)) ||
+		    tok_type(t, i) != tok_type(fx->llama, i) ||
+		    tok_score(t, i) != tok_score(fx->llama, i))
+			fail_msg("piece %d: \"%s\" type %d score %g; tokenizer.model: \"%s\" %d %g", i,
+				 tok_piece(t, i), tok_type(t, i), tok_score(t, i),
+				 tok_piece(fx->llama, i), tok_type(fx->llama, i),
+				 tok_score(fx->llama, i));
+	}
+	check_ggml_vectors(t, NULL);
+	tok_free(t);
+
+	p = model_path("tok512.bin");
+	t = tok_load(p, &cause);
+	if (!t)
+		fail_msg("%s", cause ? cause : "?");
+	assert_int_equal(tok_n_vocab(t), 512);
+	for (int i = 0; i < 512; i++)
+		assert_string_equal(tok_piece(t, i), tok_piece(fx->t512, i));
+	int32_t *a = NULL, *b = NULL;
+	int na = tok_encode(t, "Once upon a time, Lily saw 3 dogs.", 34, 1, &a);
+	int nb = tok_encode(fx->t512, "Once upon a time, Lily saw 3 dogs.", 34, 1, &b);
+	assert_true(na > 5);
+	assert_int_equal(na, nb);
+	assert_memory_equal(a, b, (size_t)na * sizeof(int32_t));
+	free(a);
+	free(b);
+	tok_free(t);
+
+	/* cut short: not a tokenizer.bin any more, and refused naming the
+	 * formats that are read */
+	size_t len;
+	char *whole = slurp(p, &len);
+	assert_non_null(whole);
+	free(p);
+	char dir[] = "/tmp/test_tokenizer.XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[128];
+	snprintf(path, sizeof(path), "%s/cut.bin", dir);
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(whole, 1, len - 3, f), len - 3);
+	fclose(f);
+	assert_false(tok_is_llama2c(whole, len - 3, NULL));
+	assert_true(tok_is_llama2c(whole, len, NULL));
+	assert_null(tok_load(path, &cause));
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "llama2.c tokenizer.bin"));
+	free(cause);
+	unlink(path);
+	rmdir(dir);
+	free(whole);
 }
 
 static void test_load_mem(void **state)
@@ -650,6 +723,7 @@ int main(void)
 		cmocka_unit_test(test_llama_piece_ids),
 		cmocka_unit_test(test_decode_bad_ids),
 		cmocka_unit_test(test_tok512),
+		cmocka_unit_test(test_llama2c_bin),
 		cmocka_unit_test(test_stream_mixed),
 		cmocka_unit_test(test_stream_invalid_byte),
 		cmocka_unit_test(test_stream_split_emoji),
