@@ -331,8 +331,7 @@ static int run_serve(struct args *a)
 	backend_set_log(backend_log_hook);  /* before the engine opens one */
 	/* the socket first: a socket that cannot be used is said before a
 	 * model of gigabytes is read */
-	struct listener l;
-	int lrc = listener_open(cfg, &l, &cause);
+	int lrc = server_check_socket(cfg, &cause);
 	if (lrc) {
 		log_msg(LL_ERROR, "%s", cause ? cause : strerror(-lrc));
 		sd_notifyf(0, "STATUS=%s", cause ? cause : strerror(-lrc));
@@ -348,7 +347,6 @@ static int run_serve(struct args *a)
 		log_msg(LL_ERROR, "%s", cause ? cause : "cannot load the model");
 		sd_notifyf(0, "STATUS=cannot load the model: %s", cause ? cause : "");
 		free(cause);
-		listener_close(&l);
 		return 1;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -362,11 +360,9 @@ static int run_serve(struct args *a)
 		sd_notifyf(0, "STATUS=%s", cause ? cause : "cannot start the engine");
 		free(cause);
 		model_free(m);
-		listener_close(&l);
 		return 1;
 	}
-	int rc = server_run(cfg, a->config_path, e, &l, &cause);
-	listener_close(&l);   /* if server_run failed before taking it over */
+	int rc = server_run(cfg, a->config_path, e, &cause);
 	if (rc) {
 		log_msg(LL_ERROR, "%s", cause ? cause : strerror(-rc));
 		sd_notifyf(0, "STATUS=%s", cause ? cause : strerror(-rc));

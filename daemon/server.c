@@ -621,8 +621,9 @@ static const char *default_hint(const struct config *cfg)
 	return " (pass --socket PATH to listen elsewhere)";
 }
 
-/* Bind and listen on path; fd or -errno with *cause. */
-static int bind_socket(const struct config *cfg, const char *path, char **cause)
+/* Bind and listen on path: the fd, or -errno with *cause. With check_only,
+ * only make sure that it could (its folder made if missing): 0 or -errno. */
+static int bind_socket(const struct config *cfg, const char *path, int check_only, char **cause)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(sa.sun_path)) {
@@ -670,6 +671,8 @@ static int bind_socket(const struct config *cfg, const char *path, char **cause)
 			  "pass another --socket)", path);
 		return -EEXIST;
 	}
+	if (check_only)
+		return 0;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return -errno;
@@ -697,59 +700,46 @@ static int bind_socket(const struct config *cfg, const char *path, char **cause)
 	return fd;
 }
 
-int listener_open(const struct config *cfg, struct listener *l, char **cause)
+int server_check_socket(const struct config *cfg, char **cause)
 {
-	l->fd = -1;
-	l->path = NULL;
+	if (sd_listen_fds(0) > 0)
+		return 0;   /* systemd's socket: taken as it is */
+	char *path = cfg->socket ? strdup(cfg->socket) : path_default_socket();
+	if (!path)
+		return -ENOMEM;
+	int rc = bind_socket(cfg, path, 1, cause);
+	free(path);
+	return rc;
+}
+
+static int open_listener(struct server *s, char **cause)
+{
+	int fd = -1;
 	int n = sd_listen_fds(1);
 	if (n > 1) {
 		cause_set(cause, "socket activation passed %d sockets; llamad takes one", n);
 		return -EINVAL;
 	}
 	if (n == 1) {
-		int fd = SD_LISTEN_FDS_START;
+		fd = SD_LISTEN_FDS_START;
 		if (sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0) <= 0) {
 			cause_set(cause, "the activated socket is not a listening Unix stream socket");
 			return -EINVAL;
 		}
 		evutil_make_socket_nonblocking(fd);
-		l->fd = fd;
 		log_msg(LL_INFO, "listening on the socket passed by systemd");
-		return 0;
+	} else {
+		char *path = s->cfg->socket ? strdup(s->cfg->socket) : path_default_socket();
+		if (!path)
+			return -ENOMEM;
+		fd = bind_socket(s->cfg, path, 0, cause);
+		if (fd < 0) {
+			free(path);
+			return fd;
+		}
+		s->socket_path = path;
+		log_msg(LL_INFO, "listening on %s (mode %04o)", path, s->cfg->socket_mode);
 	}
-	char *path = cfg->socket ? strdup(cfg->socket) : path_default_socket();
-	if (!path)
-		return -ENOMEM;
-	int fd = bind_socket(cfg, path, cause);
-	if (fd < 0) {
-		free(path);
-		return fd;
-	}
-	l->fd = fd;
-	l->path = path;
-	log_msg(LL_INFO, "listening on %s (mode %04o)", path, cfg->socket_mode);
-	return 0;
-}
-
-void listener_close(struct listener *l)
-{
-	if (l->fd >= 0)
-		close(l->fd);
-	if (l->path) {
-		unlink(l->path);
-		free(l->path);
-	}
-	l->fd = -1;
-	l->path = NULL;
-}
-
-/* Watch l's socket for connections (s takes it over). */
-static int open_listener(struct server *s, struct listener *l, char **cause)
-{
-	int fd = l->fd;
-	s->socket_path = l->path;
-	l->fd = -1;
-	l->path = NULL;
 	s->listener = evconnlistener_new(s->base, on_accept, s,
 					 LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
 	if (!s->listener) {
@@ -768,8 +758,7 @@ static void on_fatal(const char *status)
 	sd_notifyf(0, "STATUS=%s\nSTOPPING=1", status);
 }
 
-int server_run(struct config *cfg, const char *config_path, struct engine *eng,
-	       struct listener *l, char **cause)
+int server_run(struct config *cfg, const char *config_path, struct engine *eng, char **cause)
 {
 	struct server s = { 0 };
 	s.cfg = cfg;
@@ -787,7 +776,7 @@ int server_run(struct config *cfg, const char *config_path, struct engine *eng,
 		rc = -errno;
 		goto out;
 	}
-	if ((rc = open_listener(&s, l, cause)) != 0)
+	if ((rc = open_listener(&s, cause)) != 0)
 		goto out;
 	s.ev_notify = event_new(s.base, s.notify_fd, EV_READ | EV_PERSIST, on_notify, &s);
 	s.ev_term = evsignal_new(s.base, SIGTERM, on_term, &s);

@@ -36,10 +36,10 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		return -ENOTSUP;
 	}
 	if (len < 28) {
-		model_set_cause(cause, "%s: not a model this llamad reads (%zu bytes; as a llama2.c "
-				"checkpoint, shorter than its 28-byte header); models are GGUF "
-				"files, Hugging Face folders (config.json and safetensors) and "
-				"llama2.c checkpoints (.bin)", path, len);
+		model_set_cause(cause, "%s: not a model this llamad reads: %zu bytes, truncated as a "
+				"llama2.c checkpoint (a 28-byte header); models are GGUF files, "
+				"Hugging Face folders (config.json and safetensors) and llama2.c "
+				"checkpoints (.bin)", path, len);
 		return -EINVAL;
 	}
 	int32_t h[7];

@@ -58,48 +58,8 @@ grep -q "context policy shift" "$dir/fullerr2" && ok "a turn refused by a full c
     bad "refused turn: $(cat "$dir/fullerr2")"
 
 # ---- chat on a terminal -----------------------------------------------------------
-# chatpty.py: run llamactl chat with stdin (and stdout, unless OUT is set) on a
-# pty; send each line of the keys file when the prompt shows (a line
-# "@restart" restarts the daemon instead, with $dir/restart); print what
-# the terminal showed and the exit status.
-cat > "$dir/chatpty.py" <<'PY'
-import os, pty, select, subprocess, sys, time
-ctl, sock, keys = sys.argv[1:4]
-args = sys.argv[4:]
-master, slave = pty.openpty()
-out_path = os.environ.get("OUT")
-stdout = open(out_path, "wb") if out_path else slave
-p = subprocess.Popen([ctl, "--socket", sock, "chat"] + args, stdin=slave, stdout=stdout,
-                     stderr=slave, close_fds=True)
-os.close(slave)
-out = b""
-def until(pred, secs=30):
-    global out
-    end = time.time() + secs
-    while not pred(out) and time.time() < end:
-        r, _, _ = select.select([master], [], [], 0.2)
-        if r:
-            try:
-                out += os.read(master, 65536)
-            except OSError:
-                break
-def prompt_after(n):
-    return lambda o: o.count(b"> ") > n and o.rstrip().endswith(b">")
-until(prompt_after(0))
-for line in open(keys, "rb"):
-    line = line.rstrip(b"\n").replace(b"\\e", b"\x1b").replace(b"\\r", b"\r").replace(b"\\n", b"\n")
-    if line == b"@restart":
-        subprocess.run(["sh", os.path.join(os.path.dirname(keys), "restart")], check=True)
-        continue
-    n = out.count(b"> ")
-    os.write(master, line + b"\r")
-    until(prompt_after(n))
-os.write(master, b"\x04")
-until(lambda o: p.poll() is not None, 5)
-p.wait(5)
-sys.stdout.write(out.decode("utf-8", "replace"))
-sys.stdout.write("\n[exit %d]\n" % p.returncode)
-PY
+# a pty for llamactl chat: tests/tools/chatpty.py (a keys file; "@restart"
+# restarts the daemon with $dir/restart)
 {
     echo "kill \$(cat '$dir/pid'); while kill -0 \$(cat '$dir/pid') 2>/dev/null; do sleep 0.1; done"
     echo "'$BUILD/llamad' --model '$MODELS/stories260K.bin' --tokenizer '$MODELS/tok512.model' \\"
@@ -108,7 +68,7 @@ PY
     echo "i=0; while [ ! -S '$sock' ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done"
 } > "$dir/restart"
 echo "$pid" > "$dir/pid"
-tty() { python3 "$dir/chatpty.py" "$CTL" "$sock" "$dir/keys" "$@"; }
+tty() { RESTART=$dir/restart python3 tests/tools/chatpty.py "$CTL" "$sock" "$dir/keys" "$@"; }
 
 # a paste of three lines is one message, one turn
 printf '%s\n' '\e[200~line one\rline two\rline three\e[201~' > "$dir/keys"

@@ -212,38 +212,8 @@ assert t2["items"][0]["stop_reason"] is None and "token_ids" not in t2["items"][
 PY
 
 # ---- chat on a terminal: re-entry recap and /history ----------------------------
-# ptychat SESSION ARGS...: run llamactl chat in a pty, type the lines of
-# $dir/keys, print what the terminal showed
-ptychat() {
-    python3 - "$CTL" "$sock" "$dir/keys" "$@" <<'PY'
-import os, pty, select, sys, time
-ctl, sock, keys = sys.argv[1:4]
-pid, fd = pty.fork()
-if pid == 0:
-    os.environ["HOME"] = os.environ.get("TMPDIR", "/tmp")
-    os.execv(ctl, [ctl, "--socket", sock, "chat"] + sys.argv[4:])
-out = b""
-def until(pred, secs=20):
-    global out
-    end = time.time() + secs
-    while not pred(out) and time.time() < end:
-        r, _, _ = select.select([fd], [], [], 0.2)
-        if r:
-            try:
-                out += os.read(fd, 65536)
-            except OSError:
-                break
-until(lambda o: o.rstrip().endswith(b">"))
-for line in open(keys, "rb"):
-    n = out.count(b"> ")
-    os.write(fd, line)
-    until(lambda o: o.count(b"> ") > n and o.rstrip().endswith(b">"))
-os.write(fd, b"\x04")
-until(lambda o: False, 2)
-os.waitpid(pid, 0)
-sys.stdout.write(out.decode("utf-8", "replace"))
-PY
-}
+# ptychat ARGS...: llamactl chat ARGS on a pty, typing the lines of $dir/keys
+ptychat() { python3 tests/tools/chatpty.py "$CTL" "$sock" "$dir/keys" "$@"; }
 printf '/history 1\n/quit\n' > "$dir/keys"
 HOME=$dir ptychat --session t --recap 2 > "$dir/pty" 2>&1
 python3 - "$dir/pty" "$dir/a2" <<'PY' && ok "chat re-entry prints the last turns; /history N prints turns" || bad "chat on a pty: $(cat "$dir/pty")"

@@ -470,8 +470,10 @@ static void test_vocab_mismatch(void **state)
 	char *p = fmt("%s/stories260K.bin", models_dir());
 	char *t = fmt("%s/tokenizer.model", models_dir());
 	expect_fail(p, t, t, p, "32000", "512", NULL);
-	/* the default tokenizer beside the .bin is the 32000-piece one too */
-	expect_fail(p, NULL, "tokenizer.model", "32000", "vocab 512", NULL);
+	/* the default tokenizer beside the .bin is the 32000-piece one too: it
+	 * says it was found beside the model and asks for --tokenizer */
+	expect_fail(p, NULL, "tokenizer.model", "32000", "vocabulary of 512", "found beside the model",
+		    "--tokenizer PATH", NULL);
 	free(t);
 	free(p);
 }
