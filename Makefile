@@ -336,7 +336,10 @@ DEB_VERSION := $(shell awk 'NR == 1 { gsub(/[()]/, "", $$2); print $$2 }' debian
 
 deb: deps
 	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/llamad-$(DEB_VERSION)
-	git ls-files -z | xargs -0 tar -cf - | tar -xf - -C $(BUILD)/deb/llamad-$(DEB_VERSION)
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git ls-files -z; else \
+	    find . \( -path './build*' -o -path ./.git -o -path ./gpu-pack \) -prune -o \
+	        \( -type f -o -type l \) -print0; fi | \
+	    xargs -0 tar -cf - | tar -xf - -C $(BUILD)/deb/llamad-$(DEB_VERSION)
 	cd $(BUILD)/deb/llamad-$(DEB_VERSION) && $(if $(filter 0,$(CUDA)),CUDA=0) \
 	    dpkg-buildpackage -b -us -uc
 	@ls $(BUILD)/deb/*.deb
