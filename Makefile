@@ -270,8 +270,10 @@ demo: deps
 # .proto and the editor packages. Paths under /usr/local in the units and
 # man pages become PREFIX's. Run as root without DESTDIR, it also makes the
 # llamad user and /var/lib/llamad (systemd-sysusers, systemd-tmpfiles) and
-# reloads systemd, unless SYSTEM_SETUP=no. `make uninstall` (same
-# variables) removes the files, the config only if unchanged.
+# reloads systemd, unless SYSTEM_SETUP=no. NOBUILD=1 installs what $(BUILD)
+# holds without building (a sanitizer build is not relinked without its
+# flags). `make uninstall` (same variables) removes the files, the config
+# only if unchanged.
 
 SYSCONFDIR     ?= /etc
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
@@ -290,7 +292,7 @@ PREFIXED    = sed -e 's|/usr/local/|$(PREFIX)/|g' -e 's|/etc/llamad/|$(SYSCONFDI
 
 bins: $(BINS)
 
-install: bins
+install: $(if $(NOBUILD),,bins)
 	install -d $(I_BIN) $(I_SHARE)/llamad $(I_UNITS) $(I_SYSUSERS) $(I_TMPFILES) $(I_CONF)
 	install -m 0755 $(INSTALL_BINS:%=$(BUILD)/%) $(I_BIN)/
 	install -m 0644 proto/llamad.proto $(I_SHARE)/llamad/

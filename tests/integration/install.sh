@@ -19,7 +19,7 @@ for c in systemd-analyze systemd-sysusers systemd-tmpfiles; do
     command -v $c >/dev/null 2>&1 || { echo "FAIL: $c is missing (package systemd)"; exit 1; }
 done
 test_frame
-mk() { make --no-print-directory -s BUILD="$BUILD" SYSTEM_SETUP=no "$@" >"$dir/make.log" 2>&1 || { bad "make $*:"; cat "$dir/make.log"; }; }
+mk() { make --no-print-directory -s BUILD="$BUILD" NOBUILD=1 SYSTEM_SETUP=no "$@" >"$dir/make.log" 2>&1 || { bad "make $*:"; cat "$dir/make.log"; }; }
 
 # ---- PREFIX in a scratch folder: the units run what was installed -----------
 P=$dir/usr E=$dir/etc
