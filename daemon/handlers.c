@@ -63,11 +63,17 @@ static void reply_body(struct engine *e, const struct req *rq, Llamad__Response 
 
 /* ---- session replies -------------------------------------------------------- */
 
+/* A session's length in tokens, whether its cache is loaded or on disk. */
+static uint32_t sess_tokens(const struct session *s)
+{
+	return s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens;
+}
+
 static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *i)
 {
 	llamad__session_info__init(i);
 	i->session = s->id;
-	PB_SET(i, tokens, s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens);
+	PB_SET(i, tokens, sess_tokens(s));
 	PB_SET(i, turns, s->loc == SESS_DISK ? s->disk_turns : (uint32_t)s->n_turns);
 	PB_SET(i, location, s->loc);
 	PB_SET(i, saved, !s->dirty && s->file_bytes > 0);
@@ -906,8 +912,7 @@ static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id)
 			PB_SET(&d, reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
 			PB_SET(&d, prompt_tokens, 0);
 			PB_SET(&d, generated_tokens, 0);
-			PB_SET(&d, session_tokens, s ? (uint32_t)(s->loc == SESS_DISK ? s->disk_tokens
-											 : (uint32_t)s->n_tokens) : 0);
+			PB_SET(&d, session_tokens, s ? sess_tokens(s) : 0);
 			Llamad__Response r = response(LLAMAD__RESPONSE__BODY_DONE);
 			PB_SET(&r, id, id);
 			r.done = &d;

@@ -40,7 +40,6 @@
 
 #include "model/chat.h"
 #include "model/model.h"
-#include "sentencepiece_model.pb-c.h"
 
 /* GGUF metadata value types */
 enum {

@@ -5,6 +5,7 @@
  * (proto/sentencepiece_model.proto) and loaded as the library's own
  * tokenizer.model would be.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -186,8 +187,8 @@ static char *spm_spelling(const unsigned char *s, size_t n)
 /* 1 if piece is "<0xHH>", a byte-fallback piece. */
 static int is_byte_piece(const char *p)
 {
-	return strlen(p) == 6 && !strncmp(p, "<0x", 3) && p[5] == '>' &&
-	       strchr("0123456789ABCDEF", p[3]) && strchr("0123456789ABCDEF", p[4]) && p[3] && p[4];
+	return strlen(p) == 6 && !strncmp(p, "<0x", 3) && isxdigit((unsigned char)p[3]) &&
+	       isxdigit((unsigned char)p[4]) && p[5] == '>';
 }
 
 struct tok *tok_load_llama2c(const void *data, size_t len, const char *what, char **cause)

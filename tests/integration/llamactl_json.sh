@@ -25,28 +25,8 @@ import json, os, select, socket, subprocess, sys, threading
 
 ctl, path = sys.argv[1], sys.argv[2]
 
-def varint(v):
-    out = bytearray()
-    while True:
-        b = v & 0x7f
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
-
-def field(num, wire, payload):
-    key = varint(num << 3 | wire)
-    if wire == 0:
-        return key + varint(payload)
-    return key + varint(len(payload)) + payload
-
-def read_varint(b, i):
-    v = shift = 0
-    while True:
-        c = b[i]; i += 1
-        v |= (c & 0x7f) << shift; shift += 7
-        if not c & 0x80:
-            return v, i
+sys.path.insert(0, "tests/tools")
+from pbwire import field, frame, read_frame, read_varint, varint
 
 def request(b):  # (id, op field number) of a Request
     i, rid, op = 0, 0, 0
@@ -64,18 +44,7 @@ def request(b):  # (id, op field number) of a Request
     return rid, op
 
 def send(conn, rid, body_num, body):
-    msg = field(1, 0, rid) + field(body_num, 2, body)
-    conn.sendall(len(msg).to_bytes(4, "big") + msg)
-
-def recv(conn):
-    hdr = b""
-    while len(hdr) < 4:
-        hdr += conn.recv(4 - len(hdr))
-    n = int.from_bytes(hdr, "big")
-    body = b""
-    while len(body) < n:
-        body += conn.recv(n - len(body))
-    return request(body)
+    conn.sendall(frame(field(1, 0, rid) + field(body_num, 2, body)))
 
 read_one = threading.Semaphore(0)
 srv = socket.socket(socket.AF_UNIX)
@@ -85,7 +54,10 @@ srv.listen(1)
 def serve():
     conn, _ = srv.accept()
     while True:
-        rid, op = recv(conn)
+        body = read_frame(conn)
+        if body is None:
+            return
+        rid, op = request(body)
         if op == 2:    # Hello
             send(conn, rid, 3, field(1, 0, 1) + field(5, 0, 512))
         elif op == 3:  # OpenSession

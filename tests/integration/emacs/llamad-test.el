@@ -563,6 +563,10 @@ Return the socket path."
   (llamad-proto-frame 'Response (list :id (plist-get req :id)
                                       :hello '(:max-frame 4096 :max-text 1000 :model "fake"))))
 
+(defun lt-session-reply (req)
+  "A SessionInfo frame (session \"fake\") answering the OpenSession REQ."
+  (llamad-proto-frame 'Response (list :id (plist-get req :id) :session '(:session "fake"))))
+
 (ert-deftest llamad-test-bad-replies ()
   "Oversized and malformed reply frames give an error, never a hang."
   ;; a header announcing 4 GiB, in answer to Hello
@@ -577,10 +581,7 @@ Return the socket path."
   (lt-with (lt-fake-server
             (lambda (proc req)
               (cond ((plist-member req :hello) (process-send-string proc (lt-hello-reply req)))
-                    ((plist-member req :open)
-                     (process-send-string proc (llamad-proto-frame
-                                                'Response (list :id (plist-get req :id)
-                                                                :session '(:session "fake")))))
+                    ((plist-member req :open) (process-send-string proc (lt-session-reply req)))
                     ((plist-member req :generate)
                      (let ((id (plist-get req :id)))
                        ;; a token, then a frame of 2000 bytes sent in pieces
@@ -599,10 +600,7 @@ Return the socket path."
   (lt-with (lt-fake-server
             (lambda (proc req)
               (cond ((plist-member req :hello) (process-send-string proc (lt-hello-reply req)))
-                    ((plist-member req :open)
-                     (process-send-string proc (llamad-proto-frame
-                                                'Response (list :id (plist-get req :id)
-                                                                :session '(:session "fake")))))
+                    ((plist-member req :open) (process-send-string proc (lt-session-reply req)))
                     ((plist-member req :generate)
                      (process-send-string proc (llamad-proto-frame
                                                 'Response (list :id (plist-get req :id)

@@ -19,45 +19,8 @@ import struct
 import sys
 import threading
 
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
-
-
-def field(num, wire, payload):
-    tag = varint(num << 3 | wire)
-    if wire == 0:
-        return tag + varint(payload)
-    return tag + varint(len(payload)) + payload
-
-
-def frame(body):
-    return struct.pack(">I", len(body)) + body
-
-
-def read_frame(conn):
-    head = b""
-    while len(head) < 4:
-        chunk = conn.recv(4 - len(head))
-        if not chunk:
-            return None
-        head += chunk
-    n = struct.unpack(">I", head)[0]
-    body = b""
-    while len(body) < n:
-        chunk = conn.recv(n - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return body
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from pbwire import field, frame, read_frame  # noqa: E402
 
 
 HELLO_REPLY = frame(
