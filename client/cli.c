@@ -210,21 +210,25 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
 	exit(EXIT_USAGE);
 }
 
+/* The Hello on a fresh connection: 0 or -errno; a refusal exits. */
+static int say_hello(struct cli *cli)
+{
+	Llamad__Response *r = NULL;
+	int rc = conn_hello(&cli->conn, &r);
+	if (rc)
+		return rc;
+	cli_expect(r, LLAMAD__RESPONSE__BODY_HELLO);
+	llamad__response__free_unpacked(r, NULL);
+	return 0;
+}
+
 int cli_try_connect(struct cli *cli)
 {
 	conn_close(&cli->conn);
 	int rc = conn_connect(&cli->conn, cli->socket);
-	if (rc)
-		return rc;
-	Llamad__Response *r = NULL;
-	rc = conn_hello(&cli->conn, &r);
-	if (rc) {
+	if (!rc && (rc = say_hello(cli)) != 0)
 		conn_close(&cli->conn);
-		return rc;
-	}
-	cli_expect(r, LLAMAD__RESPONSE__BODY_HELLO);   /* exits on a refusal */
-	llamad__response__free_unpacked(r, NULL);
-	return 0;
+	return rc;
 }
 
 /* What to do about a failed connect (err < 0) to path, into buf (cap). */
@@ -256,12 +260,9 @@ void cli_connect(struct cli *cli)
 			  connect_hint(cli->socket, rc, hint, sizeof(hint)));
 		exit(EXIT_CONNECT);
 	}
-	Llamad__Response *r;
-	rc = conn_hello(&cli->conn, &r);
+	rc = say_hello(cli);
 	if (rc)
 		cli_die_conn(cli, rc);
-	cli_expect(r, LLAMAD__RESPONSE__BODY_HELLO);
-	llamad__response__free_unpacked(r, NULL);
 }
 
 noreturn void cli_die_conn(const struct cli *cli, int err)
@@ -470,10 +471,7 @@ static int json_token_event(const Llamad__TokenEvent *t)
 	json_key(&j, "text");
 	json_str(&j, t && t->text ? t->text : "");
 	json_key(&j, "tokens");
-	json_arr_begin(&j);
-	for (size_t i = 0; t && i < t->n_tokens; i++)
-		json_u64(&j, t->tokens[i]);
-	json_arr_end(&j);
+	json_u32_array(&j, t ? t->tokens : NULL, t ? t->n_tokens : 0);
 	json_obj_end(&j);
 	json_end(&j);
 	return fflush(stdout) != 0 || ferror(stdout) ? -EIO : 0;
@@ -778,10 +776,7 @@ void cli_json_turn(struct json *j, const Llamad__Turn *u)
 	json_bool(j, u->truncated);
 	if (u->n_token_ids) {
 		json_key(j, "token_ids");
-		json_arr_begin(j);
-		for (size_t i = 0; i < u->n_token_ids; i++)
-			json_u64(j, u->token_ids[i]);
-		json_arr_end(j);
+		json_u32_array(j, u->token_ids, u->n_token_ids);
 	}
 	json_obj_end(j);
 }

@@ -645,10 +645,7 @@ static int cmd_tokenize(struct cli *cli, int argc, char **argv)
 		json_init(&j, stdout);
 		json_obj_begin(&j);
 		json_key(&j, "tokens");
-		json_arr_begin(&j);
-		for (size_t i = 0; i < n; i++)
-			json_u64(&j, t->tokens[i]);
-		json_arr_end(&j);
+		json_u32_array(&j, n ? t->tokens : NULL, n);
 		json_key(&j, "pieces");
 		json_arr_begin(&j);
 		for (size_t i = 0; t && i < t->n_pieces; i++)
