@@ -73,7 +73,7 @@ CXXFLAGS += -std=c++17 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   += -lm
 
-CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c model/*.c session/*.c)
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c session/*.c)
 CORE_CXX := $(wildcard model/*.cc)
 CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o) \
             $(BUILD)/proto/sentencepiece_model.pb-c.o
@@ -147,7 +147,7 @@ $(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) $(KERNEL_ALIGN) -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu kernels/cuda/cuda.cuh kernels/cuda/kq.h kernels/backend.h
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h) kernels/backend.h
 	@mkdir -p $(dir $@)
 	$(NVCC) -I. -DLLAMAD_CUDA $(NVCCFLAGS) -c $< -o $@
 
