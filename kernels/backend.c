@@ -31,6 +31,13 @@ struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause
 		*cause = NULL;
 	return NULL;
 }
+
+int backend_cuda_set_kernels(struct backend *be, const char *spec)
+{
+	(void)be;
+	(void)spec;
+	return -ENOSYS;
+}
 #endif
 
 static void (*log_fn)(int level, const char *msg);

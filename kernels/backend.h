@@ -144,6 +144,24 @@ struct kt_attn_row {
 	int pos;
 };
 
+/* One layer's weights and shape, for a backend's layer op. */
+struct kt_layer {
+	const float *att_norm, *ffn_norm;
+	const struct kt_weight *wq, *wk, *wv, *wo, *w1, *w2, *w3;
+	int dim, n_heads, n_kv_heads, head_dim, ffn_dim;
+	float eps;
+	const float *inv_freq;
+	enum kt_rope_layout layout;
+};
+
+/* The activation buffers of a layer (backend memory): the residual stream
+ * x (n_tok x dim) and scratch the ops use. */
+struct kt_layer_bufs {
+	float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+	const int *pos;
+	const struct kt_attn_row *rows;
+};
+
 struct backend;
 
 struct backend_ops {
@@ -241,6 +259,15 @@ struct backend_ops {
 			   const struct kt_weight *w, int n_tok);
 	void (*matmul_swiglu)(struct backend *be, float *h, const float *x,
 			      const struct kt_weight *gate, const struct kt_weight *up, int n_tok);
+	/*
+	 * Optional: one whole transformer layer over the staged batch, as the
+	 * ops above compose it in model/forward.c (x += attention(norm(x));
+	 * x += ffn(norm(x)); the KV of layer `layer` stored). Returns 1 when it
+	 * ran, 0 when the caller must run the ops one by one (the backend has
+	 * no layer form for this batch). NULL: always the ops.
+	 */
+	int (*layer)(struct backend *be, const struct kt_kv *kv, int layer,
+		     const struct kt_layer *L, const struct kt_layer_bufs *b, int n_tok);
 };
 
 struct backend {
@@ -311,6 +338,10 @@ struct backend *backend_cpu_new(int n_threads);
 /* Create the CUDA backend on device `gpu` (only in builds with CUDA).
  * NULL with *cause (malloc'd) when no usable device is there. */
 struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause);
+/* The CUDA backend's layer kernels (a diagnostic, for llamad-gpucheck):
+ * spec as LLAMAD_CUDA_KERNELS takes it (llamad(8)). 0, -EINVAL for a spec
+ * not understood, -ENOSYS when be is not the CUDA backend. */
+int backend_cuda_set_kernels(struct backend *be, const char *spec);
 /* Destroy a backend; accepts NULL. */
 void backend_free(struct backend *be);
 

@@ -221,8 +221,17 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 	int D = c->dim, hd = c->head_dim;
 
 	op->embed(be, f->x, &m->embed, f->tok, T);
+	struct kt_layer_bufs bufs = { f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2,
+				      f->pos, f->rows };
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct model_layer *L = &m->layers[l];
+		if (op->layer) {
+			struct kt_layer kl = { L->att_norm, L->ffn_norm, &L->wq, &L->wk, &L->wv, &L->wo,
+					       &L->w1, &L->w2, &L->w3, D, c->n_heads, c->n_kv_heads,
+					       hd, c->ffn_dim, c->rms_eps, m->inv_freq, c->rope_layout };
+			if (op->layer(be, kv, l, &kl, &bufs, T))
+				continue;
+		}
 		/* attention block */
 		op->rmsnorm(be, f->xb, f->x, L->att_norm, D, T, c->rms_eps);
 		if (op->matmul_n) {

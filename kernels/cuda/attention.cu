@@ -15,69 +15,9 @@
  *    sequence per (tile, head); each KV block is loaded into shared memory
  *    once and used by every row of the tile.
  */
-#include <math.h>
+#include "kernels/cuda/attn.cuh"
 
-#include "kernels/cuda/cuda.cuh"
-
-#define AW 4   /* warps per decode block */
 #define TT 128 /* threads per tile block */
-
-struct attn_args {
-	float *out, *part;
-	const float *q, *base;
-	const int *pos, *row_tab, *tiles;
-	const int32_t *tables;
-	int tab_stride, n_heads, group, hd, bs, n_layers, kv_dim, layer, n_split;
-	float scale;
-};
-
-__device__ __forceinline__ float warp_max(float v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-	return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v)
-{
-	for (int o = 16; o > 0; o >>= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, o);
-	return v;
-}
-
-/* weight of a partial with max m against the overall max M */
-__device__ __forceinline__ float rescale(float m, float M)
-{
-	return m == -INFINITY ? 0.f : expf(m - M);
-}
-
-__device__ __forceinline__ const float *k_block(const struct attn_args &a, int32_t b, int kvh)
-{
-	size_t span = (size_t)a.bs * a.kv_dim;
-	return a.base + (((size_t)b * a.n_layers + a.layer) * 2) * span + (size_t)kvh * a.hd * a.bs;
-}
-
-__device__ __forceinline__ const float *v_block(const struct attn_args &a, int32_t b, int kvh)
-{
-	size_t span = (size_t)a.bs * a.kv_dim;
-	return a.base + (((size_t)b * a.n_layers + a.layer) * 2 + 1) * span + (size_t)kvh * a.hd;
-}
-
-/* Write (m, l, acc) of (row t, head h, split s): final when one split. */
-__device__ __forceinline__ void put_result(const struct attn_args &a, int t, int h, int s, int c,
-					   float m, float l, float acc, int write_ml)
-{
-	if (a.n_split == 1) {
-		a.out[((size_t)t * a.n_heads + h) * a.hd + c] = acc / l;
-		return;
-	}
-	float *p = a.part + (((size_t)t * a.n_heads + h) * a.n_split + s) * (a.hd + 2);
-	if (write_ml) {
-		p[0] = m;
-		p[1] = l;
-	}
-	p[2 + c] = acc;
-}
 
 template <int CPL>
 __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a)
@@ -85,177 +25,16 @@ __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a
 	cu_pdl_wait();
 	cu_pdl_trigger();
 	extern __shared__ float sm[];
-	int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, s = blockIdx.y;
-	int kvh = h / a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd;
-	float *qs = sm, *ws = sm + hd;
-	for (int c = threadIdx.x; c < hd; c += blockDim.x)
-		qs[c] = a.q[((size_t)t * a.n_heads + h) * hd + c] * a.scale;
-	__syncthreads();
-	int p = a.pos[t], bs = a.bs, nblk = p / bs + 1;
-	const int32_t *tab = a.tables + (size_t)a.row_tab[t] * a.tab_stride;
-	float m = -INFINITY, l = 0.f, acc[CPL];
-#pragma unroll
-	for (int j = 0; j < CPL; j++)
-		acc[j] = 0.f;
-	for (int bi = s + a.n_split * warp; bi < nblk; bi += a.n_split * AW) {
-		int32_t b = tab[bi];
-		const float *kt = k_block(a, b, kvh), *vb = v_block(a, b, kvh);
-		int n = min(bs, p + 1 - bi * bs);
-		float sc = -INFINITY;
-		if (lane < n) {
-			float d = 0.f;
-			for (int c = 0; c < hd; c++)
-				d += qs[c] * kt[(size_t)c * bs + lane];
-			sc = d;
-		}
-		float mn = fmaxf(m, warp_max(sc));
-		float pr = lane < n ? expf(sc - mn) : 0.f;
-		float alpha = rescale(m, mn);
-		l = l * alpha + warp_sum(pr);
-#pragma unroll
-		for (int j = 0; j < CPL; j++)
-			acc[j] *= alpha;
-		for (int r = 0; r < n; r++) {
-			float pv = __shfl_sync(0xffffffffu, pr, r);
-			const float *vr = vb + (size_t)r * a.kv_dim;
-#pragma unroll
-			for (int j = 0; j < CPL; j++) {
-				int c = lane + 32 * j;
-				if (c < hd)
-					acc[j] += pv * vr[c];
-			}
-		}
-		m = mn;
-	}
-	float *mine = ws + warp * (hd + 2);
-	if (lane == 0) {
-		mine[0] = m;
-		mine[1] = l;
-	}
-#pragma unroll
-	for (int j = 0; j < CPL; j++)
-		if (lane + 32 * j < hd)
-			mine[2 + lane + 32 * j] = acc[j];
-	__syncthreads();
-	float M = -INFINITY;
-	for (int w = 0; w < AW; w++)
-		M = fmaxf(M, ws[w * (hd + 2)]);
-	float L = 0.f;
-	for (int w = 0; w < AW; w++)
-		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
-	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-		float A = 0.f;
-		for (int w = 0; w < AW; w++)
-			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
-		put_result(a, t, h, s, c, M, L, A, c == 0);
-	}
+	attn_decode_unit<CPL>(a, blockIdx.x / a.n_heads, blockIdx.x % a.n_heads, blockIdx.y, sm);
 }
 
-/*
- * Decode with 16-position blocks and head_dim a multiple of 8, up to NKMAX*8:
- * each warp loads a whole KV block at once (K as hd*16/128 float4 per lane,
- * V as one float4 of channels per lane per position), all loads in flight
- * together, then scores from registers: lane L holds K channels
- * c = 8i + L/4 of positions 4(L%4)..+3, reduced over the 8 lanes sharing L%4.
- */
 template <int NKMAX>
 __global__ void __launch_bounds__(AW * 32) attn_decode16_kernel(struct attn_args a)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
 	extern __shared__ float sm[];
-	int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads, s = blockIdx.y;
-	int kvh = h / a.group, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, hd = a.hd;
-	int nk = hd / 8, vlane = lane * 4 < hd;
-	float *qs = sm, *ws = sm + hd;
-	for (int c = threadIdx.x; c < hd; c += blockDim.x)
-		qs[c] = a.q[((size_t)t * a.n_heads + h) * hd + c] * a.scale;
-	__syncthreads();
-	int p = a.pos[t], nblk = p / 16 + 1;
-	const int32_t *tab = a.tables + (size_t)a.row_tab[t] * a.tab_stride;
-	float m = -INFINITY, l = 0.f;
-	float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-	for (int bi = s + a.n_split * warp; bi < nblk; bi += a.n_split * AW) {
-		int32_t b = tab[bi];
-		const float4 *k4 = (const float4 *)k_block(a, b, kvh);
-		const float *vb = v_block(a, b, kvh);
-		int n = min(16, p + 1 - bi * 16);
-		float4 kr[NKMAX], vr[16];
-#pragma unroll
-		for (int i = 0; i < NKMAX; i++)
-			if (i < nk)
-				kr[i] = __ldg(k4 + i * 32 + lane);
-#pragma unroll
-		for (int r = 0; r < 16; r++)
-			vr[r] = vlane && r < n ? __ldg((const float4 *)(vb + (size_t)r * a.kv_dim) + lane)
-					       : make_float4(0.f, 0.f, 0.f, 0.f);
-		float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
-#pragma unroll
-		for (int i = 0; i < NKMAX; i++)
-			if (i < nk) {
-				float qc = qs[i * 8 + lane / 4];
-				s0 += qc * kr[i].x;
-				s1 += qc * kr[i].y;
-				s2 += qc * kr[i].z;
-				s3 += qc * kr[i].w;
-			}
-#pragma unroll
-		for (int o = 4; o < 32; o <<= 1) {
-			s0 += __shfl_xor_sync(0xffffffffu, s0, o);
-			s1 += __shfl_xor_sync(0xffffffffu, s1, o);
-			s2 += __shfl_xor_sync(0xffffffffu, s2, o);
-			s3 += __shfl_xor_sync(0xffffffffu, s3, o);
-		}
-		/* position lane (< 16): lane/4 holds it as component lane%4 */
-		int src = (lane & 15) >> 2;
-		float t0 = __shfl_sync(0xffffffffu, s0, src), t1 = __shfl_sync(0xffffffffu, s1, src);
-		float t2 = __shfl_sync(0xffffffffu, s2, src), t3 = __shfl_sync(0xffffffffu, s3, src);
-		int comp = lane & 3;
-		float sc = comp == 0 ? t0 : comp == 1 ? t1 : comp == 2 ? t2 : t3;
-		if (lane >= n)
-			sc = -INFINITY;
-		float mn = fmaxf(m, warp_max(sc));
-		float pr = lane < n ? expf(sc - mn) : 0.f;
-		float alpha = rescale(m, mn);
-		l = l * alpha + warp_sum(pr);
-		acc.x *= alpha;
-		acc.y *= alpha;
-		acc.z *= alpha;
-		acc.w *= alpha;
-#pragma unroll
-		for (int r = 0; r < 16; r++) {
-			float pv = __shfl_sync(0xffffffffu, pr, r);
-			acc.x += pv * vr[r].x;
-			acc.y += pv * vr[r].y;
-			acc.z += pv * vr[r].z;
-			acc.w += pv * vr[r].w;
-		}
-		m = mn;
-	}
-	float *mine = ws + warp * (hd + 2);
-	if (lane == 0) {
-		mine[0] = m;
-		mine[1] = l;
-	}
-	if (vlane) {
-		mine[2 + lane * 4] = acc.x;
-		mine[3 + lane * 4] = acc.y;
-		mine[4 + lane * 4] = acc.z;
-		mine[5 + lane * 4] = acc.w;
-	}
-	__syncthreads();
-	float M = -INFINITY;
-	for (int w = 0; w < AW; w++)
-		M = fmaxf(M, ws[w * (hd + 2)]);
-	float L = 0.f;
-	for (int w = 0; w < AW; w++)
-		L += ws[w * (hd + 2) + 1] * rescale(ws[w * (hd + 2)], M);
-	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-		float A = 0.f;
-		for (int w = 0; w < AW; w++)
-			A += ws[w * (hd + 2) + 2 + c] * rescale(ws[w * (hd + 2)], M);
-		put_result(a, t, h, s, c, M, L, A, c == 0);
-	}
+	attn_decode16_unit<NKMAX, 1>(a, blockIdx.x / a.n_heads, blockIdx.x % a.n_heads, blockIdx.y, sm);
 }
 
 template <int CPT>
@@ -358,37 +137,11 @@ __global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
 }
 
 /* Merge the splits of (row, head): one block each, a thread per channel. */
-__global__ void attn_combine_kernel(float *out, const float *part, int n_heads, int hd,
-				    int n_split)
+__global__ void attn_combine_kernel(float *out, const float *part, int hd, int n_split)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
-	const float *p = part + (size_t)blockIdx.x * n_split * (hd + 2);
-	float M = -INFINITY;
-	for (int s = 0; s < n_split; s++)
-		M = fmaxf(M, p[s * (hd + 2)]);
-	float L = 0.f;
-	for (int s = 0; s < n_split; s++)
-		L += p[s * (hd + 2) + 1] * rescale(p[s * (hd + 2)], M);
-	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
-		float A = 0.f;
-		for (int s = 0; s < n_split; s++)
-			A += p[s * (hd + 2) + 2 + c] * rescale(p[s * (hd + 2)], M);
-		out[(size_t)blockIdx.x * hd + c] = A / L;
-	}
-	(void)n_heads;
-}
-
-/* Splits so that blocks x heads x splits fills the GPU twice over, within
- * the partials' room. */
-static int pick_split(int units, int n_heads, int hd, int n_tok, int n_sm)
-{
-	int want = (2 * n_sm + units * n_heads - 1) / (units * n_heads);
-	if (want > CU_MAX_SPLIT)
-		want = CU_MAX_SPLIT;
-	while (want > 1 && (size_t)n_tok * n_heads * want * (hd + 2) > CU_PART_FLOATS)
-		want--;
-	return want < 1 ? 1 : want;
+	attn_combine_unit(out, part, hd, n_split, blockIdx.x);
 }
 
 template <typename K>
@@ -398,13 +151,11 @@ static void allow_smem(K kernel, size_t bytes)
 		cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_kv *kv,
+void cu_attn_fill(struct attn_args *ap, float *out, const float *q, const struct kt_kv *kv,
 		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
-		  float *part, int n_sm)
+		  float *part)
 {
-	if (b->n_tok <= 0)
-		return;
-	struct attn_args a;
+	struct attn_args &a = *ap;
 	a.out = out;
 	a.part = part;
 	a.q = q;
@@ -422,10 +173,21 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 	a.kv_dim = kv->kv_dim;
 	a.layer = layer;
 	a.scale = 1.0f / sqrtf((float)hd);
+	a.n_split = 1;
+}
+
+void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_kv *kv,
+		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
+		  float *part, int n_sm)
+{
+	if (b->n_tok <= 0)
+		return;
+	struct attn_args a;
+	cu_attn_fill(&a, out, q, kv, layer, b, n_heads, n_kv_heads, hd, part);
 	if (b->single_rows) {
-		a.n_split = pick_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
+		a.n_split = cu_attn_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
 		dim3 grid(b->n_tok * n_heads, a.n_split);
-		size_t smem = (hd + AW * (hd + 2)) * sizeof(float);
+		size_t smem = attn_decode_smem(hd);
 		if (a.bs == 16 && hd % 8 == 0 && hd <= 128) {
 			if (hd <= 32)
 				cu_launch_pdl(attn_decode16_kernel<4>, grid, dim3(AW * 32), smem, st, a);
@@ -442,7 +204,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 		else
 			cu_launch_pdl(attn_decode_kernel<8>, grid, dim3(AW * 32), smem, st, a);
 	} else {
-		a.n_split = pick_split(b->n_tiles, n_heads, hd, b->n_tok, n_sm);
+		a.n_split = cu_attn_split(b->n_tiles, n_heads, hd, b->n_tok, n_sm);
 		dim3 grid(b->n_tiles, n_heads, a.n_split);
 		int bs = a.bs;
 		size_t smem = (CU_QT * (hd + 1) + 2 * hd * bs + CU_QT * (bs + 1) + 3 * CU_QT) *
@@ -457,7 +219,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 	}
 	if (a.n_split > 1)
 		cu_launch_pdl(attn_combine_kernel, dim3(b->n_tok * n_heads), dim3(128), 0, st, out,
-			      (const float *)part, n_heads, hd, a.n_split);
+			      (const float *)part, hd, a.n_split);
 }
 
 /*

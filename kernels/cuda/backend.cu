@@ -82,6 +82,15 @@ struct cu_backend {
 	 * blocks, -1 expanded to wtype (kq_check, LLAMAD_CUDA_KQ_F16) */
 	int kq[3];
 	size_t max_cols, max_rows, max_qelems;
+	/* layer candidates (plan.h): per dtype; logged once each; split-K
+	 * partials and counters; resident blocks of the persistent kernel per
+	 * dtype, -1 not yet known */
+	int cand[CU_N_DTYPE], cand_said[CU_N_DTYPE];
+	float *skpart;
+	unsigned *skcount;
+	size_t skpart_bytes, skcount_bytes;
+	int persist[CU_N_DTYPE];
+	size_t persist_smem[CU_N_DTYPE];
 	/* graphs */
 	struct cu_graph *graphs;
 	int n_graphs, cap_graphs;
@@ -579,9 +588,17 @@ static void blas_mm(struct cu_backend *c, float *y, const float *x, const struct
 				 CUBLAS_GEMM_DEFAULT), "gemm");
 }
 
-/* A matrix-vector job for up to three weights of one dtype sharing x. */
-static void gemv(struct cu_backend *c, int mode, int n, float *const *y,
-		 const struct kt_weight *const *w, const float *x, int n_tok)
+/* Point j at the 8-bit activation scratch laid out for nb blocks of 32:
+ * codes, then scales, then sums. */
+static void q8_scratch(struct cu_backend *c, struct cu_gemv_job *j, size_t nb)
+{
+	j->xq = (int8_t *)c->xq;
+	j->xd = (float *)((char *)c->xq + nb * 32);
+	j->xs = (int *)((char *)c->xq + nb * 36);
+}
+
+/* The job of n products sharing x: weights and outputs. */
+static struct cu_gemv_job job_of(int n, const struct kt_weight *const *w, float *const *y)
 {
 	struct cu_gemv_job j;
 	memset(&j, 0, sizeof(j));
@@ -592,13 +609,19 @@ static void gemv(struct cu_backend *c, int mode, int n, float *const *y,
 		j.y[i] = y[i];
 		j.rows[i] = w[i]->rows;
 	}
+	return j;
+}
+
+/* A matrix-vector job for up to three weights of one dtype sharing x. */
+static void gemv(struct cu_backend *c, int mode, int n, float *const *y,
+		 const struct kt_weight *const *w, const float *x, int n_tok)
+{
+	struct cu_gemv_job j = job_of(n, w, y);
 	if (c->q8_act && kt_dtype_is_quant(w[0]->dtype)) {
 		size_t nb = (size_t)CU_GEMV_MAX * j.cols / 32;
 		if (grow(c, &c->xq, &c->xq_bytes, nb * 40))
 			return;
-		j.xq = (int8_t *)c->xq;
-		j.xd = (float *)((char *)c->xq + nb * 32);
-		j.xs = (int *)((char *)c->xq + nb * 36);
+		q8_scratch(c, &j, nb);
 	}
 	cu_gemv_run(c->stream, &j, w[0]->dtype, mode, x, n_tok);
 	launched(c, "matmul");
@@ -843,6 +866,234 @@ static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 	    grow(c, &c->xq, &c->xq_bytes, (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1) * 40) ||
 	    grow(c, (void **)&c->wh, &c->wh_bytes, c->max_qelems * 2))
 		return -ENOMEM;
+	/* split-K: partials of every part, a counter per block of rows (zero) */
+	size_t rows = c->max_rows ? c->max_rows : 1;
+	size_t cnt = (rows / CU_GW + 1) * sizeof(unsigned);
+	if (grow(c, (void **)&c->skpart, &c->skpart_bytes,
+		 (size_t)CU_MAX_SPLITK * CU_GEMV_MAX * rows * sizeof(float)))
+		return -ENOMEM;
+	if (c->skcount_bytes < cnt) {
+		if (grow(c, (void **)&c->skcount, &c->skcount_bytes, cnt) ||
+		    ck(c, cudaMemset(c->skcount, 0, cnt), "cudaMemset"))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
+/* ---- layer candidates ---- */
+
+/* staged without complaint (the layer op may decline) */
+static int layer_ok(struct cu_backend *c, const struct kt_layer *L, int n_tok)
+{
+	const struct kt_weight *w[7] = { L->wq, L->wk, L->wv, L->wo, L->w1, L->w2, L->w3 };
+	if (c->be.failed || n_tok != c->batch.n_tok || n_tok > CU_GEMV_MAX || c->n_runs)
+		return 0;
+	for (int i = 0; i < 7; i++)
+		if (w[i]->dtype != w[0]->dtype)
+			return 0;
+	int qd = L->n_heads * L->head_dim, kv = L->n_kv_heads * L->head_dim;
+	return L->wq->cols == L->dim && L->wk->cols == L->dim && L->wv->cols == L->dim &&
+	       L->wq->rows == qd && L->wk->rows == kv && L->wv->rows == kv && L->wo->cols == qd &&
+	       L->wo->rows == L->dim && L->w1->cols == L->dim && L->w3->cols == L->dim &&
+	       L->w1->rows == L->ffn_dim && L->w3->rows == L->ffn_dim &&
+	       L->w2->cols == L->ffn_dim && L->w2->rows == L->dim;
+}
+
+/* the job of one product: weights, outputs, 8-bit scratch when qx */
+static struct cu_gemv_job layer_job(struct cu_backend *c, int n, const struct kt_weight *const *w,
+				    float *const *y, int qx)
+{
+	struct cu_gemv_job j = job_of(n, w, y);
+	if (qx)  /* laid out as cu_reserve sized it */
+		q8_scratch(c, &j, (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1));
+	j.vec = w[0]->cols % 8 == 0 ? w[0]->cols : 0;
+	return j;
+}
+
+static struct cu_gemv_epi layer_epi(struct cu_backend *c, const struct kt_kv *kv, int layer,
+				    const struct kt_layer *L)
+{
+	struct cu_gemv_epi e;
+	e.kv = kv->base;
+	e.inv_freq = L->inv_freq;
+	e.pos = c->batch.pos;
+	e.row_tab = c->batch.row_tab;
+	e.tables = c->batch.tables;
+	e.tab_stride = c->batch.tab_stride;
+	e.n_layers = kv->n_layers;
+	e.bs = kv->block_size;
+	e.kv_dim = kv->kv_dim;
+	e.layer = layer;
+	e.hd = L->head_dim;
+	e.half = L->layout == KT_ROPE_HALF;
+	return e;
+}
+
+/* resident blocks of the persistent kernel for this shape (cached) */
+static int persist_blocks(struct cu_backend *c, const struct cu_shape *sh)
+{
+	struct cu_shape one = *sh;
+	one.persist_blocks = 1;
+	one.n_tok = one.n_tiles = 1;
+	one.single_rows = 1;
+	struct cu_plan p;
+	if (cu_plan_layer(CU_CAND_PERSIST, &one, &p) || p.cand != CU_CAND_PERSIST)
+		return 0;
+	size_t smem = p.s[0].smem;
+	int *b = &c->persist[sh->dt];
+	if (*b < 0 || c->persist_smem[sh->dt] != smem) {
+		*b = cu_layer_blocks(sh->dt, sh->qx, smem, c->n_sm);
+		c->persist_smem[sh->dt] = smem;
+	}
+	return *b;
+}
+
+/* q/k/v through the ops one at a time (a fused step that could not run) */
+static void qkv_ops(struct cu_backend *c, const struct kt_kv *kv, int layer,
+		    const struct kt_layer *L, const struct kt_layer_bufs *b, int n_tok, int normed)
+{
+	if (!normed)
+		cu_rmsnorm(c->stream, b->xb, b->x, L->att_norm, L->dim, n_tok, L->eps);
+	float *const y[3] = { b->q, b->k, b->v };
+	const struct kt_weight *const w[3] = { L->wq, L->wk, L->wv };
+	gemv(c, 0, 3, y, w, b->xb, n_tok);
+	cu_rope(c->stream, b->q, b->k, c->batch.pos, n_tok, L->n_heads, L->n_kv_heads, L->head_dim,
+		L->inv_freq, L->layout);
+	cu_kv_store(c->stream, kv, layer, b->k, b->v, &c->batch);
+}
+
+static int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
+		       const struct kt_layer *L, const struct kt_layer_bufs *b, int n_tok)
+{
+	struct cu_backend *c = CB(be);
+	if (!layer_ok(c, L, n_tok))
+		return 0;
+	enum kt_dtype dt = L->wq->dtype;
+	int qd = L->n_heads * L->head_dim, D = L->dim, F = L->ffn_dim, hd = L->head_dim;
+	int qx = c->q8_act && (dt == KT_Q8_0 || dt == KT_Q4_0) && D % 32 == 0 && qd % 32 == 0 &&
+		 F % 32 == 0;
+	struct cu_shape sh = { D, L->n_heads, L->n_kv_heads, hd, F, n_tok,
+			       c->batch.single_rows ? n_tok : c->batch.n_tiles, c->batch.single_rows,
+			       dt, qx, c->n_sm, 0, 0 };
+	if (c->cand[dt] == CU_CAND_PERSIST && n_tok == 1 && sh.single_rows)
+		sh.persist_blocks = persist_blocks(c, &sh);
+	struct cu_plan p;
+	if (cu_plan_layer((enum cu_cand)c->cand[dt], &sh, &p))
+		return 0;
+	if (!c->cand_said[dt]) {
+		c->cand_said[dt] = 1;
+		backend_log(BACKEND_LOG_INFO, "cuda: %s layers run the %s kernels (%d launches per "
+			    "layer for %d row%s)", kt_dtype_name(dt), cu_cand_name(p.cand), p.n, n_tok,
+			    n_tok == 1 ? "" : "s");
+	}
+	if (p.cand == CU_CAND_BASE)
+		return 0;  /* today's kernels: the ops one at a time, as planned */
+	cudaStream_t st = c->stream;
+	float *const xin[3] = { b->xb, b->att, b->hb };
+	const int xcols[3] = { D, qd, F };
+	for (int i = 0; i < p.n && !be->failed; i++) {
+		const struct cu_step *s = &p.s[i];
+		const struct kt_weight *wadd = s->arg ? L->w2 : L->wo;
+		float *xadd = s->arg ? b->hb : b->att;
+		switch (s->kind) {
+		case CU_K_RMSNORM:
+			cu_rmsnorm(st, b->xb, b->x, s->arg ? L->ffn_norm : L->att_norm, D, n_tok, L->eps);
+			break;
+		case CU_K_QUANT_X: {
+			struct cu_gemv_job j = layer_job(c, 1, &L->wq, &b->q, 1);
+			cu_quant_x(st, j.xq, j.xd, j.xs, xin[s->arg], (size_t)n_tok * xcols[s->arg] / 32);
+			break;
+		}
+		case CU_K_NORM_QKV_ROPE_KV:
+		case CU_K_QKV_ROPE_KV: {
+			int norm = s->kind == CU_K_NORM_QKV_ROPE_KV;
+			const struct kt_weight *const w[3] = { L->wq, L->wk, L->wv };
+			float *const y[3] = { b->q, b->k, b->v };
+			struct cu_gemv_job j = layer_job(c, 3, w, y, qx);
+			j.g = L->att_norm;
+			j.eps = L->eps;
+			j.e = layer_epi(c, kv, layer, L);
+			if (cu_gemv_fused(st, &j, dt, 3, norm, qx, norm ? b->x : b->xb, n_tok))
+				qkv_ops(c, kv, layer, L, b, n_tok, !norm);
+			break;
+		}
+		case CU_K_ATTN:  /* launches its combine step too */
+			cu_attention(st, b->att, b->q, kv, layer, &c->batch, L->n_heads, L->n_kv_heads, hd,
+				     c->part, c->n_sm);
+			break;
+		case CU_K_ATTN_COMBINE:
+			break;
+		case CU_K_GEMV_ADD: {
+			struct cu_gemv_job j = layer_job(c, 1, &wadd, &b->x, qx);
+			cu_gemv_launch(st, &j, dt, 1, xadd, n_tok);
+			break;
+		}
+		case CU_K_SPLITK_ADD: {
+			struct cu_gemv_job j = layer_job(c, 1, &wadd, &b->x, 0);
+			j.part = c->skpart;
+			j.count = c->skcount;
+			if (cu_gemv_splitk(st, &j, dt, xadd, n_tok, s->splits))
+				gemv(c, 1, 1, &b->x, &wadd, xadd, n_tok);
+			break;
+		}
+		case CU_K_NORM_SWIGLU:
+		case CU_K_GEMV_SWIGLU: {
+			const struct kt_weight *const w[2] = { L->w1, L->w3 };
+			float *const y[2] = { b->hb, NULL };
+			struct cu_gemv_job j = layer_job(c, 2, w, y, qx);
+			j.g = L->ffn_norm;
+			j.eps = L->eps;
+			if (s->kind == CU_K_GEMV_SWIGLU)
+				cu_gemv_launch(st, &j, dt, 2, b->xb, n_tok);
+			else if (cu_gemv_fused(st, &j, dt, 2, 1, qx, b->x, n_tok)) {
+				cu_rmsnorm(st, b->xb, b->x, L->ffn_norm, D, n_tok, L->eps);
+				gemv(c, 2, 2, y, w, b->xb, n_tok);
+			}
+			break;
+		}
+		case CU_K_LAYER: {
+			struct cu_layer_args a;
+			const struct kt_weight *const wqkv[3] = { L->wq, L->wk, L->wv };
+			float *const yqkv[3] = { b->q, b->k, b->v };
+			const struct kt_weight *const wffn[2] = { L->w1, L->w3 };
+			float *const yffn[2] = { b->hb, NULL };
+			a.qkv = layer_job(c, 3, wqkv, yqkv, 0);
+			a.qkv.g = L->att_norm;
+			a.qkv.eps = L->eps;
+			a.qkv.e = layer_epi(c, kv, layer, L);
+			a.o = layer_job(c, 1, &L->wo, &b->x, 0);
+			a.ffn = layer_job(c, 2, wffn, yffn, 0);
+			a.ffn.g = L->ffn_norm;
+			a.ffn.eps = L->eps;
+			a.down = layer_job(c, 1, &L->w2, &b->x, 0);
+			a.x = b->x;
+			cu_attn_fill(&a.at, b->att, b->q, kv, layer, &c->batch, L->n_heads, L->n_kv_heads,
+				     hd, c->part);
+			a.at.n_split = s->splits;
+			cu_layer_launch(st, &a, dt, qx, (int)s->grid[0], s->smem);
+			break;
+		}
+		default:
+			break;
+		}
+		launched(c, cu_kind_name(s->kind));
+	}
+	return 1;
+}
+
+static int set_kernels(struct cu_backend *c, const char *spec)
+{
+	int t[CU_N_DTYPE];
+	memcpy(t, c->cand, sizeof(t));
+	if (cu_cand_spec(spec, t))
+		return -EINVAL;
+	memcpy(c->cand, t, sizeof(t));
+	memset(c->cand_said, 0, sizeof(c->cand_said));
+	/* recorded graphs hold the old kernels */
+	cudaStreamSynchronize(c->stream);
+	for (int i = 0; i < c->n_graphs; i++)
+		cudaGraphExecDestroy(c->graphs[i].exec);
+	c->n_graphs = 0;
 	return 0;
 }
 
@@ -944,6 +1195,8 @@ static void cu_free(struct backend *be)
 	cudaFree(c->tmp);
 	cudaFree(c->att);
 	cudaFree(c->xq);
+	cudaFree(c->skpart);
+	cudaFree(c->skcount);
 	cudaFree(c->d_stage);
 	cudaFreeHost(c->h_stage);
 	if (c->staged)
@@ -980,6 +1233,7 @@ static const struct backend_ops cuda_ops = {
 	cu_op_matmul_n,
 	cu_op_matmul_add,
 	cu_op_matmul_swiglu,
+	cu_op_layer,
 };
 
 static int load_cublas(struct cublas_fns *f, char **cause)
@@ -1074,6 +1328,15 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	 * load to the type of the file's f32 matrices (wtype) */
 	if (backend_env_flag("LLAMAD_CUDA_KQ_F16"))
 		c->kq[0] = c->kq[1] = c->kq[2] = -1;
+	/* layer kernels per dtype: the fixed table, LLAMAD_CUDA_KERNELS over
+	 * it (a diagnostic: llamad(8)) */
+	cu_cand_defaults(c->cand);
+	memset(c->persist, 0xff, sizeof(c->persist));
+	const char *ks = getenv("LLAMAD_CUDA_KERNELS");
+	if (ks && *ks && cu_cand_spec(ks, c->cand))
+		backend_log(BACKEND_LOG_WARN, "cuda: LLAMAD_CUDA_KERNELS=%s is not understood (a "
+			    "candidate: base, fused, persistent, splitk; or dtype=candidate,...): "
+			    "ignored", ks);
 	if (load_cublas(&c->cb, cause) ||
 	    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking) != cudaSuccess ||
 	    cudaEventCreateWithFlags(&c->staged, cudaEventDisableTiming) != cudaSuccess ||
@@ -1098,4 +1361,11 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 		 name, prop.major, prop.minor, prop.multiProcessorCount,
 		 prop.totalGlobalMem / 1073741824.0, wn[wtype]);
 	return &c->be;
+}
+
+extern "C" int backend_cuda_set_kernels(struct backend *be, const char *spec)
+{
+	if (!be || be->ops != &cuda_ops)
+		return -ENOSYS;
+	return set_kernels(CB(be), spec);
 }

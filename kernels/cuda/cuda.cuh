@@ -22,14 +22,11 @@ extern "C" {
 #include "kernels/backend.h"
 }
 #include "kernels/cuda/kq.h"
+#include "kernels/cuda/plan.h"
 
-/* largest batch the matrix-vector kernels take; bigger ones go to cuBLAS */
-#define CU_GEMV_MAX 8
-/* attention: query rows per tile of the prefill kernel, most splits along
- * the sequence, floats of the split partials */
+/* attention: query rows per tile of the prefill kernel (CU_GEMV_MAX,
+ * CU_MAX_SPLIT, CU_PART_FLOATS: plan.h) */
 #define CU_QT 16
-#define CU_MAX_SPLIT 16
-#define CU_PART_FLOATS (16u << 20)
 
 /* Staged batch (batch_begin): device arrays the ops index. */
 struct cu_batch {
@@ -55,9 +52,20 @@ struct cu_run {
 /* Dequantizing / converting matrix-vector product y = x W^T for
  * n_tok <= CU_GEMV_MAX rows. */
 void cu_gemv(cudaStream_t st, float *y, const float *x, const struct kt_weight *w, int n_tok);
+/* The epilogue of the fused q/k/v product (MODE 3): q rotated into y[0],
+ * k rotated and v stored into the KV pool at each row's slot. */
+struct cu_gemv_epi {
+	float *kv;                /* the pool's base */
+	const float *inv_freq;
+	const int *pos, *row_tab;
+	const int32_t *tables;
+	int tab_stride, n_layers, bs, kv_dim, layer, hd, half;
+};
+
 /* The fused forms (one dtype, n_tok <= CU_GEMV_MAX): mode 0, up to three
  * products sharing x (y[i] = x W[i]^T); mode 1, y[0] += x W[0]^T; mode 2,
- * y[0] = silu(x W[0]^T) * (x W[1]^T). */
+ * y[0] = silu(x W[0]^T) * (x W[1]^T); mode 3, q/k/v with RoPE and the KV
+ * store (epi). */
 struct cu_gemv_job {
 	const void *w[3];
 	float *y[3];
@@ -68,9 +76,29 @@ struct cu_gemv_job {
 	int8_t *xq;
 	float *xd;
 	int *xs;
+	/* norm: x is RMS-normalized with weights g inside the kernel */
+	const float *g;
+	float eps;
+	/* split-K: partials (parts x n_tok x rows) and a counter per block of
+	 * rows (zero between launches) */
+	float *part;
+	unsigned *count;
+	struct cu_gemv_epi e;
 };
 void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
 		 const float *x, int n_tok);
+/* The same without quantizing x first (j->xq already holds it when QX). */
+void cu_gemv_launch(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
+		    const float *x, int n_tok);
+/* Fused forms: norm_qkv (mode 3, x normalized by j->g inside, quantized
+ * there for Q8_0 / Q4_0 when qx), qkv (mode 3 from a normalized x, through
+ * j->xq when qx), norm_swiglu (mode 2, normalized inside); split-K y += x
+ * W^T over `parts` (Q8_0 / Q4_0, x quantized inside). Return 0, or -1 when
+ * the shape does not suit them (nothing launched). */
+int cu_gemv_fused(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode, int norm,
+		  int qx, const float *x, int n_tok);
+int cu_gemv_splitk(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, const float *x,
+		   int n_tok, int parts);
 /* x (nb blocks of 32) as 8-bit values, scales and sums. */
 void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x, size_t nb);
 /* W (Q8_0 / Q4_0 repacked, or a K-quant) to f16, row-major rows x cols. */
@@ -102,6 +130,35 @@ void cu_attn_q16(cudaStream_t st, __half *qc, const float *q, int t0, int n, int
 void cu_attn_softmax(cudaStream_t st, __half *pm, const float *S, int rows, int n, int P, int p0);
 void cu_attn_scatter(cudaStream_t st, float *out, const float *oc, int t0, int n, int n_heads,
 		     int n_kv_heads, int hd);
+/* The arguments of the attention kernels (attention.cu, attn.cuh). */
+struct attn_args {
+	float *out, *part;
+	const float *q, *base;
+	const int *pos, *row_tab, *tiles;
+	const int32_t *tables;
+	int tab_stride, n_heads, group, hd, bs, n_layers, kv_dim, layer, n_split;
+	float scale;
+};
+/* Fill a for the staged batch b (n_split for decode rows). */
+void cu_attn_fill(struct attn_args *a, float *out, const float *q, const struct kt_kv *kv,
+		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
+		  float *part);
+
+/* The persistent layer kernel's arguments (layer.cu): the four products
+ * (qkv with its epilogue and norm, o, gate/up with its norm, down; their y
+ * and x are the layer's buffers: o.y[0] = down.y[0] = x, ffn.y[0] = hb)
+ * and the attention's (its out = att, the input of o). */
+struct cu_layer_args {
+	struct cu_gemv_job qkv, o, ffn, down;
+	float *x;
+	struct attn_args at;
+};
+/* Blocks of the persistent kernel for dt that stay resident on n_sm SMs
+ * with smem bytes each (opting in above 48 KB); 0 when it cannot run. */
+int cu_layer_blocks(enum kt_dtype dt, int qx, size_t smem, int n_sm);
+/* Launch it (cooperative). */
+int cu_layer_launch(cudaStream_t st, const struct cu_layer_args *a, enum kt_dtype dt, int qx,
+		    int blocks, size_t smem);
 void cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);
 void cu_add(cudaStream_t st, float *y, const float *x, size_t n);
 void cu_embed(cudaStream_t st, float *y, const struct kt_weight *table, const int32_t *tok,

@@ -1,8 +1,10 @@
 /*
  * kernels/cuda/rmsnorm.cu — y = x * rsqrt(mean(x^2) + eps) * w, one block
- * per row, fp32 sums reduced through shared memory.
+ * per row, fp32 sums reduced through shared memory (block_sumsq, gemv.cuh:
+ * the fused kernels normalize with the same order, so their scale is the
+ * same bits).
  */
-#include "kernels/cuda/cuda.cuh"
+#include "kernels/cuda/gemv.cuh"
 
 __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps)
 {
@@ -11,23 +13,8 @@ __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, 
 	__shared__ float part[32];
 	const float *xr = x + (size_t)blockIdx.x * n;
 	float *yr = y + (size_t)blockIdx.x * n;
-	float ss = 0.f;
-	for (int i = threadIdx.x; i < n; i += blockDim.x)
-		ss += xr[i] * xr[i];
-	for (int o = 16; o > 0; o >>= 1)
-		ss += __shfl_xor_sync(0xffffffffu, ss, o);
-	if ((threadIdx.x & 31) == 0)
-		part[threadIdx.x >> 5] = ss;
-	__syncthreads();
-	if (threadIdx.x < 32) {
-		float v = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : 0.f;
-		for (int o = 16; o > 0; o >>= 1)
-			v += __shfl_xor_sync(0xffffffffu, v, o);
-		if (threadIdx.x == 0)
-			part[0] = v;
-	}
-	__syncthreads();
-	float scale = rsqrtf(part[0] / (float)n + eps);
+	/* the fused kernels compute the same scale with the same reduction */
+	float scale = rsqrtf(block_sumsq<256>(xr, n, part) / (float)n + eps);
 	for (int i = threadIdx.x; i < n; i += blockDim.x)
 		yr[i] = xr[i] * scale * w[i];
 }
