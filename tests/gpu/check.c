@@ -5,12 +5,17 @@
  *   llamad-gpucheck ops       every op on random inputs, CUDA vs CPU
  *   llamad-gpucheck logits    a 2-layer model of 7B width (random weights):
  *                             prefill and decode logits, CUDA vs CPU
+ *   llamad-gpucheck cands     every layer candidate (base, fused, persistent,
+ *                             splitk: kernels/cuda/plan.h) x f16 / Q8_0 /
+ *                             Q4_0 / Q4_K on a 2-layer GQA model of 7B width:
+ *                             logits of batch 1, 3, 5 and 8 rows vs CPU
  *   llamad-gpucheck prof      a few matrix-vector products, for ncu
  *   llamad-gpucheck bench [--quick]
  *                             7B shape (random weights): copy bandwidth, GEMM
- *                             rate, batch-1 decode (f16, Q8_0, Q4_0),
- *                             64-session decode, 2,048-token prefill, a
- *                             32-token turn after 3,000 tokens
+ *                             rate, per candidate x dtype (f16, Q8_0, Q4_0,
+ *                             Q4_K) batch-1 and batch-8 decode (f16: also at
+ *                             3,000 tokens); 64-session decode, 2,048-token
+ *                             prefill, a 32-token turn after 3,000 tokens
  *
  * Each check prints "ok"/"FAIL" with its relative error ||gpu - cpu|| /
  * ||cpu|| against its tolerance (docs/PERF.md lists them); outputs are
@@ -626,6 +631,133 @@ static void run_logits(struct backend *cpu, struct backend *g, const char *label
 	rmodel_free(r);
 }
 
+/* ---- layer candidates (kernels/cuda/plan.h) ---- */
+
+static const char *const cand_names[] = { "base", "fused", "persistent", "splitk" };
+#define N_CANDS 4
+
+/* A CUDA backend (f16 device weights) running candidate name, or NULL. */
+static struct backend *cand_backend(const char *name)
+{
+	char *cause = NULL;
+	struct backend *g = backend_cuda_new(0, BACKEND_W_F16, &cause);
+	free(cause);
+	if (g && (backend_cuda_set_kernels(g, name) || g->ops->reserve(g, 4096, 256))) {
+		backend_free(g);
+		return NULL;
+	}
+	return g;
+}
+
+/*
+ * Candidate `cand` on a 2-layer model of 7B width with GQA (32/8 heads) in
+ * dtype t, against the CPU: a 12-token prefill (the ops path), 6 decode
+ * steps (batch 1, graphs), a 5-token append (5 rows of one sequence), 8
+ * sequences given 3 tokens each (3 rows), then 4 decode steps of all 8 at
+ * once (8 rows, graphs). Each logit row is poisoned first; the worst error
+ * of the steps the layer op takes is reported.
+ */
+static int run_cand(struct backend *cpu, struct rmodel *r, const char *cand, enum kt_dtype t,
+		    int half, double tol)
+{
+	r->m.cfg.rope_layout = half ? KT_ROPE_HALF : KT_ROPE_INTERLEAVED;
+	const struct model *m = &r->m;
+	int V = m->cfg.vocab, rc = 0;
+	struct backend *g = cand_backend(cand);
+	struct fwd *fc = fwd_new(m, cpu, 64), *fg = g ? fwd_new(m, g, 64) : NULL;
+	struct kvpool *pc = kvpool_new(64, 16, 2, 1024), *pg = g ? kvpool_new_on(g, 64, 16, 2, 1024) : NULL;
+	char name[128];
+	snprintf(name, sizeof(name), "cand %s %s%s", cand, kt_dtype_name(t), half ? " half-rope" : "");
+	if (!fc || !fg || !pc || !pg) {
+		report(name, INFINITY, tol);
+		rc = -1;
+		goto out;
+	}
+	struct kvseq sc[9], sg[9];
+	memset(sc, 0, sizeof(sc));
+	memset(sg, 0, sizeof(sg));
+	int32_t tok[64];
+	for (int i = 0; i < 64; i++)
+		tok[i] = (int32_t)(((unsigned)i * 2654435761u + 17) % (unsigned)V);
+	float *lc = xmalloc((size_t)8 * V * 4), *lg = xmalloc((size_t)8 * V * 4);
+	double worst = 0;
+	/* sequence 8: prefill, decode x6, append 5 */
+	run_seq(fc, pc, &sc[8], tok, 12, 0, lc, 0);
+	run_seq(fg, pg, &sg[8], tok, 12, 0, lg, 0);
+	int pos = 12;
+	for (int step = 0; step < 7; step++) {
+		int n = step < 6 ? 1 : 5;
+		for (size_t i = 0; i < (size_t)n * V; i++)
+			lg[i] = NAN;
+		run_seq(fc, pc, &sc[8], tok + pos, n, pos, lc, 1);
+		int e = run_seq(fg, pg, &sg[8], tok + pos, n, pos, lg, 1);
+		double err = e ? INFINITY : rel_err(lg, lc, (size_t)n * V);
+		worst = err > worst ? err : worst;
+		pos += n;
+	}
+	/* 8 sequences: 3 tokens each, then 4 steps of all 8 */
+	for (int s = 0; s < 8; s++) {
+		for (size_t i = 0; i < (size_t)3 * V; i++)
+			lg[i] = NAN;
+		run_seq(fc, pc, &sc[s], tok + 20 + s, 3, 0, lc, 1);
+		int e = run_seq(fg, pg, &sg[s], tok + 20 + s, 3, 0, lg, 1);
+		double err = e ? INFINITY : rel_err(lg, lc, (size_t)3 * V);
+		worst = err > worst ? err : worst;
+	}
+	for (int k = 0; k < 4; k++) {
+		struct fwd_seq qc[8], qg[8];
+		for (int s = 0; s < 8; s++) {
+			kvseq_prepare(pc, &sc[s], 4 + k, 3 + k);
+			kvseq_prepare(pg, &sg[s], 4 + k, 3 + k);
+			qc[s] = (struct fwd_seq){ tok + 40 + s + k, 1, 3 + k, sc[s].blocks, lc + (size_t)s * V, 0 };
+			qg[s] = (struct fwd_seq){ tok + 40 + s + k, 1, 3 + k, sg[s].blocks, lg + (size_t)s * V, 0 };
+		}
+		for (size_t i = 0; i < (size_t)8 * V; i++)
+			lg[i] = NAN;
+		fwd_run(fc, &pc->kv, qc, 8);
+		int e = fwd_run(fg, &pg->kv, qg, 8);
+		double err = e ? INFINITY : rel_err(lg, lc, (size_t)8 * V);
+		worst = err > worst ? err : worst;
+	}
+	if (g->failed)
+		worst = INFINITY;
+	report(name, worst, tol);
+	rc = worst <= tol ? 0 : -1;
+	for (int s = 0; s < 9; s++) {
+		kvseq_release(pc, &sc[s]);
+		kvseq_release(pg, &sg[s]);
+	}
+	free(lc);
+	free(lg);
+out:
+	fwd_free(fc);
+	fwd_free(fg);
+	kvpool_free(pc);
+	kvpool_free(pg);
+	backend_free(g);
+	return rc;
+}
+
+/* Every candidate x dtype; "cands: CAND DTYPE ok|FAIL" lines for run.sh. */
+static void run_cands(struct backend *cpu)
+{
+	/* f16 / Q4_K: the same weights on both sides, fp32 sums (the prefill's
+	 * cuBLAS f16 activations feed the KV the later steps read); Q8_0 /
+	 * Q4_0: 8-bit activations against the CPU's exact products */
+	const enum kt_dtype dts[4] = { KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K };
+	const double tols[4] = { 5e-3, 3e-2, 3e-2, 5e-3 };
+	for (int d = 0; d < 4; d++) {
+		struct rmodel *r = rmodel_new(4096, 2, 32, 8, 11008, 32000, 512, dts[d], 1);
+		for (int c = 0; c < N_CANDS; c++) {
+			int rc = run_cand(cpu, r, cand_names[c], dts[d], 0, tols[d]);
+			if (d == 0)
+				rc |= run_cand(cpu, r, cand_names[c], dts[d], 1, tols[d]);
+			printf("cands: %s %s %s\n", cand_names[c], kt_dtype_name(dts[d]), rc ? "FAIL" : "ok");
+		}
+		rmodel_free(r);
+	}
+}
+
 /* ---- benchmarks ---- */
 
 static int cmp_d(const void *a, const void *b)
@@ -725,115 +857,160 @@ static void bench_gemv(struct backend *g, enum kt_dtype t, int rows, int cols, d
 	free((void *)hw.data);
 }
 
-static void bench_model(struct backend *g, enum kt_dtype t, double bw, double gemm, int quick)
+/* batch-1 decode: n steps after a 16-token prompt on a fresh sequence */
+static double bench_decode1(struct fwd *f, struct kvpool *p, const int32_t *tok, float *logits,
+			    int nd)
 {
-	double t0 = now_s();
-	struct rmodel *r = rmodel_new(4096, 32, 32, 32, 11008, 32000, 4096, t, 0);
-	const struct model *m = &r->m;
-	int V = m->cfg.vocab;
-	struct fwd *f = fwd_new(m, g, 2048);
-	size_t nblocks = (64 * 96 + 3100 + 2100 + 300) / 16 + 64;
-	struct kvpool *p = f ? kvpool_new_on(g, (int)nblocks, 16, 32, 4096) : NULL;
-	if (!f || !p) {
-		printf("bench %s: setup failed (device memory?)\n", kt_dtype_name(t));
-		return;
-	}
-	printf("bench_setup dtype=%s load_s=%.1f weight_bytes=%zu\n", kt_dtype_name(t), now_s() - t0,
-	       m->weight_bytes);
-	float *logits = xmalloc((size_t)64 * V * 4);
-	int32_t tok[4096];
-	for (int i = 0; i < 4096; i++)
-		tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
-
-	/* batch-1 decode after a 16-token prompt */
 	struct kvseq s = { 0 };
 	run_seq(f, p, &s, tok, 16, 0, logits, 0);
-	int nd = quick ? 32 : 128;
 	double dt[128];
 	for (int i = 0; i < nd; i++) {
 		double a = now_s();
 		run_seq(f, p, &s, tok + 16 + i, 1, 16 + i, logits, 0);
 		dt[i] = now_s() - a;
 	}
-	double step = median(dt + 2, nd - 2);
-	double roof = bw / (double)m->weight_bytes;
-	printf("decode1 dtype=%s tok_s=%.1f step_ms=%.3f roof_tok_s=%.1f pct_roof=%.1f\n",
-	       kt_dtype_name(t), 1.0 / step, step * 1e3, roof, 100.0 / step / roof);
 	kvseq_release(p, &s);
-	if (t != KT_F16) {
-		fwd_free(f);
-		kvpool_free(p);
-		free(logits);
-		rmodel_free(r);
-		return;
-	}
+	return median(dt + 2, nd - 2);
+}
 
-	/* 64 sessions: 32-token prompts in one batch, then 32 decode steps */
+/* n sessions decoding together after 32-token prompts: tokens per second */
+static double bench_decode_n(struct fwd *f, struct kvpool *p, const int32_t *tok, float *logits,
+			     int V, int n, int steps)
+{
 	struct kvseq ss[64];
 	struct fwd_seq q[64];
 	memset(ss, 0, sizeof(ss));
-	for (int i = 0; i < 64; i++) {
+	for (int i = 0; i < n; i++) {
 		kvseq_prepare(p, &ss[i], 32, 0);
 		q[i] = (struct fwd_seq){ tok + i, 32, 0, ss[i].blocks, logits + (size_t)i * V, 0 };
 	}
-	fwd_run(f, &p->kv, q, 64);
-	int steps = quick ? 8 : 32;
+	fwd_run(f, &p->kv, q, n);
 	double a = 0;
 	for (int k = 0; k < steps + 2; k++) {
 		if (k == 2)
 			a = now_s();
-		for (int i = 0; i < 64; i++) {
+		for (int i = 0; i < n; i++) {
 			kvseq_prepare(p, &ss[i], 33 + k, 32 + k);
 			q[i] = (struct fwd_seq){ tok + 100 + i + k, 1, 32 + k, ss[i].blocks,
 						 logits + (size_t)i * V, 0 };
 		}
-		fwd_run(f, &p->kv, q, 64);
+		fwd_run(f, &p->kv, q, n);
 	}
 	double el = now_s() - a;
-	printf("decode64 tok_s=%.0f step_ms=%.2f\n", 64.0 * steps / el, el / steps * 1e3);
-	for (int i = 0; i < 64; i++)
+	for (int i = 0; i < n; i++)
 		kvseq_release(p, &ss[i]);
+	return (double)n * steps / el;
+}
 
-	/* prefill of 2,048 tokens on an empty sequence */
-	double pt[3];
-	for (int k = 0; k < 4; k++) {
-		double b0 = now_s();
+/*
+ * The 7B shape r (dtype t) on backend g running candidate cand: batch-1
+ * and batch-8 decode, batch-1 decode at 3,000 tokens (f16); with extras
+ * (f16, base) also 64 sessions, a 2,048-token prefill and the 32-token turn
+ * after 3,000 tokens (more rows than the matrix-vector kernels take: the
+ * same ops for every candidate).
+ */
+static void bench_model(struct backend *g, struct rmodel *r, enum kt_dtype t, const char *cand,
+			double bw, double gemm, int quick, int extras)
+{
+	double t0 = now_s();
+	const struct model *m = &r->m;
+	int V = m->cfg.vocab;
+	struct fwd *f = fwd_new(m, g, 2048);
+	size_t nblocks = (64 * 96 + 3100 + 2100 + 300) / 16 + 64;
+	struct kvpool *p = f ? kvpool_new_on(g, (int)nblocks, 16, 32, 4096) : NULL;
+	if (!f || !p) {
+		printf("bench %s %s: setup failed (device memory?)\n", cand, kt_dtype_name(t));
+		fwd_free(f);
+		return;
+	}
+	printf("bench_setup cand=%s dtype=%s load_s=%.1f weight_bytes=%zu\n", cand, kt_dtype_name(t),
+	       now_s() - t0, m->weight_bytes);
+	float *logits = xmalloc((size_t)64 * V * 4);
+	int32_t tok[4096];
+	for (int i = 0; i < 4096; i++)
+		tok[i] = (int32_t)(((unsigned)i * 2654435761u) % (unsigned)V);
+
+	double step = bench_decode1(f, p, tok, logits, quick ? 32 : 128);
+	double roof = bw / (double)m->weight_bytes;
+	printf("decode1 cand=%s dtype=%s tok_s=%.1f step_ms=%.3f roof_tok_s=%.1f pct_roof=%.1f%s\n",
+	       cand, kt_dtype_name(t), 1.0 / step, step * 1e3, roof, 100.0 / step / roof,
+	       g->failed ? " DEVICE-ERROR" : "");
+	double d8 = bench_decode_n(f, p, tok, logits, V, 8, quick ? 8 : 32);
+	printf("decode8 cand=%s dtype=%s tok_s=%.0f step_ms=%.2f%s\n", cand, kt_dtype_name(t), d8,
+	       8e3 / d8, g->failed ? " DEVICE-ERROR" : "");
+	if (extras) {
+		double d64 = bench_decode_n(f, p, tok, logits, V, 64, quick ? 8 : 32);
+		printf("decode64 tok_s=%.0f step_ms=%.2f\n", d64, 64e3 / d64);
+
+		/* prefill of 2,048 tokens on an empty sequence */
+		struct kvseq s = { 0 };
+		double pt[3];
+		for (int k = 0; k < 4; k++) {
+			double b0 = now_s();
+			run_seq(f, p, &s, tok, 2048, 0, logits, 0);
+			if (k)
+				pt[k - 1] = now_s() - b0;
+			kvseq_release(p, &s);
+		}
+		double pm = median(pt, 3);
+		const struct model_config *c = &m->cfg;
+		double mm_flops = 2.0 * 2048 * ((double)c->n_layers * ((double)4 * c->dim * c->dim +
+						 3.0 * c->dim * c->ffn_dim));
+		double att_flops = 4.0 * c->n_layers * c->dim * (2048.0 * 2049.0 / 2);
+		printf("prefill2048 tok_s=%.0f ms=%.1f matmul_tflops=%.1f all_tflops=%.1f gemm_tflops=%.1f "
+		       "pct_gemm=%.1f\n", 2048 / pm, pm * 1e3, mm_flops / pm / 1e12,
+		       (mm_flops + att_flops) / pm / 1e12, gemm / 1e12,
+		       100.0 * (mm_flops + att_flops) / pm / gemm);
+	}
+	if (t == KT_F16) {
+		/* a 32-token turn after 3,000 tokens: time to its first token's
+		 * logits; then batch-1 decode at 3,000 tokens of context */
+		struct kvseq s = { 0 };
+		double dt[16];
 		run_seq(f, p, &s, tok, 2048, 0, logits, 0);
-		if (k)
-			pt[k - 1] = now_s() - b0;
+		run_seq(f, p, &s, tok + 2048, 952, 2048, logits, 0);
+		if (extras) {
+			double tt[5];
+			for (int k = 0; k < 5; k++) {
+				double b0 = now_s();
+				run_seq(f, p, &s, tok + 3000, 32, 3000, logits, 0);
+				tt[k] = now_s() - b0;
+			}
+			printf("turn32_after3000 first_token_ms=%.2f\n", median(tt, 5) * 1e3);
+		} else {
+			run_seq(f, p, &s, tok + 3000, 32, 3000, logits, 0);
+		}
+		for (int i = 0; i < 16; i++) {
+			double b0 = now_s();
+			run_seq(f, p, &s, tok + 3032 + i, 1, 3032 + i, logits, 0);
+			dt[i] = now_s() - b0;
+		}
+		printf("decode1_at3000 cand=%s tok_s=%.1f\n", cand, 1.0 / median(dt + 2, 14));
 		kvseq_release(p, &s);
 	}
-	double pm = median(pt, 3);
-	const struct model_config *c = &m->cfg;
-	double mm_flops = 2.0 * 2048 * ((double)c->n_layers * ((double)4 * c->dim * c->dim +
-					 3.0 * c->dim * c->ffn_dim));
-	double att_flops = 4.0 * c->n_layers * c->dim * (2048.0 * 2049.0 / 2);
-	printf("prefill2048 tok_s=%.0f ms=%.1f matmul_tflops=%.1f all_tflops=%.1f gemm_tflops=%.1f "
-	       "pct_gemm=%.1f\n", 2048 / pm, pm * 1e3, mm_flops / pm / 1e12,
-	       (mm_flops + att_flops) / pm / 1e12, gemm / 1e12, 100.0 * (mm_flops + att_flops) / pm / gemm);
-
-	/* a 32-token turn after 3,000 tokens: time to its first token's logits */
-	run_seq(f, p, &s, tok, 2048, 0, logits, 0);
-	run_seq(f, p, &s, tok + 2048, 952, 2048, logits, 0);
-	double tt[5];
-	for (int k = 0; k < 5; k++) {
-		double b0 = now_s();
-		run_seq(f, p, &s, tok + 3000, 32, 3000, logits, 0);
-		tt[k] = now_s() - b0;
-	}
-	printf("turn32_after3000 first_token_ms=%.2f\n", median(tt, 5) * 1e3);
-	/* decode at 3,000 tokens of context */
-	for (int i = 0; i < 16; i++) {
-		double b0 = now_s();
-		run_seq(f, p, &s, tok + 3032 + i, 1, 3032 + i, logits, 0);
-		dt[i] = now_s() - b0;
-	}
-	printf("decode1_at3000 tok_s=%.1f\n", 1.0 / median(dt + 2, 14));
-	kvseq_release(p, &s);
 	fwd_free(f);
 	kvpool_free(p);
 	free(logits);
-	rmodel_free(r);
+}
+
+/* Every dtype x candidate, each candidate on a backend of its own (a
+ * device error in one leaves the others running). */
+static void bench_all(double bw, double gemm, int quick)
+{
+	const enum kt_dtype dts[4] = { KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K };
+	for (int d = 0; d < 4; d++) {
+		struct rmodel *r = rmodel_new(4096, 32, 32, 32, 11008, 32000, 4096, dts[d], 0);
+		for (int c = 0; c < N_CANDS; c++) {
+			struct backend *g = cand_backend(cand_names[c]);
+			if (!g) {
+				printf("bench cand=%s: no backend\n", cand_names[c]);
+				continue;
+			}
+			bench_model(g, r, dts[d], cand_names[c], bw, gemm, quick, dts[d] == KT_F16 && c == 0);
+			backend_free(g);
+		}
+		rmodel_free(r);
+	}
 }
 
 int main(int argc, char **argv)
@@ -875,6 +1052,8 @@ int main(int argc, char **argv)
 		/* Q4_K kept in its blocks on the device; the 40-row prefill
 		 * expands it to f16 for cuBLAS */
 		run_logits(cpu, g16, "q4_k weights", 2e-2, KT_Q4_K);
+	} else if (!strcmp(mode, "cands")) {
+		run_cands(cpu);
 	} else if (!strcmp(mode, "prof")) {
 		/* a few batch-1 products and one decode step, for a profiler */
 		double bw = 4.2e12;
@@ -889,12 +1068,9 @@ int main(int argc, char **argv)
 			bench_gemv(g16, gt[i], 4096, 4096, bw);
 			bench_gemv(g16, gt[i], 11008, 4096, bw);
 		}
-		bench_model(g16, KT_F16, bw, gemm, quick);
-		bench_model(g16, KT_Q8_0, bw, gemm, quick);
-		bench_model(g16, KT_Q4_0, bw, gemm, quick);
-		bench_model(g16, KT_Q4_K, bw, gemm, quick);
+		bench_all(bw, gemm, quick);
 	} else {
-		fprintf(stderr, "usage: llamad-gpucheck ops|logits|prof|bench [--quick]\n");
+		fprintf(stderr, "usage: llamad-gpucheck ops|logits|cands|prof|bench [--quick]\n");
 		return 2;
 	}
 	if (g16->failed || g32->failed) {

@@ -13,8 +13,15 @@
 #      greedy on the GPU = numpy's (tests/golden/llama3.sh)
 #   5. sessions survive a daemon restart on the GPU; --device cuda and auto
 #      take the GPU (tests/integration/device.sh)
-#   6. benchmarks, 7B shape (gpucheck bench)
-# Full logs go to LOGDIR (default gpu-logs); one short table is printed last.
+#   6. the layer candidates (base, fused, persistent, splitk:
+#      kernels/cuda/plan.h) x f16 / Q8_0 / Q4_0 / Q4_K against the CPU, batch
+#      1, 3, 5 and 8 rows (gpucheck cands)
+#   7. benchmarks, 7B shape (gpucheck bench): every candidate x dtype
+# Full logs go to LOGDIR (default gpu-logs); one short table is printed last:
+# decode tok/s and % of the copy-bandwidth roof per candidate x dtype, and
+# the winners: per dtype the fastest candidate that passed step 6 at batch
+# 1, written as an LLAMAD_CUDA_KERNELS spec to LOGDIR/winners.txt (the fixed
+# table in kernels/cuda/plan.c takes it).
 # Exit status: 0 when every check passed.
 #
 # Env: BUILD (default build), GPU_PACK (default gpu-pack: libs/, models/,
@@ -72,6 +79,9 @@ grep -E "^(ok|FAIL) +logits" "$LOG/logits.log"
 LLAMAD_FLAGS="--device cuda --gpu-weights f32" BUILD=$BUILD PYTHON=python3 \
     step "llama3-tiny greedy = numpy (f32 dev)" llama3.log sh tests/golden/llama3.sh
 
+step "layer candidates vs CPU" cands.log "$BUILD/llamad-gpucheck" cands
+grep -E "^(cands:|FAIL)" "$LOG/cands.log" | tr '\n' ' ' | sed 's/cands: //g'; echo
+
 restart_check() {
     local d; d=$(mktemp -d)
     local args=(--model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model"
@@ -99,10 +109,16 @@ else
     step "bench 7B shape" bench.log "$BUILD/llamad-gpucheck" bench
 fi
 
+# the candidates' table and winners (awk over cands.log and bench.log)
+cand_table() {
+    awk -f tests/gpu/cands.awk WIN="$LOG/winners.txt" "$LOG/cands.log" "$LOG/bench.log"
+}
+
 echo
 echo "==== llamad GPU check: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F) ===="
 printf '%s\n' "${ROWS[@]}"
-grep -E "^(copy_bw|gemv|decode1|decode64|prefill2048|turn32|decode1_at)" "$LOG/bench.log" | sed 's/^/  /'
-echo "op/logit checks: $(cat "$LOG/ops.log" "$LOG/logits.log" | grep -c '^ok') ok," \
-     "$(cat "$LOG/ops.log" "$LOG/logits.log" | grep -c '^FAIL') failed; steps failed: $fails"
+grep -E "^(copy_bw|decode64|prefill2048|turn32|decode1_at)" "$LOG/bench.log" | sed 's/^/  /'
+cand_table
+echo "op/logit checks: $(cat "$LOG/ops.log" "$LOG/logits.log" "$LOG/cands.log" | grep -c '^ok') ok," \
+     "$(cat "$LOG/ops.log" "$LOG/logits.log" "$LOG/cands.log" | grep -c '^FAIL') failed; steps failed: $fails"
 exit $((fails > 0))
