@@ -91,6 +91,7 @@ struct cu_backend {
 	size_t skpart_bytes, skcount_bytes;
 	int persist[CU_N_DTYPE];
 	size_t persist_smem[CU_N_DTYPE];
+	unsigned placed;          /* bit per dtype of the matrices placed */
 	/* graphs */
 	struct cu_graph *graphs;
 	int n_graphs, cap_graphs;
@@ -411,6 +412,7 @@ static int cu_weight_place(struct backend *be, struct kt_weight *dst, const stru
 		c->max_cols = cols;
 	if (rows > c->max_rows)
 		c->max_rows = rows;
+	c->placed |= 1u << dt;
 	if (kt_dtype_is_quant(dt) && n > c->max_qelems)
 		c->max_qelems = n;
 	return 0;
@@ -847,6 +849,8 @@ static void cu_op_embed(struct backend *be, float *y, const struct kt_weight *ta
 	launched(c, "embed");
 }
 
+static void persist_prepare(struct cu_backend *c);
+
 static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 {
 	struct cu_backend *c = CB(be);
@@ -866,17 +870,20 @@ static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 	    grow(c, &c->xq, &c->xq_bytes, (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1) * 40) ||
 	    grow(c, (void **)&c->wh, &c->wh_bytes, c->max_qelems * 2))
 		return -ENOMEM;
-	/* split-K: partials of every part, a counter per block of rows (zero) */
-	size_t rows = c->max_rows ? c->max_rows : 1;
+	/* split-K (the o and down products: dim rows, at most max_cols):
+	 * partials of every part, a counter per block of rows (zero) */
+	size_t rows = c->max_cols ? c->max_cols : 1;
 	size_t cnt = (rows / CU_GW + 1) * sizeof(unsigned);
 	if (grow(c, (void **)&c->skpart, &c->skpart_bytes,
 		 (size_t)CU_MAX_SPLITK * CU_GEMV_MAX * rows * sizeof(float)))
 		return -ENOMEM;
 	if (c->skcount_bytes < cnt) {
 		if (grow(c, (void **)&c->skcount, &c->skcount_bytes, cnt) ||
-		    ck(c, cudaMemset(c->skcount, 0, cnt), "cudaMemset"))
+		    ck(c, cudaMemsetAsync(c->skcount, 0, cnt, c->stream), "cudaMemset") ||
+		    ck(c, cudaStreamSynchronize(c->stream), "cudaMemset"))
 			return -ENOMEM;
 	}
+	persist_prepare(c);
 	return 0;
 }
 
@@ -941,11 +948,38 @@ static int persist_blocks(struct cu_backend *c, const struct cu_shape *sh)
 		return 0;
 	size_t smem = p.s[0].smem;
 	int *b = &c->persist[sh->dt];
-	if (*b < 0 || c->persist_smem[sh->dt] != smem) {
-		*b = cu_layer_blocks(sh->dt, sh->qx, smem, c->n_sm);
-		c->persist_smem[sh->dt] = smem;
+	if (*b >= 0 && smem <= c->persist_smem[sh->dt])
+		return *b;  /* (cu_reserve's figure: at least this shared memory) */
+	if (c->capturing) {
+		/* the attribute and occupancy calls are kept out of a recording */
+		backend_log(BACKEND_LOG_WARN, "cuda: the persistent kernel's occupancy for %s was "
+			    "not known before recording: this layer runs fused",
+			    kt_dtype_name(sh->dt));
+		return 0;
 	}
+	*b = cu_layer_blocks(sh->dt, sh->qx, smem, c->n_sm);
+	c->persist_smem[sh->dt] = smem;
 	return *b;
+}
+
+/* The persistent kernel's resident blocks for each dtype placed, before any
+ * recording: its shared memory is at most the widest matrix input staged
+ * (fp32, or 8-bit with scales and sums) or a decode attention unit's
+ * (head_dim <= 128), whichever is more. */
+static void persist_prepare(struct cu_backend *c)
+{
+	size_t w = c->max_cols;
+	for (int dt = 0; dt < CU_N_DTYPE; dt++) {
+		if (!(c->placed >> dt & 1) || !w || c->cand[dt] != CU_CAND_PERSIST)
+			continue;
+		int qx = c->q8_act && (dt == KT_Q8_0 || dt == KT_Q4_0);
+		size_t st = qx ? w + w / 32 * 8 : w * 4, at = (128 + 4 * 130) * 4;
+		size_t smem = st > at ? st : at;
+		if (c->persist[dt] >= 0 && c->persist_smem[dt] >= smem)
+			continue;
+		c->persist[dt] = cu_layer_blocks((enum kt_dtype)dt, qx, smem, c->n_sm);
+		c->persist_smem[dt] = smem;
+	}
 }
 
 /* q/k/v through the ops one at a time (a fused step that could not run) */
@@ -975,7 +1009,9 @@ static int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 	struct cu_shape sh = { D, L->n_heads, L->n_kv_heads, hd, F, n_tok,
 			       c->batch.single_rows ? n_tok : c->batch.n_tiles, c->batch.single_rows,
 			       dt, qx, c->n_sm, 0, 0 };
-	if (c->cand[dt] == CU_CAND_PERSIST && n_tok == 1 && sh.single_rows)
+	/* (its attention unit takes a position a lane: blocks of <= 32) */
+	if (c->cand[dt] == CU_CAND_PERSIST && n_tok == 1 && sh.single_rows &&
+	    kv->block_size <= 32)
 		sh.persist_blocks = persist_blocks(c, &sh);
 	struct cu_plan p;
 	if (cu_plan_layer((enum cu_cand)c->cand[dt], &sh, &p))
@@ -1070,7 +1106,18 @@ static int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 			cu_attn_fill(&a.at, b->att, b->q, kv, layer, &c->batch, L->n_heads, L->n_kv_heads,
 				     hd, c->part);
 			a.at.n_split = s->splits;
-			cu_layer_launch(st, &a, dt, qx, (int)s->grid[0], s->smem);
+			cudaError_t e = (cudaError_t)cu_layer_launch(st, &a, dt, qx, (int)s->grid[0],
+								     s->smem);
+			if (e != cudaSuccess) {
+				/* not a device failure: this dtype runs fused from now on */
+				cudaGetLastError();
+				backend_log(BACKEND_LOG_WARN, "cuda: the persistent %s layer kernel "
+					    "did not start (%s): %s layers run fused", kt_dtype_name(dt),
+					    cudaGetErrorString(e), kt_dtype_name(dt));
+				c->persist[dt] = 0;
+				c->persist_smem[dt] = (size_t)-1;
+				return cu_op_layer(be, kv, layer, L, b, n_tok);
+			}
 			break;
 		}
 		default:

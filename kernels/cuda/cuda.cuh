@@ -156,7 +156,7 @@ struct cu_layer_args {
 /* Blocks of the persistent kernel for dt that stay resident on n_sm SMs
  * with smem bytes each (opting in above 48 KB); 0 when it cannot run. */
 int cu_layer_blocks(enum kt_dtype dt, int qx, size_t smem, int n_sm);
-/* Launch it (cooperative). */
+/* Launch it (cooperative): the launch's cudaError_t (0 when it started). */
 int cu_layer_launch(cudaStream_t st, const struct cu_layer_args *a, enum kt_dtype dt, int qx,
 		    int blocks, size_t smem);
 void cu_silu_mul(cudaStream_t st, float *g, const float *u, size_t n);

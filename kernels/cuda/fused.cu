@@ -76,18 +76,18 @@ int cu_gemv_fused(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int 
 		j->xq = NULL;
 	int q = cu_gemv_prep(j, dt);
 	size_t need = stage_x_bytes(q ? XS_Q8 : XS_F32, n_tok, j->cols, j->cols / 32);
-	if (n_tok < 1 || n_tok > CU_GEMV_MAX || j->cols % 32 || need > CU_SMEM_PLAIN ||
+	/* the norm needs its staging (beside the kernel's 128 bytes of its own);
+	 * q/k/v from xb stages it when it fits, else reads it from memory */
+	if (n_tok < 1 || n_tok > CU_GEMV_MAX || j->cols % 32 || (norm && need > CU_SMEM_DYN) ||
 	    (mode == 3 && (j->e.hd % 2 || j->rows[0] % 2 || j->rows[1] % 2 || j->rows[2] % 2)) ||
-	    (mode != 2 && mode != 3))
+	    (mode == 2 && !norm) || (mode != 2 && mode != 3))
 		return -1;
 	if (mode == 3 && norm)
 		gemv_mode<3, 1>(st, j, dt, x, n_tok, q);
 	else if (mode == 3)
-		gemv_mode<3, 2>(st, j, dt, x, n_tok, q);
-	else if (norm)
-		gemv_mode<2, 1>(st, j, dt, x, n_tok, q);
+		gemv_mode<3, 0>(st, j, dt, x, n_tok, q);
 	else
-		return -1;
+		gemv_mode<2, 1>(st, j, dt, x, n_tok, q);
 	return 0;
 }
 
@@ -110,7 +110,7 @@ int cu_gemv_splitk(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, con
 	int most = parts > 0 ? (j->cols / 32 + parts - 1) / parts : 0;
 	if ((dt != KT_Q8_0 && dt != KT_Q4_0) || j->cols % 32 || parts < 1 ||
 	    parts > CU_MAX_SPLITK || (parts > 1 && (!j->part || !j->count)) || n_tok < 1 ||
-	    n_tok > CU_GEMV_MAX || stage_x_bytes(XS_QIN, n_tok, j->cols, most) > CU_SMEM_PLAIN)
+	    n_tok > CU_GEMV_MAX || stage_x_bytes(XS_QIN, n_tok, j->cols, most) > CU_SMEM_DYN)
 		return -1;
 	j->vec = 0;
 	switch (n_tok) {

@@ -14,10 +14,10 @@
  *   job_store  the epilogue: store, add (residual), SwiGLU, or RoPE and the
  *              KV store of the fused q/k/v product
  *   stage_x    the block's activations in shared memory: fp32 as they are or
- *              RMS-normalized (the block computes the row's scale with
- *              rmsnorm.cu's reduction order), or 8-bit blocks copied from
- *              cu_quant_x or made here (of x, of the normalized x, or of a
- *              slice of x for split-K)
+ *              RMS-normalized (the block computes the row's scale; with 256
+ *              threads in rmsnorm.cu's order, so the same bits), or 8-bit
+ *              blocks copied from cu_quant_x or made here (of x, of the
+ *              normalized x, or of a slice of x for split-K)
  */
 #ifndef LLAMAD_KERNELS_CUDA_GEMV_CUH
 #define LLAMAD_KERNELS_CUDA_GEMV_CUH
@@ -610,14 +610,15 @@ static void launch(cudaStream_t st, const struct cu_gemv_job *j, const float *x,
 	}
 }
 
-/* FUSE: 0 plain (staging as it fits), 1 normalized in the kernel (fp32 or,
- * QX, 8-bit made there), 2 the QX copy required (fused q/k/v from xb) */
+/* FUSE: 0 plain (staged when it fits without opting in: fp32, or the 8-bit
+ * copy of cu_quant_x's output; else read from memory), 1 normalized in the
+ * kernel (fp32 or, QX, 8-bit made there; the caller checks it fits) */
 template <int NT, int MODE, int FUSE>
 static void gemv_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtype dt,
 		    const float *x, int qx)
 {
-	const int SF = FUSE == 1 ? XS_NORM : FUSE == 2 ? XS_F32 : XS_NONE;
-	const int SQ = FUSE == 1 ? XS_QNORM : FUSE == 2 ? XS_Q8 : XS_NONE;
+	const int SF = FUSE == 1 ? XS_NORM : XS_NONE;
+	const int SQ = FUSE == 1 ? XS_QNORM : XS_NONE;
 	switch (dt) {
 	case KT_F32: launch<NT, KT_F32, MODE, 0, 2, SF>(st, j, x, NT); break;
 	case KT_F16: launch<NT, KT_F16, MODE, 0, 4, SF>(st, j, x, NT); break;

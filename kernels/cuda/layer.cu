@@ -156,7 +156,7 @@ int cu_layer_blocks(enum kt_dtype dt, int qx, size_t smem, int n_sm)
 	int per = 0;
 	if (!k || smem > CU_SMEM_PERSIST)
 		return 0;
-	if (smem > CU_SMEM_PLAIN &&
+	if (smem > CU_SMEM_DYN &&
 	    cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) != cudaSuccess) {
 		cudaGetLastError();
 		return 0;
@@ -173,7 +173,7 @@ int cu_layer_launch(cudaStream_t st, const struct cu_layer_args *a, enum kt_dtyp
 {
 	void *k = pick(dt, qx);
 	if (!k || blocks <= 0)
-		return -1;
+		return (int)cudaErrorInvalidValue;
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = dim3((unsigned)blocks);
 	cfg.blockDim = dim3(CU_PW * 32);
@@ -186,8 +186,5 @@ int cu_layer_launch(cudaStream_t st, const struct cu_layer_args *a, enum kt_dtyp
 	cfg.numAttrs = 1;
 	struct cu_layer_args copy = *a;
 	void *args[] = { &copy };
-	cudaError_t e = cudaLaunchKernelExC(&cfg, k, args);
-	if (e != cudaSuccess)
-		cu_note_launch_error(e);
-	return 0;
+	return (int)cudaLaunchKernelExC(&cfg, k, args);
 }

@@ -180,7 +180,7 @@ static void plan_base(struct cu_plan *p, const struct cu_shape *sh)
  * or fp32 rows */
 static int norm_fits(const struct cu_shape *sh)
 {
-	return stage_bytes(sh, sh->dim) <= CU_SMEM_PLAIN && sh->dim % 32 == 0;
+	return stage_bytes(sh, sh->dim) <= CU_SMEM_DYN && sh->dim % 32 == 0;
 }
 
 /* the fused q/k/v (+ norm) and gate/up (+ norm) steps */
@@ -193,12 +193,12 @@ static void fused_qkv(struct cu_plan *p, const struct cu_shape *sh)
 		if (sh->qx)
 			quant(p, sh, 0, D);
 	}
-	/* a warp per rotation pair: half as many warps as rows */
+	/* a warp per rotation pair: half as many warps as rows; from xb (the
+	 * norm did not fit) x is read from global memory */
 	struct cu_step *s = add(p, nf ? CU_K_NORM_QKV_ROPE_KV : CU_K_QKV_ROPE_KV, 0,
 				cdiv((size_t)(qd + 2 * kv) / 2, CU_GW), CU_GW * 32,
 				wbytes(sh, qd + 2 * kv, D) + actbytes(sh, D, qd + 2 * kv));
-	size_t sm = stage_bytes(sh, D);
-	s->smem = sm <= CU_SMEM_PLAIN && D % 32 == 0 ? sm : 0;
+	s->smem = nf ? stage_bytes(sh, D) : 0;
 }
 
 static void fused_ffn_in(struct cu_plan *p, const struct cu_shape *sh)

@@ -59,9 +59,13 @@ extern "C" {
 /* attention: most splits along the sequence, floats of the split partials */
 #define CU_MAX_SPLIT 16
 #define CU_PART_FLOATS (16u << 20)
-/* dynamic shared memory a block may stage activations in without opting in;
- * the most the persistent kernel opts in to */
+/* dynamic shared memory a block may stage activations in without opting in
+ * (the base kernels: no static shared memory); the same for the fused,
+ * split-K and persistent kernels, whose own static shared memory (a
+ * reduction's 32 floats and a flag) counts in the same 48 KB; the most the
+ * persistent kernel opts in to */
 #define CU_SMEM_PLAIN (48u * 1024)
+#define CU_SMEM_DYN (CU_SMEM_PLAIN - 256)
 #define CU_SMEM_PERSIST (160u * 1024)
 /* most split-K parts */
 #define CU_MAX_SPLITK 8

@@ -132,7 +132,7 @@ static void test_plans_7b(void **state)
 					if (p.s[i].kind == CU_K_SPLITK_ADD) {
 						/* 512 row groups for 132 SMs: 2 parts */
 						assert_int_equal(p.s[i].splits, 2);
-						assert_true(p.s[i].smem <= CU_SMEM_PLAIN);
+						assert_true(p.s[i].smem <= CU_SMEM_DYN);
 					}
 			}
 		}
