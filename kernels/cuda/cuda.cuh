@@ -189,20 +189,28 @@ static __device__ __forceinline__ void cu_pdl_trigger(void)
 cudaError_t cu_take_launch_error(void);
 void cu_note_launch_error(cudaError_t e);
 
-template <typename... K, typename... A>
-static inline void cu_launch_pdl(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem,
-				 cudaStream_t st, A... args)
+/* A launch on st with the one attribute at (PDL, cooperative). */
+static inline cudaLaunchConfig_t cu_launch_cfg(dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+					       cudaLaunchAttribute *at)
 {
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = st;
+	cfg.attrs = at;
+	cfg.numAttrs = 1;
+	return cfg;
+}
+
+template <typename... K, typename... A>
+static inline void cu_launch_pdl(void (*kernel)(K...), dim3 grid, dim3 block, size_t smem,
+				 cudaStream_t st, A... args)
+{
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	at[0].val.programmaticStreamSerializationAllowed = 1;
-	cfg.attrs = at;
-	cfg.numAttrs = 1;
+	cudaLaunchConfig_t cfg = cu_launch_cfg(grid, block, smem, st, at);
 	cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
 	if (e != cudaSuccess)
 		cu_note_launch_error(e);

@@ -174,16 +174,10 @@ int cu_layer_launch(cudaStream_t st, const struct cu_layer_args *a, enum kt_dtyp
 	void *k = pick(dt, qx);
 	if (!k || blocks <= 0)
 		return (int)cudaErrorInvalidValue;
-	cudaLaunchConfig_t cfg = {};
-	cfg.gridDim = dim3((unsigned)blocks);
-	cfg.blockDim = dim3(CU_PW * 32);
-	cfg.dynamicSmemBytes = smem;
-	cfg.stream = st;
 	cudaLaunchAttribute at[1];
 	at[0].id = cudaLaunchAttributeCooperative;
 	at[0].val.cooperative = 1;
-	cfg.attrs = at;
-	cfg.numAttrs = 1;
+	cudaLaunchConfig_t cfg = cu_launch_cfg(dim3((unsigned)blocks), dim3(CU_PW * 32), smem, st, at);
 	struct cu_layer_args copy = *a;
 	void *args[] = { &copy };
 	return (int)cudaLaunchKernelExC(&cfg, k, args);
