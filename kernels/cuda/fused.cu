@@ -3,7 +3,8 @@
  * candidates (plan.h): RMSNorm inside the products that read it (8-bit
  * activations made there for Q8_0 / Q4_0), the q/k/v product with RoPE and
  * the KV store in its epilogue, and split-K products for Q8_0 / Q4_0. Built
- * from gemv.cuh's pieces, apart from matmul.cu for compile time.
+ * from gemv.cuh's pieces, apart from matmul.cu for compile time. Never run
+ * on a GPU yet (written 2026-12-02 without one).
  */
 #include "kernels/cuda/gemv.cuh"
 

@@ -16,6 +16,7 @@
  * with the same loads as the separate kernels; each warp issues its first
  * weight loads of a phase before the barrier that opens it. Activations
  * written inside the kernel are read without the read-only cache (NC 0).
+ * Never run on a GPU yet (written 2026-12-02 without one).
  */
 #include <cooperative_groups.h>
 

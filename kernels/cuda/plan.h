@@ -26,6 +26,10 @@
  * for 2 rows) plans as fused; every candidate falls back to the ops one at
  * a time (cuBLAS and all) above CU_GEMV_MAX rows or for mixed dtypes.
  *
+ * Written 2026-12-02 without a GPU: the fused, persistent and splitk kernels
+ * have never run on one (tests/gpu/run.sh checks each against the CPU before
+ * timing it; docs/PERF.md), so every dtype's fixed choice is base.
+ *
  * The helpers marked CU_FN are shared by the kernels and the CPU test: the
  * q/k/v row pairing of the fused epilogue, RoPE's rotation, KV slot offsets,
  * the 8-bit activation blocks, the attention and split-K split counts.
