@@ -741,11 +741,13 @@ out:
 /* Every candidate x dtype; "cands: CAND DTYPE ok|FAIL" lines for run.sh. */
 static void run_cands(struct backend *cpu)
 {
-	/* f16 / Q4_K: the same weights on both sides, fp32 sums (the prefill's
-	 * cuBLAS f16 activations feed the KV the later steps read); Q8_0 /
-	 * Q4_0: 8-bit activations against the CPU's exact products */
+	/* f16 / Q4_K: the same weights on both sides, fp32 sums, but the
+	 * 12-row prefill goes through cuBLAS (activations rounded to f16; Q4_K
+	 * expanded to f16) and its KV feeds every later step: run_logits'
+	 * 2e-2; Q8_0 / Q4_0: 8-bit activations against the CPU's exact
+	 * products. An indexing mistake costs O(1). */
 	const enum kt_dtype dts[4] = { KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K };
-	const double tols[4] = { 5e-3, 3e-2, 3e-2, 5e-3 };
+	const double tols[4] = { 2e-2, 3e-2, 3e-2, 2e-2 };
 	for (int d = 0; d < 4; d++) {
 		struct rmodel *r = rmodel_new(4096, 2, 32, 8, 11008, 32000, 512, dts[d], 1);
 		for (int c = 0; c < N_CANDS; c++) {
