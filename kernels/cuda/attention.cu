@@ -187,7 +187,7 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 	if (b->single_rows) {
 		a.n_split = cu_attn_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
 		dim3 grid(b->n_tok * n_heads, a.n_split);
-		size_t smem = attn_decode_smem(hd);
+		size_t smem = cu_attn_decode_smem(hd);
 		if (a.bs == 16 && hd % 8 == 0 && hd <= 128) {
 			if (hd <= 32)
 				cu_launch_pdl(attn_decode16_kernel<4>, grid, dim3(AW * 32), smem, st, a);

@@ -13,7 +13,7 @@
 
 #include "kernels/cuda/cuda.cuh"
 
-#define AW 4   /* warps per decode block */
+#define AW CU_PW  /* warps per decode block */
 
 
 __device__ __forceinline__ float warp_max(float v)
@@ -249,12 +249,6 @@ __device__ __forceinline__ void attn_combine_unit(float *out, const float *part,
 			    (void)M;
 			    out[(size_t)i * hd + c] = A / L;
 		    });
-}
-
-/* shared memory of a decode unit */
-static inline size_t attn_decode_smem(int hd)
-{
-	return ((size_t)hd + AW * ((size_t)hd + 2)) * sizeof(float);
 }
 
 #endif

@@ -590,10 +590,17 @@ static void blas_mm(struct cu_backend *c, float *y, const float *x, const struct
 				 CUBLAS_GEMM_DEFAULT), "gemm");
 }
 
-/* Point j at the 8-bit activation scratch laid out for nb blocks of 32:
- * codes, then scales, then sums. */
-static void q8_scratch(struct cu_backend *c, struct cu_gemv_job *j, size_t nb)
+/* Blocks of 32 the 8-bit activation scratch holds: CU_GEMV_MAX rows of the
+ * widest matrix input (cu_reserve sizes it). */
+static size_t q8_blocks(const struct cu_backend *c)
 {
+	return (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1);
+}
+
+/* Point j at that scratch: codes, then scales, then sums. */
+static void q8_scratch(struct cu_backend *c, struct cu_gemv_job *j)
+{
+	size_t nb = q8_blocks(c);
 	j->xq = (int8_t *)c->xq;
 	j->xd = (float *)((char *)c->xq + nb * 32);
 	j->xs = (int *)((char *)c->xq + nb * 36);
@@ -620,10 +627,9 @@ static void gemv(struct cu_backend *c, int mode, int n, float *const *y,
 {
 	struct cu_gemv_job j = job_of(n, w, y);
 	if (c->q8_act && kt_dtype_is_quant(w[0]->dtype)) {
-		size_t nb = (size_t)CU_GEMV_MAX * j.cols / 32;
-		if (grow(c, &c->xq, &c->xq_bytes, nb * 40))
+		if (grow(c, &c->xq, &c->xq_bytes, q8_blocks(c) * 40))
 			return;
-		q8_scratch(c, &j, nb);
+		q8_scratch(c, &j);
 	}
 	cu_gemv_run(c->stream, &j, w[0]->dtype, mode, x, n_tok);
 	launched(c, "matmul");
@@ -867,7 +873,7 @@ static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 		return -ENOMEM;
 	if (grow(c, &c->xh, &c->xh_bytes, (size_t)T * (c->max_cols ? c->max_cols : 1) * 2) ||
 	    grow(c, (void **)&c->tmp, &c->tmp_bytes, (size_t)T * (c->max_rows ? c->max_rows : 1) * 4) ||
-	    grow(c, &c->xq, &c->xq_bytes, (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1) * 40) ||
+	    grow(c, &c->xq, &c->xq_bytes, q8_blocks(c) * 40) ||
 	    grow(c, (void **)&c->wh, &c->wh_bytes, c->max_qelems * 2))
 		return -ENOMEM;
 	/* split-K (the o and down products: dim rows, at most max_cols):
@@ -889,21 +895,18 @@ static int cu_reserve(struct backend *be, int max_pos, int max_tokens)
 
 /* ---- layer candidates ---- */
 
-/* staged without complaint (the layer op may decline) */
+/* A batch the layer kernels take: staged, matrix-vector sized, and one
+ * dtype for all seven matrices (their shapes are the loaders', built from
+ * the config; a Q4_K_M file's Q6_K wv and w2 keep its layers on the ops). */
 static int layer_ok(struct cu_backend *c, const struct kt_layer *L, int n_tok)
 {
 	const struct kt_weight *w[7] = { L->wq, L->wk, L->wv, L->wo, L->w1, L->w2, L->w3 };
 	if (c->be.failed || n_tok != c->batch.n_tok || n_tok > CU_GEMV_MAX || c->n_runs)
 		return 0;
-	for (int i = 0; i < 7; i++)
+	for (int i = 1; i < 7; i++)
 		if (w[i]->dtype != w[0]->dtype)
 			return 0;
-	int qd = L->n_heads * L->head_dim, kv = L->n_kv_heads * L->head_dim;
-	return L->wq->cols == L->dim && L->wk->cols == L->dim && L->wv->cols == L->dim &&
-	       L->wq->rows == qd && L->wk->rows == kv && L->wv->rows == kv && L->wo->cols == qd &&
-	       L->wo->rows == L->dim && L->w1->cols == L->dim && L->w3->cols == L->dim &&
-	       L->w1->rows == L->ffn_dim && L->w3->rows == L->ffn_dim &&
-	       L->w2->cols == L->ffn_dim && L->w2->rows == L->dim;
+	return 1;
 }
 
 /* the job of one product: weights, outputs, 8-bit scratch when qx */
@@ -911,8 +914,8 @@ static struct cu_gemv_job layer_job(struct cu_backend *c, int n, const struct kt
 				    float *const *y, int qx)
 {
 	struct cu_gemv_job j = job_of(n, w, y);
-	if (qx)  /* laid out as cu_reserve sized it */
-		q8_scratch(c, &j, (size_t)CU_GEMV_MAX * (c->max_cols / 32 + 1));
+	if (qx)
+		q8_scratch(c, &j);
 	j.vec = w[0]->cols % 8 == 0 ? w[0]->cols : 0;
 	return j;
 }
@@ -939,14 +942,7 @@ static struct cu_gemv_epi layer_epi(struct cu_backend *c, const struct kt_kv *kv
 /* resident blocks of the persistent kernel for this shape (cached) */
 static int persist_blocks(struct cu_backend *c, const struct cu_shape *sh)
 {
-	struct cu_shape one = *sh;
-	one.persist_blocks = 1;
-	one.n_tok = one.n_tiles = 1;
-	one.single_rows = 1;
-	struct cu_plan p;
-	if (cu_plan_layer(CU_CAND_PERSIST, &one, &p) || p.cand != CU_CAND_PERSIST)
-		return 0;
-	size_t smem = p.s[0].smem;
+	size_t smem = cu_plan_persist_smem(sh);
 	int *b = &c->persist[sh->dt];
 	if (*b >= 0 && smem <= c->persist_smem[sh->dt])
 		return *b;  /* (cu_reserve's figure: at least this shared memory) */
@@ -962,19 +958,16 @@ static int persist_blocks(struct cu_backend *c, const struct cu_shape *sh)
 	return *b;
 }
 
-/* The persistent kernel's resident blocks for each dtype placed, before any
- * recording: its shared memory is at most the widest matrix input staged
- * (fp32, or 8-bit with scales and sums) or a decode attention unit's
- * (head_dim <= 128), whichever is more. */
+/* The persistent kernel's resident blocks for each dtype placed that runs
+ * it, before any recording: for the widest matrix input and the largest
+ * head the kernel takes (128), at least what any layer asks. */
 static void persist_prepare(struct cu_backend *c)
 {
-	size_t w = c->max_cols;
 	for (int dt = 0; dt < CU_N_DTYPE; dt++) {
-		if (!(c->placed >> dt & 1) || !w || c->cand[dt] != CU_CAND_PERSIST)
+		if (!(c->placed >> dt & 1) || !c->max_cols || c->cand[dt] != CU_CAND_PERSIST)
 			continue;
 		int qx = c->q8_act && (dt == KT_Q8_0 || dt == KT_Q4_0);
-		size_t st = qx ? w + w / 32 * 8 : w * 4, at = (128 + 4 * 130) * 4;
-		size_t smem = st > at ? st : at;
+		size_t smem = cu_persist_smem((int)c->max_cols, 128, qx);
 		if (c->persist[dt] >= 0 && c->persist_smem[dt] >= smem)
 			continue;
 		c->persist[dt] = cu_layer_blocks((enum kt_dtype)dt, qx, smem, c->n_sm);
@@ -1003,6 +996,8 @@ static int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 	if (!layer_ok(c, L, n_tok))
 		return 0;
 	enum kt_dtype dt = L->wq->dtype;
+	if (c->cand[dt] == CU_CAND_BASE && c->cand_said[dt])
+		return 0;  /* the default, today's kernels: the ops one at a time */
 	int qd = L->n_heads * L->head_dim, D = L->dim, F = L->ffn_dim, hd = L->head_dim;
 	int qx = c->q8_act && (dt == KT_Q8_0 || dt == KT_Q4_0) && D % 32 == 0 && qd % 32 == 0 &&
 		 F % 32 == 0;
@@ -1036,7 +1031,8 @@ static int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 			cu_rmsnorm(st, b->xb, b->x, s->arg ? L->ffn_norm : L->att_norm, D, n_tok, L->eps);
 			break;
 		case CU_K_QUANT_X: {
-			struct cu_gemv_job j = layer_job(c, 1, &L->wq, &b->q, 1);
+			struct cu_gemv_job j;
+			q8_scratch(c, &j);
 			cu_quant_x(st, j.xq, j.xd, j.xs, xin[s->arg], (size_t)n_tok * xcols[s->arg] / 32);
 			break;
 		}

@@ -76,7 +76,7 @@ int cu_gemv_fused(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int 
 	if (!qx)
 		j->xq = NULL;
 	int q = cu_gemv_prep(j, dt);
-	size_t need = stage_x_bytes(q ? XS_Q8 : XS_F32, n_tok, j->cols, j->cols / 32);
+	size_t need = cu_stage_bytes(q ? XS_Q8 : XS_F32, n_tok, j->cols, j->cols / 32);
 	/* the norm needs its staging (beside the kernel's 128 bytes of its own);
 	 * q/k/v from xb stages it when it fits, else reads it from memory */
 	if (n_tok < 1 || n_tok > CU_GEMV_MAX || j->cols % 32 || (norm && need > CU_SMEM_DYN) ||
@@ -97,7 +97,7 @@ static void splitk_dt(cudaStream_t st, const struct cu_gemv_job *j, enum kt_dtyp
 		      const float *x, int parts)
 {
 	int most = (j->cols / 32 + parts - 1) / parts;
-	size_t sm = stage_x_bytes(XS_QIN, NT, j->cols, most);
+	size_t sm = cu_stage_bytes(XS_QIN, NT, j->cols, most);
 	dim3 grid((j->rows[0] + GW - 1) / GW, parts), block(GW * 32);
 	if (dt == KT_Q8_0)
 		cu_launch_pdl(splitk_kernel<NT, KT_Q8_0, 2>, grid, block, sm, st, *j, x);
@@ -111,7 +111,7 @@ int cu_gemv_splitk(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, con
 	int most = parts > 0 ? (j->cols / 32 + parts - 1) / parts : 0;
 	if ((dt != KT_Q8_0 && dt != KT_Q4_0) || j->cols % 32 || parts < 1 ||
 	    parts > CU_MAX_SPLITK || (parts > 1 && (!j->part || !j->count)) || n_tok < 1 ||
-	    n_tok > CU_GEMV_MAX || stage_x_bytes(XS_QIN, n_tok, j->cols, most) > CU_SMEM_DYN)
+	    n_tok > CU_GEMV_MAX || cu_stage_bytes(XS_QIN, n_tok, j->cols, most) > CU_SMEM_DYN)
 		return -1;
 	j->vec = 0;
 	switch (n_tok) {

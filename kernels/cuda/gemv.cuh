@@ -380,15 +380,7 @@ __device__ __forceinline__ void job_store(const struct cu_gemv_job &j, const str
 
 /* ---- staging ---- */
 
-/* How a block stages its activations. */
-enum {
-	XS_NONE = -1,  /* not staged: x read from global memory */
-	XS_F32 = 0,    /* fp32 rows as they are */
-	XS_NORM = 1,   /* fp32 rows RMS-normalized */
-	XS_Q8 = 2,     /* 8-bit blocks copied from cu_quant_x's output */
-	XS_QIN = 3,    /* 8-bit blocks of x made here (a slice [b0, b1) for split-K) */
-	XS_QNORM = 4,  /* 8-bit blocks of the normalized x made here */
-};
+/* (the kinds, XS_*, and their sizes, cu_stage_bytes: plan.h) */
 
 /* Sum of squares of xr[0, n) over the block of NTHR threads, in
  * rmsnorm.cu's order: thread-strided sums, then the warps', then the
@@ -515,13 +507,6 @@ __device__ __forceinline__ struct gemv_x stage_x(float4 *sm, const float *x, int
 	return r;
 }
 
-/* bytes stage_x takes for NT rows of cols (blocks [b0, b1) for 8 bits) */
-static inline size_t stage_x_bytes(int src, int n_tok, int cols, int nb)
-{
-	if (src == XS_F32 || src == XS_NORM)
-		return (size_t)n_tok * cols * 4;
-	return (size_t)n_tok * nb * 40;
-}
 
 /* ---- the kernel and its launchers ---- */
 
@@ -578,7 +563,7 @@ gemv_kernel(struct cu_gemv_job j, const float *__restrict__ x)
  * not fit without opting in. */
 static inline size_t xs_bytes(const struct cu_gemv_job *j, int n_tok, int qx)
 {
-	size_t b = stage_x_bytes(qx ? XS_Q8 : XS_F32, n_tok, j->cols, j->cols / 32);
+	size_t b = cu_stage_bytes(qx ? XS_Q8 : XS_F32, n_tok, j->cols, j->cols / 32);
 	return b <= CU_SMEM_PLAIN && j->cols % 32 == 0 ? b : 0;
 }
 
@@ -597,7 +582,7 @@ static void launch(cudaStream_t st, const struct cu_gemv_job *j, const float *x,
 {
 	dim3 grid((n_jobs(j, MODE) + GW - 1) / GW), block(GW * 32);
 	if constexpr (SRC != XS_NONE) {
-		size_t sm = stage_x_bytes(SRC, n_tok, j->cols, j->cols / 32);
+		size_t sm = cu_stage_bytes(SRC, n_tok, j->cols, j->cols / 32);
 		cu_launch_pdl(gemv_kernel<NT, DT, MODE, QX, U, SRC>, grid, block, sm, st, *j, x);
 	} else {
 		size_t sm = xs_bytes(j, n_tok, QX);

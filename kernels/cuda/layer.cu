@@ -25,8 +25,6 @@
 
 namespace cg = cooperative_groups;
 
-static_assert(CU_PW == AW, "the attention units take the block's warps");
-
 /* One warp job in two halves: begin (its rows and first weight loads,
  * which depend on nothing the phases write, so they are issued before the
  * barrier that opens the phase) and finish (products and epilogue). */

@@ -47,10 +47,10 @@ void cu_quant_x(cudaStream_t st, int8_t *xq, float *xd, int *xs, const float *x,
 	cu_launch_pdl(quant_x_kernel, dim3((unsigned)((nb + 7) / 8)), dim3(256), 0, st, xq, xd, xs, x, nb);
 }
 
-void cu_gemv_launch(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
-		    const float *x, int n_tok)
+/* the plain kernels for mode, once j->vec is set (qx: 8-bit x in j->xq) */
+static void gemv_modes(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
+		       const float *x, int n_tok, int qx)
 {
-	int qx = cu_gemv_prep(j, dt);
 	if (mode == 0)
 		gemv_mode<0, 0>(st, j, dt, x, n_tok, qx);
 	else if (mode == 1)
@@ -59,12 +59,19 @@ void cu_gemv_launch(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, in
 		gemv_mode<2, 0>(st, j, dt, x, n_tok, qx);
 }
 
+void cu_gemv_launch(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
+		    const float *x, int n_tok)
+{
+	gemv_modes(st, j, dt, mode, x, n_tok, cu_gemv_prep(j, dt));
+}
+
 void cu_gemv_run(cudaStream_t st, struct cu_gemv_job *j, enum kt_dtype dt, int mode,
 		 const float *x, int n_tok)
 {
-	if (cu_gemv_prep(j, dt))
+	int qx = cu_gemv_prep(j, dt);
+	if (qx)
 		cu_quant_x(st, j->xq, j->xd, j->xs, x, (size_t)n_tok * j->cols / 32);
-	cu_gemv_launch(st, j, dt, mode, x, n_tok);
+	gemv_modes(st, j, dt, mode, x, n_tok, qx);
 }
 
 void cu_gemv(cudaStream_t st, float *y, const float *x, const struct kt_weight *w, int n_tok)

@@ -107,8 +107,7 @@ static double wbytes(const struct cu_shape *sh, int rows, int cols)
  * blocks with their scales and sums, or fp32 */
 static size_t stage_bytes(const struct cu_shape *sh, int cols)
 {
-	return sh->qx ? (size_t)sh->n_tok * cols + (size_t)sh->n_tok * cols / 32 * 8
-		      : (size_t)sh->n_tok * cols * 4;
+	return cu_stage_bytes(sh->qx ? XS_Q8 : XS_F32, sh->n_tok, cols, cols / 32);
 }
 
 /* activations read by a matrix-vector kernel: x once per block (from L2
@@ -129,7 +128,7 @@ static void attention(struct cu_plan *p, const struct cu_shape *sh)
 	if (!sh->single_rows)
 		s->grid[1] = (unsigned)sh->n_heads;
 	else  /* the decode kernels' query and per-warp partials */
-		s->smem = ((size_t)sh->hd + 4 * ((size_t)sh->hd + 2)) * 4;
+		s->smem = cu_attn_decode_smem(sh->hd);
 	s->grid[sh->single_rows ? 1 : 2] = (unsigned)split;
 	s->splits = split;
 	if (split > 1)
@@ -248,23 +247,19 @@ static void plan_fused(struct cu_plan *p, const struct cu_shape *sh, int split_k
 	}
 }
 
-/* shared memory of the persistent kernel: the widest staged vector (fp32
- * or 8-bit), or the attention unit's */
-static size_t persist_smem(const struct cu_shape *sh)
+size_t cu_plan_persist_smem(const struct cu_shape *sh)
 {
 	int w = sh->dim > sh->ffn ? sh->dim : sh->ffn;
 	if (sh->n_heads * sh->hd > w)
 		w = sh->n_heads * sh->hd;
-	size_t st = sh->qx ? (size_t)w + (size_t)w / 32 * 8 : (size_t)w * 4;
-	size_t at = ((size_t)sh->hd + CU_PW * ((size_t)sh->hd + 2)) * 4;
-	return st > at ? st : at;
+	return cu_persist_smem(w, sh->hd, sh->qx);
 }
 
 static int plan_persist(struct cu_plan *p, const struct cu_shape *sh)
 {
 	/* (its attention unit takes head_dim <= 128: 4 channels a lane) */
 	if (sh->n_tok != 1 || !sh->single_rows || sh->persist_blocks <= 0 || sh->hd > 128 ||
-	    persist_smem(sh) > CU_SMEM_PERSIST || sh->dim % 32 || sh->ffn % 32 ||
+	    cu_plan_persist_smem(sh) > CU_SMEM_PERSIST || sh->dim % 32 || sh->ffn % 32 ||
 	    (sh->n_heads * sh->hd) % 32)
 		return 0;
 	struct cu_plan tmp = { 0 };
@@ -272,7 +267,7 @@ static int plan_persist(struct cu_plan *p, const struct cu_shape *sh)
 	int split = cu_attn_split(1, sh->n_heads, sh->hd, 1, sh->n_sm);
 	struct cu_step *s = add(p, CU_K_LAYER, 0, (unsigned)sh->persist_blocks, CU_PW * 32,
 				cu_plan_bytes(&tmp));
-	s->smem = persist_smem(sh);
+	s->smem = cu_plan_persist_smem(sh);
 	s->splits = split;
 	/* q/k/v | attention | [combine |] o | gate/up | down */
 	s->syncs = split > 1 ? 5 : 4;

@@ -156,6 +156,8 @@ struct cu_plan {
 /* Plan one layer of candidate `want` for shape sh. Returns 0, or -1 when
  * no plan applies (too many rows: the ops path runs). */
 int cu_plan_layer(enum cu_cand want, const struct cu_shape *sh, struct cu_plan *p);
+/* Shared memory of the persistent kernel for a layer of shape sh. */
+size_t cu_plan_persist_smem(const struct cu_shape *sh);
 /* Sum of bytes over a plan's steps. */
 double cu_plan_bytes(const struct cu_plan *p);
 /* One line per step into buf ("  3 gemv_qkv grid=1536 ..."), for logs and
@@ -200,6 +202,41 @@ CU_FN void cu_splitk_range(int nb, int s, int S, int *b0, int *b1)
 {
 	*b0 = (int)((long)nb * s / S);
 	*b1 = (int)((long)nb * (s + 1) / S);
+}
+
+/* How a matrix-vector block stages its activations (gemv.cuh's stage_x). */
+enum {
+	XS_NONE = -1,  /* not staged: x read from global memory */
+	XS_F32 = 0,    /* fp32 rows as they are */
+	XS_NORM = 1,   /* fp32 rows RMS-normalized */
+	XS_Q8 = 2,     /* 8-bit blocks copied from cu_quant_x's output */
+	XS_QIN = 3,    /* 8-bit blocks of x made here (a slice of nb for split-K) */
+	XS_QNORM = 4,  /* 8-bit blocks of the normalized x made here */
+};
+
+/* Shared memory stage_x takes for n_tok rows of cols: fp32, or nb blocks
+ * of 32 as 8-bit codes, a scale and a sum each. */
+CU_FN size_t cu_stage_bytes(int src, int n_tok, int cols, int nb)
+{
+	if (src == XS_F32 || src == XS_NORM)
+		return (size_t)n_tok * cols * 4;
+	return (size_t)n_tok * nb * 40;
+}
+
+/* Shared memory of a decode attention unit (CU_PW warps): the query and
+ * each warp's partial (max, sum, hd weighted values). */
+CU_FN size_t cu_attn_decode_smem(int hd)
+{
+	return ((size_t)hd + CU_PW * ((size_t)hd + 2)) * sizeof(float);
+}
+
+/* Shared memory of the persistent kernel: the widest vector a phase stages
+ * (fp32, or 8-bit with scales and sums) or a decode attention unit's. */
+CU_FN size_t cu_persist_smem(int widest, int hd, int qx)
+{
+	size_t st = cu_stage_bytes(qx ? XS_QIN : XS_F32, 1, widest, widest / 32);
+	size_t at = cu_attn_decode_smem(hd);
+	return st > at ? st : at;
 }
 
 /* One rotation pair (or, for v, two consecutive rows) of the fused q/k/v

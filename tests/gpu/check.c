@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/plan.h"
 #include "model/forward.h"
 #include "session/kvpool.h"
 
@@ -633,9 +634,6 @@ static void run_logits(struct backend *cpu, struct backend *g, const char *label
 
 /* ---- layer candidates (kernels/cuda/plan.h) ---- */
 
-static const char *const cand_names[] = { "base", "fused", "persistent", "splitk" };
-#define N_CANDS 4
-
 /* A CUDA backend (f16 device weights) running candidate name, or NULL. */
 static struct backend *cand_backend(const char *name)
 {
@@ -649,93 +647,81 @@ static struct backend *cand_backend(const char *name)
 	return g;
 }
 
-/*
- * Candidate `cand` on a 2-layer model of 7B width with GQA (32/8 heads) in
- * dtype t, against the CPU: a 12-token prefill (the ops path), 6 decode
- * steps (batch 1, graphs), a 5-token append (5 rows of one sequence), 8
- * sequences given 3 tokens each (3 rows), then 4 decode steps of all 8 at
- * once (8 rows, graphs). Each logit row is poisoned first; the worst error
- * of the steps the layer op takes is reported.
- */
-static int run_cand(struct backend *cpu, struct rmodel *r, const char *cand, enum kt_dtype t,
-		    int half, double tol)
+/* The steps the candidates are checked on, after a 12-token prefill of
+ * sequence 8 (the ops path): 6 batch-1 decode steps (graphs), a 5-token
+ * append (5 rows of one sequence), sequences 0-7 given 3 tokens each (3
+ * rows), then 4 steps of all 8 at once (8 rows, graphs). Logit rows per
+ * step; 67 in all. */
+#define CAND_STEPS 19
+#define CAND_ROWS 67
+static const int cand_rows[CAND_STEPS] = { 1, 1, 1, 1, 1, 1, 5, 3, 3, 3, 3, 3, 3, 3, 3,
+					   8, 8, 8, 8 };
+
+/* Run the steps on f and pool p (a fresh pool of 64 blocks of 16 for 2
+ * layers), every step's logits into out (CAND_ROWS x vocab, poisoned
+ * first); returns the first failure's code, 0 when all ran. */
+static int cand_drive(struct fwd *f, struct kvpool *p, int V, float *out)
 {
-	r->m.cfg.rope_layout = half ? KT_ROPE_HALF : KT_ROPE_INTERLEAVED;
-	const struct model *m = &r->m;
-	int V = m->cfg.vocab, rc = 0;
-	struct backend *g = cand_backend(cand);
-	struct fwd *fc = fwd_new(m, cpu, 64), *fg = g ? fwd_new(m, g, 64) : NULL;
-	struct kvpool *pc = kvpool_new(64, 16, 2, 1024), *pg = g ? kvpool_new_on(g, 64, 16, 2, 1024) : NULL;
-	char name[128];
-	snprintf(name, sizeof(name), "cand %s %s%s", cand, kt_dtype_name(t), half ? " half-rope" : "");
-	if (!fc || !fg || !pc || !pg) {
-		report(name, INFINITY, tol);
-		rc = -1;
-		goto out;
-	}
-	struct kvseq sc[9], sg[9];
-	memset(sc, 0, sizeof(sc));
-	memset(sg, 0, sizeof(sg));
+	struct kvseq s[9];
+	memset(s, 0, sizeof(s));
 	int32_t tok[64];
 	for (int i = 0; i < 64; i++)
 		tok[i] = (int32_t)(((unsigned)i * 2654435761u + 17) % (unsigned)V);
-	float *lc = xmalloc((size_t)8 * V * 4), *lg = xmalloc((size_t)8 * V * 4);
-	double worst = 0;
-	/* sequence 8: prefill, decode x6, append 5 */
-	run_seq(fc, pc, &sc[8], tok, 12, 0, lc, 0);
-	run_seq(fg, pg, &sg[8], tok, 12, 0, lg, 0);
-	int pos = 12;
-	for (int step = 0; step < 7; step++) {
-		int n = step < 6 ? 1 : 5;
-		for (size_t i = 0; i < (size_t)n * V; i++)
-			lg[i] = NAN;
-		run_seq(fc, pc, &sc[8], tok + pos, n, pos, lc, 1);
-		int e = run_seq(fg, pg, &sg[8], tok + pos, n, pos, lg, 1);
-		double err = e ? INFINITY : rel_err(lg, lc, (size_t)n * V);
-		worst = err > worst ? err : worst;
-		pos += n;
+	for (size_t i = 0; i < (size_t)CAND_ROWS * V; i++)
+		out[i] = NAN;
+	float *o = out, *pre = xmalloc((size_t)V * 4);  /* the prefill's last row */
+	int rc = run_seq(f, p, &s[8], tok, 12, 0, pre, 0), pos = 12;
+	free(pre);
+	for (int k = 0; k < 7 && !rc; k++) {
+		rc = run_seq(f, p, &s[8], tok + pos, cand_rows[k], pos, o, 1);
+		pos += cand_rows[k];
+		o += (size_t)cand_rows[k] * V;
 	}
-	/* 8 sequences: 3 tokens each, then 4 steps of all 8 */
-	for (int s = 0; s < 8; s++) {
-		for (size_t i = 0; i < (size_t)3 * V; i++)
-			lg[i] = NAN;
-		run_seq(fc, pc, &sc[s], tok + 20 + s, 3, 0, lc, 1);
-		int e = run_seq(fg, pg, &sg[s], tok + 20 + s, 3, 0, lg, 1);
-		double err = e ? INFINITY : rel_err(lg, lc, (size_t)3 * V);
-		worst = err > worst ? err : worst;
-	}
-	for (int k = 0; k < 4; k++) {
-		struct fwd_seq qc[8], qg[8];
-		for (int s = 0; s < 8; s++) {
-			kvseq_prepare(pc, &sc[s], 4 + k, 3 + k);
-			kvseq_prepare(pg, &sg[s], 4 + k, 3 + k);
-			qc[s] = (struct fwd_seq){ tok + 40 + s + k, 1, 3 + k, sc[s].blocks, lc + (size_t)s * V, 0 };
-			qg[s] = (struct fwd_seq){ tok + 40 + s + k, 1, 3 + k, sg[s].blocks, lg + (size_t)s * V, 0 };
+	for (int q = 0; q < 8 && !rc; q++, o += (size_t)3 * V)
+		rc = run_seq(f, p, &s[q], tok + 20 + q, 3, 0, o, 1);
+	for (int k = 0; k < 4 && !rc; k++, o += (size_t)8 * V) {
+		struct fwd_seq fs[8];
+		for (int q = 0; q < 8 && !rc; q++) {
+			rc = kvseq_prepare(p, &s[q], 4 + k, 3 + k);
+			fs[q] = (struct fwd_seq){ tok + 40 + q + k, 1, 3 + k, s[q].blocks,
+						  o + (size_t)q * V, 0 };
 		}
-		for (size_t i = 0; i < (size_t)8 * V; i++)
-			lg[i] = NAN;
-		fwd_run(fc, &pc->kv, qc, 8);
-		int e = fwd_run(fg, &pg->kv, qg, 8);
-		double err = e ? INFINITY : rel_err(lg, lc, (size_t)8 * V);
-		worst = err > worst ? err : worst;
+		if (!rc)
+			rc = fwd_run(f, &p->kv, fs, 8);
 	}
-	if (g->failed)
-		worst = INFINITY;
-	report(name, worst, tol);
-	rc = worst <= tol ? 0 : -1;
-	for (int s = 0; s < 9; s++) {
-		kvseq_release(pc, &sc[s]);
-		kvseq_release(pg, &sg[s]);
-	}
-	free(lc);
-	free(lg);
-out:
-	fwd_free(fc);
-	fwd_free(fg);
-	kvpool_free(pc);
-	kvpool_free(pg);
-	backend_free(g);
+	for (int q = 0; q < 9; q++)
+		kvseq_release(p, &s[q]);
 	return rc;
+}
+
+/* Candidate cand against the CPU's logits ref (cand_drive on the CPU): the
+ * worst error over the steps. */
+static int run_cand(struct rmodel *r, const float *ref, const char *cand, enum kt_dtype t,
+		    double tol)
+{
+	const struct model *m = &r->m;
+	int V = m->cfg.vocab;
+	struct backend *g = cand_backend(cand);
+	struct fwd *f = g ? fwd_new(m, g, 64) : NULL;
+	struct kvpool *p = g ? kvpool_new_on(g, 64, 16, 2, 1024) : NULL;
+	float *got = xmalloc((size_t)CAND_ROWS * V * 4);
+	char name[128];
+	snprintf(name, sizeof(name), "cand %s %s%s", cand, kt_dtype_name(t),
+		 m->cfg.rope_layout == KT_ROPE_HALF ? " half-rope" : "");
+	double worst = f && p && !cand_drive(f, p, V, got) && !g->failed ? 0 : INFINITY;
+	size_t off = 0;
+	for (int k = 0; k < CAND_STEPS && isfinite(worst); k++) {
+		size_t n = (size_t)cand_rows[k] * V;
+		double e = rel_err(got + off, ref + off, n);
+		worst = e > worst ? e : worst;
+		off += n;
+	}
+	report(name, worst, tol);
+	free(got);
+	fwd_free(f);
+	kvpool_free(p);
+	backend_free(g);
+	return worst <= tol ? 0 : -1;
 }
 
 /* Every candidate x dtype; "cands: CAND DTYPE ok|FAIL" lines for run.sh. */
@@ -750,12 +736,26 @@ static void run_cands(struct backend *cpu)
 	const double tols[4] = { 2e-2, 3e-2, 3e-2, 2e-2 };
 	for (int d = 0; d < 4; d++) {
 		struct rmodel *r = rmodel_new(4096, 2, 32, 8, 11008, 32000, 512, dts[d], 1);
-		for (int c = 0; c < N_CANDS; c++) {
-			int rc = run_cand(cpu, r, cand_names[c], dts[d], 0, tols[d]);
-			if (d == 0)
-				rc |= run_cand(cpu, r, cand_names[c], dts[d], 1, tols[d]);
-			printf("cands: %s %s %s\n", cand_names[c], kt_dtype_name(dts[d]), rc ? "FAIL" : "ok");
+		int V = r->m.cfg.vocab, fail[CU_N_CAND] = { 0 };
+		float *ref = xmalloc((size_t)CAND_ROWS * V * 4);
+		/* f16 also with the rotate-half RoPE layout */
+		for (int half = 0; half < (d == 0 ? 2 : 1); half++) {
+			r->m.cfg.rope_layout = half ? KT_ROPE_HALF : KT_ROPE_INTERLEAVED;
+			struct fwd *fc = fwd_new(&r->m, cpu, 64);
+			struct kvpool *pc = kvpool_new(64, 16, 2, 1024);
+			if (!fc || !pc || cand_drive(fc, pc, V, ref)) {
+				fprintf(stderr, "cands: the CPU reference failed\n");
+				exit(1);
+			}
+			fwd_free(fc);
+			kvpool_free(pc);
+			for (int c = 0; c < CU_N_CAND; c++)
+				fail[c] |= run_cand(r, ref, cu_cand_name((enum cu_cand)c), dts[d], tols[d]);
 		}
+		for (int c = 0; c < CU_N_CAND; c++)
+			printf("cands: %s %s %s\n", cu_cand_name((enum cu_cand)c), kt_dtype_name(dts[d]),
+			       fail[c] ? "FAIL" : "ok");
+		free(ref);
 		rmodel_free(r);
 	}
 }
@@ -1002,13 +1002,13 @@ static void bench_all(double bw, double gemm, int quick)
 	const enum kt_dtype dts[4] = { KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K };
 	for (int d = 0; d < 4; d++) {
 		struct rmodel *r = rmodel_new(4096, 32, 32, 32, 11008, 32000, 4096, dts[d], 0);
-		for (int c = 0; c < N_CANDS; c++) {
-			struct backend *g = cand_backend(cand_names[c]);
+		for (int c = 0; c < CU_N_CAND; c++) {
+			struct backend *g = cand_backend(cu_cand_name((enum cu_cand)c));
 			if (!g) {
-				printf("bench cand=%s: no backend\n", cand_names[c]);
+				printf("bench cand=%s: no backend\n", cu_cand_name((enum cu_cand)c));
 				continue;
 			}
-			bench_model(g, r, dts[d], cand_names[c], bw, gemm, quick, dts[d] == KT_F16 && c == 0);
+			bench_model(g, r, dts[d], cu_cand_name((enum cu_cand)c), bw, gemm, quick, dts[d] == KT_F16 && c == 0);
 			backend_free(g);
 		}
 		rmodel_free(r);
