@@ -692,35 +692,6 @@ static int answer_start(const struct tok *t, int tmpl, const int32_t *ids, int n
 
 int chat_answer_text(const struct tok *t, int tmpl, const int32_t *ids, int n, char **text)
 {
-	size_t len = 0, cap = 256;
-	char *buf = malloc(cap);
-	if (!buf)
-		return -ENOMEM;
-	buf[0] = '\0';
-	struct detok d;
-	detok_init(&d, t, tmpl != CHAT_TEMPLATE_RAW);
-	int vocab = tok_n_vocab(t);
-	for (int i = answer_start(t, tmpl, ids, n); i <= n; i++) {
-		if (i < n && (ids[i] < 0 || ids[i] >= vocab))
-			continue;
-		int k;
-		for (;;) {  /* a full buffer leaves the stream as it was: grow, retry */
-			k = i < n ? detok_feed(&d, ids[i], buf + len, cap - len)
-				  : detok_flush(&d, buf + len, cap - len);
-			if (k != -ENOSPC)
-				break;
-			char *nb = realloc(buf, cap * 2);
-			if (!nb) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		if (k > 0)
-			len += (size_t)k;
-	}
-	buf[len] = '\0';
-	*text = buf;
-	return (int)len;
+	int s = answer_start(t, tmpl, ids, n);
+	return detok_all(t, ids + s, n - s, tmpl != CHAT_TEMPLATE_RAW, 1, text);
 }

@@ -262,17 +262,20 @@ int tok_encode(const struct tok *t, const char *text, size_t len, int add_bos, i
 		      : spm_encode(t->spm, text, len, add_bos, ids);
 }
 
-/* BPE decode is the streaming detokenizer run over the whole sequence. */
-static int bpe_decode_all(const struct tok *t, const int32_t *ids, int n, char **text)
+int detok_all(const struct tok *t, const int32_t *ids, int n, int at_start, int skip_bad,
+	       char **text)
 {
 	size_t cap = 256, len = 0;
 	char *out = malloc(cap);
 	if (!out)
 		return -ENOMEM;
 	struct detok d;
-	detok_init(&d, t, 0);
+	detok_init(&d, t, at_start);
+	int vocab = tok_n_vocab(t);
 	for (int i = 0; i <= n; i++) {
-		for (;;) {
+		if (skip_bad && i < n && (ids[i] < 0 || ids[i] >= vocab))
+			continue;
+		for (;;) {  /* a full buffer leaves the stream as it was: grow, retry */
 			int k = i < n ? detok_feed(&d, ids[i], out + len, cap - len)
 				      : detok_flush(&d, out + len, cap - len);
 			if (k >= 0) {
@@ -305,7 +308,8 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text)
 	for (int i = 0; i < n; i++)
 		if (ids[i] < 0 || ids[i] >= tok_n_vocab(t))
 			return -EINVAL;
-	return t->bpe ? bpe_decode_all(t, ids, n, text) : spm_decode(t->spm, ids, n, text);
+	/* BPE decode is the streaming detokenizer run over the whole sequence */
+	return t->bpe ? detok_all(t, ids, n, 0, 0, text) : spm_decode(t->spm, ids, n, text);
 }
 
 const char *tok_piece(const struct tok *t, int id)

@@ -187,6 +187,12 @@ int detok_feed(struct detok *d, int id, char *out, size_t cap);
  * Returns bytes written. */
 int detok_flush(struct detok *d, char *out, size_t cap);
 
+/* The stream run over ids[0, n) into *text (malloc'd, NUL-terminated):
+ * its length, or -ENOMEM / -EOVERFLOW / detok_feed's error. skip_bad:
+ * ids outside the vocabulary are left out instead of failing. */
+int detok_all(const struct tok *t, const int32_t *ids, int n, int at_start, int skip_bad,
+	      char **text);
+
 /* Length of the longest prefix of s[0..len) that is valid, complete UTF-8. */
 size_t utf8_valid_prefix(const char *s, size_t len);
 /* 1 if s[0..len) is entirely valid UTF-8 (no overlongs, no surrogates). */
