@@ -45,16 +45,24 @@ static void json_error(const char *kind, int code, const char *msg)
 	fflush(stdout);
 }
 
-void cli_error(const char *kind, int code, const char *fmt, ...)
+/* An error: "PROG: MSG" on stderr (then HINT's line, if any), and the
+ * JSON error object on stdout under --json. */
+static void verror(const char *prog, const char *hint, const char *kind, int code,
+		   const char *fmt, va_list ap)
 {
 	char msg[1024];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	fprintf(stderr, "llamactl: %s\n", msg);
+	fprintf(stderr, "%s: %s\n%s", prog, msg, hint ? hint : "");
 	if (json_errors)
 		json_error(kind, code, msg);
+}
+
+void cli_error(const char *kind, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	verror("llamactl", NULL, kind, code, fmt, ap);
+	va_end(ap);
 }
 
 const char *cli_prog(const struct cli *cli)
@@ -68,14 +76,13 @@ const char *cli_prog(const struct cli *cli)
 
 noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
 {
-	char msg[1024];
+	char prog[64], hint[96];
+	snprintf(prog, sizeof(prog), "%s", cli_prog(cli));
+	snprintf(hint, sizeof(hint), "Try '%s --help'.\n", prog);
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	verror(prog, hint, "usage", 0, fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "%s: %s\nTry '%s --help'.\n", cli_prog(cli), msg, cli_prog(cli));
-	if (json_errors)
-		json_error("usage", 0, msg);
 	exit(EXIT_USAGE);
 }
 
@@ -333,12 +340,10 @@ void cli_flush_stdout(void)
 
 noreturn void cli_die_local(const char *fmt, ...)
 {
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	verror("llamactl", NULL, "local", 0, fmt, ap);
 	va_end(ap);
-	cli_error("local", 0, "%s", msg);
 	exit(EXIT_DAEMON);
 }
 
