@@ -334,7 +334,7 @@ uninstall:
 # make deb: the Debian package (debian/, debhelper), built with
 # dpkg-buildpackage from a copy of the tracked files in $(BUILD)/deb/;
 # the .deb lands there. CUDA=0 leaves the CUDA backend out.
-DEB_VERSION := $(shell awk 'NR == 1 { gsub(/[()]/, "", $$2); print $$2 }' debian/changelog)
+DEB_VERSION = $(shell awk 'NR == 1 { gsub(/[()]/, "", $$2); print $$2 }' debian/changelog)
 
 deb: deps
 	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/llamad-$(DEB_VERSION)

@@ -1011,8 +1011,6 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 	 * (and the history kept) when the caller allows it. */
 	int same_model = !history_only && h.fingerprint == fingerprint;
 	int same_shape = history_only || h.n_cached == 0 || shape_matches(&h, pool);
-	if (history_only)
-		allow_foreign = 1;
 	if (!same_model && !allow_foreign) {
 		rc = fail(cause, -ESTALE, "saved under a different model (fingerprint %016"
 			  PRIx64 ", this model %016" PRIx64 ")", h.fingerprint, fingerprint);

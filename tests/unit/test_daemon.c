@@ -1284,10 +1284,6 @@ static void test_ephemeral_busy_elsewhere(void **state)
 	cli_free(a);
 }
 
-/* Last: SIGTERM while a client is mid-stream. The client gets its terminal
- * reply (SHUTTING_DOWN, or Done if it won the race) and then end of stream;
- * the daemon exits 0, removes its socket, and its log holds no sanitizer
- * report. */
 /* Fail (naming line) unless transcript turn t is turn `index` of `role`
  * with `text`, written by the model or not, ended for `reason` (0: no
  * reason given). */
@@ -1491,6 +1487,10 @@ static void test_half_close(void **state)
 	cli_free(c);
 }
 
+/* Last: SIGTERM while a client is mid-stream. The client gets its terminal
+ * reply (SHUTTING_DOWN, or Done if it won the race) and then end of stream;
+ * the daemon exits 0, removes its socket, and its log holds no sanitizer
+ * report. */
 static void test_shutdown(void **state)
 {
 	(void)state;

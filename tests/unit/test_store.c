@@ -116,18 +116,6 @@ static unsigned char *read_file(const char *path, size_t *n)
 	return b;
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static void put64(unsigned char *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
 #define fix_header_sum sf_fix_header_sum
 #define fix_sums sf_reseal
 
@@ -649,7 +637,7 @@ static void test_list_bad_headers(void **state)
 
 	r.n = 0;
 	memcpy(m, buf, n);
-	put32(m + OFF_VERSION, 7);
+	sf_put(m + OFF_VERSION, 7, 4);
 	fix_header_sum(m);
 	write_file(f->path, m, n);
 	assert_int_equal(store_list(f->dir, &ents, on_report, &r), 0);
@@ -822,7 +810,7 @@ static void test_corrupt_header(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		unsigned char *m = malloc(n);
 		memcpy(m, buf, n);
-		put32(m + bad[i].off, bad[i].v);
+		sf_put(m + bad[i].off, bad[i].v, 4);
 		fix_header_sum(m);
 		write_file(f->path, m, n);
 		assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, NULL), -EBADMSG);
@@ -854,7 +842,7 @@ static void test_forged_body(void **state)
 		if (bad[i].u8)
 			m[bad[i].off] = (unsigned char)bad[i].v;
 		else
-			put32(m + bad[i].off, bad[i].v);
+			sf_put(m + bad[i].off, bad[i].v, 4);
 		fix_sums(m, n);
 		write_file(f->path, m, n);
 		char *cause;
@@ -865,7 +853,7 @@ static void test_forged_body(void **state)
 	}
 	/* a larger body_bytes than the file: truncated */
 	memcpy(m, buf, n);
-	put64(m + OFF_BODY_BYTES, n - HB + 1);
+	sf_put(m + OFF_BODY_BYTES, n - HB + 1, 8);
 	fix_header_sum(m);
 	write_file(f->path, m, n);
 	char *cause;
@@ -918,7 +906,7 @@ static void test_version_and_magic(void **state)
 	char *cause;
 
 	memcpy(m, buf, n);
-	put32(m + OFF_VERSION, 7);
+	sf_put(m + OFF_VERSION, 7, 4);
 	fix_header_sum(m);
 	write_file(f->path, m, n);
 	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EPROTO);
@@ -927,7 +915,7 @@ static void test_version_and_magic(void **state)
 	free(cause);
 
 	memcpy(m, buf, n);
-	put32(m + OFF_VERSION, 0);
+	sf_put(m + OFF_VERSION, 0, 4);
 	write_file(f->path, m, n);
 	assert_int_equal(try_load(&f->e, f->path, 0, "work", FP, 0, &cause), -EPROTO);
 	assert_non_null(strstr(cause, "older"));
@@ -1210,7 +1198,7 @@ static void test_garbage(void **state)
 			{
 				uint32_t v[] = { 0, 1, 0x7fffffffu, 0x80000000u, 0xffffffffu,
 						 rnd(), rnd() % 200 };
-				put32(m + header_fields[rnd() % 14], v[rnd() % 7]);
+				sf_put(m + header_fields[rnd() % 14], v[rnd() % 7], 4);
 			}
 			fix_sums(m, n);
 			break;
