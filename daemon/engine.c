@@ -719,17 +719,10 @@ void engine_shutdown(struct engine *e)
 	pthread_mutex_unlock(&e->mu);
 }
 
-int engine_finished(struct engine *e)
+struct reply *engine_take_out(struct engine *e, int *finished)
 {
 	pthread_mutex_lock(&e->mu);
-	int f = e->finished;
-	pthread_mutex_unlock(&e->mu);
-	return f;
-}
-
-struct reply *engine_take_out(struct engine *e)
-{
-	pthread_mutex_lock(&e->mu);
+	*finished = e->finished;
 	struct reply *o = e->out_head;
 	e->out_head = e->out_tail = NULL;
 	pthread_mutex_unlock(&e->mu);

@@ -39,10 +39,12 @@ void engine_disconnect(struct engine *e, uint64_t conn);
 void engine_reload(struct engine *e, const struct config *cfg);
 /* Ask the engine to end every request with SHUTTING_DOWN and stop. */
 void engine_shutdown(struct engine *e);
-/* 1 once the engine thread has stopped after engine_shutdown(). */
-int engine_finished(struct engine *e);
-/* Take all queued replies, oldest first (caller frees each with free()). */
-struct reply *engine_take_out(struct engine *e);
+/* Take all queued replies, oldest first (caller frees each with free()).
+ * *finished is set to 1 when the engine thread has stopped after
+ * engine_shutdown(): these are then its last replies. Read together, under
+ * one lock: a "finished" read apart from the take could see the engine end
+ * after the take and miss the replies it queued last (the shutdown errors). */
+struct reply *engine_take_out(struct engine *e, int *finished);
 /* fn(status) is called on the engine thread before the daemon exits on a
  * failed backend (the service manager's status line); before
  * engine_start. */

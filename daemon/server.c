@@ -417,7 +417,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 
 /* ---- engine output ------------------------------------------------------- */
 
-static void maybe_exit(struct server *s);
+static void shut_down(struct server *s);
 
 static void on_notify(evutil_socket_t fd, short what, void *arg)
 {
@@ -426,7 +426,8 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 	uint64_t v;
 	if (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
 		log_msg(LL_ERROR, "eventfd read: %s", strerror(errno));
-	struct reply *o = engine_take_out(s->eng);
+	int finished = 0;
+	struct reply *o = engine_take_out(s->eng, &finished);
 	while (o) {
 		struct reply *n = o->next;
 		struct conn *c = map_get(s, o->conn);
@@ -454,8 +455,8 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 		free(o);
 		o = n;
 	}
-	if (s->stopping)
-		maybe_exit(s);
+	if (s->stopping && finished)
+		shut_down(s);
 }
 
 /* ---- signals, systemd ----------------------------------------------------- */
@@ -468,12 +469,12 @@ static void on_exit_timer(evutil_socket_t fd, short what, void *arg)
 	event_base_loopexit(s->base, NULL);
 }
 
-static void maybe_exit(struct server *s)
+/* The engine has stopped and its last replies are written: deliver what is
+ * queued, then go. */
+static void shut_down(struct server *s)
 {
-	if (!engine_finished(s->eng))
-		return;
-	/* deliver what is queued, then go: close every connection after its
-	 * output drains, and stop the loop at the latest 2 s from now */
+	/* close every connection after its output drains, and stop the loop at
+	 * the latest 2 s from now */
 	for (size_t i = 0; i < s->n_slots; i++) {
 		struct conn *c = s->slots[i];
 		if (c && !c->closing) {
