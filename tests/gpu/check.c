@@ -882,6 +882,7 @@ static double bench_decode_n(struct fwd *f, struct kvpool *p, const int32_t *tok
 	struct kvseq ss[64];
 	struct fwd_seq q[64];
 	memset(ss, 0, sizeof(ss));
+	memset(q, 0, sizeof(q));
 	for (int i = 0; i < n; i++) {
 		kvseq_prepare(p, &ss[i], 32, 0);
 		q[i] = (struct fwd_seq){ tok + i, 32, 0, ss[i].blocks, logits + (size_t)i * V, 0 };
