@@ -151,28 +151,61 @@ static void gemv(struct cu_plan *p, const struct cu_shape *sh, enum cu_kind k, i
 	s->smem = sm <= CU_SMEM_PLAIN && cols % 32 == 0 ? sm : 0;
 }
 
+static void splitk(struct cu_plan *p, const struct cu_shape *sh, int arg, int rows, int cols)
+{
+	int S = cu_splitk_parts(rows, cols, sh->n_sm);
+	struct cu_step *s = add(p, CU_K_SPLITK_ADD, arg, cdiv((size_t)rows, CU_GW), CU_GW * 32,
+				wbytes(sh, rows, cols) + actbytes(sh, cols, rows) +
+				(S > 1 ? 8.0 * S * sh->n_tok * rows : 0));
+	s->grid[1] = (unsigned)S;
+	s->splits = S;
+	size_t most = ((size_t)cols / 32 + S - 1) / S;  /* blocks of the widest part */
+	s->smem = (size_t)sh->n_tok * most * 40;
+}
+
+/* RMSNorm into xb (arg 0: attention's, 1: the FFN's), then its 8-bit
+ * quantization when the products take 8-bit activations */
+static void norm_ops(struct cu_plan *p, const struct cu_shape *sh, int arg)
+{
+	add(p, CU_K_RMSNORM, arg, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * sh->dim);
+	if (sh->qx)
+		quant(p, sh, 0, sh->dim);
+}
+
+/* gate/up + SwiGLU over xb, already normed */
+static void swiglu_ops(struct cu_plan *p, const struct cu_shape *sh)
+{
+	gemv(p, sh, CU_K_GEMV_SWIGLU, 0, sh->ffn, sh->dim, 2 * wbytes(sh, sh->ffn, sh->dim));
+}
+
+/* x += o(att) (arg 0) or down(hb) (arg 1): split along K, or a plain
+ * product after the input's 8-bit quantization */
+static void add_out(struct cu_plan *p, const struct cu_shape *sh, int arg, int split_k)
+{
+	int D = sh->dim, cols = arg ? sh->ffn : sh->n_heads * sh->hd;
+	if (split_k) {
+		splitk(p, sh, arg, D, cols);
+		return;
+	}
+	if (sh->qx)
+		quant(p, sh, arg + 1, cols);
+	gemv(p, sh, CU_K_GEMV_ADD, arg, D, cols, wbytes(sh, D, cols));
+}
+
 static void plan_base(struct cu_plan *p, const struct cu_shape *sh)
 {
 	int D = sh->dim, kv = sh->n_kv_heads * sh->hd, qd = sh->n_heads * sh->hd;
-	add(p, CU_K_RMSNORM, 0, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * D);
-	if (sh->qx)
-		quant(p, sh, 0, D);
+	norm_ops(p, sh, 0);
 	gemv(p, sh, CU_K_GEMV_QKV, 0, qd + 2 * kv, D, wbytes(sh, qd + 2 * kv, D));
 	add(p, CU_K_ROPE, 0, (unsigned)(sh->n_tok * (sh->n_heads + sh->n_kv_heads)),
 	    sh->hd / 2 < 32 ? 32 : sh->hd / 2 > 256 ? 256 : (unsigned)sh->hd / 2,
 	    8.0 * sh->n_tok * (qd + kv));
 	add(p, CU_K_KV_STORE, 0, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * kv);
 	attention(p, sh);
-	if (sh->qx)
-		quant(p, sh, 1, qd);
-	gemv(p, sh, CU_K_GEMV_ADD, 0, D, qd, wbytes(sh, D, qd));
-	add(p, CU_K_RMSNORM, 1, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * D);
-	if (sh->qx)
-		quant(p, sh, 0, D);
-	gemv(p, sh, CU_K_GEMV_SWIGLU, 0, sh->ffn, D, 2 * wbytes(sh, sh->ffn, D));
-	if (sh->qx)
-		quant(p, sh, 2, sh->ffn);
-	gemv(p, sh, CU_K_GEMV_ADD, 1, D, sh->ffn, wbytes(sh, D, sh->ffn));
+	add_out(p, sh, 0, 0);
+	norm_ops(p, sh, 1);
+	swiglu_ops(p, sh);
+	add_out(p, sh, 1, 0);
 }
 
 /* the norm fits in the product's staging: 8-bit blocks (made in the block)
@@ -187,11 +220,8 @@ static void fused_qkv(struct cu_plan *p, const struct cu_shape *sh)
 {
 	int D = sh->dim, kv = sh->n_kv_heads * sh->hd, qd = sh->n_heads * sh->hd;
 	int nf = norm_fits(sh);
-	if (!nf) {
-		add(p, CU_K_RMSNORM, 0, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * D);
-		if (sh->qx)
-			quant(p, sh, 0, D);
-	}
+	if (!nf)
+		norm_ops(p, sh, 0);
 	/* a warp per rotation pair: half as many warps as rows; from xb (the
 	 * norm did not fit) x is read from global memory */
 	struct cu_step *s = add(p, nf ? CU_K_NORM_QKV_ROPE_KV : CU_K_QKV_ROPE_KV, 0,
@@ -202,49 +232,21 @@ static void fused_qkv(struct cu_plan *p, const struct cu_shape *sh)
 
 static void fused_ffn_in(struct cu_plan *p, const struct cu_shape *sh)
 {
-	int D = sh->dim;
 	if (norm_fits(sh)) {
-		gemv(p, sh, CU_K_NORM_SWIGLU, 0, sh->ffn, D, 2 * wbytes(sh, sh->ffn, D));
+		gemv(p, sh, CU_K_NORM_SWIGLU, 0, sh->ffn, sh->dim, 2 * wbytes(sh, sh->ffn, sh->dim));
 		return;
 	}
-	add(p, CU_K_RMSNORM, 1, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * D);
-	if (sh->qx)
-		quant(p, sh, 0, D);
-	gemv(p, sh, CU_K_GEMV_SWIGLU, 0, sh->ffn, D, 2 * wbytes(sh, sh->ffn, D));
-}
-
-static void splitk(struct cu_plan *p, const struct cu_shape *sh, int arg, int rows, int cols)
-{
-	int S = cu_splitk_parts(rows, cols, sh->n_sm);
-	struct cu_step *s = add(p, CU_K_SPLITK_ADD, arg, cdiv((size_t)rows, CU_GW), CU_GW * 32,
-				wbytes(sh, rows, cols) + actbytes(sh, cols, rows) +
-				(S > 1 ? 8.0 * S * sh->n_tok * rows : 0));
-	s->grid[1] = (unsigned)S;
-	s->splits = S;
-	size_t most = ((size_t)cols / 32 + S - 1) / S;  /* blocks of the widest part */
-	s->smem = (size_t)sh->n_tok * most * 40;
+	norm_ops(p, sh, 1);
+	swiglu_ops(p, sh);
 }
 
 static void plan_fused(struct cu_plan *p, const struct cu_shape *sh, int split_k)
 {
-	int D = sh->dim, qd = sh->n_heads * sh->hd;
 	fused_qkv(p, sh);
 	attention(p, sh);
-	if (split_k) {
-		splitk(p, sh, 0, D, qd);
-	} else {
-		if (sh->qx)
-			quant(p, sh, 1, qd);
-		gemv(p, sh, CU_K_GEMV_ADD, 0, D, qd, wbytes(sh, D, qd));
-	}
+	add_out(p, sh, 0, split_k);
 	fused_ffn_in(p, sh);
-	if (split_k) {
-		splitk(p, sh, 1, D, sh->ffn);
-	} else {
-		if (sh->qx)
-			quant(p, sh, 2, sh->ffn);
-		gemv(p, sh, CU_K_GEMV_ADD, 1, D, sh->ffn, wbytes(sh, D, sh->ffn));
-	}
+	add_out(p, sh, 1, split_k);
 }
 
 size_t cu_plan_persist_smem(const struct cu_shape *sh)
