@@ -426,6 +426,15 @@ static void cu_weight_release(struct backend *be, struct kt_weight *w)
 	w->data = NULL;
 }
 
+/* Forget every recorded graph (after the stream's work is done). */
+static void drop_graphs(struct cu_backend *c)
+{
+	cudaStreamSynchronize(c->stream);
+	for (int i = 0; i < c->n_graphs; i++)
+		cudaGraphExecDestroy(c->graphs[i].exec);
+	c->n_graphs = 0;
+}
+
 /* ---- batch staging ---- */
 
 /* Staging layout (ints), fixed offsets so that graphs can replay:
@@ -440,7 +449,7 @@ static int stage_alloc(struct cu_backend *c, int cap, int stride)
 	cudaFree(c->d_stage);
 	c->h_stage = NULL;
 	c->d_stage = NULL;
-	c->n_graphs = 0;  /* recorded pointers go stale */
+	drop_graphs(c);  /* recorded pointers go stale */
 	size_t n = (size_t)cap * 6 + (size_t)cap * stride;
 	int rc = ck(c, cudaMallocHost((void **)&c->h_stage, n * 4), "cudaMallocHost");
 	if (!rc)
@@ -939,40 +948,35 @@ static struct cu_gemv_epi layer_epi(struct cu_backend *c, const struct kt_kv *kv
 	return e;
 }
 
-/* resident blocks of the persistent kernel for this shape (cached) */
-static int persist_blocks(struct cu_backend *c, const struct cu_shape *sh)
+/* Resident blocks of the persistent kernel for dtype dt with smem bytes of
+ * shared memory: cached, the figure for at least that much shared memory;
+ * queried (not while recording: 0, the layer runs fused). */
+static int persist_blocks(struct cu_backend *c, int dt, int qx, size_t smem)
 {
-	size_t smem = cu_plan_persist_smem(sh);
-	int *b = &c->persist[sh->dt];
-	if (*b >= 0 && smem <= c->persist_smem[sh->dt])
-		return *b;  /* (cu_reserve's figure: at least this shared memory) */
+	if (c->persist[dt] >= 0 && smem <= c->persist_smem[dt])
+		return c->persist[dt];
 	if (c->capturing) {
 		/* the attribute and occupancy calls are kept out of a recording */
 		backend_log(BACKEND_LOG_WARN, "cuda: the persistent kernel's occupancy for %s was "
 			    "not known before recording: this layer runs fused",
-			    kt_dtype_name(sh->dt));
+			    kt_dtype_name((enum kt_dtype)dt));
 		return 0;
 	}
-	*b = cu_layer_blocks(sh->dt, sh->qx, smem, c->n_sm);
-	c->persist_smem[sh->dt] = smem;
-	return *b;
+	c->persist[dt] = cu_layer_blocks((enum kt_dtype)dt, qx, smem, c->n_sm);
+	c->persist_smem[dt] = smem;
+	return c->persist[dt];
 }
 
 /* The persistent kernel's resident blocks for each dtype placed that runs
- * it, before any recording: for the widest matrix input and the largest
- * head the kernel takes (128), at least what any layer asks. */
+ * it, before any recording (cu_reserve): for the widest matrix input and
+ * the largest head the kernel takes (128), at least what any layer asks. */
 static void persist_prepare(struct cu_backend *c)
 {
-	for (int dt = 0; dt < CU_N_DTYPE; dt++) {
-		if (!(c->placed >> dt & 1) || !c->max_cols || c->cand[dt] != CU_CAND_PERSIST)
-			continue;
-		int qx = c->q8_act && (dt == KT_Q8_0 || dt == KT_Q4_0);
-		size_t smem = cu_persist_smem((int)c->max_cols, 128, qx);
-		if (c->persist[dt] >= 0 && c->persist_smem[dt] >= smem)
-			continue;
-		c->persist[dt] = cu_layer_blocks((enum kt_dtype)dt, qx, smem, c->n_sm);
-		c->persist_smem[dt] = smem;
-	}
+	for (int dt = 0; dt < CU_N_DTYPE; dt++)
+		if (c->placed >> dt & 1 && c->max_cols && c->cand[dt] == CU_CAND_PERSIST) {
+			int qx = c->q8_act && (dt == KT_Q8_0 || dt == KT_Q4_0);
+			persist_blocks(c, dt, qx, cu_persist_smem((int)c->max_cols, 128, qx));
+		}
 }
 
 /* q/k/v through the ops one at a time (a fused step that could not run) */
@@ -1007,7 +1011,7 @@ static int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 	/* (its attention unit takes a position a lane: blocks of <= 32) */
 	if (c->cand[dt] == CU_CAND_PERSIST && n_tok == 1 && sh.single_rows &&
 	    kv->block_size <= 32)
-		sh.persist_blocks = persist_blocks(c, &sh);
+		sh.persist_blocks = persist_blocks(c, dt, qx, cu_plan_persist_smem(&sh));
 	struct cu_plan p;
 	if (cu_plan_layer((enum cu_cand)c->cand[dt], &sh, &p))
 		return 0;
@@ -1132,11 +1136,7 @@ static int set_kernels(struct cu_backend *c, const char *spec)
 		return -EINVAL;
 	memcpy(c->cand, t, sizeof(t));
 	memset(c->cand_said, 0, sizeof(c->cand_said));
-	/* recorded graphs hold the old kernels */
-	cudaStreamSynchronize(c->stream);
-	for (int i = 0; i < c->n_graphs; i++)
-		cudaGraphExecDestroy(c->graphs[i].exec);
-	c->n_graphs = 0;
+	drop_graphs(c);  /* recorded graphs hold the old kernels */
 	return 0;
 }
 
@@ -1223,9 +1223,7 @@ static int cu_graph_record_end(struct backend *be, const void *owner, int key)
 static void cu_free(struct backend *be)
 {
 	struct cu_backend *c = CB(be);
-	cudaStreamSynchronize(c->stream);
-	for (int i = 0; i < c->n_graphs; i++)
-		cudaGraphExecDestroy(c->graphs[i].exec);
+	drop_graphs(c);
 	free(c->graphs);
 	if (c->blas)
 		c->cb.destroy(c->blas);
