@@ -109,16 +109,12 @@ else
     step "bench 7B shape" bench.log "$BUILD/llamad-gpucheck" bench
 fi
 
-# the candidates' table and winners (awk over cands.log and bench.log)
-cand_table() {
-    awk -f tests/gpu/cands.awk WIN="$LOG/winners.txt" "$LOG/cands.log" "$LOG/bench.log"
-}
-
 echo
 echo "==== llamad GPU check: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1), $(date -u +%F) ===="
 printf '%s\n' "${ROWS[@]}"
 grep -E "^(copy_bw|decode64|prefill2048|turn32|decode1_at)" "$LOG/bench.log" | sed 's/^/  /'
-cand_table
+# the candidates' table and winners
+awk -f tests/gpu/cands.awk WIN="$LOG/winners.txt" "$LOG/cands.log" "$LOG/bench.log"
 echo "op/logit checks: $(cat "$LOG/ops.log" "$LOG/logits.log" "$LOG/cands.log" | grep -c '^ok') ok," \
      "$(cat "$LOG/ops.log" "$LOG/logits.log" "$LOG/cands.log" | grep -c '^FAIL') failed; steps failed: $fails"
 exit $((fails > 0))
