@@ -23,6 +23,7 @@
 #include "daemon/version.h"
 #include "model/chat.h"
 #include "proto/frame.h"
+#include "util/utf8.h"
 
 enum { NEED_SESSION = 1, NOT_BUSY = 2, QUOTA = 4, RESIDENT = 8 };
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "daemon/validate.h"
-#include "model/tokenizer.h"
 #include "session/session.h"
+#include "util/utf8.h"
 
 static int text_ok(const char *t, uint32_t max, const char **why)
 {

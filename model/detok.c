@@ -1,5 +1,5 @@
 /*
- * model/detok.c — streaming detokenizer and UTF-8 validation.
+ * model/detok.c — streaming detokenizer.
  *
  * Turns generated ids into text one id at a time, emitting only complete,
  * valid UTF-8. The rules follow SentencePiece's whole-sequence decode, so
@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 
 static const char k_replacement[] = "\xef\xbf\xbd"; /* U+FFFD */
 static const char k_space_symbol[] = "\xe2\x96\x81"; /* U+2581 */
@@ -49,41 +50,6 @@ static void sink_put(struct sink *w, const void *p, size_t n)
 	}
 	memcpy(w->out + w->len, p, n);
 	w->len += n;
-}
-
-/* Total length of a UTF-8 sequence starting with lead, or 0 if lead cannot
- * start one (continuation bytes, C0/C1, F5..FF). */
-static int utf8_seq_len(uint8_t lead)
-{
-	if (lead < 0x80)
-		return 1;
-	if (lead >= 0xc2 && lead <= 0xdf)
-		return 2;
-	if (lead >= 0xe0 && lead <= 0xef)
-		return 3;
-	if (lead >= 0xf0 && lead <= 0xf4)
-		return 4;
-	return 0;
-}
-
-/* 1 if b may be byte number idx (1-based after the lead) of a sequence
- * started by lead. The second byte's range excludes overlongs (E0, F0),
- * surrogates (ED) and code points above U+10FFFF (F4). */
-static int utf8_cont_ok(uint8_t lead, int idx, uint8_t b)
-{
-	uint8_t lo = 0x80, hi = 0xbf;
-
-	if (idx == 1) {
-		if (lead == 0xe0)
-			lo = 0xa0;
-		else if (lead == 0xed)
-			hi = 0x9f;
-		else if (lead == 0xf0)
-			lo = 0x90;
-		else if (lead == 0xf4)
-			hi = 0x8f;
-	}
-	return b >= lo && b <= hi;
 }
 
 /* Turn held-back bytes into one U+FFFD each (the sequence was cut short:
@@ -229,37 +195,4 @@ int detok_flush(struct detok *d, char *out, size_t cap)
 	out[w.len] = '\0';
 	*d = s;
 	return (int)w.len;
-}
-
-/*
- * utf8_valid_prefix — length of the longest prefix of s[0..len) made of
- * complete, valid UTF-8 characters (no overlongs, no surrogates, nothing
- * above U+10FFFF). A NUL byte counts as a valid character.
- */
-size_t utf8_valid_prefix(const char *s, size_t len)
-{
-	const uint8_t *u = (const uint8_t *)s;
-	size_t i = 0;
-
-	while (i < len) {
-		int n = utf8_seq_len(u[i]);
-		if (n == 0 || len - i < (size_t)n)
-			break;
-		int k;
-		for (k = 1; k < n; k++)
-			if (!utf8_cont_ok(u[i], k, u[i + k]))
-				break;
-		if (k < n)
-			break;
-		i += (size_t)n;
-	}
-	return i;
-}
-
-/*
- * utf8_valid — 1 if s[0..len) is entirely valid, complete UTF-8; else 0.
- */
-int utf8_valid(const char *s, size_t len)
-{
-	return utf8_valid_prefix(s, len) == len;
 }

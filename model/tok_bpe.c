@@ -35,6 +35,7 @@
 
 #include "model/tok_int.h"
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 
 #define BPE_MAX_VOCAB (1 << 22)
 #define BPE_MAX_MERGES (1 << 23)

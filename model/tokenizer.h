@@ -193,9 +193,4 @@ int detok_flush(struct detok *d, char *out, size_t cap);
 int detok_all(const struct tok *t, const int32_t *ids, int n, int at_start, int skip_bad,
 	      char **text);
 
-/* Length of the longest prefix of s[0..len) that is valid, complete UTF-8. */
-size_t utf8_valid_prefix(const char *s, size_t len);
-/* 1 if s[0..len) is entirely valid UTF-8 (no overlongs, no surrogates). */
-int utf8_valid(const char *s, size_t len);
-
 #endif

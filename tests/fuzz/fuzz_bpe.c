@@ -23,6 +23,7 @@
 
 #include "fuzz_util.h"
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 
 static struct tok *llama3;
 static const char k_sample[] = "Hello world, it's 2024! \xe2\x9c\x93 \xf0\x9f\x90\x89\n";

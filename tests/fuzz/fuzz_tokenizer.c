@@ -12,6 +12,7 @@
 
 #include "fuzz_util.h"
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 
 static struct tok *tok;
 

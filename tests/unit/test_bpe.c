@@ -29,6 +29,7 @@
 #include "tests/unit/real_tok.h"
 
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 
 #define LLAMA3_BOS 128000
 #define LLAMA3_EOS 128001     /* <|end_of_text|> */

@@ -23,6 +23,7 @@
 #include "tests/unit/testutil.h"
 
 #include "model/tokenizer.h"
+#include "util/utf8.h"
 #include "tests/unit/tok_vectors.h"
 
 struct fixture {
