@@ -16,6 +16,7 @@
 #include "proto/path.h"
 #include "session/residency.h"
 #include "session/session.h"
+#include "util/cause.h"
 
 enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
 
@@ -380,8 +381,7 @@ int config_load(struct config *c, const char *path, int reload_only, char **caus
 	FILE *f = fopen(path, "re");
 	if (!f) {
 		int e = errno;
-		if (asprintf(cause, "%s: %s", path, strerror(e)) < 0)
-			*cause = NULL;
+		cause_set(cause, "%s: %s", path, strerror(e));
 		return -e;
 	}
 	char *line = NULL;
@@ -397,8 +397,7 @@ int config_load(struct config *c, const char *path, int reload_only, char **caus
 			continue;
 		char *eq = strchr(s, '=');
 		if (!eq) {
-			if (asprintf(cause, "%s:%d: expected key = value", path, lineno) < 0)
-				*cause = NULL;
+			cause_set(cause, "%s:%d: expected key = value", path, lineno);
 			rc = -EINVAL;
 			break;
 		}
@@ -412,14 +411,12 @@ int config_load(struct config *c, const char *path, int reload_only, char **caus
 		const char *why = NULL;
 		int r = config_set(c, k, v, reload_only, &why);
 		if (r == -ENOENT) {
-			if (asprintf(cause, "%s:%d: unknown key '%s'", path, lineno, k) < 0)
-				*cause = NULL;
+			cause_set(cause, "%s:%d: unknown key '%s'", path, lineno, k);
 			rc = -EINVAL;
 			break;
 		}
 		if (r < 0) {
-			if (asprintf(cause, "%s:%d: %s = %s: %s", path, lineno, k, v, why) < 0)
-				*cause = NULL;
+			cause_set(cause, "%s:%d: %s = %s: %s", path, lineno, k, v, why);
 			rc = -EINVAL;
 			break;
 		}

@@ -26,20 +26,8 @@
 #include "daemon/engine_int.h"
 #include "daemon/log.h"
 #include "proto/frame.h"
-
-double engine_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-int64_t engine_unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "util/cause.h"
+#include "util/clock.h"
 
 /* ---- output ---------------------------------------------------------- */
 
@@ -110,7 +98,7 @@ struct job *job_new(int kind, uint64_t conn, uint64_t id, struct session *s)
 	j->conn = conn;
 	j->req_id = id;
 	j->s = s;
-	j->t0 = engine_now();
+	j->t0 = clock_mono_s();
 	return j;
 }
 
@@ -145,7 +133,7 @@ static void job_remove(struct engine *e, struct job *j)
 	struct session *s = j->s;
 	s->busy = 0;
 	s->dirty = 1;
-	s->last_use_ms = engine_unix_ms();
+	s->last_use_ms = clock_unix_ms();
 	job_free(j);
 	/* an ephemeral session whose connection went away while it was busy
 	 * (see handle_disconnect) goes with its last job */
@@ -211,7 +199,7 @@ static void finish_generate(struct engine *e, struct job *j, int why)
 		s->turns[s->n_turns - 1].end = (uint8_t)stop_reasons[why];  /* transcripts */
 	if (j->n_text)
 		send_token_event(e, j, NULL, 0);
-	double t = engine_now();
+	double t = clock_mono_s();
 	Llamad__Done d = LLAMAD__DONE__INIT;
 	PB_SET(&d, reason, stop_reasons[why]);
 	PB_SET(&d, prompt_tokens, (uint32_t)j->prompt_tokens);
@@ -263,7 +251,7 @@ static void after_logits(struct engine *e, struct job *j)
 {
 	struct session *s = j->s;
 	if (j->t_first == 0)
-		j->t_first = engine_now();
+		j->t_first = clock_mono_s();
 	int32_t next = gen_sample(&j->gen, j->logits, s->tokens, s->n_tokens);
 	if (s->n_tokens + 1 > engine_session_limit(e)) {
 		/* never this generation's own turns, nor the question it answers */
@@ -423,11 +411,11 @@ static void end_all(struct engine *e)
 /* At most once a second: save sessions idle for save_delay seconds. */
 static void save_idle(struct engine *e)
 {
-	double t = engine_now();
+	double t = clock_mono_s();
 	if (!e->res.dir || t - e->last_idle_scan < 1.0)
 		return;
 	e->last_idle_scan = t;
-	res_save_idle(&e->res, engine_unix_ms() - (int64_t)e->cfg.save_delay * 1000);
+	res_save_idle(&e->res, clock_unix_ms() - (int64_t)e->cfg.save_delay * 1000);
 }
 
 static void save_at_shutdown(struct engine *e)
@@ -567,7 +555,7 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	e->cfg = *cfg;
 	/* the strings stay owned by the caller's config */
 	e->ctx = m->cfg.max_ctx;
-	e->t_start = engine_now();
+	e->t_start = clock_mono_s();
 	const char *fa = getenv("LLAMAD_TEST_FAIL_AFTER");
 	e->fail_after = fa && *fa ? strtoull(fa, NULL, 10) : 0;
 	const char *sd = getenv("LLAMAD_TEST_STEP_DELAY_MS");
@@ -579,8 +567,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	char *note = NULL;
 	e->be = backend_open(&bo, cause, &note);
 	if (!e->be) {
-		if (!*cause && asprintf(cause, "out of memory creating the backend") < 0)
-			*cause = NULL;
+		if (!*cause)
+			cause_set(cause, "out of memory creating the backend");
 		engine_free(e);
 		return NULL;
 	}
@@ -595,16 +583,15 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 		e->step_cap = cfg->step_tokens;
 	/* weights and scratch first: on a GPU the KV pool takes a share of
 	 * what they leave */
-	double t_place = engine_now();
+	double t_place = clock_mono_s();
 	e->fwd = fwd_new(m, e->be, e->step_cap);
 	if (e->fwd)   /* uploads, or the CPU's packing of quantized matrices */
-		log_msg(LL_INFO, "weights placed in %.0f ms (%s)", (engine_now() - t_place) * 1e3,
+		log_msg(LL_INFO, "weights placed in %.0f ms (%s)", (clock_mono_s() - t_place) * 1e3,
 			e->be->desc);
 	if (!e->fwd) {
-		if (asprintf(cause, "%s placing the weights and %d-token scratch on the %s",
-			     e->be->failed ? "device error" : "out of memory", e->step_cap,
-			     e->be->ops->name) < 0)
-			*cause = NULL;
+		cause_set(cause, "%s placing the weights and %d-token scratch on the %s",
+			  e->be->failed ? "device error" : "out of memory", e->step_cap,
+			  e->be->ops->name);
 		engine_free(e);
 		return NULL;
 	}
@@ -622,19 +609,17 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	if (nblocks > INT32_MAX)
 		nblocks = INT32_MAX;
 	if (nblocks < 1) {
-		if (asprintf(cause, "a KV cache of %llu bytes holds %llu blocks of %zu bytes; "
-			     "need at least one (raise %s)", (unsigned long long)kv_bytes,
-			     (unsigned long long)nblocks, bb,
-			     e->be->host_mem ? "kv_memory" : "gpu_kv_share") < 0)
-			*cause = NULL;
+		cause_set(cause, "a KV cache of %llu bytes holds %llu blocks of %zu bytes; "
+			  "need at least one (raise %s)", (unsigned long long)kv_bytes,
+			  (unsigned long long)nblocks, bb,
+			  e->be->host_mem ? "kv_memory" : "gpu_kv_share");
 		engine_free(e);
 		return NULL;
 	}
 	e->pool = kvpool_new_on(e->be, (int)nblocks, KV_BLOCK_TOKENS, m->cfg.n_layers, kv_dim);
 	if (!e->pool || sess_table_init(&e->st, e->pool) != 0) {
-		if (asprintf(cause, "out of memory allocating %llu bytes of KV cache",
-			     (unsigned long long)kv_bytes) < 0)
-			*cause = NULL;
+		cause_set(cause, "out of memory allocating %llu bytes of KV cache",
+			  (unsigned long long)kv_bytes);
 		engine_free(e);
 		return NULL;
 	}
@@ -644,8 +629,7 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	if (unusable) {
 		char why[256];
 		engine_default_template(e, why, sizeof(why));
-		if (asprintf(cause, "chat template %s: %s", why, unusable) < 0)
-			*cause = NULL;
+		cause_set(cause, "chat template %s: %s", why, unusable);
 		engine_free(e);
 		return NULL;
 	}

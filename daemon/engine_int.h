@@ -103,8 +103,6 @@ struct engine {
 };
 
 /* ---- engine.c ---- */
-double engine_now(void);        /* monotonic seconds */
-int64_t engine_unix_ms(void);   /* wall clock, ms */
 /* Queue r (NULL: it could not be made, which is logged) for the event
  * thread. */
 void engine_send(struct engine *e, struct reply *r);

@@ -23,6 +23,7 @@
 #include "daemon/version.h"
 #include "model/chat.h"
 #include "proto/frame.h"
+#include "util/clock.h"
 #include "util/utf8.h"
 
 enum { NEED_SESSION = 1, NOT_BUSY = 2, QUOTA = 4, RESIDENT = 8 };
@@ -197,7 +198,7 @@ static int on_open(struct engine *e, struct req *rq)
 			s->policy = (int)o->context_policy;  /* the one setting a reopen changes */
 			s->dirty = 1;
 		}
-		s->last_use_ms = engine_unix_ms();
+		s->last_use_ms = clock_unix_ms();
 		reply_info(e, rq->conn, rq->id, s, 0, -1);
 		return 0;
 	}
@@ -225,7 +226,7 @@ static int on_open(struct engine *e, struct req *rq)
 	s->ephemeral = o->ephemeral;
 	s->owner_conn = rq->conn;
 	s->dirty = 1;
-	s->last_use_ms = engine_unix_ms();
+	s->last_use_ms = clock_unix_ms();
 	log_msg(LL_DEBUG, "session %s created by uid %u", s->id, (unsigned)rq->uid);
 	reply_info(e, rq->conn, rq->id, s, 1, -1);
 	return 0;
@@ -238,7 +239,7 @@ static int add_turn(struct engine *e, struct req *rq, int has_role, int role, co
 	int n = turn_append(&te, rq->s, has_role ? role : CHAT_USER, text ? text : "", rq->msg,
 			    sizeof(rq->msg));
 	if (n >= 0)
-		rq->s->last_use_ms = engine_unix_ms();
+		rq->s->last_use_ms = clock_unix_ms();
 	return n;
 }
 
@@ -272,7 +273,7 @@ static void fill_sampler(const struct engine *e, const Llamad__SamplerOptions *o
 	if (o && o->has_seed)
 		p->seed = o->seed;
 	else if (getrandom(&p->seed, sizeof(p->seed), 0) != sizeof(p->seed))
-		p->seed = (uint64_t)engine_unix_ms();
+		p->seed = (uint64_t)clock_unix_ms();
 }
 
 static int on_generate(struct engine *e, struct req *rq)
@@ -337,7 +338,7 @@ static int on_fork(struct engine *e, struct req *rq)
 		return fail(rq, -ENOMEM, "out of memory");
 	dst->ephemeral = 0;
 	dst->dirty = 1;
-	dst->last_use_ms = engine_unix_ms();
+	dst->last_use_ms = clock_unix_ms();
 	reply_info(e, rq->conn, rq->id, dst, 1, -1);
 	return 0;
 }
@@ -406,7 +407,7 @@ static int on_rewind(struct engine *e, struct req *rq)
 	struct session *s = rq->s;
 	if (sess_rewind(&e->st, s) < 0)
 		return fail(rq, -EINVAL, "session '%s' has no turn to remove", s->id);
-	s->last_use_ms = engine_unix_ms();
+	s->last_use_ms = clock_unix_ms();
 	s->dirty = 1;
 	reply_info(e, rq->conn, rq->id, s, -1, -1);
 	return 0;
@@ -529,7 +530,7 @@ static int on_status(struct engine *e, struct req *rq)
 	st.backend = e->backend_name;
 	if (e->be->host_mem)  /* CPU worker threads; a GPU's desc says the rest */
 		PB_SET(&st, threads, (uint32_t)e->be->n_threads);
-	PB_SET(&st, uptime_s, engine_now() - e->t_start);
+	PB_SET(&st, uptime_s, clock_mono_s() - e->t_start);
 	/* a non-root client sees only the count of its own sessions */
 	struct count_ctx k = { 0 };
 	sess_foreach(&e->st, rq->uid, count_one, &k);

@@ -25,6 +25,7 @@
 #include "kernels/backend.h"
 #include "proto/limits.h"
 #include "model/chat.h"
+#include "util/clock.h"
 
 static void usage(FILE *f)
 {
@@ -340,8 +341,7 @@ static int run_serve(struct args *a)
 	}
 	sd_notifyf(0, "STATUS=loading %s", cfg->model);
 	log_msg(LL_INFO, "loading %s", cfg->model);
-	struct timespec t0, t1;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
+	double t0 = clock_mono_s();
 	struct model *m = model_load(cfg->model, cfg->tokenizer, &cause);
 	if (!m) {
 		log_msg(LL_ERROR, "%s", cause ? cause : "cannot load the model");
@@ -349,11 +349,10 @@ static int run_serve(struct args *a)
 		free(cause);
 		return 1;
 	}
-	clock_gettime(CLOCK_MONOTONIC, &t1);
+	double t1 = clock_mono_s();
 	char desc[512];
 	model_describe(m, desc, sizeof(desc));
-	log_msg(LL_INFO, "loaded %s in %.0f ms", desc,
-		(t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6);
+	log_msg(LL_INFO, "loaded %s in %.0f ms", desc, (t1 - t0) * 1e3);
 	struct engine *e = engine_new(m, cfg, &cause);
 	if (!e) {
 		log_msg(LL_ERROR, "%s", cause ? cause : "cannot start the engine");

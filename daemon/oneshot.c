@@ -5,12 +5,12 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "daemon/oneshot.h"
 #include "model/forward.h"
 #include "model/generate.h"
 #include "session/kvpool.h"
+#include "util/clock.h"
 
 #define PREFILL_CHUNK 512
 
@@ -18,13 +18,6 @@ static const char *const end_names[] = {
 	[GEN_EOS] = "eos", [GEN_MAX_TOKENS] = "max tokens", [GEN_STOP_STRING] = "stop string",
 	[GEN_CONTEXT_FULL] = "context full",
 };
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void emit_file(void *ctx, const char *text, size_t len)
 {
@@ -114,13 +107,13 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		fflush(out);
 	}
 
-	double t0 = now_s();
+	double t0 = clock_mono_s();
 	struct fwd_seq s = { hist, n, 0, seq.blocks, logits, 0 };
 	if (fwd_run(f, &pool->kv, &s, 1) != 0) {
 		fprintf(stderr, "llamad: forward pass rejected the prompt\n");
 		goto out;
 	}
-	double t1 = now_s();
+	double t1 = clock_mono_s();
 	int pos = n, why;
 	for (;;) {
 		int32_t next = gen_sample(&g, logits, hist, pos);
@@ -145,7 +138,7 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 	gen_finish(&g, why);
 	fputc('\n', out);
 	fflush(out);
-	double t2 = now_s();
+	double t2 = clock_mono_s();
 	if (o->verbose)
 		fprintf(stderr, "llamad: prompt %d tokens in %.1f ms (%.1f tok/s); "
 			"generated %d tokens in %.1f ms (%.1f tok/s); stop: %s\n",

@@ -40,6 +40,7 @@
 #include "proto/frame.h"
 #include "proto/path.h"
 #include "session/session.h"
+#include "util/cause.h"
 
 #define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */
 /* Flow control: a connection's requests are read while fewer than this
@@ -599,17 +600,6 @@ static void on_watchdog(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the socket ------------------------------------------------------------ */
 
-/* Set *cause (malloc'd) from a format. */
-static void cause_set(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void cause_set(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-}
-
 /* What to do when the default socket cannot be made (no --socket given). */
 static const char *default_hint(const struct config *cfg)
 {
@@ -799,8 +789,7 @@ int server_run(struct config *cfg, const char *config_path, struct engine *eng, 
 	}
 	engine_on_fatal(eng, on_fatal);
 	if ((rc = engine_start(eng, s.notify_fd)) != 0) {
-		if (asprintf(cause, "cannot start the engine thread: %s", strerror(-rc)) < 0)
-			*cause = NULL;
+		cause_set(cause, "cannot start the engine thread: %s", strerror(-rc));
 		goto out;
 	}
 	sd_notifyf(0, "READY=1\nSTATUS=serving %s on %s", engine_backend_name(eng),

@@ -184,7 +184,7 @@ static int need(struct gguf *g, uint64_t n, const char *what)
 {
 	if (n <= g->len - g->pos)
 		return 0;
-	model_set_cause(g->cause, "%s: truncated or corrupt GGUF: %s at offset %zu needs "
+	cause_set(g->cause, "%s: truncated or corrupt GGUF: %s at offset %zu needs "
 			"%llu bytes, the file has %zu left", g->path, what, g->pos,
 			(unsigned long long)n, g->len - g->pos);
 	return -EINVAL;
@@ -226,7 +226,7 @@ static int skip_value(struct gguf *g, uint32_t type, int depth, const char *key)
 {
 	char what[160];
 	if (type >= GV_N) {
-		model_set_cause(g->cause, "%s: corrupt GGUF: key %s has unknown value type %u",
+		cause_set(g->cause, "%s: corrupt GGUF: key %s has unknown value type %u",
 				g->path, key, type);
 		return -EINVAL;
 	}
@@ -244,7 +244,7 @@ static int skip_value(struct gguf *g, uint32_t type, int depth, const char *key)
 		return 0;
 	}
 	if (depth >= GGUF_MAX_DEPTH) {
-		model_set_cause(g->cause, "%s: corrupt GGUF: key %s nests arrays more than %d deep",
+		cause_set(g->cause, "%s: corrupt GGUF: key %s nests arrays more than %d deep",
 				g->path, key, GGUF_MAX_DEPTH);
 		return -EINVAL;
 	}
@@ -254,14 +254,14 @@ static int skip_value(struct gguf *g, uint32_t type, int depth, const char *key)
 	if (rd_u32(g, &et, what) || rd_u64(g, &n, what))
 		return -EINVAL;
 	if (et >= GV_N) {
-		model_set_cause(g->cause, "%s: corrupt GGUF: array %s has unknown element type %u",
+		cause_set(g->cause, "%s: corrupt GGUF: array %s has unknown element type %u",
 				g->path, key, et);
 		return -EINVAL;
 	}
 	/* every element takes at least one byte (a string or array, 8) */
 	uint64_t min = gv_size[et] ? gv_size[et] : (et == GV_STRING ? 8 : 12);
 	if (n > (g->len - g->pos) / min) {
-		model_set_cause(g->cause, "%s: truncated or corrupt GGUF: array %s claims %llu "
+		cause_set(g->cause, "%s: truncated or corrupt GGUF: array %s claims %llu "
 				"%s elements, more than the %zu bytes left can hold", g->path,
 				key, (unsigned long long)n, gv_names[et], g->len - g->pos);
 		return -EINVAL;
@@ -281,7 +281,7 @@ static int parse_kv(struct gguf *g)
 {
 	char kb[96];
 	if (g->len < 4 || memcmp(g->base, "GGUF", 4) != 0) {
-		model_set_cause(g->cause, "%s: not a GGUF file (no GGUF magic)", g->path);
+		cause_set(g->cause, "%s: not a GGUF file (no GGUF magic)", g->path);
 		return -EINVAL;
 	}
 	g->pos = 4;
@@ -289,16 +289,16 @@ static int parse_kv(struct gguf *g)
 		return -EINVAL;
 	uint32_t v = g->version, sw = __builtin_bswap32(v);
 	if (v == 1) {
-		model_set_cause(g->cause, "%s: GGUF version 1 is not supported (an early "
+		cause_set(g->cause, "%s: GGUF version 1 is not supported (an early "
 				"format with 32-bit counts: convert the model again)", g->path);
 		return -ENOTSUP;
 	}
 	if (v != 2 && v != 3) {
 		if (sw >= 1 && sw <= 3)
-			model_set_cause(g->cause, "%s: big-endian GGUF files are not supported",
+			cause_set(g->cause, "%s: big-endian GGUF files are not supported",
 					g->path);
 		else
-			model_set_cause(g->cause, "%s: unsupported GGUF version %u (2 and 3 are "
+			cause_set(g->cause, "%s: unsupported GGUF version %u (2 and 3 are "
 					"supported)", g->path, v);
 		return -ENOTSUP;
 	}
@@ -308,13 +308,13 @@ static int parse_kv(struct gguf *g)
 	/* a key/value pair takes at least 13 bytes, a tensor info 32 */
 	size_t left = g->len - g->pos;
 	if (g->n_kv_hdr > left / 13) {
-		model_set_cause(g->cause, "%s: truncated or corrupt GGUF: the header claims %llu "
+		cause_set(g->cause, "%s: truncated or corrupt GGUF: the header claims %llu "
 				"key/value pairs, more than the file's %zu bytes can hold",
 				g->path, (unsigned long long)g->n_kv_hdr, g->len);
 		return -EINVAL;
 	}
 	if (g->n_tensors_hdr > left / 32) {
-		model_set_cause(g->cause, "%s: truncated or corrupt GGUF: the header claims %llu "
+		cause_set(g->cause, "%s: truncated or corrupt GGUF: the header claims %llu "
 				"tensors, more than the file's %zu bytes can hold",
 				g->path, (unsigned long long)g->n_tensors_hdr, g->len);
 		return -EINVAL;
@@ -324,7 +324,7 @@ static int parse_kv(struct gguf *g)
 			size_t nc = g->cap_kv ? 2 * g->cap_kv : 32;
 			struct gguf_kv *n = realloc(g->kv, nc * sizeof(*n));
 			if (!n) {
-				model_set_cause(g->cause, "%s: out of memory", g->path);
+				cause_set(g->cause, "%s: out of memory", g->path);
 				return -ENOMEM;
 			}
 			g->kv = n;
@@ -364,7 +364,7 @@ static const struct gguf_kv *find_kv(const struct gguf *g, const char *key)
 
 static int wrong_type(const struct gguf *g, const char *key, uint32_t type, const char *want)
 {
-	model_set_cause(g->cause, "%s: GGUF key %s has type %s, expected %s", g->path, key,
+	cause_set(g->cause, "%s: GGUF key %s has type %s, expected %s", g->path, key,
 			gv_names[type], want);
 	return -EINVAL;
 }
@@ -400,14 +400,14 @@ static int kv_param(const struct gguf *g, const char *key, int def, int *out)
 		return r;
 	if (r == 0) {
 		if (def < 0) {
-			model_set_cause(g->cause, "%s: GGUF key %s is missing", g->path, key);
+			cause_set(g->cause, "%s: GGUF key %s is missing", g->path, key);
 			return -EINVAL;
 		}
 		*out = def;
 		return 0;
 	}
 	if (v < 1 || v > INT_MAX) {
-		model_set_cause(g->cause, "%s: GGUF key %s = %lld is out of range", g->path, key,
+		cause_set(g->cause, "%s: GGUF key %s = %lld is out of range", g->path, key,
 				(long long)v);
 		return -EINVAL;
 	}
@@ -484,7 +484,7 @@ static int parse_tensors(struct gguf *g)
 	if (r < 0)
 		return r;
 	if (al < 1 || al > (1 << 30) || (al & (al - 1))) {
-		model_set_cause(g->cause, "%s: corrupt GGUF: general.alignment %lld is not a "
+		cause_set(g->cause, "%s: corrupt GGUF: general.alignment %lld is not a "
 				"power of two", g->path, (long long)al);
 		return -EINVAL;
 	}
@@ -494,7 +494,7 @@ static int parse_tensors(struct gguf *g)
 			size_t nc = g->cap_t ? 2 * g->cap_t : 64;
 			struct gguf_tensor *n = realloc(g->t, nc * sizeof(*n));
 			if (!n) {
-				model_set_cause(g->cause, "%s: out of memory", g->path);
+				cause_set(g->cause, "%s: out of memory", g->path);
 				return -ENOMEM;
 			}
 			g->t = n;
@@ -508,7 +508,7 @@ static int parse_tensors(struct gguf *g)
 			return -EINVAL;
 		shown(t->name, t->name_len, nb);
 		if (t->name_len == 0 || t->name_len > GGUF_MAX_NAME) {
-			model_set_cause(g->cause, "%s: corrupt GGUF: tensor %llu has a name of %zu bytes",
+			cause_set(g->cause, "%s: corrupt GGUF: tensor %llu has a name of %zu bytes",
 					g->path, (unsigned long long)i, t->name_len);
 			return -EINVAL;
 		}
@@ -516,7 +516,7 @@ static int parse_tensors(struct gguf *g)
 		if (rd_u32(g, &t->n_dims, what))
 			return -EINVAL;
 		if (t->n_dims < 1 || t->n_dims > GGUF_MAX_DIMS) {
-			model_set_cause(g->cause, "%s: corrupt GGUF: tensor %s has %u dimensions "
+			cause_set(g->cause, "%s: corrupt GGUF: tensor %s has %u dimensions "
 					"(1 to %d allowed)", g->path, nb, t->n_dims, GGUF_MAX_DIMS);
 			return -EINVAL;
 		}
@@ -526,7 +526,7 @@ static int parse_tensors(struct gguf *g)
 				return -EINVAL;
 			if (t->ne[d] == 0 || t->ne[d] > INT32_MAX ||
 			    n_el > (uint64_t)INT64_MAX / t->ne[d]) {
-				model_set_cause(g->cause, "%s: corrupt GGUF: tensor %s has a bad shape "
+				cause_set(g->cause, "%s: corrupt GGUF: tensor %s has a bad shape "
 						"(dimension %u is %llu)", g->path, nb, d,
 						(unsigned long long)t->ne[d]);
 				return -EINVAL;
@@ -540,31 +540,31 @@ static int parse_tensors(struct gguf *g)
 			return -EINVAL;
 		const struct ggml_type *gt = ggml_type_of(t->type);
 		if (!gt) {
-			model_set_cause(g->cause, "%s: tensor %s has unknown ggml type %u",
+			cause_set(g->cause, "%s: tensor %s has unknown ggml type %u",
 					g->path, nb, t->type);
 			return -ENOTSUP;
 		}
 		if (gt->kt < 0) {
-			model_set_cause(g->cause, "%s: tensor %s has type %s, which llamad does not "
+			cause_set(g->cause, "%s: tensor %s has type %s, which llamad does not "
 					"support yet (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K are)", g->path,
 					nb, gt->name);
 			return -ENOTSUP;
 		}
 		if (t->ne[0] % (uint64_t)gt->block) {
-			model_set_cause(g->cause, "%s: corrupt GGUF: tensor %s of type %s has rows of "
+			cause_set(g->cause, "%s: corrupt GGUF: tensor %s of type %s has rows of "
 					"%llu elements, not a multiple of %d", g->path, nb,
 					gt->name, (unsigned long long)t->ne[0], gt->block);
 			return -EINVAL;
 		}
 		uint64_t blocks = n_el / (uint64_t)gt->block;
 		if (blocks > SIZE_MAX / (uint64_t)gt->bytes) {
-			model_set_cause(g->cause, "%s: corrupt GGUF: tensor %s is too large",
+			cause_set(g->cause, "%s: corrupt GGUF: tensor %s is too large",
 					g->path, nb);
 			return -EINVAL;
 		}
 		t->bytes = (size_t)(blocks * (uint64_t)gt->bytes);
 		if (t->offset % g->alignment) {
-			model_set_cause(g->cause, "%s: corrupt GGUF: tensor %s has offset %llu, not a "
+			cause_set(g->cause, "%s: corrupt GGUF: tensor %s has offset %llu, not a "
 					"multiple of the alignment %llu", g->path, nb,
 					(unsigned long long)t->offset,
 					(unsigned long long)g->alignment);
@@ -576,7 +576,7 @@ static int parse_tensors(struct gguf *g)
 		return 0;
 	size_t pad = (size_t)((g->alignment - g->pos % g->alignment) % g->alignment);
 	if (pad > g->len - g->pos) {
-		model_set_cause(g->cause, "%s: truncated GGUF: the file ends (%zu bytes) before "
+		cause_set(g->cause, "%s: truncated GGUF: the file ends (%zu bytes) before "
 				"its tensor data", g->path, g->len);
 		return -EINVAL;
 	}
@@ -584,7 +584,7 @@ static int parse_tensors(struct gguf *g)
 	for (size_t i = 0; i < g->n_t; i++) {
 		struct gguf_tensor *t = &g->t[i];
 		if (t->offset > dlen || t->bytes > dlen - t->offset) {
-			model_set_cause(g->cause, "%s: truncated or corrupt GGUF: tensor %s (%zu bytes "
+			cause_set(g->cause, "%s: truncated or corrupt GGUF: tensor %s (%zu bytes "
 					"at offset %llu) extends past the end of the data section "
 					"(%zu bytes)", g->path, shown(t->name, t->name_len, nb),
 					t->bytes, (unsigned long long)t->offset, dlen);
@@ -610,13 +610,13 @@ static int get_matrix(struct model *m, struct gguf *g, const char *name, int row
 {
 	struct gguf_tensor *t = find_tensor(g, name);
 	if (!t) {
-		model_set_cause(g->cause, "%s: tensor %s is missing", g->path, name);
+		cause_set(g->cause, "%s: tensor %s is missing", g->path, name);
 		return -EINVAL;
 	}
 	t->used = 1;
 	if (t->ne[0] != (uint64_t)cols || t->ne[1] != (uint64_t)rows || t->ne[2] != 1 ||
 	    t->ne[3] != 1) {
-		model_set_cause(g->cause, "%s: tensor %s has shape [%llu, %llu, %llu, %llu], the "
+		cause_set(g->cause, "%s: tensor %s has shape [%llu, %llu, %llu, %llu], the "
 				"hyper-parameters imply [%d, %d]", g->path, name,
 				(unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 				(unsigned long long)t->ne[2], (unsigned long long)t->ne[3],
@@ -647,12 +647,12 @@ static int get_vector(struct model *m, struct gguf *g, const char *name, int n,
 {
 	struct gguf_tensor *t = find_tensor(g, name);
 	if (!t) {
-		model_set_cause(g->cause, "%s: tensor %s is missing", g->path, name);
+		cause_set(g->cause, "%s: tensor %s is missing", g->path, name);
 		return -EINVAL;
 	}
 	t->used = 1;
 	if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
-		model_set_cause(g->cause, "%s: tensor %s has shape [%llu, %llu, %llu, %llu], "
+		cause_set(g->cause, "%s: tensor %s has shape [%llu, %llu, %llu, %llu], "
 				"expected [%d]", g->path, name, (unsigned long long)t->ne[0],
 				(unsigned long long)t->ne[1], (unsigned long long)t->ne[2],
 				(unsigned long long)t->ne[3], n);
@@ -664,7 +664,7 @@ static int get_vector(struct model *m, struct gguf *g, const char *name, int n,
 		return 0;
 	}
 	if (gt->kt != KT_F32 && gt->kt != KT_F16 && gt->kt != KT_BF16) {
-		model_set_cause(g->cause, "%s: norm tensor %s has type %s (F32, F16 or BF16 "
+		cause_set(g->cause, "%s: norm tensor %s has type %s (F32, F16 or BF16 "
 				"expected)", g->path, name, gt->name);
 		return -ENOTSUP;
 	}
@@ -684,12 +684,12 @@ static int get_rope_freqs(struct model *m, struct gguf *g)
 	int n = m->cfg.head_dim / 2;
 	t->used = 1;
 	if (t->type != 0) {
-		model_set_cause(g->cause, "%s: tensor rope_freqs.weight has type %s (F32 expected)",
+		cause_set(g->cause, "%s: tensor rope_freqs.weight has type %s (F32 expected)",
 				g->path, ggml_type_of(t->type)->name);
 		return -EINVAL;
 	}
 	if (t->ne[0] != (uint64_t)n || t->ne[1] != 1 || t->ne[2] != 1 || t->ne[3] != 1) {
-		model_set_cause(g->cause, "%s: tensor rope_freqs.weight has shape [%llu, %llu, %llu, "
+		cause_set(g->cause, "%s: tensor rope_freqs.weight has shape [%llu, %llu, %llu, "
 				"%llu], expected [%d] (head_dim / 2)", g->path,
 				(unsigned long long)t->ne[0], (unsigned long long)t->ne[1],
 				(unsigned long long)t->ne[2], (unsigned long long)t->ne[3], n);
@@ -701,7 +701,7 @@ static int get_rope_freqs(struct model *m, struct gguf *g)
 	memcpy(v, t->data, (size_t)n * sizeof(float));  /* little-endian, as the host */
 	for (int i = 0; i < n; i++)
 		if (!(v[i] > 0 && v[i] < 1e30f)) {
-			model_set_cause(g->cause, "%s: tensor rope_freqs.weight: entry %d is %g, not a "
+			cause_set(g->cause, "%s: tensor rope_freqs.weight: entry %d is %g, not a "
 					"finite positive divisor", g->path, i, (double)v[i]);
 			return -EINVAL;
 		}
@@ -720,12 +720,12 @@ static int kv_array(const struct gguf *g, const char *key, uint32_t et, uint32_t
 	if (!kv)
 		return 0;
 	if (kv->type != GV_ARRAY || (kv->arr_type != et && kv->arr_type != et2)) {
-		model_set_cause(g->cause, "%s: GGUF key %s is not an array of %s", g->path, key,
+		cause_set(g->cause, "%s: GGUF key %s is not an array of %s", g->path, key,
 				gv_names[et]);
 		return -EINVAL;
 	}
 	if (kv->arr_n != n) {
-		model_set_cause(g->cause, "%s: GGUF key %s has %llu elements for %llu tokens",
+		cause_set(g->cause, "%s: GGUF key %s has %llu elements for %llu tokens",
 				g->path, key, (unsigned long long)kv->arr_n,
 				(unsigned long long)n);
 		return -EINVAL;
@@ -782,13 +782,13 @@ static int build_tok_bpe(struct gguf *g, const struct gguf_kv *tk, struct tok **
 		return r;
 	const struct gguf_kv *mk = find_kv(g, "tokenizer.ggml.merges");
 	if (!mk || mk->type != GV_ARRAY || mk->arr_type != GV_STRING) {
-		model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.merges is %s (a \"gpt2\" "
+		cause_set(g->cause, "%s: GGUF key tokenizer.ggml.merges is %s (a \"gpt2\" "
 				"vocabulary needs its merges as an array of strings)", g->path,
 				mk ? "not an array of strings" : "missing");
 		return -EINVAL;
 	}
 	if (mk->arr_n > INT_MAX) {
-		model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.merges has %llu entries, "
+		cause_set(g->cause, "%s: GGUF key tokenizer.ggml.merges has %llu entries, "
 				"too many", g->path, (unsigned long long)mk->arr_n);
 		return -EINVAL;
 	}
@@ -824,7 +824,7 @@ static int build_tok_bpe(struct gguf *g, const struct gguf_kv *tk, struct tok **
 	}
 	if (ps) {
 		if (memchr(ps, 0, pn)) {
-			model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.pre contains a NUL "
+			cause_set(g->cause, "%s: GGUF key tokenizer.ggml.pre contains a NUL "
 					"byte", g->path);
 			r = -EINVAL;
 			goto out;
@@ -842,7 +842,7 @@ static int build_tok_bpe(struct gguf *g, const struct gguf_kv *tk, struct tok **
 	r = *out ? 0 : -EINVAL;
 out:
 	if (r == -ENOMEM)
-		model_set_cause(g->cause, "%s: out of memory", g->path);
+		cause_set(g->cause, "%s: out of memory", g->path);
 	free(toks);
 	free(tok_len);
 	free(merges);
@@ -870,25 +870,25 @@ static int build_tok(struct gguf *g, struct tok **out)
 	if (r == 0 && !tk)
 		return 0;
 	if (r == 0) {
-		model_set_cause(g->cause, "%s: GGUF has tokenizer.ggml.tokens but no "
+		cause_set(g->cause, "%s: GGUF has tokenizer.ggml.tokens but no "
 				"tokenizer.ggml.model", g->path);
 		return -EINVAL;
 	}
 	int gpt2 = str_is(ms, mn, "gpt2");
 	if (!gpt2 && !str_is(ms, mn, "llama")) {
 		char b[96];
-		model_set_cause(g->cause, "%s: tokenizer model \"%s\" is not supported "
+		cause_set(g->cause, "%s: tokenizer model \"%s\" is not supported "
 				"(\"llama\", SentencePiece BPE, and \"gpt2\", byte-level BPE, "
 				"are); pass --tokenizer PATH", g->path, shown(ms, mn, b));
 		return -ENOTSUP;
 	}
 	if (!tk || tk->type != GV_ARRAY || tk->arr_type != GV_STRING) {
-		model_set_cause(g->cause, "%s: GGUF key tokenizer.ggml.tokens is %s", g->path,
+		cause_set(g->cause, "%s: GGUF key tokenizer.ggml.tokens is %s", g->path,
 				tk ? "not an array of strings" : "missing");
 		return -EINVAL;
 	}
 	if (tk->arr_n < 1 || tk->arr_n > (1 << 22)) {
-		model_set_cause(g->cause, "%s: GGUF vocabulary of %llu tokens is out of range",
+		cause_set(g->cause, "%s: GGUF vocabulary of %llu tokens is out of range",
 				g->path, (unsigned long long)tk->arr_n);
 		return -EINVAL;
 	}
@@ -925,7 +925,7 @@ static int build_tok(struct gguf *g, struct tok **out)
 		const uint8_t *s = p + 8;
 		p = s + len;
 		if (memchr(s, 0, len)) {
-			model_set_cause(g->cause, "%s: GGUF token %d contains a NUL byte", g->path, i);
+			cause_set(g->cause, "%s: GGUF token %d contains a NUL byte", g->path, i);
 			r = -EINVAL;
 			goto out;
 		}
@@ -946,7 +946,7 @@ static int build_tok(struct gguf *g, struct tok **out)
 	r = *out ? 0 : -EINVAL;
 out:
 	if (r == -ENOMEM)
-		model_set_cause(g->cause, "%s: out of memory", g->path);
+		cause_set(g->cause, "%s: out of memory", g->path);
 	if (str)
 		for (int i = 0; i < n; i++)
 			free(str[i]);
@@ -982,12 +982,12 @@ static int check_arch(struct gguf *g)
 	if (r < 0)
 		return r;
 	if (r == 0) {
-		model_set_cause(g->cause, "%s: GGUF key general.architecture is missing", g->path);
+		cause_set(g->cause, "%s: GGUF key general.architecture is missing", g->path);
 		return -EINVAL;
 	}
 	if (!str_is(s, n, "llama")) {
 		char b[96];
-		model_set_cause(g->cause, "%s: architecture \"%s\" is not supported (llama is)",
+		cause_set(g->cause, "%s: architecture \"%s\" is not supported (llama is)",
 				g->path, shown(s, n, b));
 		return -ENOTSUP;
 	}
@@ -1008,7 +1008,7 @@ static int read_hparams(struct model *m, struct gguf *g)
 	    (r = kv_float(g, "llama.rope.freq_base", 10000.0, &c->rope_theta)))
 		return r;
 	if (c->dim % c->n_heads) {
-		model_set_cause(g->cause, "%s: embedding_length %d is not a multiple of "
+		cause_set(g->cause, "%s: embedding_length %d is not a multiple of "
 				"head_count %d", g->path, c->dim, c->n_heads);
 		return -EINVAL;
 	}
@@ -1018,13 +1018,13 @@ static int read_hparams(struct model *m, struct gguf *g)
 	    (r = kv_param(g, "llama.attention.value_length", c->head_dim, &vl)))
 		return r;
 	if (rope_dim != c->head_dim) {
-		model_set_cause(g->cause, "%s: llama.rope.dimension_count %d differs from the "
+		cause_set(g->cause, "%s: llama.rope.dimension_count %d differs from the "
 				"head dimension %d (partial RoPE is not supported)", g->path,
 				rope_dim, c->head_dim);
 		return -ENOTSUP;
 	}
 	if (kl != c->head_dim || vl != c->head_dim) {
-		model_set_cause(g->cause, "%s: attention key/value length %d/%d differs from "
+		cause_set(g->cause, "%s: attention key/value length %d/%d differs from "
 				"embedding_length / head_count = %d (not supported)", g->path,
 				kl, vl, c->head_dim);
 		return -ENOTSUP;
@@ -1034,7 +1034,7 @@ static int read_hparams(struct model *m, struct gguf *g)
 		return r;
 	experts = ex > 0;
 	if (experts) {
-		model_set_cause(g->cause, "%s: mixture-of-experts models (llama.expert_count %lld) "
+		cause_set(g->cause, "%s: mixture-of-experts models (llama.expert_count %lld) "
 				"are not supported", g->path, (long long)ex);
 		return -ENOTSUP;
 	}
@@ -1044,7 +1044,7 @@ static int read_hparams(struct model *m, struct gguf *g)
 		return r;
 	if (r == 1 && !str_is(s, n, "none")) {
 		char b[96];
-		model_set_cause(g->cause, "%s: RoPE scaling \"%s\" (llama.rope.scaling.type) is "
+		cause_set(g->cause, "%s: RoPE scaling \"%s\" (llama.rope.scaling.type) is "
 				"not supported (none is, and Llama 3.1 scaling as the tensor "
 				"rope_freqs.weight)", g->path, shown(s, n, b));
 		return -ENOTSUP;
@@ -1076,7 +1076,7 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 	/* the vocabulary size is the embedding table's */
 	struct gguf_tensor *te = find_tensor(&g, "token_embd.weight");
 	if (!te) {
-		model_set_cause(cause, "%s: tensor token_embd.weight is missing", path);
+		cause_set(cause, "%s: tensor token_embd.weight is missing", path);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -1085,14 +1085,14 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 	if ((rc = kv_param(&g, "llama.vocab_size", c->vocab, &vk)))
 		goto out;
 	if (vk != c->vocab) {
-		model_set_cause(cause, "%s: llama.vocab_size %d but token_embd.weight has %d rows",
+		cause_set(cause, "%s: llama.vocab_size %d but token_embd.weight has %d rows",
 				path, vk, c->vocab);
 		rc = -EINVAL;
 		goto out;
 	}
 	const char *why = model_config_check(c);
 	if (why) {
-		model_set_cause(cause, "%s: %s", path, why);
+		cause_set(cause, "%s: %s", path, why);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -1143,7 +1143,7 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 		if (g.t[i].used)
 			continue;
 		char b[96];
-		model_set_cause(cause, "%s: tensor %s is not part of a Llama model llamad can "
+		cause_set(cause, "%s: tensor %s is not part of a Llama model llamad can "
 				"run (biases, experts are not supported)", path,
 				shown(g.t[i].name, g.t[i].name_len, b));
 		rc = -ENOTSUP;
@@ -1170,7 +1170,7 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 	if (rc && !tokenizer && !embedded && cause && *cause) {
 		char *inner = *cause;
 		*cause = NULL;
-		model_set_cause(cause, "%s: no tokenizer in the GGUF metadata; %s", path, inner);
+		cause_set(cause, "%s: no tokenizer in the GGUF metadata; %s", path, inner);
 		free(inner);
 	}
 out:
@@ -1184,7 +1184,7 @@ struct tok *gguf_load_tokenizer(const char *path, char **cause)
 {
 	struct model *m = calloc(1, sizeof(*m));
 	if (!m) {
-		model_set_cause(cause, "%s: out of memory", path);
+		cause_set(cause, "%s: out of memory", path);
 		return NULL;
 	}
 	const uint8_t *data;
@@ -1193,7 +1193,7 @@ struct tok *gguf_load_tokenizer(const char *path, char **cause)
 	if (model_map_file(m, path, &data, &len, cause) == 0) {
 		struct gguf g = { .path = path, .base = data, .len = len, .cause = cause };
 		if (parse_kv(&g) == 0 && build_tok(&g, &t) == 0 && !t)
-			model_set_cause(cause, "%s: GGUF file has no tokenizer", path);
+			cause_set(cause, "%s: GGUF file has no tokenizer", path);
 		gguf_done(&g);
 	}
 	model_free(m);

@@ -3,9 +3,7 @@
  * mapping, owned buffers, hyper-parameter checks, RoPE table, tokenizer.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,20 +14,7 @@
 #include <xxhash.h>
 
 #include "model/model.h"
-
-void model_set_cause(char **cause, const char *fmt, ...)
-{
-	if (!cause)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	char *s = NULL;
-	if (vasprintf(&s, fmt, ap) < 0)
-		s = NULL;
-	va_end(ap);
-	free(*cause);
-	*cause = s;
-}
+#include "util/file.h"
 
 int model_add_map(struct model *m, void *addr, size_t len)
 {
@@ -58,37 +43,14 @@ void *model_own(struct model *m, size_t bytes)
 int model_map_file(struct model *m, const char *path, const uint8_t **data,
 		   size_t *len, char **cause)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		int e = errno;
-		model_set_cause(cause, "%s: cannot open: %s", path, strerror(e));
-		return -e;
-	}
-	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		model_set_cause(cause, "%s: not a regular file", path);
-		close(fd);
-		return -EINVAL;
-	}
-	if (st.st_size == 0) {
-		model_set_cause(cause, "%s: empty file", path);
-		close(fd);
-		return -EINVAL;
-	}
-	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-	int e = errno;
-	close(fd);
-	if (p == MAP_FAILED) {
-		model_set_cause(cause, "%s: cannot map: %s", path, strerror(e));
-		return -e;
-	}
-	if (model_add_map(m, p, (size_t)st.st_size) != 0) {
-		munmap(p, (size_t)st.st_size);
-		model_set_cause(cause, "%s: out of memory", path);
+	int rc = file_map(path, data, len, cause);
+	if (rc)
+		return rc;
+	if (model_add_map(m, (void *)*data, *len) != 0) {
+		file_unmap(*data, *len);
+		cause_set(cause, "%s: out of memory", path);
 		return -ENOMEM;
 	}
-	*data = p;
-	*len = (size_t)st.st_size;
 	return 0;
 }
 
@@ -177,18 +139,6 @@ static int has_suffix(const char *s, const char *suf)
 	return a >= b && strcmp(s + a - b, suf) == 0;
 }
 
-/* 1 if the file at p starts with the GGUF magic. */
-static int has_gguf_magic(const char *p)
-{
-	int fd = open(p, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	char b[4];
-	ssize_t r = read(fd, b, sizeof b);
-	close(fd);
-	return r == 4 && memcmp(b, "GGUF", 4) == 0;
-}
-
 static size_t weight_bytes(const struct kt_weight *w)
 {
 	return (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
@@ -230,18 +180,18 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 		if (!tokenizer && cause && *cause) {
 			char *inner = *cause;
 			*cause = NULL;
-			model_set_cause(cause, "%s (pass --tokenizer PATH)", inner);
+			cause_set(cause, "%s (pass --tokenizer PATH)", inner);
 			free(inner);
 		}
 		return -EINVAL;
 	}
 	if (tok_n_vocab(m->tok) != c->vocab) {
 		if (tokenizer)
-			model_set_cause(cause, "%s: tokenizer has %d pieces but model %s has vocab "
+			cause_set(cause, "%s: tokenizer has %d pieces but model %s has vocab "
 					"%d: they do not belong together", tp, tok_n_vocab(m->tok),
 					m->path, c->vocab);
 		else
-			model_set_cause(cause, "%s: the tokenizer found beside the model (no "
+			cause_set(cause, "%s: the tokenizer found beside the model (no "
 					"--tokenizer given) has %d pieces, but model %s has a "
 					"vocabulary of %d: pass its own tokenizer with --tokenizer PATH",
 					tp, tok_n_vocab(m->tok), m->path, c->vocab);
@@ -302,7 +252,7 @@ struct model *model_load(const char *path, const char *tokenizer, char **cause)
 	struct model *m = calloc(1, sizeof(*m));
 	if (!m || !(m->path = strdup(path))) {
 		free(m);
-		model_set_cause(cause, "%s: out of memory", path);
+		cause_set(cause, "%s: out of memory", path);
 		return NULL;
 	}
 	m->cfg.bos = 1;
@@ -312,7 +262,7 @@ struct model *model_load(const char *path, const char *tokenizer, char **cause)
 	if (is_dir(path) || has_suffix(path, ".safetensors") ||
 	    has_suffix(path, ".safetensors.index.json") || has_suffix(path, "config.json")) {
 		rc = model_load_hf(m, path, tokenizer, cause);
-	} else if (has_suffix(path, ".gguf") || has_gguf_magic(path)) {
+	} else if (has_suffix(path, ".gguf") || file_has_magic(path, "GGUF", 4)) {
 		rc = model_load_gguf(m, path, tokenizer, cause);
 	} else {
 		rc = model_load_llama2c(m, path, tokenizer, cause);

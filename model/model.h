@@ -17,6 +17,7 @@
 
 #include "kernels/backend.h"
 #include "model/tokenizer.h"
+#include "util/cause.h"
 
 struct model_config {
 	int dim;          /* residual width */
@@ -141,8 +142,6 @@ int model_add_map(struct model *m, void *addr, size_t len);
 void *model_own(struct model *m, size_t bytes);
 int model_map_file(struct model *m, const char *path, const uint8_t **data,
 		   size_t *len, char **cause);
-void model_set_cause(char **cause, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
 int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		       char **cause);
 int model_load_hf(struct model *m, const char *path, const char *tokenizer,

@@ -28,6 +28,7 @@
 
 #include "model/chat.h"
 #include "model/model.h"
+#include "util/file.h"
 
 struct st_tensor {
 	char *name;
@@ -85,21 +86,21 @@ static int st_add_file(struct model *m, struct st_set *s, const char *path, char
 	if (rc)
 		return rc;
 	if (len < 8) {
-		model_set_cause(cause, "%s: truncated: %zu bytes, no safetensors header", fpath, len);
+		cause_set(cause, "%s: truncated: %zu bytes, no safetensors header", fpath, len);
 		return -EINVAL;
 	}
 	uint64_t hlen = 0;
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | data[i];
 	if (hlen < 2 || hlen > len - 8 || hlen > (100u << 20)) {
-		model_set_cause(cause, "%s: not a safetensors file (header length %llu, file %zu bytes)",
+		cause_set(cause, "%s: not a safetensors file (header length %llu, file %zu bytes)",
 				fpath, (unsigned long long)hlen, len);
 		return -EINVAL;
 	}
 	json_error_t jerr;
 	json_t *root = json_loadb((const char *)data + 8, (size_t)hlen, 0, &jerr);
 	if (!root || !json_is_object(root)) {
-		model_set_cause(cause, "%s: corrupt safetensors header: %s", fpath,
+		cause_set(cause, "%s: corrupt safetensors header: %s", fpath,
 				root ? "not an object" : jerr.text);
 		json_decref(root);
 		return -EINVAL;
@@ -117,14 +118,14 @@ static int st_add_file(struct model *m, struct st_set *s, const char *path, char
 		json_t *jo = json_object_get(val, "data_offsets");
 		if (!json_is_string(jd) || !json_is_array(js) || !json_is_array(jo) ||
 		    json_array_size(jo) != 2 || json_array_size(js) > 4) {
-			model_set_cause(cause, "%s: tensor %s: malformed header entry", fpath, key);
+			cause_set(cause, "%s: tensor %s: malformed header entry", fpath, key);
 			rc = -EINVAL;
 			break;
 		}
 		struct st_tensor t = { 0 };
 		t.file = fpath;
 		if (parse_dtype(json_string_value(jd), &t.dtype) != 0) {
-			model_set_cause(cause, "%s: tensor %s: unsupported dtype %s (f32, f16, bf16 are)",
+			cause_set(cause, "%s: tensor %s: unsupported dtype %s (f32, f16, bf16 are)",
 					fpath, key, json_string_value(jd));
 			rc = -ENOTSUP;
 			break;
@@ -146,7 +147,7 @@ static int st_add_file(struct model *m, struct st_set *s, const char *path, char
 		json_int_t e = json_is_integer(j1) ? json_integer_value(j1) : -1;
 		if (numel == UINT64_MAX || b < 0 || e < b || (uint64_t)e > dlen ||
 		    (uint64_t)(e - b) != numel * kt_dtype_size(t.dtype)) {
-			model_set_cause(cause, "%s: tensor %s: data offsets or shape out of range "
+			cause_set(cause, "%s: tensor %s: data offsets or shape out of range "
 					"(truncated or corrupt file)", fpath, key);
 			rc = -EINVAL;
 			break;
@@ -185,11 +186,11 @@ static int get_matrix(struct model *m, const struct st_set *s, const char *name,
 {
 	const struct st_tensor *t = st_find(s, name);
 	if (!t) {
-		model_set_cause(cause, "%s: tensor %s is missing", m->path, name);
+		cause_set(cause, "%s: tensor %s is missing", m->path, name);
 		return -EINVAL;
 	}
 	if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
-		model_set_cause(cause, "%s: tensor %s has shape [%lld, %lld], config.json implies [%d, %d]",
+		cause_set(cause, "%s: tensor %s has shape [%lld, %lld], config.json implies [%d, %d]",
 				t->file, name, (long long)t->shape[0],
 				(long long)(t->ndim > 1 ? t->shape[1] : 0), rows, cols);
 		return -EINVAL;
@@ -216,11 +217,11 @@ static int get_vector(struct model *m, const struct st_set *s, const char *name,
 {
 	const struct st_tensor *t = st_find(s, name);
 	if (!t) {
-		model_set_cause(cause, "%s: tensor %s is missing", m->path, name);
+		cause_set(cause, "%s: tensor %s is missing", m->path, name);
 		return -EINVAL;
 	}
 	if (t->ndim != 1 || t->shape[0] != n) {
-		model_set_cause(cause, "%s: tensor %s has %lld elements in %d dims, expected [%d]",
+		cause_set(cause, "%s: tensor %s has %lld elements in %d dims, expected [%d]",
 				t->file, name, (long long)t->shape[0], t->ndim, n);
 		return -EINVAL;
 	}
@@ -301,21 +302,21 @@ static int read_rope_scaling(struct model *m, json_t *rs, const char *cpath, cha
 	if (!rs || json_is_null(rs))
 		return 0;
 	if (!json_is_object(rs)) {
-		model_set_cause(cause, "%s: rope_scaling is not an object", cpath);
+		cause_set(cause, "%s: rope_scaling is not an object", cpath);
 		return -EINVAL;
 	}
 	json_t *ty = json_object_get(rs, "rope_type");
 	if (!ty)
 		ty = json_object_get(rs, "type");
 	if (!json_is_string(ty)) {
-		model_set_cause(cause, "%s: rope_scaling has no rope_type string", cpath);
+		cause_set(cause, "%s: rope_scaling has no rope_type string", cpath);
 		return -EINVAL;
 	}
 	const char *t = json_string_value(ty);
 	if (!strcmp(t, "default"))
 		return 0;
 	if (strcmp(t, "llama3") != 0) {
-		model_set_cause(cause, "%s: rope_scaling type \"%.40s\" is not supported "
+		cause_set(cause, "%s: rope_scaling type \"%.40s\" is not supported "
 				"(llama3 is)", cpath, t);
 		return -ENOTSUP;
 	}
@@ -328,7 +329,7 @@ static int read_rope_scaling(struct model *m, json_t *rs, const char *cpath, cha
 	if (!bad)
 		bad = rs_num(rs, "original_max_position_embeddings", &orig);
 	if (bad) {
-		model_set_cause(cause, "%s: rope_scaling llama3: missing or invalid \"%s\"",
+		cause_set(cause, "%s: rope_scaling llama3: missing or invalid \"%s\"",
 				cpath, bad);
 		return -EINVAL;
 	}
@@ -338,7 +339,7 @@ static int read_rope_scaling(struct model *m, json_t *rs, const char *cpath, cha
 		return -ENOMEM;
 	const char *why = model_rope_llama3(c->rope_theta, c->head_dim, f, lo, hi, orig, rf);
 	if (why) {
-		model_set_cause(cause, "%s: %s", cpath, why);
+		cause_set(cause, "%s: %s", cpath, why);
 		return -EINVAL;
 	}
 	m->rope_freqs = rf;
@@ -355,14 +356,14 @@ static int read_config(struct model *m, const char *dir, int *tied, int *eos_ids
 	json_t *root = json_load_file(cpath, 0, &jerr);
 	int rc = 0;
 	if (!root || !json_is_object(root)) {
-		model_set_cause(cause, "%s: %s", cpath, root ? "not a JSON object" : jerr.text);
+		cause_set(cause, "%s: %s", cpath, root ? "not a JSON object" : jerr.text);
 		rc = -EINVAL;
 		goto out;
 	}
 	json_t *mt = json_object_get(root, "model_type");
 	if (json_is_string(mt) && strcmp(json_string_value(mt), "llama") != 0 &&
 	    strcmp(json_string_value(mt), "mistral") != 0) {
-		model_set_cause(cause, "%s: model_type \"%s\" is not supported (llama is)",
+		cause_set(cause, "%s: model_type \"%s\" is not supported (llama is)",
 				cpath, json_string_value(mt));
 		rc = -ENOTSUP;
 		goto out;
@@ -394,7 +395,7 @@ static int read_config(struct model *m, const char *dir, int *tied, int *eos_ids
 	else if (cfg_eos(root, c, eos_ids, n_eos))
 		bad = "eos_token_id";
 	if (bad) {
-		model_set_cause(cause, "%s: missing or invalid \"%s\"", cpath, bad);
+		cause_set(cause, "%s: missing or invalid \"%s\"", cpath, bad);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -403,7 +404,7 @@ static int read_config(struct model *m, const char *dir, int *tied, int *eos_ids
 	c->rope_layout = KT_ROPE_HALF;
 	const char *why = model_config_check(c);
 	if (why) {
-		model_set_cause(cause, "%s: %s", cpath, why);
+		cause_set(cause, "%s: %s", cpath, why);
 		rc = -EINVAL;
 		goto out;
 	}
@@ -428,7 +429,7 @@ static int load_index(struct model *m, struct st_set *s, const char *dir,
 	json_t *root = json_load_file(ipath, 0, &jerr);
 	json_t *wm = root ? json_object_get(root, "weight_map") : NULL;
 	if (!json_is_object(wm)) {
-		model_set_cause(cause, "%s: %s", ipath, root ? "no weight_map object" : jerr.text);
+		cause_set(cause, "%s: %s", ipath, root ? "no weight_map object" : jerr.text);
 		json_decref(root);
 		return -EINVAL;
 	}
@@ -438,7 +439,7 @@ static int load_index(struct model *m, struct st_set *s, const char *dir,
 	json_object_foreach(wm, key, val) {
 		const char *f = json_string_value(val);
 		if (!f || strchr(f, '/') || !strcmp(f, "..")) {
-			model_set_cause(cause, "%s: bad shard name for %s", ipath, key);
+			cause_set(cause, "%s: bad shard name for %s", ipath, key);
 			rc = -EINVAL;
 			break;
 		}
@@ -471,43 +472,6 @@ static int set_chat_template(struct model *m, const char *text, size_t n)
 	return 0;
 }
 
-/* Whole file path into *text (malloc'd, NUL-terminated), length in *n:
- * 0, or -errno. */
-static int slurp(const char *path, char **text, size_t *n)
-{
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -errno;
-	size_t cap = 4096, len = 0;
-	char *buf = malloc(cap);
-	int rc = 0;
-	while (buf) {
-		size_t k = fread(buf + len, 1, cap - len - 1, f);
-		len += k;
-		if (k == 0)
-			break;
-		if (len + 1 == cap) {
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb)
-				free(buf);
-			buf = nb;
-		}
-	}
-	if (!buf)
-		rc = -ENOMEM;
-	else if (ferror(f))
-		rc = -EIO;
-	fclose(f);
-	if (rc) {
-		free(buf);
-		return rc;
-	}
-	buf[len] = 0;
-	*text = buf;
-	*n = len;
-	return 0;
-}
-
 /*
  * The folder's chat template, as transformers finds it: tokenizer_config.json's
  * chat_template (a string, or a list of {name, template} of which the one
@@ -525,7 +489,7 @@ static int read_chat_template(struct model *m, const char *dir, char **cause)
 		json_error_t jerr;
 		json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr), *ct = NULL;
 		if (!root || !json_is_object(root)) {
-			model_set_cause(cause, "%s: %s", path, root ? "not a JSON object" : jerr.text);
+			cause_set(cause, "%s: %s", path, root ? "not a JSON object" : jerr.text);
 			rc = -EINVAL;
 		} else if ((ct = json_object_get(root, "chat_template")) && json_is_array(ct)) {
 			json_t *pick = NULL, *e;
@@ -537,12 +501,12 @@ static int read_chat_template(struct model *m, const char *dir, char **cause)
 			}
 			ct = pick ? json_object_get(pick, "template") : NULL;
 			if (pick && !json_is_string(ct)) {
-				model_set_cause(cause, "%s: chat_template: an entry without a template string",
+				cause_set(cause, "%s: chat_template: an entry without a template string",
 						path);
 				rc = -EINVAL;
 			}
 		} else if (ct && !json_is_string(ct) && !json_is_null(ct)) {
-			model_set_cause(cause, "%s: chat_template is neither a string nor a list "
+			cause_set(cause, "%s: chat_template is neither a string nor a list "
 					"of {name, template}", path);
 			rc = -EINVAL;
 		}
@@ -560,11 +524,11 @@ static int read_chat_template(struct model *m, const char *dir, char **cause)
 	if (file_exists(path)) {
 		char *text = NULL;
 		size_t n = 0;
-		rc = slurp(path, &text, &n);
+		rc = file_read(path, (size_t)1 << 30, &text, &n);
 		if (rc == 0)
 			rc = set_chat_template(m, text, n);
 		else
-			model_set_cause(cause, "%s: %s", path, strerror(-rc));
+			cause_set(cause, "%s: %s", path, strerror(-rc));
 		free(text);
 	}
 	free(path);
@@ -615,7 +579,7 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 	else if (file_exists(wpath))
 		rc = st_add_file(m, &s, wpath, cause);
 	else {
-		model_set_cause(cause, "%s: no model.safetensors or model.safetensors.index.json", dir);
+		cause_set(cause, "%s: no model.safetensors or model.safetensors.index.json", dir);
 		rc = -ENOENT;
 	}
 	if (rc)

@@ -35,6 +35,7 @@
 
 #include "model/tok_int.h"
 #include "model/tokenizer.h"
+#include "util/cause.h"
 #include "util/utf8.h"
 
 #define BPE_MAX_VOCAB (1 << 22)
@@ -120,8 +121,7 @@ static void fail(struct bpe *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	if (asprintf(b->cause, "tokenizer %s: %s", b->what, msg) < 0)
-		*b->cause = NULL;
+	cause_set(b->cause, "tokenizer %s: %s", b->what, msg);
 }
 
 /* Quote s[0..n) for a message: printable ASCII kept, the rest as \xNN,
@@ -537,8 +537,7 @@ static struct bpe *bpe_new(const char *what, char **cause)
 {
 	struct bpe *b = calloc(1, sizeof(*b));
 	if (!b) {
-		if (cause && asprintf(cause, "tokenizer %s: out of memory", what) < 0)
-			*cause = NULL;
+		cause_set(cause, "tokenizer %s: out of memory", what);
 		return NULL;
 	}
 	b->what = what;

@@ -13,12 +13,12 @@
 #include <string.h>
 
 #include "model/tokenizer.h"
+#include "util/cause.h"
 #include "sentencepiece_model.pb-c.h"
 
 static void set_cause(char **cause, const char *what, const char *why)
 {
-	if (cause && asprintf(cause, "tokenizer %s: %s", what, why) < 0)
-		*cause = NULL;
+	cause_set(cause, "tokenizer %s: %s", what, why);
 }
 
 /* The SentencePiece piece type of an enum tok_type (GGUF numbering; 0,

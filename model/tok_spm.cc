@@ -26,6 +26,7 @@
 extern "C" {
 #include "model/tokenizer.h"
 #include "model/tok_int.h"
+#include "util/cause.h"
 }
 
 struct spm {
@@ -44,18 +45,7 @@ static const char k_space_symbol[] = "\xe2\x96\x81"; /* U+2581 '▁' */
 /* Store "tokenizer <what>: <msg>" in *cause (if cause is not NULL). */
 static void set_cause(char **cause, const char *what, const std::string &msg)
 {
-	if (!cause)
-		return;
-	*cause = NULL;
-	try {
-		std::string s = "tokenizer ";
-		s += what ? what : "(memory)";
-		s += ": ";
-		s += msg;
-		*cause = strdup(s.c_str());
-	} catch (...) {
-		*cause = NULL;
-	}
+	cause_set(cause, "tokenizer %s: %s", what ? what : "(memory)", msg.c_str());
 }
 
 /* Parse a byte-fallback piece "<0xAB>"; -1 if piece is not one. */

@@ -3,16 +3,15 @@
  * end-of-turn ids, and the calls of tokenizer.h sent to the kind.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "model/model.h"
 #include "model/tok_int.h"
 #include "model/tokenizer.h"
+#include "util/cause.h"
+#include "util/file.h"
 
 #define TOK_MAX_END 16
 
@@ -26,11 +25,7 @@ struct tok {
 
 static void set_cause(char **cause, const char *path, const char *why, int err)
 {
-	if (!cause)
-		return;
-	if (asprintf(cause, "tokenizer %s: %s%s%s", path, why, err ? ": " : "",
-		     err ? strerror(err) : "") < 0)
-		*cause = NULL;
+	cause_set(cause, "tokenizer %s: %s%s%s", path, why, err ? ": " : "", err ? strerror(err) : "");
 }
 
 static struct tok *wrap(struct spm *s, struct bpe *b, char **cause, const char *what)
@@ -59,47 +54,6 @@ static struct tok *wrap(struct spm *s, struct bpe *b, char **cause, const char *
 	return t;
 }
 
-/* Read a whole file (at most 1 GiB) into a malloc'd buffer. */
-static int read_file(const char *path, char **buf, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		int e = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-		close(fd);
-		return -e;
-	}
-	if (st.st_size > (1 << 30)) {
-		close(fd);
-		return -EFBIG;
-	}
-	size_t n = (size_t)st.st_size, got = 0;
-	char *b = malloc(n + 1);
-	if (!b) {
-		close(fd);
-		return -ENOMEM;
-	}
-	while (got < n) {
-		ssize_t r = read(fd, b + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			int e = r < 0 ? errno : EIO;
-			free(b);
-			close(fd);
-			return -e;
-		}
-		got += (size_t)r;
-	}
-	close(fd);
-	b[n] = 0;
-	*buf = b;
-	*len = n;
-	return 0;
-}
-
 static int is_json(const char *path, const char *buf, size_t len)
 {
 	size_t n = strlen(path);
@@ -111,20 +65,6 @@ static int is_json(const char *path, const char *buf, size_t len)
 	return i < len && buf[i] == '{';
 }
 
-/* 1 if the file at path starts with the GGUF magic (its vocabulary is then
- * read through the GGUF reader, which maps the file: a model of gigabytes
- * is not read whole for it). */
-static int is_gguf(const char *path)
-{
-	char m[4];
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	ssize_t r = read(fd, m, sizeof m);
-	close(fd);
-	return r == 4 && memcmp(m, "GGUF", 4) == 0;
-}
-
 struct tok *tok_load(const char *path, char **cause)
 {
 	if (cause)
@@ -133,11 +73,11 @@ struct tok *tok_load(const char *path, char **cause)
 		set_cause(cause, "(null)", "no path given", 0);
 		return NULL;
 	}
-	if (is_gguf(path))
+	if (file_has_magic(path, "GGUF", 4))  /* mapped by the GGUF reader, not read whole */
 		return gguf_load_tokenizer(path, cause);
 	char *buf = NULL;
 	size_t len = 0;
-	int rc = read_file(path, &buf, &len);
+	int rc = file_read(path, (size_t)1 << 30, &buf, &len);
 	if (rc < 0) {
 		set_cause(cause, path, rc == -EISDIR || rc == -EINVAL ? "cannot read" : "cannot open",
 			  -rc);

@@ -13,6 +13,8 @@
 
 #include "session/residency.h"
 #include "session/store.h"
+#include "util/cause.h"
+#include "util/clock.h"
 
 static void say(struct residency *r, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -26,25 +28,6 @@ static void say(struct residency *r, int level, const char *fmt, ...)
 		r->report(r->report_ctx, level, msg);
 	va_end(ap);
 	free(msg);
-}
-
-/* *cause = the formatted text (NULL if out of memory). */
-static void set_cause(char **cause, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void set_cause(char **cause, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
-	va_end(ap);
-}
-
-static int64_t unix_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static size_t block_bytes(const struct residency *r)
@@ -136,9 +119,9 @@ char *res_dir_of(const char *setting)
 	} else if (geteuid() == 0) {
 		d = strdup("/var/lib/llamad");
 	} else if (env("XDG_STATE_HOME")) {
-		set_cause(&d, "%s/llamad", env("XDG_STATE_HOME"));
+		cause_set(&d, "%s/llamad", env("XDG_STATE_HOME"));
 	} else if (getenv("HOME")) {
-		set_cause(&d, "%s/.local/state/llamad", getenv("HOME"));
+		cause_set(&d, "%s/.local/state/llamad", getenv("HOME"));
 	}
 	return d;
 }
@@ -252,7 +235,7 @@ void res_save_into(struct residency *r, struct session *s, int count_saved, stru
 		out->errors++;
 		say_file(r, RES_ERROR, "cannot save session", s, "", cause, rc);
 		if (!out->first_error)
-			set_cause(&out->first_error, "session '%s': %s", s->id,
+			cause_set(&out->first_error, "session '%s': %s", s->id,
 				  cause ? cause : strerror(-rc));
 	}
 	free(cause);
@@ -293,7 +276,7 @@ static void save_if_idle(struct session *s, void *ctx)
 		if (!s->save_failed)  /* once until it works again */
 			say_file(c->r, RES_ERROR, "cannot save session", s, "", cause, rc);
 		s->save_failed = 1;
-		s->last_use_ms = unix_ms();  /* retry after another delay */
+		s->last_use_ms = clock_unix_ms();  /* retry after another delay */
 	}
 	free(cause);
 }
@@ -438,13 +421,13 @@ int res_reserve(struct residency *r, int n, const struct session *keep)
 static int from_ram(struct residency *r, struct session *s, char **cause)
 {
 	if (res_reserve(r, s->ram_blocks, s) != 0) {
-		set_cause(cause, "the KV cache is full and nothing can be evicted");
+		cause_set(cause, "the KV cache is full and nothing can be evicted");
 		return -ENOBUFS;
 	}
 	struct kvseq kv = { 0 };
 	int rc = kvseq_from_host(r->pool, &kv, s->ram_kv, s->ram_blocks);
 	if (rc) {
-		set_cause(cause, rc == -EIO ? "the device failed while restoring the session"
+		cause_set(cause, rc == -EIO ? "the device failed while restoring the session"
 					    : "out of memory");
 		return rc == -EIO ? -ENOTRECOVERABLE : -ENOMEM;
 	}
@@ -474,12 +457,12 @@ static int from_disk(struct residency *r, struct session *s, char **cause)
 	if (rc) {
 		say_file(r, RES_WARN, "cannot restore session", s, "", why, rc);
 		if (rc == -ESTALE)
-			set_cause(cause, "session '%s' was saved under a different model "
+			cause_set(cause, "session '%s' was saved under a different model "
 				  "(foreign_cache = refuse)", s->id);
 		else if (rc == -ENOSPC)
-			set_cause(cause, "cannot restore session '%s': the KV cache is full", s->id);
+			cause_set(cause, "cannot restore session '%s': the KV cache is full", s->id);
 		else
-			set_cause(cause, "cannot restore session '%s': %s", s->id,
+			cause_set(cause, "cannot restore session '%s': %s", s->id,
 				  why ? why : strerror(-rc));
 		free(why);
 		return rc == -ESTALE ? -ESTALE : rc == -ENOSPC ? -ENOBUFS : -EIO;
@@ -495,7 +478,7 @@ static int from_disk(struct residency *r, struct session *s, char **cause)
 			unfit = "its history holds token ids outside this model's vocabulary";
 	if (unfit) {
 		say(r, RES_WARN, "cannot restore session %s: %s", s->id, unfit);
-		set_cause(cause, "cannot restore session '%s': %s", s->id, unfit);
+		cause_set(cause, "cannot restore session '%s': %s", s->id, unfit);
 		to_stub(r, s);
 		return -EIO;
 	}
@@ -544,7 +527,7 @@ int res_history(struct residency *r, struct session *s, struct session *tmp,
 	free(path);
 	if (rc) {
 		say_file(r, RES_WARN, "cannot read the history of session", s, "", why, rc);
-		set_cause(cause, "cannot read session '%s': %s", s->id,
+		cause_set(cause, "cannot read session '%s': %s", s->id,
 			  why ? why : strerror(-rc));
 		free(why);
 		sess_clear_history(r->st, tmp);

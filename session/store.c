@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "session/store.h"
+#include "util/cause.h"
 
 /* Header field offsets (store.h lists the fields in this order). */
 enum {
@@ -100,13 +101,9 @@ static uint64_t get_u64(const unsigned char *p) { return get_le(p, 8); }
 __attribute__((format(printf, 3, 4)))
 static int fail(char **cause, int err, const char *fmt, ...)
 {
-	if (!cause)
-		return err;
-	free(*cause);
 	va_list ap;
 	va_start(ap, fmt);
-	if (vasprintf(cause, fmt, ap) < 0)
-		*cause = NULL;
+	cause_vset(cause, fmt, ap);
 	va_end(ap);
 	return err;
 }
