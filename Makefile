@@ -73,8 +73,9 @@ CXXFLAGS += -std=c++17 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   += -lm
 
-CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c session/*.c util/*.c)
-CORE_CXX := $(wildcard model/*.cc)
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c text/*.c gen/*.c \
+                      session/*.c util/*.c)
+CORE_CXX := $(wildcard text/*.cc)
 CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o) \
             $(BUILD)/proto/sentencepiece_model.pb-c.o
 CORE_LIB := $(BUILD)/libllamad-core.a
@@ -182,9 +183,6 @@ $(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB)
 
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
-
-# the turn rules' test also links daemon/turns.o
-$(BUILD)/tests/test_turns: $(BUILD)/daemon/turns.o
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
 	@mkdir -p $(dir $@)

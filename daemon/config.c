@@ -12,10 +12,10 @@
 #include "daemon/config.h"
 #include "daemon/log.h"
 #include "kernels/backend.h"
-#include "model/chat.h"
 #include "proto/path.h"
 #include "session/residency.h"
 #include "session/session.h"
+#include "text/chat.h"
 #include "util/cause.h"
 
 enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };

@@ -15,11 +15,11 @@
 
 #include "daemon/engine.h"
 #include "daemon/reply.h"
-#include "daemon/turns.h"
+#include "gen/generate.h"
 #include "model/forward.h"
-#include "model/generate.h"
 #include "session/residency.h"
 #include "session/session.h"
+#include "session/turns.h"
 
 enum cmd_kind { CMD_REQUEST, CMD_DISCONNECT };
 

@@ -21,8 +21,8 @@
 #include "daemon/engine_int.h"
 #include "daemon/log.h"
 #include "daemon/version.h"
-#include "model/chat.h"
 #include "proto/frame.h"
+#include "text/chat.h"
 #include "util/clock.h"
 #include "util/utf8.h"
 
@@ -176,7 +176,7 @@ _Static_assert((int)LLAMAD__TEMPLATE__TEMPLATE_DEFAULT == CHAT_TEMPLATE_AUTO &&
 	       (int)LLAMAD__TEMPLATE__TEMPLATE_LLAMA2 == CHAT_TEMPLATE_LLAMA2 &&
 	       (int)LLAMAD__TEMPLATE__TEMPLATE_RAW == CHAT_TEMPLATE_RAW &&
 	       (int)LLAMAD__TEMPLATE__TEMPLATE_LLAMA3 == CHAT_TEMPLATE_LLAMA3,
-	       "model/chat.h's templates are the wire's");
+	       "text/chat.h's templates are the wire's");
 
 int engine_default_template(const struct engine *e, char *why, size_t cap)
 {

@@ -24,7 +24,7 @@
 #include "daemon/version.h"
 #include "kernels/backend.h"
 #include "proto/limits.h"
-#include "model/chat.h"
+#include "text/chat.h"
 #include "util/clock.h"
 
 static void usage(FILE *f)

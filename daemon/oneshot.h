@@ -7,9 +7,9 @@
 
 #include <stdio.h>
 
-#include "model/chat.h"
+#include "gen/sampler.h"
 #include "model/model.h"
-#include "model/sampler.h"
+#include "text/chat.h"
 
 struct oneshot_opts {
 	const char *prompt;

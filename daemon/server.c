@@ -36,10 +36,10 @@
 #include "daemon/server.h"
 #include "daemon/validate.h"
 #include "daemon/version.h"
-#include "model/tokenizer.h"
 #include "proto/frame.h"
 #include "proto/path.h"
 #include "session/session.h"
+#include "text/tokenizer.h"
 #include "util/cause.h"
 
 #define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */

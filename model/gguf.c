@@ -38,8 +38,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat.h"
 #include "model/model.h"
+#include "text/chat.h"
 
 /* GGUF metadata value types */
 enum {

@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "kernels/backend.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/cause.h"
 
 struct model_config {
@@ -56,7 +56,7 @@ struct model {
 	char *path;              /* as given */
 	const char *format;      /* "llama2.c", "safetensors", "gguf" */
 	/* Chat template the model file declares: its kind (static string,
-	 * model/chat.h's chat_classify_template): "llama3", "llama2" or
+	 * text/chat.h's chat_classify_template): "llama3", "llama2" or
 	 * "unknown" (also for none), and its text (malloc'd; NULL if the file
 	 * has none). From a GGUF's tokenizer.chat_template, or a Hugging Face
 	 * folder's tokenizer_config.json chat_template (chat_template.jinja

@@ -26,8 +26,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "model/chat.h"
 #include "model/model.h"
+#include "text/chat.h"
 #include "util/file.h"
 
 struct st_tensor {

@@ -14,12 +14,12 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "model/chat.h"
 #include "session/kvpool.h"
+#include "text/chat.h"
 
 #define SESSION_ID_MAX 128
 
-/* Roles and templates are model/chat.h's enum chat_role / chat_template
+/* Roles and templates are text/chat.h's enum chat_role / chat_template
  * (the session stores and checks them, never interprets them). Values
  * match proto/llamad.proto (ContextPolicy). */
 enum sess_policy { SESS_CTX_ERROR = 1, SESS_CTX_SHIFT = 2 };

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_bpe.c — the byte-level BPE tokenizer (model/tok_bpe.c):
+ * tests/fuzz/fuzz_bpe.c — the byte-level BPE tokenizer (text/tok_bpe.c):
  * the tokenizer.json loader and the encoder, with the streaming
  * detokenizer over its ids.
  *
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/utf8.h"
 
 static struct tok *llama3;

@@ -4,7 +4,7 @@
  * with no tokenizer override; then gguf_load_tokenizer on the same file.
  */
 #include "fuzz_model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 static char *file;
 

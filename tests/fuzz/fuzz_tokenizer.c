@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_tokenizer.c — the tokenizer shim and the streaming
- * detokenizer (model/tokenizer.c and tok_spm.cc, model/detok.c) over the real
+ * detokenizer (text/tokenizer.c and tok_spm.cc, text/detok.c) over the real
  * tok512.model. The input is text: encode, decode the ids (the text must
  * be valid UTF-8 when the input was). Then the input bytes, two at a time,
  * become ids (mod the vocabulary) fed to the streaming detokenizer: every
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "fuzz_util.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/utf8.h"
 
 static struct tok *tok;

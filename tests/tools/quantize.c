@@ -73,7 +73,7 @@
 
 #include "kernels/backend.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define GGUF_ALIGN 32
 

@@ -6,7 +6,7 @@
 #ifndef LLAMAD_TESTS_LLAMA2_CHAT_H
 #define LLAMAD_TESTS_LLAMA2_CHAT_H
 
-#include "model/chat.h"
+#include "text/chat.h"
 #include "tests/unit/real_tok.h"
 
 static const struct chat_msg dialog[] = {

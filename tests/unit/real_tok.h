@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* The tokenizer $MODELS/name, or NULL after printing why. */
 static inline struct tok *models_tok(const char *name)

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_bpe.c — the byte-level BPE tokenizer (model/tok_bpe.c)
+ * tests/unit/test_bpe.c — the byte-level BPE tokenizer (text/tok_bpe.c)
  * through tokenizer.h, and the streaming detokenizer over its ids.
  *
  *  - the real Llama 3 tokenizer, $MODELS/llama3-tokenizer/tokenizer.json
@@ -28,7 +28,7 @@
 #include "tests/unit/testutil.h"
 #include "tests/unit/real_tok.h"
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/utf8.h"
 
 #define LLAMA3_BOS 128000

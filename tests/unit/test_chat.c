@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_chat.c — the Llama 2 chat template (model/chat.c) with the
+ * tests/unit/test_chat.c — the Llama 2 chat template (text/chat.c) with the
  * real Llama 2 tokenizer ($MODELS/tokenizer.model, default ../shared/models).
  *
  * Provenance of the expected ids. They were NOT produced by llamad: each

@@ -30,7 +30,7 @@
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "session/kvpool.h"
 
 #define BLOCK 16

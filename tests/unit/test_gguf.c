@@ -36,7 +36,7 @@
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/unit/tok_vectors.h"
 #include "session/kvpool.h"
 

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_stop.c — stop strings over streamed text (model/stop.c).
+ * tests/unit/test_stop.c — stop strings over streamed text (text/stop.c).
  *
  * The invariant checked everywhere: whatever way the text is cut into
  * pushes, the emitted bytes are exactly the text before the first stop
@@ -16,7 +16,7 @@
 
 #include <cmocka.h>
 
-#include "model/stop.h"
+#include "text/stop.h"
 
 struct sink {
 	char buf[4096];

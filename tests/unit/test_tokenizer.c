@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_tokenizer.c — the SentencePiece shim and the streaming
- * detokenizer (model/tokenizer.cc, model/detok.c).
+ * detokenizer (text/tokenizer.cc, text/detok.c).
  *
  * Models come from $MODELS (default ../shared/models):
  *   tokenizer.model                 Llama 2, 32000 pieces
@@ -22,7 +22,7 @@
 
 #include "tests/unit/testutil.h"
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/utf8.h"
 #include "tests/unit/tok_vectors.h"
 

@@ -1,7 +1,7 @@
 /*
- * tests/unit/test_turns.c — daemon/turns.c: client turns joining a session
+ * tests/unit/test_turns.c — session/turns.c: client turns joining a session
  * and the context policies (error, shift), with the real Llama 2 tokenizer
- * ($MODELS/tokenizer.model). Expected ids come from model/chat.c's
+ * ($MODELS/tokenizer.model). Expected ids come from text/chat.c's
  * chat_encode_dialog (itself checked against ids made outside llamad in
  * test_chat.c): after a shift the session must hold exactly the dialog of
  * the turns that are left. The second group does the same for the Llama 3
@@ -20,7 +20,7 @@
 
 #include <cmocka.h>
 
-#include "daemon/turns.h"
+#include "session/turns.h"
 #include "tests/unit/llama2_chat.h"
 
 struct fx {

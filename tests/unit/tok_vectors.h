@@ -3,7 +3,7 @@
  * ($MODELS/ggml-vocab-llama-spm.gguf.inp / .out) against a tokenizer; shared
  * by test_tokenizer (the Llama 2 tokenizer.model) and test_gguf (the same
  * vocabulary rebuilt from GGUF metadata). Include after <cmocka.h>,
- * testutil.h and model/tokenizer.h.
+ * testutil.h and text/tokenizer.h.
  *
  * The .inp file holds the strings, each followed by
  * "\n__ggml_vocab_test__\n" (strings may contain newlines of their own).

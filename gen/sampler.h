@@ -1,5 +1,5 @@
 /*
- * model/sampler.h — next-token selection from logits.
+ * gen/sampler.h — next-token selection from logits.
  *
  * Order of operations: repetition / presence / frequency penalties over the
  * last `penalty_last_n` tokens; then, if temperature <= 0, argmax (greedy,
@@ -8,8 +8,8 @@
  * renormalise, draw with the sampler's own PRNG. Same seed + same logits
  * sequence = same tokens.
  */
-#ifndef LLAMAD_MODEL_SAMPLER_H
-#define LLAMAD_MODEL_SAMPLER_H
+#ifndef LLAMAD_GEN_SAMPLER_H
+#define LLAMAD_GEN_SAMPLER_H
 
 #include <stdint.h>
 

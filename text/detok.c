@@ -1,5 +1,5 @@
 /*
- * model/detok.c — streaming detokenizer.
+ * text/detok.c — streaming detokenizer.
  *
  * Turns generated ids into text one id at a time, emitting only complete,
  * valid UTF-8. The rules follow SentencePiece's whole-sequence decode, so
@@ -28,7 +28,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/utf8.h"
 
 static const char k_replacement[] = "\xef\xbf\xbd"; /* U+FFFD */

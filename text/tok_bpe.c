@@ -1,5 +1,5 @@
 /*
- * model/tok_bpe.c — byte-level BPE (GPT-2 style, as Llama 3 uses it).
+ * text/tok_bpe.c — byte-level BPE (GPT-2 style, as Llama 3 uses it).
  *
  * Encoding: the pre-tokenizer regex (PCRE2, UTF + UCP, JIT where the
  * library has it) cuts the text into words, each match and each gap between
@@ -33,8 +33,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "model/tok_int.h"
-#include "model/tokenizer.h"
+#include "text/tok_int.h"
+#include "text/tokenizer.h"
 #include "util/cause.h"
 #include "util/utf8.h"
 

@@ -1,13 +1,13 @@
 /*
- * model/stop.h — stop strings over streamed text.
+ * text/stop.h — stop strings over streamed text.
  *
  * Generated text is pushed as it is produced. Text that could still be the
  * start of a stop string is held back; everything else is passed to the emit
  * callback at once. When a stop string appears, the text before it is
  * emitted and the match (and anything after it) is dropped.
  */
-#ifndef LLAMAD_MODEL_STOP_H
-#define LLAMAD_MODEL_STOP_H
+#ifndef LLAMAD_TEXT_STOP_H
+#define LLAMAD_TEXT_STOP_H
 
 #include <stddef.h>
 

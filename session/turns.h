@@ -1,11 +1,11 @@
 /*
- * daemon/turns.h — a session's turns under its template: a client's turn
- * joins the history (model/chat.c says which tokens it takes), and a full
+ * session/turns.h — a session's turns under its template: a client's turn
+ * joins the history (text/chat.c says which tokens it takes), and a full
  * session makes room under its context policy (shift: drop whole exchanges
  * from the front and give the new first turn what a first turn has).
  */
-#ifndef LLAMAD_DAEMON_TURNS_H
-#define LLAMAD_DAEMON_TURNS_H
+#ifndef LLAMAD_SESSION_TURNS_H
+#define LLAMAD_SESSION_TURNS_H
 
 #include <stddef.h>
 
@@ -46,7 +46,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 
 /*
  * Before a generation on s: add what its template needs in front of the
- * answer (model/chat.c, chat_encode_generation): BOS in an empty session;
+ * answer (text/chat.c, chat_encode_generation): BOS in an empty session;
  * llama3, the generation prompt unless the last turn is a user turn (which
  * ends with it), an open answer or a raw turn. Returns 1 if an assistant
  * turn was opened (the generated tokens belong to it), 0 if not, or

@@ -1,5 +1,5 @@
 /*
- * model/tok_spm.cc — the SentencePiece kind of tokenizer.h over
+ * text/tok_spm.cc — the SentencePiece kind of tokenizer.h over
  * libsentencepiece (entry points in tok_int.h; tokenizer.c dispatches).
  *
  * The only C++ in llamad and the only file that includes sentencepiece
@@ -24,8 +24,8 @@
 
 
 extern "C" {
-#include "model/tokenizer.h"
-#include "model/tok_int.h"
+#include "text/tokenizer.h"
+#include "text/tok_int.h"
 #include "util/cause.h"
 }
 

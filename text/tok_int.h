@@ -1,10 +1,10 @@
 /*
- * model/tok_int.h — the two kinds behind tokenizer.h; only tokenizer.c,
+ * text/tok_int.h — the two kinds behind tokenizer.h; only tokenizer.c,
  * tok_spm.cc and tok_bpe.c include it. Each kind's functions take ids
  * already checked against its vocabulary where tokenizer.h says so.
  */
-#ifndef LLAMAD_MODEL_TOK_INT_H
-#define LLAMAD_MODEL_TOK_INT_H
+#ifndef LLAMAD_TEXT_TOK_INT_H
+#define LLAMAD_TEXT_TOK_INT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,5 +1,5 @@
 /*
- * model/tokenizer.c — struct tok: one of the two kinds (tok_int.h), the
+ * text/tokenizer.c — struct tok: one of the two kinds (tok_int.h), the
  * end-of-turn ids, and the calls of tokenizer.h sent to the kind.
  */
 #include <errno.h>
@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "model/model.h"
-#include "model/tok_int.h"
-#include "model/tokenizer.h"
+#include "text/tok_int.h"
+#include "text/tokenizer.h"
 #include "util/cause.h"
 #include "util/file.h"
 

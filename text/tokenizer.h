@@ -1,21 +1,21 @@
 /*
- * model/tokenizer.h — the one tokenizer interface, over two kinds:
+ * text/tokenizer.h — the one tokenizer interface, over two kinds:
  *
  *  - SentencePiece (Llama 1/2): tokenizer.model, or a GGUF vocabulary with
- *    tokenizer.ggml.model "llama"; model/tok_spm.cc, a C++ shim over
+ *    tokenizer.ggml.model "llama"; text/tok_spm.cc, a C++ shim over
  *    libsentencepiece (the only C++ in the project);
  *  - byte-level BPE (Llama 3.x): a Hugging Face tokenizer.json, or a GGUF
- *    vocabulary with tokenizer.ggml.model "gpt2"; model/tok_bpe.c, with the
+ *    vocabulary with tokenizer.ggml.model "gpt2"; text/tok_bpe.c, with the
  *    pre-tokenizer regex run by PCRE2 (UTF + UCP, JIT where available).
  *
- * model/tokenizer.c holds struct tok and sends each call to its kind.
+ * text/tokenizer.c holds struct tok and sends each call to its kind.
  * Special tokens (control pieces: <s>, <|eot_id|>, ...) are never parsed out
  * of text: tok_encode treats every byte as ordinary text, and templates put
  * special ids in by id (tok_piece_to_id). Everything here is thread-safe for
  * concurrent readers once loaded.
  */
-#ifndef LLAMAD_MODEL_TOKENIZER_H
-#define LLAMAD_MODEL_TOKENIZER_H
+#ifndef LLAMAD_TEXT_TOKENIZER_H
+#define LLAMAD_TEXT_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -61,7 +61,7 @@ struct tok_bpe_spec {
  * tok_load; `what` names the source. */
 struct tok *tok_load_bpe(const struct tok_bpe_spec *spec, const char *what,
 			 char **cause);
-/* A SentencePiece vocabulary given as parts (model/tok_parts.c): pieces
+/* A SentencePiece vocabulary given as parts (text/tok_parts.c): pieces
  * NUL-terminated in SentencePiece's spelling (U+2581 for a space), scores
  * (NULL: all 0) and types (enum tok_type; NULL: all normal), the special
  * ids (-1: none) and two normalizer flags. */

@@ -1,12 +1,12 @@
 /*
- * model/sampler.c — see sampler.h.
+ * gen/sampler.c — see sampler.h.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/sampler.h"
+#include "gen/sampler.h"
 
 void sampler_params_default(struct sampler_params *p)
 {

@@ -1,11 +1,11 @@
 /*
- * model/stop.c — see stop.h.
+ * text/stop.c — see stop.h.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/stop.h"
+#include "text/stop.h"
 
 int stopper_init(struct stopper *s, const char *const *stops, int n)
 {

@@ -1,5 +1,5 @@
 /*
- * model/tok_parts.c — SentencePiece tokenizers from parts: a vocabulary
+ * text/tok_parts.c — SentencePiece tokenizers from parts: a vocabulary
  * given piece by piece (a GGUF "llama" vocabulary, a llama2.c
  * tokenizer.bin) is written as a SentencePiece ModelProto
  * (proto/sentencepiece_model.proto) and loaded as the library's own
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 #include "util/cause.h"
 #include "sentencepiece_model.pb-c.h"
 

@@ -1,5 +1,5 @@
 /*
- * model/chat.c — see chat.h.
+ * text/chat.c — see chat.h.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/chat.h"
+#include "text/chat.h"
 
 static const char *const tags[] = { "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>" };
 

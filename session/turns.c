@@ -1,13 +1,13 @@
 /*
- * daemon/turns.c — see turns.h.
+ * session/turns.c — see turns.h.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/turns.h"
-#include "model/chat.h"
+#include "session/turns.h"
+#include "text/chat.h"
 
 int turn_last_user(const struct session *s)
 {

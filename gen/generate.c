@@ -1,9 +1,9 @@
 /*
- * model/generate.c — see generate.h.
+ * gen/generate.c — see generate.h.
  */
 #include <errno.h>
 
-#include "model/generate.h"
+#include "gen/generate.h"
 
 int gen_init(struct gen *g, const struct model *m, const struct sampler_params *sp,
 	     const char *const *stops, int n_stops, int max_tokens, int at_start,

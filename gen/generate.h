@@ -1,5 +1,5 @@
 /*
- * model/generate.h — the per-token generation loop, once for every caller
+ * gen/generate.h — the per-token generation loop, once for every caller
  * (the daemon's jobs and `llamad --prompt`): sample from the logits, count
  * the token, stream its text through the detokenizer and the stop strings,
  * and say when and why the generation ends.
@@ -9,15 +9,15 @@
  * see gen_is_end), then gen_accept(); at the end gen_finish() releases the
  * text held back. Text reaches the emit callback as it becomes final.
  */
-#ifndef LLAMAD_MODEL_GENERATE_H
-#define LLAMAD_MODEL_GENERATE_H
+#ifndef LLAMAD_GEN_GENERATE_H
+#define LLAMAD_GEN_GENERATE_H
 
 #include <stdint.h>
 
+#include "gen/sampler.h"
 #include "model/model.h"
-#include "model/sampler.h"
-#include "model/stop.h"
-#include "model/tokenizer.h"
+#include "text/stop.h"
+#include "text/tokenizer.h"
 
 /* Why a generation ended (GEN_GO: it goes on). */
 enum gen_end {

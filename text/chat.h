@@ -1,5 +1,5 @@
 /*
- * model/chat.h — prompt templates: Llama 2 chat, Llama 3 chat and raw text.
+ * text/chat.h — prompt templates: Llama 2 chat, Llama 3 chat and raw text.
  *
  * Llama 2 chat, per finished exchange (user u, answer a; the system prompt s
  * is folded into the first user message):
@@ -23,13 +23,13 @@
  * text containing a control token of the vocabulary spelt out ("<|eot_id|>",
  * any "<|...|>" that is one) is refused (-EPERM).
  */
-#ifndef LLAMAD_MODEL_CHAT_H
-#define LLAMAD_MODEL_CHAT_H
+#ifndef LLAMAD_TEXT_CHAT_H
+#define LLAMAD_TEXT_CHAT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/tokenizer.h"
+#include "text/tokenizer.h"
 
 /* The one set of roles and templates: sessions store them, state files
  * record them, and the values match proto/llamad.proto's Role and Template.
