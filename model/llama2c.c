@@ -32,14 +32,14 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		return model_load_gguf(m, path, tokenizer, cause);  /* model_load dispatches these first */
 	if (len >= 4 && memcmp(data, "24ka", 4) == 0) {  /* uint32 0x616b3432 ("ak42") little-endian */
 		cause_set(cause, "%s: llama2.c export format v1/v2 is not supported "
-				"(only the legacy 7-int32 header)", path);
+			  "(only the legacy 7-int32 header)", path);
 		return -ENOTSUP;
 	}
 	if (len < 28) {
 		cause_set(cause, "%s: not a model this llamad reads: %zu bytes, truncated as a "
-				"llama2.c checkpoint (a 28-byte header); models are GGUF files, "
-				"Hugging Face folders (config.json and safetensors) and llama2.c "
-				"checkpoints (.bin)", path, len);
+			  "llama2.c checkpoint (a 28-byte header); models are GGUF files, "
+			  "Hugging Face folders (config.json and safetensors) and llama2.c "
+			  "checkpoints (.bin)", path, len);
 		return -EINVAL;
 	}
 	int32_t h[7];
@@ -62,9 +62,9 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		why = "dim is not a multiple of the head count";
 	if (why) {
 		cause_set(cause, "%s: not a llama2.c checkpoint: %s (header %d %d %d %d %d %d "
-				"%d); models are GGUF files, Hugging Face folders (config.json "
-				"and safetensors) and llama2.c checkpoints (.bin)",
-				path, why, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
+			  "%d); models are GGUF files, Hugging Face folders (config.json "
+			  "and safetensors) and llama2.c checkpoints (.bin)",
+			  path, why, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
 		return -EINVAL;
 	}
 	/* Expected size, in floats, computed in 64 bits (no overflow for sane headers). */
@@ -78,8 +78,8 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 	uint64_t want = 28 + floats * 4;
 	if (len != want) {
 		cause_set(cause, "%s: %s: file has %zu bytes, the header's shapes need %llu",
-				path, len < want ? "truncated" : "size does not match header",
-				len, (unsigned long long)want);
+			  path, len < want ? "truncated" : "size does not match header",
+			  len, (unsigned long long)want);
 		return -EINVAL;
 	}
 	m->format = "llama2.c";

@@ -188,13 +188,13 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 	if (tok_n_vocab(m->tok) != c->vocab) {
 		if (tokenizer)
 			cause_set(cause, "%s: tokenizer has %d pieces but model %s has vocab "
-					"%d: they do not belong together", tp, tok_n_vocab(m->tok),
-					m->path, c->vocab);
+				  "%d: they do not belong together", tp, tok_n_vocab(m->tok),
+				  m->path, c->vocab);
 		else
 			cause_set(cause, "%s: the tokenizer found beside the model (no "
-					"--tokenizer given) has %d pieces, but model %s has a "
-					"vocabulary of %d: pass its own tokenizer with --tokenizer PATH",
-					tp, tok_n_vocab(m->tok), m->path, c->vocab);
+				  "--tokenizer given) has %d pieces, but model %s has a "
+				  "vocabulary of %d: pass its own tokenizer with --tokenizer PATH",
+				  tp, tok_n_vocab(m->tok), m->path, c->vocab);
 		return -EINVAL;
 	}
 	if (tok_bos(m->tok) >= 0)

@@ -94,14 +94,14 @@ static int st_add_file(struct model *m, struct st_set *s, const char *path, char
 		hlen = hlen << 8 | data[i];
 	if (hlen < 2 || hlen > len - 8 || hlen > (100u << 20)) {
 		cause_set(cause, "%s: not a safetensors file (header length %llu, file %zu bytes)",
-				fpath, (unsigned long long)hlen, len);
+			  fpath, (unsigned long long)hlen, len);
 		return -EINVAL;
 	}
 	json_error_t jerr;
 	json_t *root = json_loadb((const char *)data + 8, (size_t)hlen, 0, &jerr);
 	if (!root || !json_is_object(root)) {
 		cause_set(cause, "%s: corrupt safetensors header: %s", fpath,
-				root ? "not an object" : jerr.text);
+			  root ? "not an object" : jerr.text);
 		json_decref(root);
 		return -EINVAL;
 	}
@@ -126,7 +126,7 @@ static int st_add_file(struct model *m, struct st_set *s, const char *path, char
 		t.file = fpath;
 		if (parse_dtype(json_string_value(jd), &t.dtype) != 0) {
 			cause_set(cause, "%s: tensor %s: unsupported dtype %s (f32, f16, bf16 are)",
-					fpath, key, json_string_value(jd));
+				  fpath, key, json_string_value(jd));
 			rc = -ENOTSUP;
 			break;
 		}
@@ -148,7 +148,7 @@ static int st_add_file(struct model *m, struct st_set *s, const char *path, char
 		if (numel == UINT64_MAX || b < 0 || e < b || (uint64_t)e > dlen ||
 		    (uint64_t)(e - b) != numel * kt_dtype_size(t.dtype)) {
 			cause_set(cause, "%s: tensor %s: data offsets or shape out of range "
-					"(truncated or corrupt file)", fpath, key);
+				  "(truncated or corrupt file)", fpath, key);
 			rc = -EINVAL;
 			break;
 		}
@@ -191,8 +191,8 @@ static int get_matrix(struct model *m, const struct st_set *s, const char *name,
 	}
 	if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols) {
 		cause_set(cause, "%s: tensor %s has shape [%lld, %lld], config.json implies [%d, %d]",
-				t->file, name, (long long)t->shape[0],
-				(long long)(t->ndim > 1 ? t->shape[1] : 0), rows, cols);
+			  t->file, name, (long long)t->shape[0],
+			  (long long)(t->ndim > 1 ? t->shape[1] : 0), rows, cols);
 		return -EINVAL;
 	}
 	w->dtype = t->dtype;
@@ -222,7 +222,7 @@ static int get_vector(struct model *m, const struct st_set *s, const char *name,
 	}
 	if (t->ndim != 1 || t->shape[0] != n) {
 		cause_set(cause, "%s: tensor %s has %lld elements in %d dims, expected [%d]",
-				t->file, name, (long long)t->shape[0], t->ndim, n);
+			  t->file, name, (long long)t->shape[0], t->ndim, n);
 		return -EINVAL;
 	}
 	float *v = model_own(m, (size_t)n * sizeof(float));
@@ -317,7 +317,7 @@ static int read_rope_scaling(struct model *m, json_t *rs, const char *cpath, cha
 		return 0;
 	if (strcmp(t, "llama3") != 0) {
 		cause_set(cause, "%s: rope_scaling type \"%.40s\" is not supported "
-				"(llama3 is)", cpath, t);
+			  "(llama3 is)", cpath, t);
 		return -ENOTSUP;
 	}
 	double f, lo, hi, orig;
@@ -330,7 +330,7 @@ static int read_rope_scaling(struct model *m, json_t *rs, const char *cpath, cha
 		bad = rs_num(rs, "original_max_position_embeddings", &orig);
 	if (bad) {
 		cause_set(cause, "%s: rope_scaling llama3: missing or invalid \"%s\"",
-				cpath, bad);
+			  cpath, bad);
 		return -EINVAL;
 	}
 	const struct model_config *c = &m->cfg;
@@ -364,7 +364,7 @@ static int read_config(struct model *m, const char *dir, int *tied, int *eos_ids
 	if (json_is_string(mt) && strcmp(json_string_value(mt), "llama") != 0 &&
 	    strcmp(json_string_value(mt), "mistral") != 0) {
 		cause_set(cause, "%s: model_type \"%s\" is not supported (llama is)",
-				cpath, json_string_value(mt));
+			  cpath, json_string_value(mt));
 		rc = -ENOTSUP;
 		goto out;
 	}
@@ -502,12 +502,12 @@ static int read_chat_template(struct model *m, const char *dir, char **cause)
 			ct = pick ? json_object_get(pick, "template") : NULL;
 			if (pick && !json_is_string(ct)) {
 				cause_set(cause, "%s: chat_template: an entry without a template string",
-						path);
+					  path);
 				rc = -EINVAL;
 			}
 		} else if (ct && !json_is_string(ct) && !json_is_null(ct)) {
 			cause_set(cause, "%s: chat_template is neither a string nor a list "
-					"of {name, template}", path);
+				  "of {name, template}", path);
 			rc = -EINVAL;
 		}
 		if (!rc && json_is_string(ct))
