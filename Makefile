@@ -73,7 +73,7 @@ CXXFLAGS += -std=c++17 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   += -lm
 
-CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c text/*.c gen/*.c \
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c text/*.c gen/*.c format/*.c \
                       session/*.c util/*.c)
 CORE_CXX := $(wildcard text/*.cc)
 CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o) \

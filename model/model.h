@@ -101,14 +101,6 @@ void model_free(struct model *m);
  * Does nothing for memory that is not one of m's file mappings. */
 void model_drop_pages(const struct model *m, const void *p, size_t len);
 
-/*
- * Load only the tokenizer of a GGUF file (tokenizer.ggml.*: the SentencePiece
- * "llama" kind or the byte-level BPE "gpt2" kind), e.g. a vocab-only file.
- * Returns NULL with *cause (malloc'd, naming the file) on error or if the
- * file has none.
- */
-struct tok *gguf_load_tokenizer(const char *path, char **cause);
-
 /* KV elements per position (n_kv_heads * head_dim). */
 static inline int model_kv_dim(const struct model_config *c)
 {

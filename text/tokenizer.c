@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/model.h"
 #include "text/tok_int.h"
 #include "text/tokenizer.h"
+#include "text/vocab.h"
 #include "util/cause.h"
 #include "util/file.h"
 
@@ -74,7 +74,7 @@ struct tok *tok_load(const char *path, char **cause)
 		return NULL;
 	}
 	if (file_has_magic(path, "GGUF", 4))  /* mapped by the GGUF reader, not read whole */
-		return gguf_load_tokenizer(path, cause);
+		return tok_load_gguf(path, cause);
 	char *buf = NULL;
 	size_t len = 0;
 	int rc = file_read(path, (size_t)1 << 30, &buf, &len);

@@ -1,10 +1,11 @@
 /*
  * tests/fuzz/fuzz_gguf.c — the GGUF loader (model/gguf.c), including the
  * tokenizer built from the file's metadata: the input is model.gguf, loaded
- * with no tokenizer override; then gguf_load_tokenizer on the same file.
+ * with no tokenizer override; then tok_load_gguf on the same file.
  */
 #include "fuzz_model.h"
 #include "text/tokenizer.h"
+#include "text/vocab.h"
 
 static char *file;
 
@@ -20,7 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	fuzz_model_load(file, file, NULL, data, size);
 	char *cause = NULL;
-	struct tok *t = gguf_load_tokenizer(file, &cause);
+	struct tok *t = tok_load_gguf(file, &cause);
 	if (!t && !cause)
 		abort();
 	free(cause);

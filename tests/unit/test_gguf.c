@@ -37,6 +37,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
+#include "text/vocab.h"
 #include "tests/unit/tok_vectors.h"
 #include "session/kvpool.h"
 
@@ -524,7 +525,7 @@ static void test_vocab_only_vectors(void **state)
 {
 	(void)state;
 	char *cause = NULL;
-	struct tok *t = gguf_load_tokenizer(fx->vocab_path, &cause);
+	struct tok *t = tok_load_gguf(fx->vocab_path, &cause);
 	if (!t)
 		fail_msg("%s", cause ? cause : "?");
 	assert_int_equal(tok_n_vocab(t), 32000);
@@ -544,8 +545,8 @@ static void test_vocab_only_vectors(void **state)
 	free(cause);
 	cause = NULL;
 
-	/* gguf_load_tokenizer on things that are not GGUF or carry no vocabulary */
-	assert_null(gguf_load_tokenizer(fx->tok_path, &cause));
+	/* tok_load_gguf on things that are not GGUF or carry no vocabulary */
+	assert_null(tok_load_gguf(fx->tok_path, &cause));
 	assert_non_null(strstr(cause, fx->tok_path));
 	assert_non_null(strstr(cause, "GGUF"));
 	free(cause);
@@ -560,12 +561,12 @@ static void test_vocab_only_vectors(void **state)
 	uint8_t *b = variant_bytes(&v, &len);
 	char *p = tmp_path("notok.gguf");
 	spit(p, b, len);
-	assert_null(gguf_load_tokenizer(p, &cause));
+	assert_null(tok_load_gguf(p, &cause));
 	assert_non_null(strstr(cause, p));
 	assert_non_null(strstr(cause, "no tokenizer"));
 	free(cause);
 	cause = NULL;
-	assert_null(gguf_load_tokenizer(fx->tmpdir, &cause));  /* a directory */
+	assert_null(tok_load_gguf(fx->tmpdir, &cause));  /* a directory */
 	assert_non_null(strstr(cause, fx->tmpdir));
 	free(cause);
 	unlink(p);
@@ -1019,11 +1020,11 @@ static void test_truncated(void **state)
 		    fx->w.ti[10].name, NULL);
 	expect_fail("tdata.gguf", fx->orig, fx->orig_len - 1, "blk.4.ffn_norm.weight",
 		    "past the end", NULL);
-	/* gguf_load_tokenizer sees truncations too */
+	/* tok_load_gguf sees truncations too */
 	char *p = tmp_path("tt.gguf");
 	spit(p, fx->orig, tk->val_off + 100);
 	char *cause = NULL;
-	assert_null(gguf_load_tokenizer(p, &cause));
+	assert_null(tok_load_gguf(p, &cause));
 	assert_non_null(strstr(cause, p));
 	assert_non_null(strstr(cause, "truncated"));
 	free(cause);
@@ -1182,7 +1183,7 @@ static void test_random_mutations(void **state)
 		}
 		free(cause);
 		cause = NULL;
-		struct tok *t = gguf_load_tokenizer(p, &cause);
+		struct tok *t = tok_load_gguf(p, &cause);
 		if (!t)
 			assert_non_null(cause);
 		tok_free(t);

@@ -47,6 +47,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
+#include "text/vocab.h"
 #include "session/kvpool.h"
 
 #define BLOCK 16
@@ -677,9 +678,9 @@ static void test_tokenizer(void **state)
 	free(ib);
 	/* the vocabulary alone from the GGUF */
 	char *cause = NULL;
-	struct tok *t = gguf_load_tokenizer(fx->gguf, &cause);
+	struct tok *t = tok_load_gguf(fx->gguf, &cause);
 	if (!t)
-		fail_msg("gguf_load_tokenizer: %s", cause);
+		fail_msg("tok_load_gguf: %s", cause);
 	assert_int_equal(tok_kind(t), TOK_BPE);
 	assert_int_equal(tok_n_vocab(t), 128256);
 	tok_free(t);
