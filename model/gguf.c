@@ -328,7 +328,7 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 		goto out;
 	}
 	int embedded = m->tok != NULL;
-	rc = model_finish(m, tokenizer, deftok, cause);
+	rc = model_finish(m, tokenizer, deftok, NULL, cause);
 	if (rc && !tokenizer && !embedded && cause && *cause) {
 		char *inner = *cause;
 		*cause = NULL;

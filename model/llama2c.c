@@ -122,7 +122,7 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 	free(dup);
 	if (!deftok)
 		return -ENOMEM;
-	rc = model_finish(m, tokenizer, deftok, cause);
+	rc = model_finish(m, tokenizer, deftok, NULL, cause);
 	free(deftok);
 	return rc;
 }

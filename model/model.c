@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "model/model.h"
+#include "text/vocab.h"
 #include "util/file.h"
 
 int model_add_map(struct model *m, void *addr, size_t len)
@@ -145,7 +146,7 @@ static size_t weight_bytes(const struct kt_weight *w)
 }
 
 int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
-		 char **cause)
+		 const struct hf_text *side, char **cause)
 {
 	struct model_config *c = &m->cfg;
 	int half = c->head_dim / 2;
@@ -175,7 +176,7 @@ int model_finish(struct model *m, const char *tokenizer, const char *default_tok
 		m->tok = NULL;
 	}
 	if (!m->tok)
-		m->tok = tok_load(tp, cause);
+		m->tok = tok_load_with(tp, tokenizer ? NULL : side, cause);
 	if (!m->tok) {
 		if (!tokenizer && cause && *cause) {
 			char *inner = *cause;

@@ -142,8 +142,10 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer,
 		    char **cause);
 /* RoPE table (from cfg and m->rope_freqs), weight size, tokenizer:
  * `tokenizer` if given, else m->tok if the loader already built one from
- * the file, else default_tok. */
+ * the file, else default_tok (a tokenizer.json there with side, the
+ * folder's side files, if not NULL: text/vocab.h's tok_load_with). */
+struct hf_text;
 int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
-		 char **cause);
+		 const struct hf_text *side, char **cause);
 
 #endif

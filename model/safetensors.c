@@ -13,8 +13,8 @@
  * config.json's rope_scaling may be absent, null, "default" or "llama3"
  * (Llama 3.1/3.2: a table of per-frequency divisors, model_rope_llama3);
  * other types are refused. The tokenizer is tokenizer.model, else
- * tokenizer.json (with tokenizer_config.json and generation_config.json
- * beside it, read by the BPE tokenizer).
+ * tokenizer.json; the folder's tokenizer_config.json, generation_config.json
+ * and chat_template.jinja are read once, by text/vocab_hf.c.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -28,7 +28,7 @@
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "text/chat.h"
-#include "util/file.h"
+#include "text/vocab.h"
 
 /* Map one shard and add its tensors to the set. */
 static int st_add_file(struct model *m, struct st_set *s, const char *path, char **cause)
@@ -319,80 +319,6 @@ static int load_index(struct model *m, struct st_set *s, const char *dir,
 	return rc;
 }
 
-/* Keep text (n bytes) as m's chat template. 0 or -ENOMEM. */
-static int set_chat_template(struct model *m, const char *text, size_t n)
-{
-	if (!(m->chat_template_text = malloc(n + 1)))
-		return -ENOMEM;
-	memcpy(m->chat_template_text, text, n);
-	m->chat_template_text[n] = 0;
-	m->chat_template = chat_classify_template(text, n);
-	return 0;
-}
-
-/*
- * The folder's chat template, as transformers finds it: tokenizer_config.json's
- * chat_template (a string, or a list of {name, template} of which the one
- * named "default" is taken, else the first), else the file
- * chat_template.jinja. None of them: no template. A tokenizer_config.json
- * that is not JSON, or a chat_template of another shape, is an error.
- */
-static int read_chat_template(struct model *m, const char *dir, char **cause)
-{
-	char *path = NULL;
-	if (asprintf(&path, "%s/tokenizer_config.json", dir) < 0)
-		return -ENOMEM;
-	int rc = 0;
-	if (file_exists(path)) {
-		json_error_t jerr;
-		json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &jerr), *ct = NULL;
-		if (!root || !json_is_object(root)) {
-			cause_set(cause, "%s: %s", path, root ? "not a JSON object" : jerr.text);
-			rc = -EINVAL;
-		} else if ((ct = json_object_get(root, "chat_template")) && json_is_array(ct)) {
-			json_t *pick = NULL, *e;
-			size_t i;
-			json_array_foreach(ct, i, e) {
-				json_t *nm = json_object_get(e, "name");
-				if (!pick || (json_is_string(nm) && !strcmp(json_string_value(nm), "default")))
-					pick = e;
-			}
-			ct = pick ? json_object_get(pick, "template") : NULL;
-			if (pick && !json_is_string(ct)) {
-				cause_set(cause, "%s: chat_template: an entry without a template string",
-					  path);
-				rc = -EINVAL;
-			}
-		} else if (ct && !json_is_string(ct) && !json_is_null(ct)) {
-			cause_set(cause, "%s: chat_template is neither a string nor a list "
-				  "of {name, template}", path);
-			rc = -EINVAL;
-		}
-		if (!rc && json_is_string(ct))
-			rc = set_chat_template(m, json_string_value(ct), json_string_length(ct));
-		json_decref(root);
-		if (rc || m->chat_template_text) {
-			free(path);
-			return rc;
-		}
-	}
-	free(path);
-	if (asprintf(&path, "%s/chat_template.jinja", dir) < 0)
-		return -ENOMEM;
-	if (file_exists(path)) {
-		char *text = NULL;
-		size_t n = 0;
-		rc = file_read(path, (size_t)1 << 30, &text, &n);
-		if (rc == 0)
-			rc = set_chat_template(m, text, n);
-		else
-			cause_set(cause, "%s: %s", path, strerror(-rc));
-		free(text);
-	}
-	free(path);
-	return rc;
-}
-
 int model_load_hf(struct model *m, const char *path, const char *tokenizer, char **cause)
 {
 	struct stat st;
@@ -405,9 +331,15 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 	struct st_set s = { 0 };
 	char *ipath = NULL, *wpath = NULL, *deftok = NULL;
 	int tied = 0, rc, eos_ids[MAX_EOS], n_eos = 0;
+	struct hf_text ht = { 0 };
 	if ((rc = read_config(m, dir, &tied, eos_ids, &n_eos, cause)) ||
-	    (rc = read_chat_template(m, dir, cause)))
+	    (rc = hf_text_read(dir, 1, &ht, cause)))
 		goto out;
+	if (ht.chat_template) {  /* the folder's text: tokenizer_config.json, chat_template.jinja */
+		m->chat_template_text = ht.chat_template;
+		m->chat_template = chat_classify_template(ht.chat_template, ht.chat_template_len);
+		ht.chat_template = NULL;
+	}
 	/* the tokenizer: tokenizer.model, else tokenizer.json (Llama 3); if
 	 * neither, the error names tokenizer.model */
 	if (asprintf(&ipath, "%s/model.safetensors.index.json", dir) < 0 ||
@@ -484,12 +416,13 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 		m->cls = m->embed;
 	}
 	m->wtype = m->layers[0].wq.dtype;
-	rc = model_finish(m, tokenizer, deftok, cause);
+	rc = model_finish(m, tokenizer, deftok, &ht, cause);
 	/* a list of eos_token_id: each one that is a control token of the
 	 * tokenizer ends a turn (others are not ends a template could emit) */
 	for (int i = 0; !rc && i < n_eos; i++)
 		tok_add_end(m->tok, eos_ids[i]);
 out:
+	hf_text_done(&ht);
 	st_set_done(&s);
 	free(ipath);
 	free(wpath);

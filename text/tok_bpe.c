@@ -23,8 +23,6 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <errno.h>
-#include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <pcre2.h>
 #include <stdarg.h>
@@ -114,32 +112,10 @@ struct bpe {
 static void fail(struct bpe *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(struct bpe *b, const char *fmt, ...)
 {
-	if (!b->cause || *b->cause)
-		return;
-	char msg[512];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof msg, fmt, ap);
+	tok_vfail(b->cause, b->what, fmt, ap);
 	va_end(ap);
-	cause_set(b->cause, "tokenizer %s: %s", b->what, msg);
-}
-
-/* Quote s[0..n) for a message: printable ASCII kept, the rest as \xNN,
- * at most ~40 bytes. */
-static const char *shown(const char *s, size_t n, char out[200])
-{
-	size_t o = 0;
-	for (size_t i = 0; i < n && o < 180; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')
-			out[o++] = (char)c;
-		else
-			o += (size_t)snprintf(out + o, 200 - o, "\\x%02x", c);
-	}
-	if (o >= 180)
-		o += (size_t)snprintf(out + o, 200 - o, "...");
-	out[o] = 0;
-	return out;
 }
 
 /* ---- arena and tables ------------------------------------------------------ */
@@ -325,7 +301,7 @@ static int build_vocab(struct bpe *b, const struct entry *ents, int n)
 		int o = tab_put(b, &b->by_piece, b->piece, id);
 		if (o >= 0) {
 			fail(b, "token \"%s\" appears twice (ids %d and %d)",
-			     shown(at(b, b->piece[id]), b->piece[id].len, sb), o, id);
+			     tok_shown(at(b, b->piece[id]), b->piece[id].len, sb), o, id);
 			goto bad;
 		}
 		size_t len = b->piece[id].len;
@@ -346,7 +322,7 @@ static int build_vocab(struct bpe *b, const struct entry *ents, int n)
 			k = unbyte(cp_byte, at(b, b->piece[id]), len, tmp);
 			if (k < 0) {
 				fail(b, "token %d \"%s\" is not a byte-level BPE string", id,
-				     shown(at(b, b->piece[id]), len, sb));
+				     tok_shown(at(b, b->piece[id]), len, sb));
 				goto bad;
 			}
 		}
@@ -386,8 +362,8 @@ static int add_merge(struct bpe *b, int rank, const char *l, size_t ln, const ch
 	int li = tab_find(b, &b->by_piece, b->piece, l, ln);
 	int ri = tab_find(b, &b->by_piece, b->piece, r, rn);
 	if (li < 0 || ri < 0) {
-		fail(b, "merge %d \"%s %s\" names an unknown token \"%s\"", rank, shown(l, ln, s1),
-		     shown(r, rn, s2), li < 0 ? s1 : s2);
+		fail(b, "merge %d \"%s %s\" names an unknown token \"%s\"", rank, tok_shown(l, ln, s1),
+		     tok_shown(r, rn, s2), li < 0 ? s1 : s2);
 		return -EINVAL;
 	}
 	char stack[256];
@@ -410,7 +386,7 @@ static int add_merge(struct bpe *b, int rank, const char *l, size_t ln, const ch
 	}
 	if (mi < 0) {
 		fail(b, "merge %d \"%s %s\" makes a token the vocabulary lacks", rank,
-		     shown(l, ln, s1), shown(r, rn, s2));
+		     tok_shown(l, ln, s1), tok_shown(r, rn, s2));
 		return -EINVAL;
 	}
 	/* merges work in the model's vocabulary: an added or control token
@@ -419,7 +395,7 @@ static int add_merge(struct bpe *b, int rank, const char *l, size_t ln, const ch
 	    b->type[mi] != TOK_TYPE_NORMAL) {
 		int which = b->type[li] != TOK_TYPE_NORMAL ? li : b->type[ri] != TOK_TYPE_NORMAL ? ri : mi;
 		fail(b, "merge %d \"%s %s\" %s token %d, which is not a vocabulary token "
-		     "(an added or special one)", rank, shown(l, ln, s1), shown(r, rn, s2),
+		     "(an added or special one)", rank, tok_shown(l, ln, s1), tok_shown(r, rn, s2),
 		     which == mi ? "makes" : "names", which);
 		return -EINVAL;
 	}
@@ -464,10 +440,18 @@ static int add_merge_str(struct bpe *b, int rank, const char *s, size_t n)
 	if (!sp) {
 		char sb[200];
 		fail(b, "merge %d \"%s\" is not two tokens separated by a space", rank,
-		     shown(s, n, sb));
+		     tok_shown(s, n, sb));
 		return -EINVAL;
 	}
 	return add_merge(b, rank, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp - s) - 1);
+}
+
+const char *bpe_pre_of_regex(const char *regex)
+{
+	for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
+		if (!strcmp(regex, k_pre[i].regex))
+			return k_pre[i].name;
+	return NULL;
 }
 
 static int set_pre(struct bpe *b, const struct pre_kind *pk)
@@ -574,7 +558,7 @@ struct bpe *bpe_load_spec(const struct tok_bpe_spec *s, const char *what, char *
 	if (!pk) {
 		char sb[200];
 		fail(b, "pre-tokenizer \"%s\" is not supported (llama-bpe and gpt2 are)",
-		     shown(pre, strlen(pre), sb));
+		     tok_shown(pre, strlen(pre), sb));
 		goto out;
 	}
 	if (s->n_vocab < 256 || s->n_vocab > BPE_MAX_VOCAB) {
@@ -599,11 +583,18 @@ struct bpe *bpe_load_spec(const struct tok_bpe_spec *s, const char *what, char *
 	}
 	if ((rc = build_vocab(b, ents, s->n_vocab)) || (rc = merges_init(b, (size_t)s->n_merges)))
 		goto out;
-	for (int i = 0; i < s->n_merges; i++)
-		if ((rc = add_merge_str(b, i, s->merges[i], s->merge_len[i])))
+	for (int i = 0; i < s->n_merges; i++) {
+		size_t l = s->merge_left ? s->merge_left[i] : TOK_MERGE_SPLIT, n = s->merge_len[i];
+		rc = l == TOK_MERGE_SPLIT ? add_merge_str(b, i, s->merges[i], n)
+					  : add_merge(b, i, s->merges[i], l, s->merges[i] + l + 1,
+						      n - l - 1);
+		if (rc)
 			goto out;
+	}
 	if ((rc = set_pre(b, pk)))
 		goto out;
+	if (s->ignore_merges)
+		b->ignore_merges = s->ignore_merges > 0;
 	b->bos = s->bos >= 0 && s->bos < s->n_vocab ? s->bos : -1;
 	b->eos = s->eos >= 0 && s->eos < s->n_vocab ? s->eos : -1;
 	for (int i = 0; i < s->n_eot; i++)
@@ -611,248 +602,6 @@ struct bpe *bpe_load_spec(const struct tok_bpe_spec *s, const char *what, char *
 	finish_specials(b);
 out:
 	free(ents);
-	return done(b, rc);
-}
-
-/* ---- tokenizer.json ----------------------------------------------------------- */
-
-static const char *json_type_name(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT: return "an object";
-	case JSON_ARRAY: return "an array";
-	case JSON_STRING: return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL: return "a number";
-	case JSON_TRUE:
-	case JSON_FALSE: return "a boolean";
-	default: return "null";
-	}
-}
-
-/* The pre-tokenizer of tokenizer.json, matched against the known ones. */
-static const struct pre_kind *json_pre(struct bpe *b, json_t *root)
-{
-	json_t *pt = json_object_get(root, "pre_tokenizer");
-	const char *ty = json_string_value(json_object_get(pt, "type"));
-	json_t *norm = json_object_get(root, "normalizer");
-	if (norm && !json_is_null(norm)) {
-		fail(b, "normalizer \"%s\" is not supported (byte-level BPE has none)",
-		     json_string_value(json_object_get(norm, "type")) ?: "?");
-		return NULL;
-	}
-	if (ty && !strcmp(ty, "ByteLevel") && json_is_true(json_object_get(pt, "use_regex")))
-		return &k_pre[1];
-	if (ty && !strcmp(ty, "Sequence")) {
-		json_t *seq = json_object_get(pt, "pretokenizers");
-		json_t *sp = json_array_get(seq, 0), *bl = json_array_get(seq, 1);
-		const char *re = json_string_value(json_object_get(json_object_get(sp, "pattern"),
-								   "Regex"));
-		const char *beh = json_string_value(json_object_get(sp, "behavior"));
-		if (json_array_size(seq) == 2 && re && beh && !strcmp(beh, "Isolated") &&
-		    !json_is_true(json_object_get(sp, "invert")) &&
-		    !strcmp(json_string_value(json_object_get(bl, "type")) ?: "", "ByteLevel") &&
-		    !json_is_true(json_object_get(bl, "use_regex")) &&
-		    !json_is_true(json_object_get(bl, "add_prefix_space"))) {
-			for (size_t i = 0; i < sizeof k_pre / sizeof k_pre[0]; i++)
-				if (!strcmp(re, k_pre[i].regex))
-					return &k_pre[i];
-			fail(b, "pre-tokenizer split regex is not one llamad knows (Llama 3's)");
-			return NULL;
-		}
-	}
-	fail(b, "pre-tokenizer %s is not supported (ByteLevel, or Llama 3's Split + ByteLevel)",
-	     ty ? ty : "(none)");
-	return NULL;
-}
-
-/* A special-token setting of tokenizer_config.json: "<|x|>" or {content}. */
-static const char *config_token(json_t *cfg, const char *key)
-{
-	json_t *v = json_object_get(cfg, key);
-	if (json_is_object(v))
-		v = json_object_get(v, "content");
-	return json_string_value(v);
-}
-
-/* tokenizer_config.json and generation_config.json beside path. */
-static void json_side_files(struct bpe *b, const char *path)
-{
-	char *dup = strdup(path), *p = NULL;
-	if (!dup)
-		return;
-	const char *dir = dirname(dup);
-	if (asprintf(&p, "%s/tokenizer_config.json", dir) >= 0) {
-		/* Llama 3's model_max_length (1e30) is no integer jansson holds */
-		json_t *cfg = json_load_file(p, JSON_DECODE_INT_AS_REAL, NULL);
-		const char *bos = config_token(cfg, "bos_token"), *eos = config_token(cfg, "eos_token");
-		if (bos)
-			b->bos = tab_find(b, &b->by_piece, b->piece, bos, strlen(bos));
-		if (eos)
-			b->eos = tab_find(b, &b->by_piece, b->piece, eos, strlen(eos));
-		json_decref(cfg);
-		free(p);
-	}
-	if (asprintf(&p, "%s/generation_config.json", dir) >= 0) {
-		json_t *gc = json_load_file(p, 0, NULL);
-		json_t *e = json_object_get(gc, "eos_token_id");
-		if (json_is_integer(e))
-			add_end(b, (int)json_integer_value(e));
-		for (size_t i = 0; json_is_array(e) && i < json_array_size(e); i++)
-			if (json_is_integer(json_array_get(e, i)))
-				add_end(b, (int)json_integer_value(json_array_get(e, i)));
-		json_decref(gc);
-		free(p);
-	}
-	free(dup);
-}
-
-static int json_vocab(struct bpe *b, json_t *model, json_t *added, struct entry **out, int *n_out)
-{
-	json_t *vocab = json_object_get(model, "vocab");
-	if (!json_is_object(vocab)) {
-		fail(b, "model.vocab is %s, not an object", vocab ? json_type_name(vocab) : "missing");
-		return -EINVAL;
-	}
-	/* ids: the vocabulary's, then the added tokens' */
-	json_int_t max = -1;
-	const char *key;
-	json_t *v;
-	json_object_foreach(vocab, key, v) {
-		if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-		    json_integer_value(v) >= BPE_MAX_VOCAB) {
-			char sb[200];
-			fail(b, "model.vocab token \"%s\" has id %s", shown(key, strlen(key), sb),
-			     json_is_integer(v) ? "out of range" : json_type_name(v));
-			return -EINVAL;
-		}
-		if (json_integer_value(v) > max)
-			max = json_integer_value(v);
-	}
-	size_t i;
-	json_array_foreach(added, i, v) {
-		json_t *id = json_object_get(v, "id");
-		if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-		    json_integer_value(id) >= BPE_MAX_VOCAB ||
-		    !json_is_string(json_object_get(v, "content"))) {
-			fail(b, "added_tokens[%zu] has no valid id and content", i);
-			return -EINVAL;
-		}
-		if (json_integer_value(id) > max)
-			max = json_integer_value(id);
-	}
-	int n = (int)max + 1;
-	if (n < 256) {
-		fail(b, "vocabulary of %d tokens is too small for byte-level BPE", n);
-		return -EINVAL;
-	}
-	struct entry *ents = calloc((size_t)n, sizeof(*ents));
-	if (!ents)
-		return -ENOMEM;
-	json_object_foreach(vocab, key, v) {
-		int id = (int)json_integer_value(v);
-		if (ents[id].s) {
-			char s1[200], s2[200];
-			fail(b, "id %d is used twice (\"%s\" and \"%s\")", id,
-			     shown(ents[id].s, ents[id].n, s1), shown(key, strlen(key), s2));
-			free(ents);
-			return -EINVAL;
-		}
-		ents[id] = (struct entry){ key, strlen(key), TOK_TYPE_NORMAL };
-	}
-	json_array_foreach(added, i, v) {
-		int id = (int)json_integer_value(json_object_get(v, "id"));
-		json_t *c = json_object_get(v, "content");
-		const char *s = json_string_value(c);
-		size_t sl = json_string_length(c);
-		int ty = json_is_true(json_object_get(v, "special")) ? TOK_TYPE_CONTROL
-								     : TOK_TYPE_USER_DEFINED;
-		if (ents[id].s && (ents[id].n != sl || memcmp(ents[id].s, s, sl))) {
-			char s1[200], s2[200];
-			fail(b, "id %d is used twice (\"%s\" and added token \"%s\")", id,
-			     shown(ents[id].s, ents[id].n, s1), shown(s, sl, s2));
-			free(ents);
-			return -EINVAL;
-		}
-		ents[id] = (struct entry){ s, sl, ty };
-	}
-	*out = ents;
-	*n_out = n;
-	return 0;
-}
-
-static int json_merges(struct bpe *b, json_t *model)
-{
-	json_t *merges = json_object_get(model, "merges");
-	if (!json_is_array(merges)) {
-		fail(b, "model.merges is %s, not an array", merges ? json_type_name(merges) : "missing");
-		return -EINVAL;
-	}
-	int rc = merges_init(b, json_array_size(merges));
-	size_t i;
-	json_t *m;
-	json_array_foreach(merges, i, m) {
-		if (rc)
-			return rc;
-		if (json_is_string(m)) {
-			rc = add_merge_str(b, (int)i, json_string_value(m), json_string_length(m));
-		} else if (json_is_array(m) && json_array_size(m) == 2 &&
-			   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-			json_t *l = json_array_get(m, 0), *r = json_array_get(m, 1);
-			rc = add_merge(b, (int)i, json_string_value(l), json_string_length(l),
-				       json_string_value(r), json_string_length(r));
-		} else {
-			fail(b, "model.merges[%zu] is %s, not a merge", i, json_type_name(m));
-			rc = -EINVAL;
-		}
-	}
-	return rc;
-}
-
-struct bpe *bpe_load_json(const char *path, const char *text, size_t len, char **cause)
-{
-	struct bpe *b = bpe_new(path, cause);
-	if (!b)
-		return NULL;
-	json_error_t err;
-	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
-	struct entry *ents = NULL;
-	int n = 0, rc = -EINVAL;
-	const struct pre_kind *pk;
-	if (!root) {
-		fail(b, "not valid JSON (line %d: %s)", err.line, err.text);
-		goto out;
-	}
-	json_t *model = json_object_get(root, "model");
-	const char *mt = json_string_value(json_object_get(model, "type"));
-	if (!json_is_object(model) || !mt || strcmp(mt, "BPE")) {
-		fail(b, "model type %s is not supported (BPE is)", mt ? mt : "(missing)");
-		goto out;
-	}
-	if (json_is_true(json_object_get(model, "byte_fallback"))) {
-		fail(b, "BPE with byte_fallback is not byte-level BPE (not supported)");
-		goto out;
-	}
-	if (!(pk = json_pre(b, root)))
-		goto out;
-	json_t *added = json_object_get(root, "added_tokens");
-	if (added && !json_is_array(added)) {
-		fail(b, "added_tokens is %s, not an array", json_type_name(added));
-		goto out;
-	}
-	if ((rc = json_vocab(b, model, added, &ents, &n)) || (rc = build_vocab(b, ents, n)) ||
-	    (rc = json_merges(b, model)) || (rc = set_pre(b, pk)))
-		goto out;
-	json_t *im = json_object_get(model, "ignore_merges");
-	if (im)
-		b->ignore_merges = json_is_true(im);
-	json_side_files(b, path);
-	finish_specials(b);
-out:
-	if (rc == -ENOMEM)
-		fail(b, "out of memory");
-	free(ents);
-	json_decref(root);
 	return done(b, rc);
 }
 

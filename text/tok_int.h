@@ -6,6 +6,7 @@
 #ifndef LLAMAD_TEXT_TOK_INT_H
 #define LLAMAD_TEXT_TOK_INT_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,10 +35,6 @@ int spm_drops_leading_space(const struct spm *t);
 
 /* byte-level BPE (tok_bpe.c) */
 struct bpe;
-/* text[0, len): the tokenizer.json at path (named in messages);
- * tokenizer_config.json and generation_config.json beside it are read when
- * present. */
-struct bpe *bpe_load_json(const char *path, const char *text, size_t len, char **cause);
 struct bpe *bpe_load_spec(const struct tok_bpe_spec *spec, const char *what, char **cause);
 void bpe_free(struct bpe *b);
 int bpe_n_vocab(const struct bpe *b);
@@ -53,6 +50,20 @@ int bpe_bytes(const struct bpe *b, int id, const uint8_t **p, size_t *n);
 int bpe_n_merges(const struct bpe *b);
 const char *bpe_merge(const struct bpe *b, int i);
 const char *bpe_pre(const struct bpe *b);
+/* The GGUF name of the pre-tokenizer whose tokenizer.json Split regex is
+ * regex, or NULL if llamad knows none. */
+const char *bpe_pre_of_regex(const char *regex);
+
+/* How the loaders word a reason (tok_msg.c): "tokenizer WHAT: MESSAGE"
+ * into *cause unless it holds one already (the first, most precise reason
+ * wins), MESSAGE cut at 511 bytes. */
+void tok_fail(char **cause, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void tok_vfail(char **cause, const char *what, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+/* s[0..n) quoted for a message: printable ASCII kept, the rest as \xNN, at
+ * most about 180 bytes, then "..."; into out, which it returns. */
+const char *tok_shown(const char *s, size_t n, char out[200]);
 
 #ifdef __cplusplus
 }

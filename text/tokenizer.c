@@ -67,6 +67,11 @@ static int is_json(const char *path, const char *buf, size_t len)
 
 struct tok *tok_load(const char *path, char **cause)
 {
+	return tok_load_with(path, NULL, cause);
+}
+
+struct tok *tok_load_with(const char *path, const struct hf_text *ht, char **cause)
+{
 	if (cause)
 		*cause = NULL;
 	if (!path) {
@@ -85,7 +90,7 @@ struct tok *tok_load(const char *path, char **cause)
 	}
 	struct tok *t;
 	if (is_json(path, buf, len)) {
-		t = wrap(NULL, bpe_load_json(path, buf, len, cause), cause, path);
+		t = ht ? tok_load_hf_json(path, buf, len, ht, cause) : tok_load_json(path, buf, len, cause);
 	} else if (tok_is_llama2c(buf, len, NULL)) {
 		t = tok_load_llama2c(buf, len, path, cause);
 	} else if (len > 0 && buf[0] != 0x0a) {

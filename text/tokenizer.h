@@ -28,8 +28,8 @@ enum tok_kind { TOK_SPM = 1, TOK_BPE = 2 };
  * llama2.c tokenizer.bin, a Hugging Face tokenizer.json (a name ending in
  * .json, or content starting with '{') or the vocabulary of a GGUF file;
  * anything else is refused naming these; for tokenizer.json,
- * tokenizer_config.json and
- * generation_config.json beside it name BOS, EOS and the end-of-turn ids.
+ * tokenizer_config.json and generation_config.json beside it name BOS, EOS
+ * and the end-of-turn ids (text/vocab_hf.c).
  * Returns NULL on error and, if cause is not NULL, sets *cause to a malloc'd
  * message naming the file and the reason. */
 struct tok *tok_load(const char *path, char **cause);
@@ -39,11 +39,12 @@ struct tok *tok_load(const char *path, char **cause);
 struct tok *tok_load_mem(const void *data, size_t len, const char *what,
 			 char **cause);
 
-/* A byte-level BPE vocabulary given as parts (a GGUF "gpt2" vocabulary).
- * Strings are not NUL-terminated: (ptr, len) pairs; types may be NULL (all
- * normal) and holds enum tok_type values. pre names the pre-tokenizer
- * ("llama-bpe" for Llama 3, "gpt2"; NULL means "gpt2"). eot lists extra
- * end-of-turn ids (may be NULL when n_eot is 0). Ids < 0 mean none. */
+/* A byte-level BPE vocabulary given as parts (a GGUF "gpt2" vocabulary, a
+ * Hugging Face tokenizer.json). Strings are not NUL-terminated: (ptr, len)
+ * pairs; types may be NULL (all normal) and holds enum tok_type values.
+ * pre names the pre-tokenizer ("llama-bpe" for Llama 3, "gpt2"; NULL means
+ * "gpt2"). eot lists extra end-of-turn ids (may be NULL when n_eot is 0).
+ * Ids < 0 mean none. */
 struct tok_bpe_spec {
 	int n_vocab;
 	const char *const *tokens;
@@ -52,11 +53,17 @@ struct tok_bpe_spec {
 	int n_merges;
 	const char *const *merges;   /* "left right", one space between */
 	const size_t *merge_len;
+	/* NULL, or per merge the length of its left token (the right one
+	 * starts after the space: a token may hold spaces), TOK_MERGE_SPLIT
+	 * for "split at the first space after the first byte" */
+	const size_t *merge_left;
 	const char *pre;
+	int ignore_merges;           /* 0: the pre-tokenizer's rule; 1: on; -1: off */
 	int bos, eos;
 	const int32_t *eot;
 	int n_eot;
 };
+#define TOK_MERGE_SPLIT ((size_t)-1)
 /* Build a BPE tokenizer from parts (copied). Same error convention as
  * tok_load; `what` names the source. */
 struct tok *tok_load_bpe(const struct tok_bpe_spec *spec, const char *what,
