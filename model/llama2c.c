@@ -1,8 +1,9 @@
 /*
  * model/llama2c.c — llama2.c checkpoints: a legacy header of 7 int32
- * (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
- * positive vocab_size means the classifier is the embedding table), then fp32
- * arrays in run.c's order. Weights point straight into the read-only map.
+ * (format/llama2c.c: dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+ * vocab_size, seq_len; a positive vocab_size means the classifier is the
+ * embedding table), then fp32 arrays in run.c's order. Weights point
+ * straight into the read-only map.
  */
 #include <errno.h>
 #include <libgen.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/llama2c.h"
 #include "model/model.h"
 
 static struct kt_weight take(const float **p, int rows, int cols)
@@ -30,29 +32,29 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		return rc;
 	if (len >= 4 && memcmp(data, "GGUF", 4) == 0)
 		return model_load_gguf(m, path, tokenizer, cause);  /* model_load dispatches these first */
-	if (len >= 4 && memcmp(data, "24ka", 4) == 0) {  /* uint32 0x616b3432 ("ak42") little-endian */
+	struct l2c_header h;
+	rc = l2c_read_header(data, len, &h);
+	if (rc == -ENOTSUP) {
 		cause_set(cause, "%s: llama2.c export format v1/v2 is not supported "
 			  "(only the legacy 7-int32 header)", path);
-		return -ENOTSUP;
+		return rc;
 	}
-	if (len < 28) {
+	if (rc) {
 		cause_set(cause, "%s: not a model this llamad reads: %zu bytes, truncated as a "
 			  "llama2.c checkpoint (a 28-byte header); models are GGUF files, "
 			  "Hugging Face folders (config.json and safetensors) and llama2.c "
 			  "checkpoints (.bin)", path, len);
-		return -EINVAL;
+		return rc;
 	}
-	int32_t h[7];
-	memcpy(h, data, sizeof(h));
 	struct model_config *c = &m->cfg;
-	c->dim = h[0];
-	c->ffn_dim = h[1];
-	c->n_layers = h[2];
-	c->n_heads = h[3];
-	c->n_kv_heads = h[4];
-	int shared = h[5] > 0;
-	c->vocab = h[5] > 0 ? h[5] : (h[5] == INT32_MIN ? 0 : -h[5]);
-	c->max_ctx = h[6];
+	c->dim = h.dim;
+	c->ffn_dim = h.hidden_dim;
+	c->n_layers = h.n_layers;
+	c->n_heads = h.n_heads;
+	c->n_kv_heads = h.n_kv_heads;
+	int shared = h.vocab_size > 0;
+	c->vocab = h.vocab_size > 0 ? h.vocab_size : (h.vocab_size == INT32_MIN ? 0 : -h.vocab_size);
+	c->max_ctx = h.seq_len;
 	c->head_dim = c->n_heads > 0 ? c->dim / c->n_heads : 0;
 	c->rms_eps = 1e-5f;
 	c->rope_theta = 10000.0f;
@@ -64,7 +66,8 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 		cause_set(cause, "%s: not a llama2.c checkpoint: %s (header %d %d %d %d %d %d "
 			  "%d); models are GGUF files, Hugging Face folders (config.json "
 			  "and safetensors) and llama2.c checkpoints (.bin)",
-			  path, why, h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
+			  path, why, h.dim, h.hidden_dim, h.n_layers, h.n_heads, h.n_kv_heads,
+			  h.vocab_size, h.seq_len);
 		return -EINVAL;
 	}
 	/* Expected size, in floats, computed in 64 bits (no overflow for sane headers). */
@@ -75,7 +78,7 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 			  3 * L * D * F + D + 2 * (uint64_t)c->max_ctx * hs / 2;
 	if (!shared)
 		floats += V * D;
-	uint64_t want = 28 + floats * 4;
+	uint64_t want = L2C_HEADER_BYTES + floats * 4;
 	if (len != want) {
 		cause_set(cause, "%s: %s: file has %zu bytes, the header's shapes need %llu",
 			  path, len < want ? "truncated" : "size does not match header",
@@ -87,7 +90,7 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 	m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
 	if (!m->layers)
 		return -ENOMEM;
-	const float *p = (const float *)(data + 28);
+	const float *p = (const float *)(data + L2C_HEADER_BYTES);
 	int kv = model_kv_dim(c);
 	m->embed = take(&p, c->vocab, c->dim);
 	for (int l = 0; l < c->n_layers; l++)

@@ -7,11 +7,11 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/llama2c.h"
 #include "text/tokenizer.h"
 #include "util/cause.h"
 #include "sentencepiece_model.pb-c.h"
@@ -126,40 +126,6 @@ out:
 
 /* ---- llama2.c tokenizer.bin --------------------------------------------------- */
 
-static int32_t rd_i32(const unsigned char *p)
-{
-	return (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-			 (uint32_t)p[3] << 24);
-}
-
-int tok_is_llama2c(const void *data, size_t len, int *n_vocab)
-{
-	const unsigned char *p = data, *end = p + len;
-	if (len < 4)
-		return 0;
-	int32_t max_len = rd_i32(p);
-	if (max_len < 1 || max_len > 4096)
-		return 0;
-	p += 4;
-	int n = 0;
-	while (p < end) {
-		if (end - p < 8)
-			return 0;
-		float score;
-		memcpy(&score, p, 4);
-		int32_t l = rd_i32(p + 4);
-		if (!isfinite(score) || l < 0 || l > max_len || end - p - 8 < l)
-			return 0;
-		p += 8 + l;
-		n++;
-	}
-	if (n < 3)
-		return 0;
-	if (n_vocab)
-		*n_vocab = n;
-	return 1;
-}
-
 /* A llama2.c piece in SentencePiece's spelling: spaces as U+2581, and the
  * "\n<s>\n" / "\n</s>\n" its exporter writes for BOS and EOS as <s>, </s>.
  * malloc'd, NULL on ENOMEM. */
@@ -196,7 +162,7 @@ struct tok *tok_load_llama2c(const void *data, size_t len, const char *what, cha
 	if (cause)
 		*cause = NULL;
 	int n = 0;
-	if (!tok_is_llama2c(data, len, &n)) {
+	if (!l2c_tok_check(data, len, &n)) {
 		set_cause(cause, what, "not a llama2.c tokenizer.bin");
 		return NULL;
 	}
@@ -209,11 +175,10 @@ struct tok *tok_load_llama2c(const void *data, size_t len, const char *what, cha
 		goto nomem;
 	const unsigned char *p = (const unsigned char *)data + 4;
 	for (int i = 0; i < n; i++) {
-		memcpy(&scores[i], p, 4);
-		int32_t l = rd_i32(p + 4);
-		if (!(pieces[i] = spm_spelling(p + 8, (size_t)l)))
+		size_t l;
+		const unsigned char *piece = l2c_tok_piece(&p, &l, &scores[i]);
+		if (!(pieces[i] = spm_spelling(piece, l)))
 			goto nomem;
-		p += 8 + l;
 		types[i] = TOK_TYPE_NORMAL;
 		if (!strcmp(pieces[i], "<unk>") && unk < 0) {
 			types[i] = TOK_TYPE_UNKNOWN;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/llama2c.h"
 #include "text/tok_int.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
@@ -91,7 +92,7 @@ struct tok *tok_load_with(const char *path, const struct hf_text *ht, char **cau
 	struct tok *t;
 	if (is_json(path, buf, len)) {
 		t = ht ? tok_load_hf_json(path, buf, len, ht, cause) : tok_load_json(path, buf, len, cause);
-	} else if (tok_is_llama2c(buf, len, NULL)) {
+	} else if (l2c_tok_check(buf, len, NULL)) {
 		t = tok_load_llama2c(buf, len, path, cause);
 	} else if (len > 0 && buf[0] != 0x0a) {
 		/* a ModelProto starts with its pieces (field 1, length-delimited) */

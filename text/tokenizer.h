@@ -83,10 +83,6 @@ struct tok_spm_spec {
 /* Build a SentencePiece BPE tokenizer from parts (copied). Same error
  * convention as tok_load; `what` names the source. */
 struct tok *tok_load_spm(const struct tok_spm_spec *spec, const char *what, char **cause);
-/* 1 if data[0, len) is a llama2.c tokenizer.bin (max_token_length i32, then
- * per piece: score f32, length i32, bytes; nothing else), with its piece
- * count in *n_vocab (may be NULL). */
-int tok_is_llama2c(const void *data, size_t len, int *n_vocab);
 /* Load a llama2.c tokenizer.bin held in memory: its pieces (spaces back to
  * U+2581, "\n<s>\n"/"\n</s>\n" as <s>/</s>), scores, <0xHH> byte pieces and
  * <unk> make the SentencePiece BPE vocabulary it was exported from. Same

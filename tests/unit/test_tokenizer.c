@@ -22,6 +22,7 @@
 
 #include "tests/unit/testutil.h"
 
+#include "format/llama2c.h"
 #include "text/tokenizer.h"
 #include "util/utf8.h"
 #include "tests/unit/tok_vectors.h"
@@ -578,8 +579,8 @@ static void test_llama2c_bin(void **state)
 	assert_non_null(f);
 	assert_int_equal(fwrite(whole, 1, len - 3, f), len - 3);
 	fclose(f);
-	assert_false(tok_is_llama2c(whole, len - 3, NULL));
-	assert_true(tok_is_llama2c(whole, len, NULL));
+	assert_false(l2c_tok_check(whole, len - 3, NULL));
+	assert_true(l2c_tok_check(whole, len, NULL));
 	assert_null(tok_load(path, &cause));
 	assert_non_null(cause);
 	assert_non_null(strstr(cause, "llama2.c tokenizer.bin"));
