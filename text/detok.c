@@ -26,8 +26,10 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "text/tok_int.h"
 #include "text/tokenizer.h"
 #include "util/utf8.h"
 
@@ -195,4 +197,56 @@ int detok_flush(struct detok *d, char *out, size_t cap)
 	out[w.len] = '\0';
 	*d = s;
 	return (int)w.len;
+}
+
+int detok_all(const struct tok *t, const int32_t *ids, int n, int at_start, int skip_bad,
+	       char **text)
+{
+	size_t cap = 256, len = 0;
+	char *out = malloc(cap);
+	if (!out)
+		return -ENOMEM;
+	struct detok d;
+	detok_init(&d, t, at_start);
+	int vocab = tok_n_vocab(t);
+	for (int i = 0; i <= n; i++) {
+		if (skip_bad && i < n && (ids[i] < 0 || ids[i] >= vocab))
+			continue;
+		for (;;) {  /* a full buffer leaves the stream as it was: grow, retry */
+			int k = i < n ? detok_feed(&d, ids[i], out + len, cap - len)
+				      : detok_flush(&d, out + len, cap - len);
+			if (k >= 0) {
+				len += (size_t)k;
+				break;
+			}
+			if (k != -ENOSPC || cap > (1u << 30)) {
+				free(out);
+				return k == -ENOSPC ? -EOVERFLOW : k;
+			}
+			char *o = realloc(out, cap * 2);
+			if (!o) {
+				free(out);
+				return -ENOMEM;
+			}
+			out = o;
+			cap *= 2;
+		}
+	}
+	out[len] = 0;
+	*text = out;
+	return (int)len;
+}
+
+int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text)
+{
+	if (!t || !text || n < 0 || (!ids && n))
+		return -EINVAL;
+	*text = NULL;
+	for (int i = 0; i < n; i++)
+		if (ids[i] < 0 || ids[i] >= tok_n_vocab(t))
+			return -EINVAL;
+	/* a kind without its own whole-sequence decode (BPE): the stream */
+	const void *k;
+	const struct tok_ops *ops = tok_ops_of(t, &k);
+	return ops->decode ? ops->decode(k, ids, n, text) : detok_all(t, ids, n, 0, 0, text);
 }

@@ -501,8 +501,9 @@ static void finish_specials(struct bpe *b)
 		add_end(b, control_named(b, ends[i]));
 }
 
-void bpe_free(struct bpe *b)
+static void bpe_free(void *k)
 {
+	struct bpe *b = k;
 	if (!b)
 		return;
 	free(b->arena);
@@ -543,7 +544,7 @@ static struct bpe *done(struct bpe *b, int rc)
 	return b;
 }
 
-struct bpe *bpe_load_spec(const struct tok_bpe_spec *s, const char *what, char **cause)
+void *bpe_load_spec(const struct tok_bpe_spec *s, const char *what, char **cause)
 {
 	struct bpe *b = bpe_new(what, cause);
 	if (!b)
@@ -744,8 +745,9 @@ static int encode_word(const struct bpe *b, struct work *w, const uint8_t *s, si
 	return 0;
 }
 
-int bpe_encode(const struct bpe *b, const char *text, size_t len, int add_bos, int32_t **ids)
+static int bpe_encode(const void *k, const char *text, size_t len, int add_bos, int32_t **ids)
 {
+	const struct bpe *b = k;
 	*ids = NULL;
 	if (!utf8_valid(text, len))
 		return -EINVAL;
@@ -798,44 +800,52 @@ int bpe_encode(const struct bpe *b, const char *text, size_t len, int add_bos, i
 
 /* ---- lookups ------------------------------------------------------------------- */
 
-int bpe_n_vocab(const struct bpe *b)
+static int bpe_n_vocab(const void *k)
 {
+	const struct bpe *b = k;
 	return b->n_vocab;
 }
 
-int bpe_bos(const struct bpe *b)
+static int bpe_bos(const void *k)
 {
+	const struct bpe *b = k;
 	return b->bos;
 }
 
-int bpe_eos(const struct bpe *b)
+static int bpe_eos(const void *k)
 {
+	const struct bpe *b = k;
 	return b->eos;
 }
 
-const int32_t *bpe_end_ids(const struct bpe *b, int *n)
+static const int32_t *bpe_end_ids(const void *k, int *n)
 {
+	const struct bpe *b = k;
 	*n = b->n_end;
 	return b->end;
 }
 
-const char *bpe_piece(const struct bpe *b, int id)
+static const char *bpe_piece(const void *k, int id)
 {
+	const struct bpe *b = k;
 	return id >= 0 && id < b->n_vocab ? at(b, b->piece[id]) : NULL;
 }
 
-int bpe_piece_to_id(const struct bpe *b, const char *piece)
+static int bpe_piece_to_id(const void *k, const char *piece)
 {
+	const struct bpe *b = k;
 	return tab_find(b, &b->by_piece, b->piece, piece, strlen(piece));
 }
 
-int bpe_type(const struct bpe *b, int id)
+static int bpe_type(const void *k, int id)
 {
+	const struct bpe *b = k;
 	return id >= 0 && id < b->n_vocab ? b->type[id] : 0;
 }
 
-int bpe_bytes(const struct bpe *b, int id, const uint8_t **p, size_t *n)
+static int bpe_bytes(const void *k, int id, const uint8_t **p, size_t *n)
 {
+	const struct bpe *b = k;
 	if (id < 0 || id >= b->n_vocab)
 		return 0;
 	*p = (const uint8_t *)at(b, b->bytes[id]);
@@ -843,17 +853,45 @@ int bpe_bytes(const struct bpe *b, int id, const uint8_t **p, size_t *n)
 	return 1;
 }
 
-int bpe_n_merges(const struct bpe *b)
+static int bpe_n_merges(const void *k)
 {
+	const struct bpe *b = k;
 	return b->n_merges;
 }
 
-const char *bpe_merge(const struct bpe *b, int i)
+static const char *bpe_merge(const void *k, int i)
 {
+	const struct bpe *b = k;
 	return i >= 0 && i < b->n_merges ? at(b, b->merge[i]) : NULL;
 }
 
-const char *bpe_pre(const struct bpe *b)
+static const char *bpe_pre(const void *k)
 {
+	const struct bpe *b = k;
 	return b->pre->name;
 }
+
+static int bpe_is_control(const void *k, int id)
+{
+	int ty = bpe_type(k, id);
+	return ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_UNKNOWN;
+}
+
+const struct tok_ops tok_bpe_ops = {
+	.kind = TOK_BPE,
+	.free = bpe_free,
+	.n_vocab = bpe_n_vocab,
+	.bos = bpe_bos,
+	.eos = bpe_eos,
+	.encode = bpe_encode,
+	.decode = NULL,          /* the streaming detokenizer over the sequence */
+	.piece = bpe_piece,
+	.piece_to_id = bpe_piece_to_id,
+	.type = bpe_type,
+	.is_control = bpe_is_control,
+	.bytes = bpe_bytes,
+	.n_merges = bpe_n_merges,
+	.merge = bpe_merge,
+	.pre = bpe_pre,
+	.end_ids = bpe_end_ids,
+};

@@ -1,6 +1,6 @@
 /*
  * text/tok_spm.cc — the SentencePiece kind of tokenizer.h over
- * libsentencepiece (entry points in tok_int.h; tokenizer.c dispatches).
+ * libsentencepiece: tok_spm_ops and spm_load_mem (tok_int.h).
  *
  * The only C++ in llamad and the only file that includes sentencepiece
  * headers. Every extern "C" entry point catches all exceptions: nothing
@@ -119,7 +119,7 @@ static spm *load_serialized(const char *data, size_t len, const char *what,
 		if (!st.ok()) {
 			set_cause(cause, what,
 				  std::string("not a SentencePiece model (") +
-					  st.ToString() + ")");
+				  st.ToString() + ")");
 			delete t;
 			return NULL;
 		}
@@ -151,7 +151,7 @@ static spm *load_serialized(const char *data, size_t len, const char *what,
 	} catch (const std::exception &e) {
 		set_cause(cause, what,
 			  std::string("not a SentencePiece model (") + e.what() +
-				  ")");
+			  ")");
 	} catch (...) {
 		set_cause(cause, what, "not a SentencePiece model");
 	}
@@ -159,12 +159,10 @@ static spm *load_serialized(const char *data, size_t len, const char *what,
 	return NULL;
 }
 
-extern "C" {
-
 /* spm_load_mem — parse a serialized ModelProto (copied; data may be freed
  * after). Errors as tok_load, naming `what`. */
-struct spm *spm_load_mem(const void *data, size_t len, const char *what,
-			 char **cause)
+extern "C" void *spm_load_mem(const void *data, size_t len, const char *what,
+			      char **cause)
 {
 	if (!data && len) {
 		set_cause(cause, what, "no data given");
@@ -175,42 +173,46 @@ struct spm *spm_load_mem(const void *data, size_t len, const char *what,
 }
 
 /* spm_free — release t; accepts NULL. */
-void spm_free(struct spm *t)
+static void spm_free(void *k)
 {
-	delete t;
+	delete static_cast<spm *>(k);
 }
 
 /* spm_n_vocab — number of pieces. */
-int spm_n_vocab(const struct spm *t)
+static int spm_n_vocab(const void *k)
 {
+	const spm *t = static_cast<const spm *>(k);
 	return t->n_vocab;
 }
 
 /* spm_bos — BOS id, or -1 if the model has no control piece for it. */
-int spm_bos(const struct spm *t)
+static int spm_bos(const void *k)
 {
+	const spm *t = static_cast<const spm *>(k);
 	return t->bos;
 }
 
 /* spm_eos — EOS id, or -1 if the model has no control piece for it. */
-int spm_eos(const struct spm *t)
+static int spm_eos(const void *k)
 {
+	const spm *t = static_cast<const spm *>(k);
 	return t->eos;
 }
 
 /* spm_encode — ids of text[0..len) into a malloc'd *ids (never NULL on
  * success, even for 0 ids); BOS first if add_bos and the model has one.
  * Returns the count, -EINVAL, -ENOMEM or -EOVERFLOW. */
-int spm_encode(const struct spm *t, const char *text, size_t len, int add_bos,
-	       int32_t **ids)
+static int spm_encode(const void *k, const char *text, size_t len, int add_bos,
+		      int32_t **ids)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (!t || !ids || (!text && len))
 		return -EINVAL;
 	*ids = NULL;
 	try {
 		std::vector<int> v;
 		if (!t->sp.Encode(std::string_view(text ? text : "", len), &v)
-			     .ok())
+		    .ok())
 			return -EINVAL;
 		int bos = add_bos && t->bos >= 0;
 		if (v.size() + bos > (size_t)INT_MAX)
@@ -235,8 +237,9 @@ int spm_encode(const struct spm *t, const char *text, size_t len, int add_bos,
 /* spm_decode — sentencepiece's whole-sequence decode into a malloc'd,
  * NUL-terminated *text. Returns its length; -EINVAL for an id out of
  * range, -ENOMEM. */
-int spm_decode(const struct spm *t, const int32_t *ids, int n, char **text)
+static int spm_decode(const void *k, const int32_t *ids, int n, char **text)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (!t || !text || n < 0 || (!ids && n))
 		return -EINVAL;
 	*text = NULL;
@@ -265,16 +268,18 @@ int spm_decode(const struct spm *t, const int32_t *ids, int n, char **text)
 }
 
 /* spm_piece — piece string of id (owned by t), NULL if out of range. */
-const char *spm_piece(const struct spm *t, int id)
+static const char *spm_piece(const void *k, int id)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (id < 0 || id >= t->n_vocab)
 		return NULL;
 	return t->pieces[id].c_str();
 }
 
 /* spm_piece_to_id — id of an exact piece string, -1 if absent. */
-int spm_piece_to_id(const struct spm *t, const char *piece)
+static int spm_piece_to_id(const void *k, const char *piece)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (!piece)
 		return -1;
 	try {
@@ -289,8 +294,9 @@ int spm_piece_to_id(const struct spm *t, const char *piece)
 }
 
 /* spm_is_byte — 1 and *byte (if byte is not NULL) for <0xAB> pieces. */
-int spm_is_byte(const struct spm *t, int id, uint8_t *byte)
+static int spm_is_byte(const void *k, int id, uint8_t *byte)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (id < 0 || id >= t->n_vocab || t->byte_of[id] < 0)
 		return 0;
 	if (byte)
@@ -300,16 +306,18 @@ int spm_is_byte(const struct spm *t, int id, uint8_t *byte)
 
 /* spm_is_control — 1 for control and unknown pieces, 0 otherwise (and for
  * ids out of range). */
-int spm_is_control(const struct spm *t, int id)
+static int spm_is_control(const void *k, int id)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (id < 0 || id >= t->n_vocab)
 		return 0;
 	return t->control[id];
 }
 
 /* spm_score — sentencepiece's GetScore(id); 0 out of range. */
-float spm_score(const struct spm *t, int id)
+static float spm_score(const void *k, int id)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (id < 0 || id >= t->n_vocab)
 		return 0;
 	try {
@@ -321,8 +329,9 @@ float spm_score(const struct spm *t, int id)
 
 /* spm_type — the piece's type from sentencepiece's Is* predicates, in
  * GGUF's numbering; 0 out of range. */
-int spm_type(const struct spm *t, int id)
+static int spm_type(const void *k, int id)
 {
+	const spm *t = static_cast<const spm *>(k);
 	if (id < 0 || id >= t->n_vocab)
 		return 0;
 	try {
@@ -341,9 +350,28 @@ int spm_type(const struct spm *t, int id)
 }
 
 /* spm_drops_leading_space — probed at load, see probe_drops_space(). */
-int spm_drops_leading_space(const struct spm *t)
+static int spm_drops_leading_space(const void *k)
 {
+	const spm *t = static_cast<const spm *>(k);
 	return t->drops_space;
 }
 
-} /* extern "C" */
+extern "C" const struct tok_ops tok_spm_ops = {
+	TOK_SPM,
+	spm_free,
+	spm_n_vocab,
+	spm_bos,
+	spm_eos,
+	spm_encode,
+	spm_decode,
+	spm_piece,
+	spm_piece_to_id,
+	spm_type,
+	spm_is_control,
+	spm_is_byte,
+	spm_score,
+	NULL,                    /* bytes: its pieces are text with U+2581 */
+	spm_drops_leading_space,
+	NULL, NULL, NULL,        /* merges and pre-tokenizer: BPE only */
+	NULL,                    /* end ids: EOS only */
+};

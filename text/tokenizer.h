@@ -8,7 +8,9 @@
  *    vocabulary with tokenizer.ggml.model "gpt2"; text/tok_bpe.c, with the
  *    pre-tokenizer regex run by PCRE2 (UTF + UCP, JIT where available).
  *
- * text/tokenizer.c holds struct tok and sends each call to its kind.
+ * text/tokenizer.c holds struct tok and sends each call to its kind's table
+ * of operations (text/tok_int.h); text/tok_load.c finds which kind a file
+ * is; text/detok.c turns ids back into text (tok_decode, the stream).
  * Special tokens (control pieces: <s>, <|eot_id|>, ...) are never parsed out
  * of text: tok_encode treats every byte as ordinary text, and templates put
  * special ids in by id (tok_piece_to_id). Everything here is thread-safe for
