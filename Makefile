@@ -90,7 +90,7 @@ endif
 PROTO_GEN := $(BUILD)/proto/llamad.pb-c.c $(BUILD)/proto/llamad.pb-c.h
 PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o $(BUILD)/proto/path.o
 PROTO_LIB := $(BUILD)/libllamad-proto.a
-# SentencePiece's ModelProto (the subset model/gguf.c writes): part of the
+# SentencePiece's ModelProto (the subset text/tok_parts.c writes): part of the
 # core library, which therefore links libprotobuf-c
 SPM_GEN   := $(BUILD)/proto/sentencepiece_model.pb-c.c $(BUILD)/proto/sentencepiece_model.pb-c.h
 

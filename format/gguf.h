@@ -11,7 +11,7 @@
  *            after the descriptors
  *
  * It reads a file the caller has in memory (mapped read-only) and knows
- * nothing of models or tokenizers: the weight loader (model/gguf.c) and
+ * nothing of models or tokenizers: the weight loader (model/load_gguf.c) and
  * the vocabulary loader (text/vocab_gguf.c) ask it for keys and tensors.
  * Every length, count and offset is checked against the file's size
  * before it is used: a truncated or corrupt file gives an error naming the

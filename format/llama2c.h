@@ -3,7 +3,7 @@
  * run.c's legacy format (a header of 7 int32, then fp32 arrays) and a
  * tokenizer.bin (max_token_length, then per piece: score f32, length i32,
  * its bytes). A reader of bytes the caller holds; it knows nothing of
- * models or tokenizers (model/llama2c.c and text/tok_parts.c use it).
+ * models or tokenizers (model/load_llama2c.c and text/tok_parts.c use it).
  */
 #ifndef LLAMAD_FORMAT_LLAMA2C_H
 #define LLAMAD_FORMAT_LLAMA2C_H

@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_gguf.c — the GGUF loader (model/gguf.c), including the
+ * tests/fuzz/fuzz_gguf.c — the GGUF loader (model/load_gguf.c), including the
  * tokenizer built from the file's metadata: the input is model.gguf, loaded
  * with no tokenizer override; then tok_load_gguf on the same file.
  */

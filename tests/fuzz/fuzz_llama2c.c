@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_llama2c.c — the llama2.c .bin loader (model/llama2c.c):
+ * tests/fuzz/fuzz_llama2c.c — the llama2.c .bin loader (model/load_llama2c.c):
  * the input is model.bin, the tokenizer the real tok512.model.
  */
 #include "fuzz_model.h"

@@ -1,6 +1,6 @@
 /*
  * tests/fuzz/fuzz_safetensors.c — the Hugging Face loader
- * (model/safetensors.c): a folder holding the real config.json of
+ * (model/load_hf.c): a folder holding the real config.json of
  * stories260K-hf and the input as model.safetensors; the tokenizer the real
  * tok512.model.
  */

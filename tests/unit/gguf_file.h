@@ -1,6 +1,6 @@
 /*
  * tests/unit/gguf_file.h — GGUF v3 files taken apart and put together by
- * test_gguf.c and test_llama3.c, independently of model/gguf.c (the
+ * test_gguf.c and test_llama3.c, independently of model/load_gguf.c (the
  * parser they check): a walk of a well-formed file that records where each
  * key/value pair and tensor info lies, and a writer from serialized pairs
  * and tensor descriptions. Include after <cmocka.h>.

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_gguf.c — the GGUF loader (model/gguf.c): hyper-parameters,
+ * tests/unit/test_gguf.c — the GGUF loader (model/load_gguf.c): hyper-parameters,
  * weights, the tokenizer rebuilt from metadata, and malformed files.
  *
  * Files, from $MODELS (default ../shared/models) and $SHARED (../shared):

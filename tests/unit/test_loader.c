@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_loader.c — model_load on good and bad inputs
- * (model/model.c, model/llama2c.c, model/safetensors.c).
+ * (model/model.c, model/load_llama2c.c, model/load_hf.c).
  *
  * Every malformed input must give NULL and a cause naming the file and the
  * reason, never a crash. Broken files are made in a private temp folder from

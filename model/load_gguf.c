@@ -1,5 +1,5 @@
 /*
- * model/gguf.c — the weights and hyper-parameters of a GGUF file (the
+ * model/load_gguf.c — the weights and hyper-parameters of a GGUF file (the
  * container is read by format/gguf.c, the vocabulary and chat template by
  * text/vocab_gguf.c). Matrices are used in place from the read-only map
  * (copied only if misaligned); norm vectors become fp32.

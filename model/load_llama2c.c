@@ -1,5 +1,5 @@
 /*
- * model/llama2c.c — llama2.c checkpoints: a legacy header of 7 int32
+ * model/load_llama2c.c — llama2.c checkpoints: a legacy header of 7 int32
  * (format/llama2c.c: dim, hidden_dim, n_layers, n_heads, n_kv_heads,
  * vocab_size, seq_len; a positive vocab_size means the classifier is the
  * embedding table), then fp32 arrays in run.c's order. Weights point

@@ -1,5 +1,5 @@
 /*
- * model/safetensors.c — Hugging Face folders: config.json for the
+ * model/load_hf.c — Hugging Face folders: config.json for the
  * hyper-parameters, model.safetensors (or shards listed in
  * model.safetensors.index.json) for the weights.
  *
