@@ -22,9 +22,11 @@
 #include <string.h>
 
 #include "format/gguf.h"
+#include "model/loader.h"
 #include "model/model.h"
 #include "text/chat.h"
 #include "text/vocab.h"
+#include "util/file.h"
 
 /* A matrix W (rows, cols): GGUF shape [cols, rows]. */
 static int get_matrix(struct model *m, struct gguf *g, const char *name, int rows, int cols,
@@ -212,13 +214,10 @@ static int read_hparams(struct model *m, struct gguf *g)
 	return 0;
 }
 
-/*
- * model_load_gguf — fill m from the GGUF file at path (called by model_load
- * with m->path set). Tensors point into the read-only map; the tokenizer is
- * `tokenizer` if given, else the file's own vocabulary, else tokenizer.model
- * beside the file. 0, or a negative errno with *cause naming the file.
- */
-int model_load_gguf(struct model *m, const char *path, const char *tokenizer, char **cause)
+/* Tensors point into the read-only map; the tokenizer is `tokenizer` if
+ * given, else the file's own vocabulary, else tokenizer.model beside the
+ * file. */
+static int load_gguf(struct model *m, const char *path, const char *tokenizer, char **cause)
 {
 	const uint8_t *data;
 	size_t len;
@@ -256,7 +255,6 @@ int model_load_gguf(struct model *m, const char *path, const char *tokenizer, ch
 		goto out;
 	}
 
-	m->format = "gguf";
 	m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
 	if (!m->layers) {
 		rc = -ENOMEM;
@@ -341,3 +339,10 @@ out:
 	return rc;
 }
 
+/* A .gguf name, or the GGUF magic. */
+static int probe_gguf(const char *path)
+{
+	return model_has_suffix(path, ".gguf") || file_has_magic(path, "GGUF", 4);
+}
+
+const struct model_loader model_loader_gguf = { "gguf", probe_gguf, load_gguf };

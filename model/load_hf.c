@@ -26,6 +26,7 @@
 #include <sys/stat.h>
 
 #include "format/safetensors.h"
+#include "model/loader.h"
 #include "model/model.h"
 #include "text/chat.h"
 #include "text/vocab.h"
@@ -319,7 +320,7 @@ static int load_index(struct model *m, struct st_set *s, const char *dir,
 	return rc;
 }
 
-int model_load_hf(struct model *m, const char *path, const char *tokenizer, char **cause)
+static int load_hf(struct model *m, const char *path, const char *tokenizer, char **cause)
 {
 	struct stat st;
 	int isdir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
@@ -377,7 +378,6 @@ int model_load_hf(struct model *m, const char *path, const char *tokenizer, char
 
 	struct model_config *c = &m->cfg;
 	int qd = c->n_heads * c->head_dim, kv = model_kv_dim(c);
-	m->format = "safetensors";
 	m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
 	if (!m->layers) {
 		rc = -ENOMEM;
@@ -430,3 +430,19 @@ out:
 	free(dir);
 	return rc;
 }
+
+static int is_dir(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* A folder, a .safetensors file in one, its index or its config.json. */
+static int probe_hf(const char *path)
+{
+	return is_dir(path) || model_has_suffix(path, ".safetensors") ||
+	       model_has_suffix(path, ".safetensors.index.json") ||
+	       model_has_suffix(path, "config.json");
+}
+
+const struct model_loader model_loader_hf = { "safetensors", probe_hf, load_hf };

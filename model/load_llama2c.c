@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "format/llama2c.h"
+#include "model/loader.h"
 #include "model/model.h"
 
 static struct kt_weight take(const float **p, int rows, int cols)
@@ -22,16 +23,14 @@ static struct kt_weight take(const float **p, int rows, int cols)
 	return w;
 }
 
-int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
-		       char **cause)
+static int load_llama2c(struct model *m, const char *path, const char *tokenizer,
+			char **cause)
 {
 	const uint8_t *data;
 	size_t len;
 	int rc = model_map_file(m, path, &data, &len, cause);
 	if (rc)
 		return rc;
-	if (len >= 4 && memcmp(data, "GGUF", 4) == 0)
-		return model_load_gguf(m, path, tokenizer, cause);  /* model_load dispatches these first */
 	struct l2c_header h;
 	rc = l2c_read_header(data, len, &h);
 	if (rc == -ENOTSUP) {
@@ -85,7 +84,6 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 			  len, (unsigned long long)want);
 		return -EINVAL;
 	}
-	m->format = "llama2.c";
 	m->wtype = KT_F32;
 	m->layers = calloc((size_t)c->n_layers, sizeof(*m->layers));
 	if (!m->layers)
@@ -129,3 +127,13 @@ int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
 	free(deftok);
 	return rc;
 }
+
+/* Anything the other formats did not claim: the loader says what it is
+ * not. */
+static int probe_llama2c(const char *path)
+{
+	(void)path;
+	return 1;
+}
+
+const struct model_loader model_loader_llama2c = { "llama2.c", probe_llama2c, load_llama2c };

@@ -17,7 +17,6 @@
 
 #include "kernels/backend.h"
 #include "text/tokenizer.h"
-#include "util/cause.h"
 
 struct model_config {
 	int dim;          /* residual width */
@@ -128,24 +127,9 @@ const char *model_config_check(const struct model_config *c);
  * orig >= 1, all finite). */
 const char *model_rope_llama3(float theta, int head_dim, double factor, double low,
 			      double high, double orig, float *out);
-
-/* Internal to model/: helpers shared by the format loaders. */
-int model_add_map(struct model *m, void *addr, size_t len);
-void *model_own(struct model *m, size_t bytes);
-int model_map_file(struct model *m, const char *path, const uint8_t **data,
-		   size_t *len, char **cause);
-int model_load_llama2c(struct model *m, const char *path, const char *tokenizer,
-		       char **cause);
-int model_load_hf(struct model *m, const char *path, const char *tokenizer,
-		  char **cause);
-int model_load_gguf(struct model *m, const char *path, const char *tokenizer,
-		    char **cause);
-/* RoPE table (from cfg and m->rope_freqs), weight size, tokenizer:
- * `tokenizer` if given, else m->tok if the loader already built one from
- * the file, else default_tok (a tokenizer.json there with side, the
- * folder's side files, if not NULL: text/vocab.h's tok_load_with). */
-struct hf_text;
-int model_finish(struct model *m, const char *tokenizer, const char *default_tok,
-		 const struct hf_text *side, char **cause);
+/* The RoPE inverse frequencies of c (head_dim/2 floats into out):
+ * theta^(-2i/head_dim) in f32, divided by rope_freqs[i] when rope_freqs is
+ * not NULL. */
+void model_inv_freq(const struct model_config *c, const float *rope_freqs, float *out);
 
 #endif
