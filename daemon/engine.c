@@ -440,7 +440,7 @@ static const char *say_template(struct engine *e)
 	int tmpl = engine_default_template(e, why, sizeof(why));
 	const char *unusable = chat_template_unusable(e->m->tok, tmpl);
 	int unknown = e->cfg.tmpl == CHAT_TEMPLATE_AUTO && e->m->chat_template_text &&
-		      !strcmp(e->m->chat_template, "unknown");
+		      e->m->chat_template == CHAT_TEMPLATE_AUTO;
 	if (unusable)
 		log_msg(LL_ERROR, "chat template of new sessions: %s: %s", why, unusable);
 	else

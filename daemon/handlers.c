@@ -294,7 +294,7 @@ static int on_generate(struct engine *e, struct req *rq)
 	/* a reply starts a new text: chat answers begin after [/INST] or the
 	 * assistant header */
 	if (gen_init(&j->gen, e->m, &sp, (const char *const *)g->stop, (int)g->n_stop, max_tokens,
-		     s->tmpl != CHAT_TEMPLATE_RAW, job_emit_text, j) != 0) {
+		     chat_rules(s->tmpl)->answer_at_start, job_emit_text, j) != 0) {
 		job_free(j);
 		return fail(rq, -ENOMEM, "out of memory");
 	}

@@ -184,7 +184,7 @@ static int check_args(struct args *a)
 		/* one-shot is raw unless --template says otherwise (auto: the
 		 * model file's, resolved once it is loaded) */
 		o->tmpl = a->tmpl_set ? (enum chat_template)a->cfg.tmpl : CHAT_TEMPLATE_RAW;
-		if (o->system && o->tmpl == CHAT_TEMPLATE_RAW) {
+		if (o->system && o->tmpl != CHAT_TEMPLATE_AUTO && !chat_rules(o->tmpl)->takes_system) {
 			fprintf(stderr, "llamad: --system needs a chat template (--template llama3, "
 				"llama2 or auto)\n");
 			return 2;
@@ -297,7 +297,7 @@ static int run_oneshot(struct args *a)
 	if (o->tmpl == CHAT_TEMPLATE_AUTO) {
 		o->tmpl = chat_resolve_template(CHAT_TEMPLATE_AUTO, m->chat_template,
 						m->chat_template_text != NULL, why, sizeof(why));
-		if (!m->chat_template_text || !strcmp(m->chat_template, "unknown"))
+		if (!m->chat_template_text || m->chat_template == CHAT_TEMPLATE_AUTO)
 			fprintf(stderr, "llamad: --template auto: %s\n", why);  /* said plainly */
 	}
 	if (o->verbose) {

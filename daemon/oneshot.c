@@ -25,16 +25,19 @@ static void emit_file(void *ctx, const char *text, size_t len)
 	fflush((FILE *)ctx);
 }
 
+/* The prompt as a conversation's opening user turn under the template,
+ * with the system prompt (what a session's first turn takes); -EPERM if
+ * either spells a control tag of the template. */
 static int encode_prompt(const struct model *m, const struct oneshot_opts *o, int32_t **ids)
 {
-	if (o->tmpl == CHAT_TEMPLATE_LLAMA2)
-		return chat_encode_user_turn(m->tok, o->system, o->prompt, ids);
-	if (o->tmpl == CHAT_TEMPLATE_LLAMA3) {  /* [system,] user and the generation prompt */
-		struct chat_msg d[2] = { { CHAT_SYSTEM, o->system }, { CHAT_USER, o->prompt } };
-		return chat_encode_dialog(m->tok, CHAT_TEMPLATE_LLAMA3, o->system ? d : d + 1,
-					  o->system ? 2 : 1, ids);
-	}
-	return tok_encode(m->tok, o->prompt, strlen(o->prompt), 1, ids);
+	struct chat_ctx c = {
+		.tmpl = o->tmpl, .bos = m->cfg.bos, .eos = m->cfg.eos, .last_role = -1,
+		.system = o->system,
+	};
+	char tag[8];
+	if (o->system && chat_find_tag(m->tok, o->tmpl, o->system, strlen(o->system), tag, sizeof tag))
+		return -EPERM;
+	return chat_encode_turn(m->tok, &c, CHAT_USER, o->prompt, ids);
 }
 
 int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)

@@ -89,7 +89,6 @@ struct model *model_load(const char *path, const char *tokenizer, char **cause)
 	}
 	m->cfg.bos = 1;
 	m->cfg.eos = 2;
-	m->chat_template = "unknown";
 	const struct model_loader *l = loaders[0];
 	for (size_t i = 0; i < sizeof loaders / sizeof loaders[0]; i++)
 		if ((l = loaders[i])->probe(path))

@@ -54,13 +54,14 @@ struct model {
 	struct model_config cfg;
 	char *path;              /* as given */
 	const char *format;      /* "llama2.c", "safetensors", "gguf" */
-	/* Chat template the model file declares: its kind (static string,
-	 * text/chat.h's chat_classify_template): "llama3", "llama2" or
-	 * "unknown" (also for none), and its text (malloc'd; NULL if the file
-	 * has none). From a GGUF's tokenizer.chat_template, or a Hugging Face
-	 * folder's tokenizer_config.json chat_template (chat_template.jinja
-	 * when that has none). */
-	const char *chat_template;
+	/* Chat template the model file declares: its kind, classified once
+	 * when loaded (enum chat_template, text/chat.h's
+	 * chat_classify_template; CHAT_TEMPLATE_AUTO: unknown, or none), and
+	 * its text (malloc'd; NULL if the file has none). From a GGUF's
+	 * tokenizer.chat_template, or a Hugging Face folder's
+	 * tokenizer_config.json chat_template (chat_template.jinja when that
+	 * has none). */
+	int chat_template;
 	char *chat_template_text;
 	enum kt_dtype wtype;     /* dtype of the large matrices */
 	struct kt_weight embed;  /* (vocab, dim) */

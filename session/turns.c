@@ -75,13 +75,13 @@ static int renew_turn(const struct turn_env *te, struct session *s, int idx)
  * raw sessions: the first turn. */
 static void first_exchange(const struct session *s, int *first, int *end)
 {
+	const struct chat_rules *r = chat_rules(s->tmpl);
 	int a = 0;
-	if (s->tmpl == CHAT_TEMPLATE_LLAMA3)
+	if (r->shift_keeps_system)
 		while (a < s->n_turns && s->turns[a].role == CHAT_SYSTEM)
 			a++;
 	int k = a + 1;
-	while (s->tmpl != CHAT_TEMPLATE_RAW && k < s->n_turns && s->turns[k].role != CHAT_USER &&
-	       !(s->tmpl == CHAT_TEMPLATE_LLAMA3 && s->turns[k].role == CHAT_SYSTEM))
+	while (k < s->n_turns && !(r->exchange_starts & 1u << s->turns[k].role))
 		k++;
 	*first = a;
 	*end = k;
@@ -167,7 +167,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 		turn_error(te, s, text, n, msg, cap);
 		return n == -ENOTSUP ? -EINVAL : n;
 	}
-	if (n == 0 && role == CHAT_SYSTEM && s->tmpl == CHAT_TEMPLATE_LLAMA2) {
+	if (n == 0 && role == CHAT_SYSTEM && chat_rules(s->tmpl)->system_sets_prompt) {
 		char **slot = c.has_user_turn ? &s->next_system : &s->system;
 		char *d = strdup(text);
 		if (!d) {
@@ -178,7 +178,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 		*slot = d;
 		return 0;
 	}
-	int stored = role == CHAT_RAW || s->tmpl == CHAT_TEMPLATE_RAW ? CHAT_RAW : role;
+	int stored = role == CHAT_RAW || chat_rules(s->tmpl)->turns_are_raw ? CHAT_RAW : role;
 	n = add_ids(te, s, ids, n, stored, text, msg, cap);
 	free(ids);
 	if (n >= 0 && role == CHAT_USER && s->next_system) {
@@ -199,7 +199,7 @@ int turn_generation(const struct turn_env *te, struct session *s, char *msg, siz
 		return n == -ENOTSUP ? -EINVAL : n;
 	}
 	/* llama3's prompt opens the answer's turn; BOS alone is a raw turn */
-	int role = s->tmpl == CHAT_TEMPLATE_LLAMA3 ? CHAT_ASSISTANT : CHAT_RAW;
+	int role = chat_rules(s->tmpl)->prompt_opens_answer ? CHAT_ASSISTANT : CHAT_RAW;
 	n = add_ids(te, s, ids, n, role, NULL, msg, cap);
 	free(ids);
 	return n < 0 ? n : role == CHAT_ASSISTANT;

@@ -1,16 +1,28 @@
 /*
- * text/chat.c — see chat.h.
+ * text/chat.c — see chat.h: the rows of the templates (chat_int.h), which
+ * one a call is for, and what the rows share.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "text/chat.h"
+#include "text/chat_int.h"
 
-static const char *const tags[] = { "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>" };
+/* The templates; a model file's template text is classified in this
+ * order. */
+static const struct chat_tmpl *const rows[] = { &chat_llama3, &chat_llama2, &chat_raw };
+
+/* The row of template tmpl: raw's for a value no row has (sessions and
+ * settings hold known values only). */
+static const struct chat_tmpl *row(int tmpl)
+{
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+		if ((int)rows[i]->id == tmpl)
+			return rows[i];
+	return &chat_raw;
+}
 
 const char *chat_template_name(int tmpl)
 {
@@ -23,26 +35,21 @@ const char *chat_template_name(int tmpl)
 	return "?";
 }
 
-const char *chat_classify_template(const char *text, size_t len)
+enum chat_template chat_classify_template(const char *text, size_t len)
 {
-	if (!text)
-		return "unknown";
-	if (memmem(text, len, "<|start_header_id|>", 19) && memmem(text, len, "<|eot_id|>", 10))
-		return "llama3";
-	if (memmem(text, len, "[INST]", 6) && memmem(text, len, "<<SYS>>", 7))
-		return "llama2";
-	return "unknown";
+	for (size_t i = 0; text && i < sizeof rows / sizeof rows[0]; i++) {
+		const char *const *mk = rows[i]->marker;
+		if (mk[0] && memmem(text, len, mk[0], strlen(mk[0])) &&
+		    memmem(text, len, mk[1], strlen(mk[1])))
+			return rows[i]->id;
+	}
+	return CHAT_TEMPLATE_AUTO;
 }
 
-enum chat_template chat_resolve_template(int setting, const char *file_kind, int file_has_text,
+enum chat_template chat_resolve_template(int setting, int file_tmpl, int file_has_text,
 					 char *why, size_t cap)
 {
-	enum chat_template file = CHAT_TEMPLATE_AUTO;
-	if (file_kind && !strcmp(file_kind, "llama3"))
-		file = CHAT_TEMPLATE_LLAMA3;
-	else if (file_kind && !strcmp(file_kind, "llama2"))
-		file = CHAT_TEMPLATE_LLAMA2;
-	const char *fdesc = file != CHAT_TEMPLATE_AUTO ? chat_template_name(file)
+	const char *fdesc = file_tmpl != CHAT_TEMPLATE_AUTO ? chat_template_name(file_tmpl)
 			    : file_has_text ? "a chat template llamad does not know"
 					    : "no chat template";
 	if (setting > CHAT_TEMPLATE_AUTO && setting <= CHAT_TEMPLATE_MAX) {
@@ -50,609 +57,94 @@ enum chat_template chat_resolve_template(int setting, const char *file_kind, int
 			 chat_template_name(setting), fdesc);
 		return (enum chat_template)setting;
 	}
-	if (file != CHAT_TEMPLATE_AUTO) {
-		snprintf(why, cap, "%s (from the model file's chat template)", chat_template_name(file));
-		return file;
+	if (file_tmpl != CHAT_TEMPLATE_AUTO) {
+		snprintf(why, cap, "%s (from the model file's chat template)",
+			 chat_template_name(file_tmpl));
+		return (enum chat_template)file_tmpl;
 	}
 	snprintf(why, cap, "llama2 (the built-in default: the model file has %s; "
 		 "set template = llama3, llama2 or raw to choose)", fdesc);
 	return CHAT_TEMPLATE_LLAMA2;
 }
 
-/* The Llama 3 control tokens a conversation needs. */
-struct l3_ids {
-	int32_t bos, start, end, eot;
-};
-
-/* t's Llama 3 ids: 0, or -ENOTSUP if the vocabulary lacks one. */
-static int l3_ids(const struct tok *t, struct l3_ids *l)
+const struct chat_rules *chat_rules(int tmpl)
 {
-	l->bos = tok_piece_to_id(t, "<|begin_of_text|>");
-	l->start = tok_piece_to_id(t, "<|start_header_id|>");
-	l->end = tok_piece_to_id(t, "<|end_header_id|>");
-	l->eot = tok_piece_to_id(t, "<|eot_id|>");
-	if (l->bos < 0 || l->start < 0 || l->end < 0 || l->eot < 0)
-		return -ENOTSUP;
-	return 0;
+	return &row(tmpl)->rules;
 }
 
 const char *chat_template_unusable(const struct tok *t, int tmpl)
 {
-	struct l3_ids l;
-	if (tmpl == CHAT_TEMPLATE_LLAMA3 && l3_ids(t, &l) != 0)
-		return "the llama3 template needs the Llama 3 vocabulary (<|begin_of_text|>, "
-		       "<|start_header_id|>, <|end_header_id|>, <|eot_id|>), which this model lacks";
-	return NULL;
+	const struct chat_tmpl *r = row(tmpl);
+	return r->unusable ? r->unusable(t) : NULL;
 }
 
 int32_t chat_end_of_turn(const struct tok *t, int tmpl, int32_t eos)
 {
-	if (tmpl == CHAT_TEMPLATE_LLAMA3)
-		return tok_piece_to_id(t, "<|eot_id|>");
-	if (tmpl == CHAT_TEMPLATE_LLAMA2)
-		return eos;
-	return -1;
+	const struct chat_tmpl *r = row(tmpl);
+	return r->end_of_turn ? r->end_of_turn(t, eos) : -1;
 }
-
-/* Copy text[0, n) into tag (cap), NUL-terminated, cut to fit. */
-static void copy_tag(char *tag, size_t cap, const char *text, size_t n)
-{
-	if (!cap)
-		return;
-	if (n >= cap)
-		n = cap - 1;
-	memcpy(tag, text, n);
-	tag[n] = 0;
-}
-
-/* The longest name of a "<|name|>" looked up in the vocabulary. */
-#define L3_NAME_MAX 128
 
 int chat_find_tag(const struct tok *t, int tmpl, const char *text, size_t len, char *tag,
 		  size_t cap)
 {
-	if (tmpl == CHAT_TEMPLATE_LLAMA2) {
-		for (size_t i = 0; i < len; i++) {
-			if (text[i] != '[' && text[i] != '<')
-				continue;
-			for (size_t k = 0; k < sizeof(tags) / sizeof(tags[0]); k++) {
-				size_t tl = strlen(tags[k]);
-				if (len - i >= tl && memcmp(text + i, tags[k], tl) == 0) {
-					copy_tag(tag, cap, tags[k], tl);
-					return 1;
-				}
-			}
-		}
-		return 0;
-	}
-	if (tmpl != CHAT_TEMPLATE_LLAMA3)
-		return 0;
-	char piece[L3_NAME_MAX + 5];  /* "<|", the name, "|>", NUL */
-	for (size_t i = 0; i + 4 <= len; i++) {
-		if (text[i] != '<' || text[i + 1] != '|')
-			continue;
-		/* "<|" name "|>", the name without '|' (as every Llama 3 control
-		 * token's): one look-up per "<|", so the search stays linear */
-		size_t j = i + 2;
-		while (j < len && j - (i + 2) < L3_NAME_MAX && text[j] != '|' && text[j] != 0)
-			j++;
-		if (j + 1 >= len || text[j] != '|' || text[j + 1] != '>')
-			continue;
-		size_t n = j + 2 - i;
-		memcpy(piece, text + i, n);
-		piece[n] = 0;
-		int id = tok_piece_to_id(t, piece);
-		if (id >= 0 && tok_type(t, id) == TOK_TYPE_CONTROL) {
-			copy_tag(tag, cap, piece, n);
-			return 1;
-		}
-	}
-	return 0;
-}
-
-int chat_has_tags(const char *text, size_t len)
-{
-	return chat_find_tag(NULL, CHAT_TEMPLATE_LLAMA2, text, len, NULL, 0);
-}
-
-/* strdup of text without leading and trailing whitespace */
-static char *strip(const char *s)
-{
-	while (*s && isspace((unsigned char)*s))
-		s++;
-	size_t n = strlen(s);
-	while (n > 0 && isspace((unsigned char)s[n - 1]))
-		n--;
-	return strndup(s, n);
-}
-
-/* Append the ids of text (with BOS / EOS as asked) to *ids / *n. */
-static int append(const struct tok *t, const char *text, int bos, int eos,
-		  int32_t **ids, int *n, int *cap)
-{
-	int32_t *e = NULL;
-	int k = tok_encode(t, text, strlen(text), bos, &e);
-	if (k < 0)
-		return k;
-	int need = *n + k + 1;
-	if (need > *cap) {
-		int c = *cap ? *cap : 64;
-		while (c < need)
-			c *= 2;
-		int32_t *ni = realloc(*ids, (size_t)c * sizeof(int32_t));
-		if (!ni) {
-			free(e);
-			return -ENOMEM;
-		}
-		*ids = ni;
-		*cap = c;
-	}
-	memcpy(*ids + *n, e, (size_t)k * sizeof(int32_t));
-	*n += k;
-	free(e);
-	if (eos && tok_eos(t) >= 0)
-		(*ids)[(*n)++] = tok_eos(t);
-	return 0;
-}
-
-/* "[INST] {<<SYS>> block}{user} [/INST]" (+ " {answer} " if answer). */
-static char *exchange_text(const char *system, const char *user, const char *answer)
-{
-	char *u = strip(user), *s = system ? strip(system) : NULL, *a = answer ? strip(answer) : NULL;
-	char *out = NULL;
-	if (u && (!system || s) && (!answer || a)) {
-		if (asprintf(&out, "[INST] %s%s%s%s [/INST]%s%s%s",
-			     s ? "<<SYS>>\n" : "", s ? s : "", s ? "\n<</SYS>>\n\n" : "", u,
-			     a ? " " : "", a ? a : "", a ? " " : "") < 0)
-			out = NULL;
-	}
-	free(u);
-	free(s);
-	free(a);
-	return out;
-}
-
-int chat_encode_user_turn(const struct tok *t, const char *system, const char *user,
-			  int32_t **ids)
-{
-	if (chat_has_tags(user, strlen(user)) || (system && chat_has_tags(system, strlen(system))))
-		return -EPERM;
-	char *text = exchange_text(system, user, NULL);
-	if (!text)
-		return -ENOMEM;
-	int n = 0, cap = 0;
-	*ids = NULL;
-	int rc = append(t, text, 1, 0, ids, &n, &cap);
-	free(text);
-	if (rc < 0) {
-		free(*ids);
-		*ids = NULL;
-		return rc == -ENOMEM ? rc : -EPROTO;
-	}
-	return n;
-}
-
-static int llama2_dialog(const struct tok *t, const struct chat_msg *msgs, int n, int32_t **ids)
-{
-	int i = 0, len = 0, cap = 0, rc = 0;
-	const char *system = NULL;
-	for (int k = 0; k < n; k++)
-		if (msgs[k].role != CHAT_ASSISTANT &&
-		    chat_has_tags(msgs[k].text, strlen(msgs[k].text)))
-			return -EPERM;
-	if (n > 0 && msgs[0].role == CHAT_SYSTEM) {
-		system = msgs[0].text;
-		i = 1;
-	}
-	if (i >= n)
-		return -EINVAL;
-	while (i < n) {
-		if (msgs[i].role != CHAT_USER) {
-			rc = -EINVAL;
-			break;
-		}
-		const char *answer = NULL;
-		if (i + 1 < n) {
-			if (msgs[i + 1].role != CHAT_ASSISTANT) {
-				rc = -EINVAL;
-				break;
-			}
-			answer = msgs[i + 1].text;
-		}
-		char *text = exchange_text(system, msgs[i].text, answer);
-		if (!text) {
-			rc = -ENOMEM;
-			break;
-		}
-		rc = append(t, text, 1, answer != NULL, ids, &len, &cap);
-		free(text);
-		if (rc < 0)
-			break;
-		system = NULL;
-		i += answer ? 2 : 1;
-	}
-	if (rc < 0) {
-		free(*ids);
-		*ids = NULL;
-		return rc == -EINVAL || rc == -ENOMEM ? rc : -EPROTO;
-	}
-	return len;
-}
-
-/* ---- Llama 3 ------------------------------------------------------------------ */
-
-/* A growing array of ids. */
-struct idv {
-	int32_t *v;
-	int n, cap;
-};
-
-static int idv_push(struct idv *a, const int32_t *ids, int n)
-{
-	if (a->n + n > a->cap) {
-		int c = a->cap ? a->cap : 64;
-		while (c < a->n + n)
-			c *= 2;
-		int32_t *nv = realloc(a->v, (size_t)c * sizeof(int32_t));
-		if (!nv)
-			return -ENOMEM;
-		a->v = nv;
-		a->cap = c;
-	}
-	if (n > 0)
-		memcpy(a->v + a->n, ids, (size_t)n * sizeof(int32_t));
-	a->n += n;
-	return 0;
-}
-
-static int idv_put(struct idv *a, int32_t id)
-{
-	return idv_push(a, &id, 1);
-}
-
-/* Append the ids of len bytes of text (no BOS). 0, -EPROTO or -ENOMEM. */
-static int idv_text(struct idv *a, const struct tok *t, const char *text, size_t len)
-{
-	if (len == 0)
-		return 0;
-	int32_t *e = NULL;
-	int k = tok_encode(t, text, len, 0, &e);
-	if (k < 0)
-		return k == -ENOMEM ? k : -EPROTO;
-	int rc = idv_push(a, e, k);
-	free(e);
-	return rc;
-}
-
-/* The ids of a (*ids, NULL when none) and their count, or err after freeing
- * them. */
-static int idv_done(struct idv *a, int err, int32_t **ids)
-{
-	if (err < 0 || a->n == 0) {
-		free(a->v);
-		*ids = NULL;
-		return err < 0 ? err : 0;
-	}
-	*ids = a->v;
-	return a->n;
-}
-
-/*
- * Whitespace that Jinja's trim removes: Python's str.strip(), whose
- * whitespace is str.isspace(): U+0009-U+000D, U+001C-U+001F, U+0020,
- * U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F,
- * U+3000.
- */
-static int trim_space(uint32_t c)
-{
-	return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-	       c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 ||
-	       c == 0x202f || c == 0x205f || c == 0x3000;
-}
-
-/* Bytes of the whitespace character that starts s[0, n), 0 if it is not
- * one (none is longer than 3 bytes in UTF-8). */
-static size_t space_at(const unsigned char *s, size_t n)
-{
-	uint32_t c;
-	size_t k;
-	if (n >= 1 && s[0] < 0x80) {
-		c = s[0];
-		k = 1;
-	} else if (n >= 2 && (s[0] & 0xe0) == 0xc0 && (s[1] & 0xc0) == 0x80) {
-		c = (uint32_t)(s[0] & 0x1f) << 6 | (s[1] & 0x3f);
-		k = 2;
-	} else if (n >= 3 && (s[0] & 0xf0) == 0xe0 && (s[1] & 0xc0) == 0x80 &&
-		   (s[2] & 0xc0) == 0x80) {
-		c = (uint32_t)(s[0] & 0x0f) << 12 | (uint32_t)(s[1] & 0x3f) << 6 | (s[2] & 0x3f);
-		k = 3;
-	} else {
-		return 0;
-	}
-	return trim_space(c) ? k : 0;
-}
-
-/* text without the whitespace around it: its start and length in *len. */
-static const char *trimmed(const char *text, size_t *len)
-{
-	const unsigned char *s = (const unsigned char *)text;
-	size_t n = strlen(text), k;
-	while ((k = space_at(s, n)) > 0) {
-		s += k;
-		n -= k;
-	}
-	while (n > 0) {
-		size_t j = n - 1;  /* the start of the last character */
-		while (j > 0 && n - j < 3 && (s[j] & 0xc0) == 0x80)
-			j--;
-		if (space_at(s + j, n - j) != n - j)
-			break;
-		n = j;
-	}
-	*len = n;
-	return (const char *)s;
-}
-
-static const char *const role_names[] = {
-	[CHAT_USER] = "user", [CHAT_SYSTEM] = "system", [CHAT_ASSISTANT] = "assistant",
-};
-
-/* <|start_header_id|>{role}<|end_header_id|> */
-static int l3_header(struct idv *a, const struct tok *t, const struct l3_ids *l,
-		     enum chat_role role)
-{
-	int rc = idv_put(a, l->start);
-	if (!rc)
-		rc = idv_text(a, t, role_names[role], strlen(role_names[role]));
-	if (!rc)
-		rc = idv_put(a, l->end);
-	return rc;
-}
-
-/* "{text}" <|eot_id|> with text trimmed, after prefix ("\n\n" or ""). */
-static int l3_body(struct idv *a, const struct tok *t, const struct l3_ids *l,
-		   const char *prefix, const char *text)
-{
-	size_t n, p = strlen(prefix);
-	const char *s = trimmed(text, &n);
-	char *buf = malloc(p + n + 1);
-	if (!buf)
-		return -ENOMEM;
-	memcpy(buf, prefix, p);
-	memcpy(buf + p, s, n);
-	int rc = idv_text(a, t, buf, p + n);
-	free(buf);
-	return rc ? rc : idv_put(a, l->eot);
-}
-
-/* A whole message: header, "\n\n{text}", <|eot_id|>. */
-static int l3_message(struct idv *a, const struct tok *t, const struct l3_ids *l,
-		      enum chat_role role, const char *text)
-{
-	int rc = l3_header(a, t, l, role);
-	return rc ? rc : l3_body(a, t, l, "\n\n", text);
-}
-
-/* The generation prompt: the assistant header and "\n\n". */
-static int l3_generation(struct idv *a, const struct tok *t, const struct l3_ids *l)
-{
-	int rc = l3_header(a, t, l, CHAT_ASSISTANT);
-	return rc ? rc : idv_text(a, t, "\n\n", 2);
-}
-
-/* The conversation's BOS (the tokenizer's, as the template's bos_token). */
-static int32_t l3_bos(const struct tok *t, const struct l3_ids *l)
-{
-	return tok_bos(t) >= 0 ? tok_bos(t) : l->bos;
-}
-
-/* -EPERM if a user or system message of the dialog spells a control token. */
-static int l3_guard(const struct tok *t, enum chat_role role, const char *text)
-{
-	char tag[8];
-	if (role != CHAT_USER && role != CHAT_SYSTEM)
-		return 0;
-	return chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, text, strlen(text), tag, sizeof(tag))
-	       ? -EPERM : 0;
-}
-
-static int llama3_dialog(const struct tok *t, const struct chat_msg *msgs, int n, int32_t **ids)
-{
-	struct l3_ids l;
-	if (l3_ids(t, &l) != 0)
-		return -ENOTSUP;
-	if (n <= 0)
-		return -EINVAL;
-	for (int k = 0; k < n; k++) {
-		if (msgs[k].role != CHAT_USER && msgs[k].role != CHAT_SYSTEM &&
-		    msgs[k].role != CHAT_ASSISTANT)
-			return -EINVAL;
-		if (l3_guard(t, msgs[k].role, msgs[k].text))
-			return -EPERM;
-	}
-	struct idv a = { 0 };
-	int rc = idv_put(&a, l3_bos(t, &l));
-	for (int k = 0; k < n && !rc; k++)
-		rc = l3_message(&a, t, &l, msgs[k].role, msgs[k].text);
-	if (!rc)
-		rc = l3_generation(&a, t, &l);
-	return idv_done(&a, rc, ids);
+	const struct chat_tmpl *r = row(tmpl);
+	return r->find_tag ? r->find_tag(t, text, len, tag, cap) : 0;
 }
 
 int chat_encode_dialog(const struct tok *t, int tmpl, const struct chat_msg *msgs, int n,
 		       int32_t **ids)
 {
+	const struct chat_tmpl *r = row(tmpl);
 	*ids = NULL;
-	if (tmpl == CHAT_TEMPLATE_LLAMA2)
-		return llama2_dialog(t, msgs, n, ids);
-	if (tmpl == CHAT_TEMPLATE_LLAMA3)
-		return llama3_dialog(t, msgs, n, ids);
-	return -EINVAL;
-}
-
-/* <|begin_of_text|> and the system prompt's message, when c opens. */
-static int l3_opening(struct idv *a, const struct tok *t, const struct l3_ids *l,
-		      const struct chat_ctx *c)
-{
-	if (c->n_tokens > 0)
-		return 0;
-	int rc = idv_put(a, c->bos >= 0 ? c->bos : l3_bos(t, l));
-	if (!rc && c->system)
-		rc = l3_message(a, t, l, CHAT_SYSTEM, c->system);
-	return rc;
-}
-
-static int llama3_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
-		       const char *text, int32_t **ids)
-{
-	struct l3_ids l;
-	if (l3_ids(t, &l) != 0)
-		return -ENOTSUP;
-	if (l3_guard(t, role, text))
-		return -EPERM;
-	struct idv a = { 0 };
-	int rc = c->open_answer ? idv_put(&a, l.eot) : 0;
-	if (!rc)
-		rc = l3_opening(&a, t, &l, c);
-	if (!rc) {
-		switch (role) {
-		case CHAT_USER:
-			rc = l3_message(&a, t, &l, CHAT_USER, text);
-			if (!rc)
-				rc = l3_generation(&a, t, &l);
-			break;
-		case CHAT_SYSTEM:
-			rc = l3_message(&a, t, &l, CHAT_SYSTEM, text);
-			break;
-		case CHAT_ASSISTANT:
-			/* after a user turn, whose generation prompt opened it */
-			if (c->n_tokens > 0 && c->last_role == CHAT_USER && !c->open_answer)
-				rc = l3_body(&a, t, &l, "", text);
-			else
-				rc = l3_message(&a, t, &l, CHAT_ASSISTANT, text);
-			break;
-		default:
-			rc = -EINVAL;
-		}
-	}
-	return idv_done(&a, rc, ids);
-}
-
-static int is_blank(char c)
-{
-	return c == ' ' || c == '\n' || c == '\t' || c == '\r';
-}
-
-/* ids of text followed by eos (the client's llama2 answer). */
-static int encode_answer(const struct tok *t, const struct chat_ctx *c, const char *text,
-			 int32_t **ids)
-{
-	size_t a = 0, b = strlen(text);
-	while (a < b && is_blank(text[a]))
-		a++;
-	while (b > a && is_blank(text[b - 1]))
-		b--;
-	char *s = malloc(b - a + 2);
-	if (!s)
-		return -ENOMEM;
-	memcpy(s, text + a, b - a);
-	s[b - a] = ' ';
-	s[b - a + 1] = 0;
-	int32_t *v = NULL;
-	int n = tok_encode(t, s, b - a + 1, 0, &v);
-	free(s);
-	if (n < 0)
-		return -EPROTO;
-	int32_t *w = realloc(v, (size_t)(n + 1) * sizeof(int32_t));
-	if (!w) {
-		free(v);
-		return -ENOMEM;
-	}
-	w[n++] = c->eos;
-	*ids = w;
-	return n;
+	return r->encode_dialog ? r->encode_dialog(t, msgs, n, ids) : -EINVAL;
 }
 
 int chat_encode_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 		     const char *text, int32_t **ids)
 {
 	*ids = NULL;
-	if (c->tmpl == CHAT_TEMPLATE_RAW || role == CHAT_RAW) {
-		int first = c->n_tokens == 0;
-		/* SentencePiece puts a space before every text it encodes;
-		 * byte-level BPE keeps the text's own */
-		if (!first && text[0] == ' ' && tok_kind(t) == TOK_SPM)
-			text++;
-		int n = tok_encode(t, text, strlen(text), first, ids);
-		return n < 0 ? -EPROTO : n;
-	}
-	if (c->tmpl == CHAT_TEMPLATE_LLAMA3)
-		return llama3_turn(t, c, role, text, ids);
-	if ((role == CHAT_USER || role == CHAT_SYSTEM) && chat_has_tags(text, strlen(text)))
-		return -EPERM;
-	if (role == CHAT_SYSTEM)
-		return 0;
-	if (role == CHAT_ASSISTANT)
-		return encode_answer(t, c, text, ids);
-	const char *sys = c->next_system ? c->next_system : (c->has_user_turn ? NULL : c->system);
-	int32_t *u = NULL;
-	int n = chat_encode_user_turn(t, sys, text, &u);
-	if (n < 0)
-		return n;
-	if (c->open_answer) {  /* close an answer that ended without EOS */
-		int32_t *v = realloc(u, (size_t)(n + 1) * sizeof(int32_t));
-		if (!v) {
-			free(u);
-			return -ENOMEM;
-		}
-		memmove(v + 1, v, (size_t)n * sizeof(int32_t));
-		v[0] = c->eos;
-		u = v;
-		n++;
-	}
-	*ids = u;
-	return n;
+	const struct chat_tmpl *r = role == CHAT_RAW ? &chat_raw : row(c->tmpl);
+	return r->encode_turn(t, c, role, text, ids);
 }
 
 int chat_encode_generation(const struct tok *t, const struct chat_ctx *c, int32_t **ids)
 {
 	*ids = NULL;
-	if (c->tmpl != CHAT_TEMPLATE_LLAMA3) {
-		if (c->n_tokens > 0)
-			return 0;
-		int32_t *v = malloc(sizeof(int32_t));
-		if (!v)
-			return -ENOMEM;
-		v[0] = c->bos;
-		*ids = v;
-		return 1;
-	}
-	if (c->n_tokens > 0 && (c->last_role == CHAT_USER || c->last_role == CHAT_RAW ||
-				c->open_answer))
-		return 0;
-	struct l3_ids l;
-	if (l3_ids(t, &l) != 0)
-		return -ENOTSUP;
-	struct idv a = { 0 };
-	int rc = l3_opening(&a, t, &l, c);
-	if (!rc)
-		rc = l3_generation(&a, t, &l);
-	return idv_done(&a, rc, ids);
+	return row(c->tmpl)->encode_generation(t, c, ids);
 }
 
 int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 			   const char *text, const int32_t *old, int n_old, int32_t **ids)
 {
 	*ids = NULL;
-	if (c->tmpl == CHAT_TEMPLATE_LLAMA2 && role == CHAT_USER && text)
-		return chat_encode_user_turn(t, c->system, text, ids);
-	if (c->tmpl == CHAT_TEMPLATE_LLAMA3 && (role == CHAT_USER || role == CHAT_SYSTEM) && text) {
-		struct chat_ctx first = *c;
-		first.n_tokens = 0;
-		first.last_role = -1;
-		first.open_answer = 0;
-		return llama3_turn(t, &first, role, text, ids);
-	}
+	return row(c->tmpl)->encode_first_turn(t, c, role, text, old, n_old, ids);
+}
+
+int chat_answer_text(const struct tok *t, int tmpl, const int32_t *ids, int n, char **text)
+{
+	const struct chat_tmpl *r = row(tmpl);
+	int s = r->answer_start ? r->answer_start(t, ids, n) : 0;
+	return detok_all(t, ids + s, n - s, r->rules.answer_at_start, 1, text);
+}
+
+/* ---- what the rows share ------------------------------------------------------- */
+
+int chat_generation_bos(const struct tok *t, const struct chat_ctx *c, int32_t **ids)
+{
+	(void)t;
+	if (c->n_tokens > 0)
+		return 0;
+	int32_t *v = malloc(sizeof(int32_t));
+	if (!v)
+		return -ENOMEM;
+	v[0] = c->bos;
+	*ids = v;
+	return 1;
+}
+
+int chat_first_turn_bos(const struct chat_ctx *c, const int32_t *old, int n_old,
+			int32_t **ids)
+{
 	if (n_old > 0 && old[0] == c->bos)
 		return 0;
 	int32_t *v = malloc((size_t)(n_old + 1) * sizeof(int32_t));
@@ -664,34 +156,12 @@ int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum c
 	return n_old + 1;
 }
 
-/* Where an answer's own tokens start in ids[0, n): after BOS and, llama3,
- * the assistant header and "\n\n" when the turn opens with them. */
-static int answer_start(const struct tok *t, int tmpl, const int32_t *ids, int n)
+void chat_copy_tag(char *tag, size_t cap, const char *text, size_t n)
 {
-	struct l3_ids l;
-	if (tmpl != CHAT_TEMPLATE_LLAMA3 || l3_ids(t, &l) != 0)
-		return 0;
-	int i = 0;
-	while (i < n && ids[i] != l.start && tok_is_control(t, ids[i]))
-		i++;
-	if (i >= n || ids[i] != l.start)
-		return 0;
-	int k = i + 1;
-	while (k < n && ids[k] != l.end)
-		k++;
-	if (k >= n)
-		return 0;
-	k++;
-	int32_t *nl = NULL;
-	int m = tok_encode(t, "\n\n", 2, 0, &nl);
-	if (m > 0 && k + m <= n && memcmp(ids + k, nl, (size_t)m * sizeof(int32_t)) == 0)
-		k += m;
-	free(nl);
-	return k;
-}
-
-int chat_answer_text(const struct tok *t, int tmpl, const int32_t *ids, int n, char **text)
-{
-	int s = answer_start(t, tmpl, ids, n);
-	return detok_all(t, ids + s, n - s, tmpl != CHAT_TEMPLATE_RAW, 1, text);
+	if (!cap)
+		return;
+	if (n >= cap)
+		n = cap - 1;
+	memcpy(tag, text, n);
+	tag[n] = 0;
 }

@@ -1,5 +1,10 @@
 /*
- * text/chat.h — prompt templates: Llama 2 chat, Llama 3 chat and raw text.
+ * text/chat.h — chat templates: which tokens a conversation's turns take.
+ * One row of functions per template (text/chat_int.h): Llama 2 chat
+ * (text/chat_llama2.c), Llama 3 chat (text/chat_llama3.c) and raw text
+ * (text/chat_raw.c); text/chat.c sends each call to the template's row,
+ * classifies a model file's template text and says which template new
+ * sessions get. Adding a family is one file and one row.
  *
  * Llama 2 chat, per finished exchange (user u, answer a; the system prompt s
  * is folded into the first user message):
@@ -55,22 +60,44 @@ const char *chat_template_name(int tmpl);
 
 /*
  * What a model file's chat template text is (a Jinja template, len bytes):
- * "llama3" when it holds both <|start_header_id|> and <|eot_id|>, "llama2"
- * when it holds both [INST] and <<SYS>>, else "unknown" (a static string).
+ * the first template whose two markers it holds, llama3 (<|start_header_id|>
+ * and <|eot_id|>) before llama2 ([INST] and <<SYS>>); CHAT_TEMPLATE_AUTO
+ * when none (unknown, or no text).
  */
-const char *chat_classify_template(const char *text, size_t len);
+enum chat_template chat_classify_template(const char *text, size_t len);
 
 /*
  * The template of new sessions that choose none. setting: the configured
- * template (CHAT_TEMPLATE_AUTO: the model file's); file_kind: the model
- * file's (chat_classify_template's, or "unknown"); file_has_text: the file
- * has a chat template at all. A file whose template is unknown or absent
- * gets llama2, the built-in default, and *why says so. Writes one line
- * into why (cap bytes) saying which template and why, e.g. "llama3 (from
- * the model file's chat template)". Returns the template.
+ * template (CHAT_TEMPLATE_AUTO: the model file's); file_tmpl: the model
+ * file's (chat_classify_template's; CHAT_TEMPLATE_AUTO: unknown or none);
+ * file_has_text: the file has a chat template at all. A file whose
+ * template is unknown or absent gets llama2, the built-in default, and
+ * *why says so. Writes one line into why (cap bytes) saying which template
+ * and why, e.g. "llama3 (from the model file's chat template)". Returns
+ * the template.
  */
-enum chat_template chat_resolve_template(int setting, const char *file_kind, int file_has_text,
+enum chat_template chat_resolve_template(int setting, int file_tmpl, int file_has_text,
 					 char *why, size_t cap);
+
+/* How sessions hold turns under a template (session/turns.c). */
+struct chat_rules {
+	unsigned system_sets_prompt : 1;  /* a system turn takes no tokens: it is the
+					   * system prompt of the next user turn (llama2) */
+	unsigned turns_are_raw : 1;       /* every client turn is stored as raw (raw) */
+	unsigned prompt_opens_answer : 1; /* what a generation needs in front opens the
+					   * answer's turn (llama3); else it is a raw turn */
+	unsigned shift_keeps_system : 1;  /* a context shift keeps the leading system
+					   * turns (llama3) */
+	unsigned answer_at_start : 1;     /* an answer's first piece drops its leading
+					   * space, as a text's first does (chat templates) */
+	unsigned takes_system : 1;        /* a system prompt has a place (chat templates) */
+	unsigned exchange_starts;         /* 1 << role for the roles that begin the next
+					   * exchange when a shift drops one (raw: all: one
+					   * turn is an exchange) */
+};
+
+/* The rules of template tmpl (an unknown value: raw's). */
+const struct chat_rules *chat_rules(int tmpl);
 
 /* NULL if tokenizer t can encode conversations of template tmpl, else a
  * static reason (llama3 needs the Llama 3 control tokens). */
@@ -80,7 +107,8 @@ const char *chat_template_unusable(const struct tok *t, int tmpl);
  * model's EOS); -1 for raw (none) or when the vocabulary lacks it. */
 int32_t chat_end_of_turn(const struct tok *t, int tmpl, int32_t eos);
 
-/* 1 if text contains a Llama 2 control tag. */
+/* 1 if text contains a Llama 2 control tag (llama2's guard, without a
+ * vocabulary). */
 int chat_has_tags(const char *text, size_t len);
 
 /*
@@ -112,7 +140,7 @@ int chat_encode_dialog(const struct tok *t, int tmpl, const struct chat_msg *msg
 		       int32_t **ids);
 
 /*
- * Encode one llama2 user turn for an ongoing session: BOS + "[INST] {sys}{u}
+ * Llama 2's: encode one user turn for an ongoing session: BOS + "[INST] {sys}{u}
  * [/INST]" where sys is the <<SYS>> block when `system` is non-NULL (first
  * turn). Returns the number of ids with *ids malloc'd, or -EPERM (control
  * tags), -EPROTO, -ENOMEM.

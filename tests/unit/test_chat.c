@@ -752,36 +752,36 @@ static void test_l3_detection(void **state)
 	json_t *cfg = json_load_file(path, JSON_DECODE_INT_AS_REAL, NULL);
 	const char *meta = json_string_value(json_object_get(cfg, "chat_template"));
 	assert_non_null(meta);
-	assert_string_equal(chat_classify_template(meta, strlen(meta)), "llama3");
+	assert_int_equal(chat_classify_template(meta, strlen(meta)), CHAT_TEMPLATE_LLAMA3);
 	/* the length bounds the search */
-	assert_string_equal(chat_classify_template(meta, strlen(meta) / 4), "unknown");
+	assert_int_equal(chat_classify_template(meta, strlen(meta) / 4), CHAT_TEMPLATE_AUTO);
 	json_decref(cfg);
 	static const char l2[] = "{% for m in messages %}[INST] <<SYS>>\n{{ m }} [/INST]{% endfor %}";
 	static const char chatml[] = "{% for m in messages %}<|im_start|>{{ m.role }}\n"
 				     "{{ m.content }}<|im_end|>\n{% endfor %}";
-	assert_string_equal(chat_classify_template(l2, sizeof(l2) - 1), "llama2");
-	assert_string_equal(chat_classify_template(chatml, sizeof(chatml) - 1), "unknown");
-	assert_string_equal(chat_classify_template("[INST] only", 11), "unknown");
-	assert_string_equal(chat_classify_template(NULL, 0), "unknown");
+	assert_int_equal(chat_classify_template(l2, sizeof(l2) - 1), CHAT_TEMPLATE_LLAMA2);
+	assert_int_equal(chat_classify_template(chatml, sizeof(chatml) - 1), CHAT_TEMPLATE_AUTO);
+	assert_int_equal(chat_classify_template("[INST] only", 11), CHAT_TEMPLATE_AUTO);
+	assert_int_equal(chat_classify_template(NULL, 0), CHAT_TEMPLATE_AUTO);
 
 	char why[256];
-	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "llama3", 1, why, sizeof(why)),
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, CHAT_TEMPLATE_LLAMA3, 1, why, sizeof(why)),
 			 CHAT_TEMPLATE_LLAMA3);
 	assert_string_equal(why, "llama3 (from the model file's chat template)");
-	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "llama2", 1, why, sizeof(why)),
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, CHAT_TEMPLATE_LLAMA2, 1, why, sizeof(why)),
 			 CHAT_TEMPLATE_LLAMA2);
-	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "unknown", 1, why, sizeof(why)),
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, CHAT_TEMPLATE_AUTO, 1, why, sizeof(why)),
 			 CHAT_TEMPLATE_LLAMA2);
 	assert_non_null(strstr(why, "llama2 (the built-in default: the model file has a chat "
-				    "template llamad does not know"));
-	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, "unknown", 0, why, sizeof(why)),
+			       "template llamad does not know"));
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_AUTO, CHAT_TEMPLATE_AUTO, 0, why, sizeof(why)),
 			 CHAT_TEMPLATE_LLAMA2);
 	assert_non_null(strstr(why, "the model file has no chat template"));
 	/* the setting overrides the file */
-	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_RAW, "llama3", 1, why, sizeof(why)),
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_RAW, CHAT_TEMPLATE_LLAMA3, 1, why, sizeof(why)),
 			 CHAT_TEMPLATE_RAW);
 	assert_string_equal(why, "raw (set by the template setting; the model file names llama3)");
-	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_LLAMA3, "unknown", 0, why, sizeof(why)),
+	assert_int_equal(chat_resolve_template(CHAT_TEMPLATE_LLAMA3, CHAT_TEMPLATE_AUTO, 0, why, sizeof(why)),
 			 CHAT_TEMPLATE_LLAMA3);
 }
 

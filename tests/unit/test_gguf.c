@@ -36,6 +36,7 @@
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "text/chat.h"
 #include "text/tokenizer.h"
 #include "text/vocab.h"
 #include "tests/unit/tok_vectors.h"
@@ -377,9 +378,9 @@ static void test_hparams(void **state)
 	assert_int_equal(c->bos, 1);
 	assert_int_equal(c->eos, 2);
 	assert_int_equal(m->wtype, KT_F32);
-	assert_string_equal(m->chat_template, "unknown");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_AUTO);
 	assert_null(m->chat_template_text);
-	assert_string_equal(fx->bin->chat_template, "unknown");
+	assert_int_equal(fx->bin->chat_template, CHAT_TEMPLATE_AUTO);
 	/* output.weight is present: its own copy, not the embedding */
 	assert_ptr_not_equal(m->cls.data, m->embed.data);
 	/* weights point into the file's map */
@@ -943,7 +944,7 @@ static void test_variants(void **state)
 		       "{{ message['content'] }} [/INST]{% endfor %}");
 	b = variant_bytes(&v, &len);
 	m = load_ok("chat.gguf", b, len, NULL);
-	assert_string_equal(m->chat_template, "llama2");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_LLAMA2);
 	model_free(m);
 	free(b);
 	variant_init(&v, NULL, NULL);
@@ -951,7 +952,7 @@ static void test_variants(void **state)
 		       "{% for m in messages %}<|im_start|>{{ m.role }}\n{% endfor %}");
 	b = variant_bytes(&v, &len);
 	m = load_ok("chatml.gguf", b, len, NULL);
-	assert_string_equal(m->chat_template, "unknown");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_AUTO);
 	assert_string_equal(m->chat_template_text,  /* kept: the daemon says it is unknown */
 			    "{% for m in messages %}<|im_start|>{{ m.role }}\n{% endfor %}");
 	model_free(m);
@@ -963,7 +964,7 @@ static void test_variants(void **state)
 	variant_kv_str(&v, "tokenizer.chat_template", l3);
 	b = variant_bytes(&v, &len);
 	m = load_ok("llama3.gguf", b, len, NULL);
-	assert_string_equal(m->chat_template, "llama3");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_LLAMA3);
 	assert_string_equal(m->chat_template_text, l3);
 	model_free(m);
 	free(b);

@@ -30,6 +30,7 @@
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "text/chat.h"
 #include "session/kvpool.h"
 
 #define N_GEN 20
@@ -894,7 +895,7 @@ static void test_hf_chat_template(void **state)
 	char *tc = fmt("%s/tokenizer_config.json", d), *jinja = fmt("%s/chat_template.jinja", d);
 	/* none */
 	struct model *m = load_ok(d, NULL);
-	assert_string_equal(m->chat_template, "unknown");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_AUTO);
 	assert_null(m->chat_template_text);
 	model_free(m);
 	/* the real Llama 3 tokenizer_config.json (its model_max_length, 1e30,
@@ -909,7 +910,7 @@ static void test_hf_chat_template(void **state)
 	const char *want = json_string_value(json_object_get(rc, "chat_template"));
 	assert_non_null(want);
 	m = load_ok(d, NULL);
-	assert_string_equal(m->chat_template, "llama3");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_LLAMA3);
 	assert_string_equal(m->chat_template_text, want);
 	model_free(m);
 	/* a list: the entry named default */
@@ -918,20 +919,20 @@ static void test_hf_chat_template(void **state)
 		"<|eot_id|>\"}, {\"name\": \"default\", \"template\": \"[INST] <<SYS>> x\"}]}";
 	spit(tc, list, sizeof(list) - 1);
 	m = load_ok(d, NULL);
-	assert_string_equal(m->chat_template, "llama2");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_LLAMA2);
 	assert_string_equal(m->chat_template_text, "[INST] <<SYS>> x");
 	model_free(m);
 	/* no chat_template in it: chat_template.jinja */
 	spit(tc, "{\"bos_token\": \"<s>\", \"chat_template\": null}", 43);
 	spit(jinja, want, strlen(want));
 	m = load_ok(d, NULL);
-	assert_string_equal(m->chat_template, "llama3");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_LLAMA3);
 	assert_string_equal(m->chat_template_text, want);
 	model_free(m);
 	/* tokenizer_config.json's wins over the file */
 	spit(tc, "{\"chat_template\": \"{{ messages }}\"}", 35);
 	m = load_ok(d, NULL);
-	assert_string_equal(m->chat_template, "unknown");
+	assert_int_equal(m->chat_template, CHAT_TEMPLATE_AUTO);
 	assert_string_equal(m->chat_template_text, "{{ messages }}");
 	model_free(m);
 	/* malformed */
