@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/random.h>
 #include <time.h>
 
@@ -26,6 +27,7 @@
 #include "proto/limits.h"
 #include "text/chat.h"
 #include "util/clock.h"
+#include "util/file.h"
 
 static void usage(FILE *f)
 {
@@ -66,29 +68,6 @@ static int bad_value(const char *opt, const char *val, const char *why)
 {
 	fprintf(stderr, "llamad: --%s %s: %s\n", opt, val, why);
 	return 2;
-}
-
-static char *read_stdin(void)
-{
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		size_t k = fread(buf + n, 1, cap - n - 1, stdin);
-		n += k;
-		if (k == 0)
-			break;
-		if (cap - n - 1 == 0) {
-			char *nb = realloc(buf, cap *= 2);
-			if (!nb) {
-				free(buf);
-				return NULL;
-			}
-			buf = nb;
-		}
-	}
-	if (buf)
-		buf[n] = 0;
-	return buf;
 }
 
 /* What the command line and the config file ask for. */
@@ -280,7 +259,8 @@ static int run_oneshot(struct args *a)
 		o->sp.seed = (uint64_t)time(NULL);
 	char *stdin_prompt = NULL;
 	if (!strcmp(o->prompt, "-")) {
-		if (!(stdin_prompt = read_stdin())) {
+		size_t len;
+		if (file_read_fd(STDIN_FILENO, (size_t)1 << 30, &stdin_prompt, &len) != 0) {
 			fprintf(stderr, "llamad: cannot read the prompt from stdin\n");
 			return 1;
 		}
