@@ -34,7 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "text/tokenizer.h"
+struct tok;
+
 
 /* The one set of roles and templates: sessions store them, state files
  * record them, and the values match proto/llamad.proto's Role and Template.

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "text/chat.h"
+#include "text/tokenizer.h"
 
 struct chat_tmpl {
 	enum chat_template id;
@@ -43,7 +44,7 @@ extern const struct chat_tmpl chat_llama2;   /* chat_llama2.c */
 extern const struct chat_tmpl chat_llama3;   /* chat_llama3.c */
 extern const struct chat_tmpl chat_raw;      /* chat_raw.c */
 
-/* Rules the rows share (chat.c). */
+/* Rules the rows share (chat_common.c). */
 /* BOS alone when the conversation is empty, else nothing (what raw and
  * llama2 generations need in front). */
 int chat_generation_bos(const struct tok *t, const struct chat_ctx *c, int32_t **ids);
