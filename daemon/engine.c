@@ -29,136 +29,6 @@
 #include "util/cause.h"
 #include "util/clock.h"
 
-/* ---- output ---------------------------------------------------------- */
-
-void engine_send(struct engine *e, struct reply *o)
-{
-	if (!o) {
-		log_msg(LL_ERROR, "engine: out of memory for a reply");
-		return;
-	}
-	pthread_mutex_lock(&e->mu);
-	if (e->out_tail) {
-		e->out_tail->next = o;  /* the event thread has a wake-up coming */
-	} else {
-		e->out_head = o;
-		e->out_pending = 1;
-	}
-	e->out_tail = o;
-	pthread_mutex_unlock(&e->mu);
-}
-
-static void flush_notify(struct engine *e)
-{
-	if (!e->out_pending)
-		return;
-	e->out_pending = 0;
-	uint64_t one = 1;
-	if (write(e->notify_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
-		log_msg(LL_ERROR, "engine: cannot signal the event loop: %s", strerror(errno));
-}
-
-void engine_reply(struct engine *e, uint64_t conn, const Llamad__Response *r)
-{
-	engine_send(e, reply_pack(conn, r));
-}
-
-void engine_error(struct engine *e, uint64_t conn, uint64_t id, int err, const char *fmt, ...)
-{
-	char msg[256];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	engine_send(e, reply_error(conn, id, reply_code(err), msg));
-}
-
-int engine_session_limit(const struct engine *e)
-{
-	int lim = e->ctx;
-	if (e->cfg.max_session_tokens > 0 && e->cfg.max_session_tokens < lim)
-		lim = e->cfg.max_session_tokens;
-	return lim;
-}
-
-struct turn_env engine_turns(struct engine *e)
-{
-	struct turn_env te = { &e->st, e->m, engine_session_limit(e) };
-	return te;
-}
-
-/* ---- jobs --------------------------------------------------------------- */
-
-struct job *job_new(int kind, uint64_t conn, uint64_t id, struct session *s)
-{
-	struct job *j = calloc(1, sizeof(*j));
-	if (!j)
-		return NULL;
-	j->kind = kind;
-	j->conn = conn;
-	j->req_id = id;
-	j->s = s;
-	j->t0 = clock_mono_s();
-	return j;
-}
-
-void job_free(struct job *j)
-{
-	if (!j)
-		return;
-	if (j->gen_ok)
-		gen_done(&j->gen);
-	free(j->text);
-	free(j->logits);
-	free(j);
-}
-
-void job_add(struct engine *e, struct job *j)
-{
-	j->next = e->jobs;
-	e->jobs = j;
-	e->n_jobs++;
-	j->s->busy = 1;
-}
-
-static void job_remove(struct engine *e, struct job *j)
-{
-	for (struct job **pp = &e->jobs; *pp; pp = &(*pp)->next) {
-		if (*pp == j) {
-			*pp = j->next;
-			e->n_jobs--;
-			break;
-		}
-	}
-	struct session *s = j->s;
-	s->busy = 0;
-	s->dirty = 1;
-	s->last_use_ms = clock_unix_ms();
-	job_free(j);
-	/* an ephemeral session whose connection went away while it was busy
-	 * (see handle_disconnect) goes with its last job */
-	if (s->ephemeral && s->owner_conn == 0)
-		res_drop(&e->res, s, 0);
-}
-
-void job_emit_text(void *ctx, const char *text, size_t len)
-{
-	struct job *j = ctx;
-	if (j->n_text + len + 1 > j->cap_text) {
-		size_t c = j->cap_text ? j->cap_text * 2 : 256;
-		while (c < j->n_text + len + 1)
-			c *= 2;
-		char *p = realloc(j->text, c);
-		if (!p)
-			return;  /* text of this event lost; the tokens are still sent */
-		j->text = p;
-		j->cap_text = c;
-	}
-	memcpy(j->text + j->n_text, text, len);
-	j->n_text += len;
-	j->text[j->n_text] = 0;
-}
-
 static void send_token_event(struct engine *e, struct job *j, const int32_t *tok, int n)
 {
 	Llamad__TokenEvent ev = LLAMAD__TOKEN_EVENT__INIT;
@@ -305,8 +175,11 @@ static void step(struct engine *e)
 		}
 		if (j->kind == JOB_APPEND && j->s->n_tokens - j->s->n_cached <= 1) {
 			j->s->busy = 0;  /* done: the reply says so (job_remove clears it too) */
-			if (j->cancelled != 2)
-				reply_info(e, j->conn, j->req_id, j->s, -1, j->tokens_added);
+			if (j->cancelled != 2) {
+				struct info_env env = engine_info_env(e, j->s);
+				engine_send(e, reply_info(j->conn, j->req_id, j->s, &env, -1,
+							  j->tokens_added));
+			}
 			job_remove(e, j);
 		}
 	}
@@ -430,14 +303,20 @@ static void save_at_shutdown(struct engine *e)
 }
 
 /*
- * Log the template new sessions get and why (a model file whose template
- * llamad does not know is a warning: the log says which is used instead).
- * Returns NULL, or the reason the model cannot use it (logged as an error).
+ * Settle the template new sessions get (e->default_tmpl: the template
+ * setting, else the model file's, chat_resolve_template) and log which and
+ * why (a model file whose template llamad does not know is a warning: the
+ * log says which is used instead); at start and when a reload changes the
+ * setting. Returns NULL, or the reason the model cannot use it (logged as
+ * an error).
  */
 static const char *say_template(struct engine *e)
 {
-	char why[256];
-	int tmpl = engine_default_template(e, why, sizeof(why));
+	const char *why = e->default_tmpl_why;
+	int tmpl = e->default_tmpl = chat_resolve_template(e->cfg.tmpl, e->m->chat_template,
+							   e->m->chat_template_text != NULL,
+							   e->default_tmpl_why,
+							   sizeof(e->default_tmpl_why));
 	const char *unusable = chat_template_unusable(e->m->tok, tmpl);
 	int unknown = e->cfg.tmpl == CHAT_TEMPLATE_AUTO && e->m->chat_template_text &&
 		      e->m->chat_template == CHAT_TEMPLATE_AUTO;
@@ -523,7 +402,7 @@ static void *engine_main(void *arg)
 			e->finished = 1;
 			pthread_mutex_unlock(&e->mu);
 			e->out_pending = 1;
-			flush_notify(e);
+			engine_notify(e);
 			return NULL;
 		}
 		run_parked(e);
@@ -531,7 +410,7 @@ static void *engine_main(void *arg)
 			step(e);
 		run_parked(e);
 		save_idle(e);
-		flush_notify(e);
+		engine_notify(e);
 	}
 }
 
@@ -627,9 +506,7 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	model_describe(m, e->model_desc, sizeof(e->model_desc));
 	const char *unusable = say_template(e);
 	if (unusable) {
-		char why[256];
-		engine_default_template(e, why, sizeof(why));
-		cause_set(cause, "chat template %s: %s", why, unusable);
+		cause_set(cause, "chat template %s: %s", e->default_tmpl_why, unusable);
 		engine_free(e);
 		return NULL;
 	}

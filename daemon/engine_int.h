@@ -1,7 +1,8 @@
 /*
  * daemon/engine_int.h — the engine's insides, shared by engine.c (the
- * thread, its queues, the jobs and the batched step) and handlers.c (what
- * each request does). Nothing else includes it.
+ * thread, its command queue and the batched step), jobs.c (the work in
+ * flight: replies out, waiting requests, jobs) and handlers.c (what each
+ * request does). Nothing else includes it.
  *
  * Everything below runs on the engine thread, except where a field says
  * "under mu".
@@ -68,6 +69,11 @@ struct engine {
 	char backend_name[96];
 	char model_desc[512];
 	int ctx;                 /* model context length */
+	/* the template of new sessions that choose none (the template setting,
+	 * else the model file's), and one line saying which and why: the
+	 * start-up log's and Status's; settled at start and on reload */
+	int default_tmpl;
+	char default_tmpl_why[256];
 	int step_cap;            /* scratch rows of fwd */
 	void (*on_fatal)(const char *status);
 
@@ -89,7 +95,7 @@ struct engine {
 	struct job *jobs;
 	int n_jobs;
 	/* requests waiting for their session (busy with another request), in
-	 * arrival order (handlers.c: park, run_parked) */
+	 * arrival order (jobs.c's list; handlers.c: which wait, run_parked) */
 	struct cmd *parked_head, *parked_tail;
 	unsigned rr;             /* round-robin start */
 	struct fwd_seq *seqs;
@@ -102,10 +108,12 @@ struct engine {
 	uint64_t n_requests, n_prefilled, n_generated, n_forward;
 };
 
-/* ---- engine.c ---- */
+/* ---- jobs.c: the work in flight ---- */
 /* Queue r (NULL: it could not be made, which is logged) for the event
  * thread. */
 void engine_send(struct engine *e, struct reply *r);
+/* Wake the event thread if replies were queued since the last call. */
+void engine_notify(struct engine *e);
 void engine_reply(struct engine *e, uint64_t conn, const Llamad__Response *r);
 /* An Error reply for -errno err (reply_code) with a printf message. */
 void engine_error(struct engine *e, uint64_t conn, uint64_t id, int err, const char *fmt, ...)
@@ -114,14 +122,30 @@ void engine_error(struct engine *e, uint64_t conn, uint64_t id, int err, const c
 int engine_session_limit(const struct engine *e);
 /* The turn rules' view of the engine. */
 struct turn_env engine_turns(struct engine *e);
+/* What a SessionInfo of s says besides the session: the engine's word. */
+struct info_env engine_info_env(struct engine *e, const struct session *s);
 /* A new job of kind for request id of conn on s (not yet running); NULL on
  * ENOMEM. */
 struct job *job_new(int kind, uint64_t conn, uint64_t id, struct session *s);
 /* Start j: it joins the next step and its session is busy. */
 void job_add(struct engine *e, struct job *j);
+/* j ends: it leaves the list and is freed; its session is idle again (and
+ * goes, if ephemeral and its connection has gone). */
+void job_remove(struct engine *e, struct job *j);
 void job_free(struct job *j);
 /* Collects a generate job's text for its next token event (stop_emit_fn). */
 void job_emit_text(void *ctx, const char *text, size_t len);
+/* The waiting requests (handlers.c decides which wait and when they run):
+ * c joins the end of the list; c (after prev, or first) leaves it; the
+ * requests of connection conn are forgotten. */
+void park_push(struct engine *e, struct cmd *c);
+void park_remove(struct engine *e, struct cmd *prev, struct cmd *c);
+void park_drop_conn(struct engine *e, uint64_t conn);
+/* The waiting requests end: each gets `err` (a -errno: SHUTTING_DOWN at
+ * shutdown) as its reply. */
+void end_parked(struct engine *e, int err, const char *msg);
+/* Free a command and its request. */
+void cmd_free(struct cmd *c);
 
 /* ---- handlers.c ---- */
 /* Apply one request, c (CMD_REQUEST): the table of operations and their
@@ -134,19 +158,8 @@ int handle_request(struct engine *e, struct cmd *c);
 /* Run the waiting requests whose sessions are idle now, in order (between
  * steps). */
 void run_parked(struct engine *e);
-/* The waiting requests end: each gets `err` (a -errno: SHUTTING_DOWN at
- * shutdown) as its reply. */
-void end_parked(struct engine *e, int err, const char *msg);
 /* Connection conn closed: its jobs are cancelled, its waiting requests
  * forgotten, its idle ephemeral sessions dropped (busy ones when their
  * job ends). */
 void handle_disconnect(struct engine *e, uint64_t conn);
-/* The template of new sessions that choose none (the template setting,
- * else the model file's: chat_resolve_template), with one line saying
- * which and why in why (cap bytes): the start-up log and Status's. */
-int engine_default_template(const struct engine *e, char *why, size_t cap);
-/* A SessionInfo reply on s (created / tokens_added < 0: not set). */
-void reply_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s, int created,
-		int tokens_added);
-
 #endif

@@ -65,53 +65,14 @@ static void reply_body(struct engine *e, const struct req *rq, Llamad__Response 
 
 /* ---- session replies -------------------------------------------------------- */
 
-/* A session's length in tokens, whether its cache is loaded or on disk. */
-static uint32_t sess_tokens(const struct session *s)
-{
-	return s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens;
-}
+/* ---- session replies -------------------------------------------------------- */
 
-static void fill_info(struct engine *e, struct session *s, Llamad__SessionInfo *i)
+/* A SessionInfo reply on s (created / tokens_added < 0: not set). */
+static void send_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s,
+		      int created, int tokens_added)
 {
-	llamad__session_info__init(i);
-	i->session = s->id;
-	PB_SET(i, tokens, sess_tokens(s));
-	PB_SET(i, turns, s->loc == SESS_DISK ? s->disk_turns : (uint32_t)s->n_turns);
-	PB_SET(i, location, s->loc);
-	PB_SET(i, saved, !s->dirty && s->file_bytes > 0);
-	PB_SET(i, file_bytes, s->file_bytes);
-	PB_SET(i, cached_tokens, (uint32_t)s->n_cached);
-	PB_SET(i, kv_blocks, (uint32_t)s->kv.n_blocks);
-	PB_SET(i, kv_bytes, (uint64_t)s->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
-	PB_SET(i, shared_blocks, (uint32_t)sess_shared_blocks(&e->st, s));
-	PB_SET(i, last_use_ms, s->last_use_ms);
-	PB_SET(i, template_, s->tmpl);
-	PB_SET(i, context_policy, s->policy);
-	PB_SET(i, busy, s->busy);
-	PB_SET(i, prefilled_tokens, s->prefilled);
-	PB_SET(i, generated_tokens, s->generated);
-	i->system = s->system;
-	PB_SET(i, owner_uid, (uint32_t)s->uid);
-	PB_SET(i, ephemeral, s->ephemeral);
-	PB_SET(i, context_length, (uint32_t)engine_session_limit(e));
-}
-
-void reply_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s, int created,
-		int tokens_added)
-{
-	Llamad__SessionInfo info;
-	fill_info(e, s, &info);
-	if (created >= 0) {
-		PB_SET(&info, created, created);
-	}
-	if (tokens_added >= 0) {
-		PB_SET(&info, tokens_added, (uint32_t)tokens_added);
-	}
-	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	PB_SET(&r, id, id);
-	r.body_case = LLAMAD__RESPONSE__BODY_SESSION;
-	r.session = &info;
-	engine_reply(e, conn, &r);
+	struct info_env env = engine_info_env(e, s);
+	engine_send(e, reply_info(conn, id, s, &env, created, tokens_added));
 }
 
 /* ---- preconditions ------------------------------------------------------------ */
@@ -178,12 +139,6 @@ _Static_assert((int)LLAMAD__TEMPLATE__TEMPLATE_DEFAULT == CHAT_TEMPLATE_AUTO &&
 	       (int)LLAMAD__TEMPLATE__TEMPLATE_LLAMA3 == CHAT_TEMPLATE_LLAMA3,
 	       "text/chat.h's templates are the wire's");
 
-int engine_default_template(const struct engine *e, char *why, size_t cap)
-{
-	return (int)chat_resolve_template(e->cfg.tmpl, e->m->chat_template,
-					  e->m->chat_template_text != NULL, why, cap);
-}
-
 static int on_open(struct engine *e, struct req *rq)
 {
 	const Llamad__OpenSession *o = rq->q->open;
@@ -199,12 +154,11 @@ static int on_open(struct engine *e, struct req *rq)
 			s->dirty = 1;
 		}
 		s->last_use_ms = clock_unix_ms();
-		reply_info(e, rq->conn, rq->id, s, 0, -1);
+		send_info(e, rq->conn, rq->id, s, 0, -1);
 		return 0;
 	}
-	char why[256], tag[64];
-	int tmpl = o->has_template_ && o->template_ ? (int)o->template_
-						    : engine_default_template(e, why, sizeof(why));
+	char tag[64];
+	int tmpl = o->has_template_ && o->template_ ? (int)o->template_ : e->default_tmpl;
 	const char *unusable = chat_template_unusable(e->m->tok, tmpl);
 	if (unusable)
 		return fail(rq, -EINVAL, "template %s: %s", chat_template_name(tmpl), unusable);
@@ -228,7 +182,7 @@ static int on_open(struct engine *e, struct req *rq)
 	s->dirty = 1;
 	s->last_use_ms = clock_unix_ms();
 	log_msg(LL_DEBUG, "session %s created by uid %u", s->id, (unsigned)rq->uid);
-	reply_info(e, rq->conn, rq->id, s, 1, -1);
+	send_info(e, rq->conn, rq->id, s, 1, -1);
 	return 0;
 }
 
@@ -339,7 +293,7 @@ static int on_fork(struct engine *e, struct req *rq)
 	dst->ephemeral = 0;
 	dst->dirty = 1;
 	dst->last_use_ms = clock_unix_ms();
-	reply_info(e, rq->conn, rq->id, dst, 1, -1);
+	send_info(e, rq->conn, rq->id, dst, 1, -1);
 	return 0;
 }
 
@@ -361,7 +315,7 @@ static int on_drop(struct engine *e, struct req *rq)
 
 static int on_info(struct engine *e, struct req *rq)
 {
-	reply_info(e, rq->conn, rq->id, rq->s, -1, -1);
+	send_info(e, rq->conn, rq->id, rq->s, -1, -1);
 	return 0;
 }
 
@@ -375,7 +329,8 @@ struct list_ctx {
 static void list_one(struct session *s, void *ctx)
 {
 	struct list_ctx *l = ctx;
-	fill_info(l->e, s, &l->infos[l->n]);
+	struct info_env env = engine_info_env(l->e, s);
+	reply_session_info(s, &env, &l->infos[l->n]);
 	l->ptrs[l->n] = &l->infos[l->n];
 	l->n++;
 }
@@ -409,7 +364,7 @@ static int on_rewind(struct engine *e, struct req *rq)
 		return fail(rq, -EINVAL, "session '%s' has no turn to remove", s->id);
 	s->last_use_ms = clock_unix_ms();
 	s->dirty = 1;
-	reply_info(e, rq->conn, rq->id, s, -1, -1);
+	send_info(e, rq->conn, rq->id, s, -1, -1);
 	return 0;
 }
 
@@ -540,9 +495,7 @@ static int on_status(struct engine *e, struct req *rq)
 	st.state_dir = e->res.dir ? e->res.dir : (char *)"";
 	PB_SET(&st, ram_bytes_used, (uint64_t)e->res.ram_used);
 	PB_SET(&st, ram_bytes_total, e->cfg.ram_cache);
-	char tmpl[256];
-	engine_default_template(e, tmpl, sizeof(tmpl));
-	st.chat_template = tmpl;
+	st.chat_template = e->default_tmpl_why;
 	PB_SET(&st, active, (uint32_t)k.active);
 	PB_SET(&st, connections, (uint32_t)open);
 	PB_SET(&st, kv_blocks_total, (uint32_t)e->pool->kv.n_blocks);
@@ -844,32 +797,11 @@ int handle_request(struct engine *e, struct cmd *c)
 			     "waiting to run (at most %d)", s->id, queued, PARK_MAX);
 		return 0;
 	}
-	c->next = NULL;  /* after the others: requests run in the order they came */
-	if (e->parked_tail)
-		e->parked_tail->next = c;
-	else
-		e->parked_head = c;
-	e->parked_tail = c;
+	park_push(e, c);
 	return 1;
 }
 
-/* Take c out of the waiting list (prev: the one before it, or NULL). */
-static void unpark(struct engine *e, struct cmd *prev, struct cmd *c)
-{
-	if (prev)
-		prev->next = c->next;
-	else
-		e->parked_head = c->next;
-	if (e->parked_tail == c)
-		e->parked_tail = prev;
-	c->next = NULL;
-}
 
-static void free_cmd(struct cmd *c)
-{
-	llamad__request__free_unpacked(c->req, NULL);
-	free(c);
-}
 
 void run_parked(struct engine *e)
 {
@@ -881,22 +813,13 @@ void run_parked(struct engine *e)
 			prev = c;
 			continue;
 		}
-		unpark(e, prev, c);
+		park_remove(e, prev, c);
 		run_request(e, c);
-		free_cmd(c);
+		cmd_free(c);
 		n = prev ? prev->next : e->parked_head;  /* the list may have changed */
 	}
 }
 
-void end_parked(struct engine *e, int err, const char *msg)
-{
-	while (e->parked_head) {
-		struct cmd *c = e->parked_head;
-		unpark(e, NULL, c);
-		engine_error(e, c->conn, c->req->id, err, "%s", msg);
-		free_cmd(c);
-	}
-}
 
 /* Cancel the waiting request id of conn: its reply says it never ran (a
  * Generate: Done STOP_CANCELLED, nothing generated; others: CANCELLED).
@@ -907,14 +830,14 @@ static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id)
 	for (struct cmd *c = e->parked_head; c; prev = c, c = c->next) {
 		if (c->conn != conn || c->req->id != id)
 			continue;
-		unpark(e, prev, c);
+		park_remove(e, prev, c);
 		if (c->req->op_case == LLAMAD__REQUEST__OP_GENERATE) {
 			struct session *s = waits_for(e, c);
 			Llamad__Done d = LLAMAD__DONE__INIT;
 			PB_SET(&d, reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
 			PB_SET(&d, prompt_tokens, 0);
 			PB_SET(&d, generated_tokens, 0);
-			PB_SET(&d, session_tokens, s ? sess_tokens(s) : 0);
+			PB_SET(&d, session_tokens, s ? sess_length(s) : 0);
 			Llamad__Response r = response(LLAMAD__RESPONSE__BODY_DONE);
 			PB_SET(&r, id, id);
 			r.done = &d;
@@ -922,7 +845,7 @@ static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id)
 		} else {
 			engine_error(e, conn, id, -ECANCELED, "cancelled before it ran");
 		}
-		free_cmd(c);
+		cmd_free(c);
 		return 1;
 	}
 	return 0;
@@ -951,16 +874,7 @@ void handle_disconnect(struct engine *e, uint64_t conn)
 	for (struct job *j = e->jobs; j; j = j->next)
 		if (j->conn == conn)
 			j->cancelled = 2;
-	struct cmd *prev = NULL;
-	for (struct cmd *c = e->parked_head, *n; c; c = n) {
-		n = c->next;
-		if (c->conn != conn) {
-			prev = c;
-			continue;
-		}
-		unpark(e, prev, c);
-		free_cmd(c);
-	}
+	park_drop_conn(e, conn);
 	struct gone_ctx g = { e, conn };
 	sess_foreach(&e->st, 0, drop_ephemeral, &g);
 }

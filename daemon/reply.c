@@ -7,6 +7,7 @@
 
 #include "daemon/reply.h"
 #include "proto/frame.h"
+#include "session/session.h"
 
 static atomic_uint_fast64_t n_errors;
 
@@ -64,4 +65,47 @@ int reply_code(int err)
 uint64_t reply_errors(void)
 {
 	return atomic_load(&n_errors);
+}
+
+void reply_session_info(struct session *s, const struct info_env *env, Llamad__SessionInfo *i)
+{
+	llamad__session_info__init(i);
+	i->session = s->id;
+	PB_SET(i, tokens, sess_length(s));
+	PB_SET(i, turns, s->loc == SESS_DISK ? s->disk_turns : (uint32_t)s->n_turns);
+	PB_SET(i, location, s->loc);
+	PB_SET(i, saved, !s->dirty && s->file_bytes > 0);
+	PB_SET(i, file_bytes, s->file_bytes);
+	PB_SET(i, cached_tokens, (uint32_t)s->n_cached);
+	PB_SET(i, kv_blocks, (uint32_t)s->kv.n_blocks);
+	PB_SET(i, kv_bytes, (uint64_t)s->kv.n_blocks * env->block_bytes);
+	PB_SET(i, shared_blocks, env->shared_blocks);
+	PB_SET(i, last_use_ms, s->last_use_ms);
+	PB_SET(i, template_, s->tmpl);
+	PB_SET(i, context_policy, s->policy);
+	PB_SET(i, busy, s->busy);
+	PB_SET(i, prefilled_tokens, s->prefilled);
+	PB_SET(i, generated_tokens, s->generated);
+	i->system = s->system;
+	PB_SET(i, owner_uid, (uint32_t)s->uid);
+	PB_SET(i, ephemeral, s->ephemeral);
+	PB_SET(i, context_length, env->context_length);
+}
+
+struct reply *reply_info(uint64_t conn, uint64_t id, struct session *s,
+			 const struct info_env *env, int created, int tokens_added)
+{
+	Llamad__SessionInfo info;
+	reply_session_info(s, env, &info);
+	if (created >= 0) {
+		PB_SET(&info, created, created);
+	}
+	if (tokens_added >= 0) {
+		PB_SET(&info, tokens_added, (uint32_t)tokens_added);
+	}
+	Llamad__Response r = LLAMAD__RESPONSE__INIT;
+	PB_SET(&r, id, id);
+	r.body_case = LLAMAD__RESPONSE__BODY_SESSION;
+	r.session = &info;
+	return reply_pack(conn, &r);
 }

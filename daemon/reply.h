@@ -43,4 +43,19 @@ int reply_code(int err);
 /* Error replies made so far, by any thread. */
 uint64_t reply_errors(void);
 
+struct session;
+/* What a SessionInfo says besides the session's own fields: the engine's
+ * word on it. */
+struct info_env {
+	uint64_t block_bytes;     /* bytes of one KV block */
+	uint32_t shared_blocks;   /* of the session's blocks, those shared with others */
+	uint32_t context_length;  /* tokens a session may hold */
+};
+/* The SessionInfo of s into *i (its strings point into s). */
+void reply_session_info(struct session *s, const struct info_env *env, Llamad__SessionInfo *i);
+/* A SessionInfo reply on s to request id of conn (created / tokens_added
+ * < 0: not set). NULL on ENOMEM (the caller logs). */
+struct reply *reply_info(uint64_t conn, uint64_t id, struct session *s,
+			 const struct info_env *env, int created, int tokens_added);
+
 #endif

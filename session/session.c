@@ -293,3 +293,8 @@ void sess_foreach(struct sess_table *t, uid_t uid,
 				fn(s, ctx);
 		}
 }
+
+uint32_t sess_length(const struct session *s)
+{
+	return s->loc == SESS_DISK ? s->disk_tokens : (uint32_t)s->n_tokens;
+}

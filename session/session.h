@@ -128,6 +128,8 @@ int sess_replace_turn(struct sess_table *t, struct session *s, int idx,
 
 /* Blocks of s that other sessions share. */
 int sess_shared_blocks(const struct sess_table *t, const struct session *s);
+/* A session's length in tokens, whether its cache is loaded or on disk. */
+uint32_t sess_length(const struct session *s);
 
 /* Visit every session visible to uid (all for root). fn may drop the
  * session it is given (and no other). */
