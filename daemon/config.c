@@ -176,11 +176,6 @@ static const struct key *find_key(const char *name)
 	return NULL;
 }
 
-int config_is_key(const char *key)
-{
-	return find_key(key) != NULL;
-}
-
 static int parse_enum(const char *v, const char *const *names, int n)
 {
 	for (int i = 0; i < n; i++)

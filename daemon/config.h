@@ -53,8 +53,6 @@ int config_set(struct config *c, const char *key, const char *value, int reload_
 	       const char **why);
 /* Read a file. Returns 0, or -errno with *cause (malloc'd) "FILE:LINE: ...". */
 int config_load(struct config *c, const char *path, int reload_only, char **cause);
-/* 1 if key names a setting. */
-int config_is_key(const char *key);
 /* Make the settings of c take effect where a key has an apply hook (the
  * log level): for each key whose value differs from old, or every such
  * key when old is NULL (at start-up). Neither is modified or kept. */

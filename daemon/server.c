@@ -38,8 +38,6 @@
 #include "daemon/version.h"
 #include "proto/frame.h"
 #include "proto/path.h"
-#include "session/session.h"
-#include "text/tokenizer.h"
 #include "util/cause.h"
 
 #define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */

@@ -12,7 +12,8 @@
 #include "text/vocab.h"
 #include "util/file.h"
 
-int model_add_map(struct model *m, void *addr, size_t len)
+/* Keep a map (munmapped by model_free). 0 or -ENOMEM. */
+static int model_add_map(struct model *m, void *addr, size_t len)
 {
 	struct model_map *n = realloc(m->maps, (size_t)(m->n_maps + 1) * sizeof(*n));
 	if (!n)

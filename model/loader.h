@@ -34,8 +34,6 @@ extern const struct model_loader model_loader_hf;       /* load_hf.c */
 extern const struct model_loader model_loader_gguf;     /* load_gguf.c */
 extern const struct model_loader model_loader_llama2c;  /* load_llama2c.c */
 
-/* Keep a map (munmapped by model_free). 0 or -ENOMEM. */
-int model_add_map(struct model *m, void *addr, size_t len);
 /* A zeroed buffer of bytes that m owns (freed by model_free), or NULL. */
 void *model_own(struct model *m, size_t bytes);
 /* Map the file at path read-only for m (util/file.h's file_map, kept in

@@ -36,7 +36,7 @@ static void hash_weight(XXH64_state_t *st, const struct kt_weight *w)
 	XXH64_update(st, w->data, model_weight_bytes(w));
 }
 
-uint64_t model_fingerprint(const struct model *m)
+static uint64_t model_fingerprint(const struct model *m)
 {
 	const struct model_config *c = &m->cfg;
 	XXH64_state_t *st = XXH64_createState();

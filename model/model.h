@@ -76,7 +76,10 @@ struct model {
 	const float *rope_freqs;
 	struct tok *tok;
 	size_t weight_bytes;     /* bytes of all weights read per token */
-	uint64_t fingerprint;    /* XXH64 of hyper-parameters and all weights */
+	uint64_t fingerprint;    /* XXH64 over the hyper-parameters and every weight
+				  * byte as loaded (embedding, norms, matrices,
+				  * classifier): the identity of a model for saved KV
+				  * caches, computed once by model_load */
 	/* resources */
 	struct model_map *maps;
 	int n_maps;
@@ -109,11 +112,6 @@ static inline int model_kv_dim(const struct model_config *c)
 
 /* Format a one-line description ("llama2.c dim 64 layers 5 ...") into buf. */
 void model_describe(const struct model *m, char *buf, size_t cap);
-
-/* XXH64 over the hyper-parameters and every weight byte (embedding, norms,
- * matrices, classifier), as loaded: the identity of a model for saved KV
- * caches. model_load() computes it once into m->fingerprint. */
-uint64_t model_fingerprint(const struct model *m);
 
 /* Validate hyper-parameters; returns NULL if fine, else a static reason. */
 const char *model_config_check(const struct model_config *c);

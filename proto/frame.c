@@ -94,7 +94,11 @@ static int read_exact(int fd, uint8_t *p, size_t len)
 	return 0;
 }
 
-int frame_recv(int fd, uint32_t max, uint8_t **body, uint32_t *len)
+/* Read one frame from a blocking fd into *body (malloc'd, *len bytes).
+ * Returns 0; -ECONNRESET on a clean end of stream before a header;
+ * -EPROTO if the stream ends mid-frame; -EMSGSIZE if the length exceeds max;
+ * another -errno on read errors. */
+static int frame_recv(int fd, uint32_t max, uint8_t **body, uint32_t *len)
 {
 	uint8_t hdr[FRAME_HDR];
 	int rc = read_exact(fd, hdr, FRAME_HDR);

@@ -52,12 +52,6 @@ int frame_write_all(int fd, const void *buf, size_t len);
 /* Send msg as one frame on a blocking fd. 0 or -errno. */
 int frame_send(int fd, const ProtobufCMessage *msg);
 
-/* Read one frame from a blocking fd into *body (malloc'd, *len bytes).
- * Returns 0; -ECONNRESET on a clean end of stream before a header;
- * -EPROTO if the stream ends mid-frame; -EMSGSIZE if the length exceeds max;
- * another -errno on read errors. */
-int frame_recv(int fd, uint32_t max, uint8_t **body, uint32_t *len);
-
 /* Read one Response frame and unpack it; NULL on error with *err set to a
  * negative errno (-EBADMSG if it does not unpack). Free the result with
  * llamad__response__free_unpacked(r, NULL). */

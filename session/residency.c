@@ -193,7 +193,10 @@ int res_list(struct residency *r, int max_sessions)
 
 /* ---- saving ----------------------------------------------------------------- */
 
-int res_save(struct residency *r, struct session *s, char **cause)
+/* Write pool session s's state file. 0, 1 if there is nothing to write
+ * (persistence off, ephemeral, not in the pool), or -errno with *cause
+ * (malloc'd: the reason, without the file's path). */
+static int res_save(struct residency *r, struct session *s, char **cause)
 {
 	if (!r->dir || s->ephemeral || s->loc != SESS_POOL)
 		return 1;

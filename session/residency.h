@@ -84,10 +84,6 @@ char *res_dir_of(const char *setting);
  * name. The number listed, or -errno if the folder cannot be read. */
 int res_list(struct residency *r, int max_sessions);
 
-/* Write pool session s's state file. 0, 1 if there is nothing to write
- * (persistence off, ephemeral, not in the pool), or -errno with *cause
- * (malloc'd: the reason, without the file's path). */
-int res_save(struct residency *r, struct session *s, char **cause);
 /* Save session s into *out (counted, or its error reported and the first
  * one kept without the path); a session in host memory or on disk is
  * saved already and counts with its file's size when `count_saved`. */
