@@ -461,6 +461,7 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 			if ((uint64_t)have + s.budget + s.overhead + 16 > s.ctx) {
 				cli_error("local", 0, "session %s holds %u tokens: no room left "
 					  "for a summary (context %u)", session, have, s.ctx);
+				free(input);
 				return EXIT_DAEMON;
 			}
 			s.final_limit = s.ctx - have - s.budget - s.overhead;
@@ -480,6 +481,7 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 		if (++round > SUM_MAX_ROUNDS) {
 			cli_error("local", 0, "the text does not get short enough in %d rounds",
 				  SUM_MAX_ROUNDS);
+			free(text);
 			return EXIT_DAEMON;
 		}
 		size_t nlen;
@@ -488,6 +490,8 @@ int cmd_summarize(struct cli *cli, int argc, char **argv)
 		if (m >= n) {
 			cli_error("local", 0, "the summaries (%u tokens) are no shorter than the "
 				  "text (%u tokens); try a smaller --max-tokens", m, n);
+			free(next);
+			free(text);
 			return EXIT_DAEMON;
 		}
 		free(text);
