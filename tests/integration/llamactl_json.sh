@@ -26,22 +26,11 @@ import json, os, select, socket, subprocess, sys, threading
 ctl, path = sys.argv[1], sys.argv[2]
 
 sys.path.insert(0, "tests/tools")
-from pbwire import field, frame, read_frame, read_varint, varint
+from pbwire import field, fields, frame, read_frame, varint
 
 def request(b):  # (id, op field number) of a Request
-    i, rid, op = 0, 0, 0
-    while i < len(b):
-        key, i = read_varint(b, i)
-        num, wire = key >> 3, key & 7
-        if wire == 0:
-            v, i = read_varint(b, i)
-            if num == 1:
-                rid = v
-        else:
-            n, i = read_varint(b, i)
-            i += n
-            op = num
-    return rid, op
+    m = fields(b)
+    return m.get(1, [0])[0], next((n for n in m if n != 1), 0)
 
 def send(conn, rid, body_num, body):
     conn.sendall(frame(field(1, 0, rid) + field(body_num, 2, body)))

@@ -1,5 +1,6 @@
 """Protobuf wire format and llamad framing for the tests' fake daemons
-(tests/integration/nvim/fake_server.py, tests/integration/llamactl_json.sh):
+(tests/integration/nvim/fake_server.py, tests/integration/llamactl_json.sh,
+tests/tools/fake_llamad.py):
 enough to write a Response by field numbers and to read a Request's frame,
 without generated code. Frames are a 4-byte big-endian length, then the body.
 """
@@ -56,3 +57,23 @@ def read_frame(conn):
     if head is None:
         return None
     return _read_exact(conn, struct.unpack(">I", head)[0])
+
+
+def fields(b):
+    """A message's fields by number: {number: [values]}, each value an int
+    (varint) or bytes (length-delimited, or the raw 8 or 4 bytes of a
+    fixed-size field)."""
+    out, i = {}, 0
+    while i < len(b):
+        key, i = read_varint(b, i)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = read_varint(b, i)
+        elif wire == 2:
+            n, i = read_varint(b, i)
+            v, i = b[i:i + n], i + n
+        else:
+            size = 8 if wire == 1 else 4
+            v, i = b[i:i + size], i + size
+        out.setdefault(num, []).append(v)
+    return out
