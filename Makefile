@@ -88,7 +88,8 @@ endif
 
 # proto/: the wire contract, compiled by protoc-c into $(BUILD)/proto
 PROTO_GEN := $(BUILD)/proto/llamad.pb-c.c $(BUILD)/proto/llamad.pb-c.h
-PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o $(BUILD)/proto/path.o
+PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o $(BUILD)/proto/names.o \
+             $(BUILD)/proto/path.o
 PROTO_LIB := $(BUILD)/libllamad-proto.a
 # SentencePiece's ModelProto (the subset text/tok_parts.c writes): part of the
 # core library, which therefore links libprotobuf-c

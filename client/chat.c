@@ -907,17 +907,15 @@ int cmd_chat(struct cli *cli, int argc, char **argv)
 		case O_RECAP:
 			c.recap = (uint32_t)cli_parse_u64(cli, "--recap", optarg, 0, UINT32_MAX);
 			break;
-		case O_TEMPLATE:
-			if (strcmp(optarg, "llama3") == 0)
-				tmpl = LLAMAD__TEMPLATE__TEMPLATE_LLAMA3;
-			else if (strcmp(optarg, "llama2") == 0)
-				tmpl = LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
-			else if (strcmp(optarg, "raw") == 0)
-				tmpl = LLAMAD__TEMPLATE__TEMPLATE_RAW;
-			else
+		case O_TEMPLATE: {
+			int v;
+			if (!cli_enum_value(&llamad__template__descriptor, optarg, &v) ||
+			    v == LLAMAD__TEMPLATE__TEMPLATE_DEFAULT)
 				cli_usage_error(cli, "--template: '%s' is not llama3, llama2 or raw",
 						optarg);
+			tmpl = (Llamad__Template)v;
 			break;
+		}
 		default:
 			cli_opt(cli, &c.g, o, optarg);
 		}

@@ -437,10 +437,10 @@ Llamad__Response *cli_open_chat(struct cli *cli, const char *session, struct ope
 
 Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg)
 {
-	if (strcmp(arg, "shift") == 0)
-		return LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT;
-	if (strcmp(arg, "error") == 0)
-		return LLAMAD__CONTEXT_POLICY__CONTEXT_ERROR;
+	int v;
+	if (cli_enum_value(&llamad__context_policy__descriptor, arg, &v) &&
+	    v != LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT)
+		return (Llamad__ContextPolicy)v;
 	cli_usage_error(cli, "--context-policy: '%s' is not shift or error", arg);
 }
 
@@ -590,37 +590,6 @@ void gen_result_done(struct gen_result *res)
 
 /* ---- names and reports --------------------------------------------------- */
 
-const char *cli_reason_name(int reason)
-{
-	switch (reason) {
-	case LLAMAD__STOP_REASON__STOP_EOS: return "eos";
-	case LLAMAD__STOP_REASON__STOP_MAX_TOKENS: return "max_tokens";
-	case LLAMAD__STOP_REASON__STOP_STRING: return "stop";
-	case LLAMAD__STOP_REASON__STOP_CONTEXT_FULL: return "context_full";
-	case LLAMAD__STOP_REASON__STOP_CANCELLED: return "cancelled";
-	}
-	return "unspecified";
-}
-
-const char *cli_template_name(int tmpl)
-{
-	switch (tmpl) {
-	case LLAMAD__TEMPLATE__TEMPLATE_LLAMA2: return "llama2";
-	case LLAMAD__TEMPLATE__TEMPLATE_RAW: return "raw";
-	case LLAMAD__TEMPLATE__TEMPLATE_LLAMA3: return "llama3";
-	}
-	return "default";
-}
-
-const char *cli_policy_name(int policy)
-{
-	switch (policy) {
-	case LLAMAD__CONTEXT_POLICY__CONTEXT_ERROR: return "error";
-	case LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT: return "shift";
-	}
-	return "default";
-}
-
 void cli_json_done(struct json *j, const Llamad__Done *d)
 {
 	json_key(j, "reason");
@@ -723,17 +692,6 @@ Llamad__Response *cli_transcript(struct cli *cli, const char *session, uint32_t 
 	}
 }
 
-const char *cli_role_name(int role)
-{
-	switch (role) {
-	case LLAMAD__ROLE__ROLE_USER: return "user";
-	case LLAMAD__ROLE__ROLE_SYSTEM: return "system";
-	case LLAMAD__ROLE__ROLE_ASSISTANT: return "assistant";
-	case LLAMAD__ROLE__ROLE_RAW: return "raw";
-	}
-	return "?";
-}
-
 void cli_print_turn(FILE *f, const Llamad__Turn *u)
 {
 	fprintf(f, "[%u] %s (%u token%s", u->index, cli_role_name(u->role), u->tokens,
@@ -784,15 +742,6 @@ void cli_json_turn(struct json *j, const Llamad__Turn *u)
 		json_u32_array(j, u->token_ids, u->n_token_ids);
 	}
 	json_obj_end(j);
-}
-
-const char *cli_location_name(int loc)
-{
-	switch (loc) {
-	case LLAMAD__LOCATION__LOCATION_RAM: return "ram";
-	case LLAMAD__LOCATION__LOCATION_DISK: return "disk";
-	default: return "pool";
-	}
 }
 
 void cli_json_session(struct json *j, const Llamad__SessionInfo *s)

@@ -15,6 +15,7 @@
 #include <stdnoreturn.h>
 
 #include "client/conn.h"
+#include "client/enums.h"
 #include "client/json.h"
 #include "proto/limits.h"
 
@@ -246,11 +247,6 @@ void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *r
 /* Free what res holds. */
 void gen_result_done(struct gen_result *res);
 
-/* Short names of enum values ("eos", "llama2", ...). */
-const char *cli_reason_name(int reason);
-const char *cli_template_name(int tmpl);
-const char *cli_policy_name(int policy);
-
 /* Write a Done reply's fields as members of the current JSON object. */
 void cli_json_done(struct json *j, const Llamad__Done *d);
 
@@ -291,13 +287,7 @@ void cli_print_turn(FILE *f, const Llamad__Turn *u);
  * present). */
 void cli_json_turn(struct json *j, const Llamad__Turn *u);
 
-/* "user", "system", "assistant" or "raw" for a Role value. */
-const char *cli_role_name(int role);
-
 /* Write a SessionInfo as a JSON object. */
-/* "pool", "ram" or "disk" for a Location value. */
-const char *cli_location_name(int loc);
-
 void cli_json_session(struct json *j, const Llamad__SessionInfo *s);
 
 /* The commands in their own files. Each parses its options from argv

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "proto/frame.h"
+#include "proto/names.h"
 
 int frame_pack(const ProtobufCMessage *msg, uint8_t **out, size_t *len)
 {
@@ -138,24 +139,19 @@ Llamad__Response *frame_recv_response(int fd, uint32_t max, int *err)
 	return r;
 }
 
+/* Error names are written with spaces; these four read better longer. */
+static const struct pb_enum_alias error_alias[] = {
+	{ LLAMAD__ERROR_CODE__ERROR_UNSPECIFIED, "error" },
+	{ LLAMAD__ERROR_CODE__UNKNOWN_OP, "unknown operation" },
+	{ LLAMAD__ERROR_CODE__INTERNAL, "internal error" },
+	{ LLAMAD__ERROR_CODE__STORAGE, "storage error" },
+	{ 0, NULL },
+};
+static struct pb_enum_names error_names =
+	PB_ENUM_NAMES(&llamad__error_code__descriptor, ' ', error_alias);
+
 const char *frame_error_name(int code)
 {
-	switch (code) {
-	case LLAMAD__ERROR_CODE__BAD_REQUEST: return "bad request";
-	case LLAMAD__ERROR_CODE__UNKNOWN_SESSION: return "unknown session";
-	case LLAMAD__ERROR_CODE__SESSION_EXISTS: return "session exists";
-	case LLAMAD__ERROR_CODE__CONTEXT_FULL: return "context full";
-	case LLAMAD__ERROR_CODE__BUSY: return "busy";
-	case LLAMAD__ERROR_CODE__BAD_VERSION: return "bad version";
-	case LLAMAD__ERROR_CODE__TOO_LARGE: return "too large";
-	case LLAMAD__ERROR_CODE__CANCELLED: return "cancelled";
-	case LLAMAD__ERROR_CODE__UNKNOWN_OP: return "unknown operation";
-	case LLAMAD__ERROR_CODE__REFUSED_TEXT: return "refused text";
-	case LLAMAD__ERROR_CODE__UNKNOWN_REQUEST: return "unknown request";
-	case LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED: return "resource exhausted";
-	case LLAMAD__ERROR_CODE__INTERNAL: return "internal error";
-	case LLAMAD__ERROR_CODE__SHUTTING_DOWN: return "shutting down";
-	case LLAMAD__ERROR_CODE__STORAGE: return "storage error";
-	}
-	return "error";
+	const char *s = pb_enum_name(&error_names, code);
+	return s ? s : "error";
 }

@@ -57,7 +57,10 @@ int frame_send(int fd, const ProtobufCMessage *msg);
  * llamad__response__free_unpacked(r, NULL). */
 Llamad__Response *frame_recv_response(int fd, uint32_t max, int *err);
 
-/* Short, stable name of an error code ("unknown session"). */
+/* Short, stable name of an error code: its ErrorCode name written with
+ * spaces (proto/names.h: UNKNOWN_SESSION -> "unknown session"; UNKNOWN_OP,
+ * INTERNAL and STORAGE read "unknown operation", "internal error", "storage
+ * error"), "error" for 0 and for a code this build does not know. */
 const char *frame_error_name(int code);
 
 #endif
