@@ -797,3 +797,115 @@ void cli_json_session(struct json *j, const Llamad__SessionInfo *s)
 	}
 	json_obj_end(j);
 }
+
+/* ---- help and the command table ------------------------------------------ */
+
+static const char global_help[] =
+"Talk to llamad, the Llama model daemon, over its Unix socket.\n"
+"\n"
+"Options (also accepted after the command):\n"
+"      --socket PATH   the daemon's socket (default: $LLAMAD_SOCKET, else\n"
+"                      $XDG_RUNTIME_DIR/llamad/llamad.sock, or\n"
+"                      /run/llamad/llamad.sock for root or without\n"
+"                      XDG_RUNTIME_DIR)\n"
+"      --json          machine-readable output: JSON objects, one a line, on\n"
+"                      stdout (generate, chat and summarize: one per event as\n"
+"                      it comes); errors too, as {\"event\":\"error\",...}\n"
+"  -v, --verbose       counts, timings and progress on stderr\n"
+"  -h, --help          this text; `llamactl COMMAND --help` for a command\n"
+"      --version       print the version\n"
+"\n"
+"Exit status: 0 ok, 1 error from the daemon (or the connection broke),\n"
+"2 usage error, 3 cannot connect to the daemon.\n";
+
+void cli_print_help(const struct cli *cli, FILE *f)
+{
+	const struct command *c = cli ? cli->cmd : NULL;
+	if (c) {
+		fprintf(f, "usage: llamactl %s%s%s\n\n%s\n%s", c->name, *c->args ? " " : "",
+			c->args, c->help, CLI_COMMON_HELP);
+		return;
+	}
+	fprintf(f, "usage: llamactl [--socket PATH] [--json] [-v] COMMAND [ARGS...]\n\n"
+		"Commands:\n");
+	for (const struct command *const *k = cli ? cli->commands : NULL; k && *k; k++)
+		fprintf(f, "  %-10s %s\n", (*k)->name, (*k)->summary);
+	fprintf(f, "\n%s", global_help);
+}
+
+const struct command *cli_find_command(const struct cli *cli, const char *name)
+{
+	for (const struct command *const *c = cli->commands; *c; c++)
+		if (strcmp((*c)->name, name) == 0)
+			return *c;
+	return NULL;
+}
+
+/* ---- arguments and numbers for people ------------------------------------ */
+
+void cli_human_bytes(char *buf, size_t n, uint64_t v)
+{
+	static const char *unit[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double x = (double)v;
+	int u = 0;
+	while (x >= 1024 && u < 4) {
+		x /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, n, "%llu B", (unsigned long long)v);
+	else
+		snprintf(buf, n, "%.1f %s", x, unit[u]);
+}
+
+void cli_human_age(char *buf, size_t n, int64_t last_use_ms)
+{
+	if (last_use_ms <= 0) {
+		snprintf(buf, n, "-");
+		return;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	int64_t s = (now - last_use_ms) / 1000;
+	if (s < 0)
+		s = 0;
+	if (s < 60)
+		snprintf(buf, n, "%llds ago", (long long)s);
+	else if (s < 3600)
+		snprintf(buf, n, "%lldm ago", (long long)(s / 60));
+	else if (s < 86400)
+		snprintf(buf, n, "%lldh ago", (long long)(s / 3600));
+	else
+		snprintf(buf, n, "%lldd ago", (long long)(s / 86400));
+}
+
+void cli_want_args(const struct cli *cli, int argc, char **argv, int min, int max)
+{
+	int n = argc - optind;
+	if (n > max)
+		cli_usage_error(cli, "unexpected argument '%s'%s", argv[optind + max],
+				max == 1 ? " (quote text that has spaces)" : "");
+	if (n < min)
+		cli_usage_error(cli, "missing argument");
+}
+
+void cli_parse_common(struct cli *cli, int argc, char **argv)
+{
+	static const struct option opts[] = { CLI_COMMON_OPTS, { 0 } };
+	int o;
+	while ((o = getopt_long(argc, argv, "hv", opts, NULL)) != -1)
+		cli_opt(cli, NULL, o, optarg);
+}
+
+char *cli_text_arg(const char *arg)
+{
+	if (arg && strcmp(arg, "-") != 0) {
+		char *s = strdup(arg);
+		if (!s)
+			cli_die_local("out of memory");
+		return s;
+	}
+	size_t n;
+	return cli_read_all(STDIN_FILENO, &n);
+}

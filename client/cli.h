@@ -75,6 +75,7 @@ struct command;
 
 /* Program state: global options and the connection. */
 struct cli {
+	const struct command *const *commands;  /* the command table, NULL-ended */
 	const struct command *cmd;   /* the command running, NULL before */
 	const char *socket;          /* socket path to use */
 	char socket_buf[512];        /* storage for the default path */
@@ -83,7 +84,10 @@ struct cli {
 	struct conn conn;
 };
 
-/* One llamactl command. */
+/* One llamactl command: the entry `cmd_NAME_entry` of client/cmd_NAME.c.
+ * run parses its options from argv (argv[0] is "llamactl NAME", getopt's
+ * optind reset by the caller), connects, runs, and returns the exit
+ * status; fatal errors exit. */
 struct command {
 	const char *name;
 	const char *args;            /* synopsis after the name */
@@ -91,6 +95,12 @@ struct command {
 	const char *help;            /* body of `llamactl NAME --help` */
 	int (*run)(struct cli *cli, int argc, char **argv);
 };
+
+/* The command table (cmd.c), ended by NULL. */
+extern const struct command *const cmd_table[];
+
+/* The command of cli->commands called name, or NULL. */
+const struct command *cli_find_command(const struct cli *cli, const char *name);
 
 /* Sampling and length options of a generation. */
 struct gen_opts {
@@ -112,8 +122,20 @@ const char *cli_prog(const struct cli *cli);
 noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
-/* Print the current command's help (or the global help) to f. */
+/* Print the current command's help (or the global help: the commands of
+ * cli->commands and the global options) to f. */
 void cli_print_help(const struct cli *cli, FILE *f);
+
+/* Parse the options of a command that takes only the common ones. */
+void cli_parse_common(struct cli *cli, int argc, char **argv);
+
+/* Check the count of positional arguments after the options: exits 2
+ * unless there are min..max of them. */
+void cli_want_args(const struct cli *cli, int argc, char **argv, int min, int max);
+
+/* Text from a positional argument, or stdin for "-" or NULL. The result is
+ * malloc'd; exits 1 out of memory or on a read error. */
+char *cli_text_arg(const char *arg);
 
 /* Handle option o (from getopt_long) that the command itself did not:
  * the common options, the sampler options when g is not NULL, and getopt's
@@ -290,13 +312,11 @@ void cli_json_turn(struct json *j, const Llamad__Turn *u);
 /* Write a SessionInfo as a JSON object. */
 void cli_json_session(struct json *j, const Llamad__SessionInfo *s);
 
-/* The commands in their own files. Each parses its options from argv
- * (argv[0] is "llamactl NAME", getopt's optind reset by the caller),
- * connects, runs, and returns the exit status; fatal errors exit. */
-int cmd_chat(struct cli *cli, int argc, char **argv);
-int cmd_summarize(struct cli *cli, int argc, char **argv);
+/* v bytes for people, into buf (n bytes): "512 B", "1.5 MiB". */
+void cli_human_bytes(char *buf, size_t n, uint64_t v);
 
-extern const char chat_help[];
-extern const char summarize_help[];
+/* How long ago last_use_ms (Unix time in ms) was, for people, into buf:
+ * "5s ago", "3m ago", "2h ago", "4d ago"; "-" when not set (<= 0). */
+void cli_human_age(char *buf, size_t n, int64_t last_use_ms);
 
 #endif

@@ -6,7 +6,7 @@
 # Env: BUILD (build folder).
 BUILD=${BUILD:-build}
 CTL=$BUILD/llamactl
-SRC=client/llamactl.c
+SRC=client/cmd.c
 . tests/tools/daemon.sh
 need_files "$CTL" "$SRC"
 test_frame
@@ -14,13 +14,19 @@ NOSOCK=$dir/none/llamad.sock      # nothing listens there
 unset LLAMAD_SOCKET
 
 # The commands the brief requires, plus whatever the command table holds:
-# lines like   { "chat", "[--session NAME] ...",
+# lines like   &cmd_chat_entry,   (the entry of client/cmd_chat.c, whose
+# .name is "chat"); every command file's entry must be in the table.
 want="chat summarize generate sessions show fork drop tokenize status"
-table=$(sed -n 's/^[[:space:]]*{ "\([a-z][a-z-]*\)", ".*/\1/p' "$SRC")
+table=$(sed -n 's/^[[:space:]]*&cmd_\([a-z_]*\)_entry,.*/\1/p' "$SRC" | tr _ -)
 # shellcheck disable=SC2086  # split into words on purpose
 cmds=$(printf '%s\n' $want $table | sort -u)
 ncmds=$(printf '%s\n' "$table" | grep -c .)
 [ "$ncmds" -ge 9 ] || bad "found only $ncmds commands in $SRC: the extraction is broken"
+for f in client/cmd_*.c; do
+    c=${f#client/cmd_}; c=$(printf '%s' "${c%.c}" | tr _ -)
+    grep -q "^[[:space:]]*\.name = \"$c\"," "$f" || bad "$f: no entry named \"$c\""
+    printf '%s\n' "$table" | grep -qx -- "$c" || bad "$f: command $c is not in $SRC's table"
+done
 
 # ---- global --help, --version ------------------------------------------------
 "$CTL" --help >"$dir/help" 2>"$dir/err"; rc=$?

@@ -1,5 +1,5 @@
 /*
- * client/chat.c — `llamactl chat`: a conversation in one session.
+ * client/cmd_chat.c — `llamactl chat`: a conversation in one session.
  *
  * On a terminal: a prompt loop with line editing and history (libedit),
  * answers streamed as they come, slash commands. Signals: SIGINT and
@@ -23,7 +23,13 @@
 
 #include "client/cli.h"
 
-const char chat_help[] =
+static int cmd_chat(struct cli *cli, int argc, char **argv);
+
+const struct command cmd_chat_entry = {
+	.name = "chat",
+	.args = "[--session NAME] [--system TEXT] [--template llama3|llama2|raw] [OPTIONS]",
+	.summary = "chat in a session (interactive; or one turn from stdin)",
+	.help =
 "Chat with the model in session NAME (created if missing; without --session,\n"
 "a throw-away session dropped on exit).\n"
 "\n"
@@ -60,7 +66,9 @@ const char chat_help[] =
 "      --template NAME     template of a new session: llama3, llama2 or raw\n"
 "                          (default: the daemon's, from the model file)\n"
 "\n"
-CLI_SAMPLER_HELP;
+CLI_SAMPLER_HELP,
+	.run = cmd_chat,
+};
 
 #define CHAT_MAX_PASTES 16
 
@@ -872,7 +880,7 @@ static int chat_once(struct chat *c, char *text)
 	return cli_gen_finish(cli, c->ephemeral ? NULL : c->session, &res);
 }
 
-int cmd_chat(struct cli *cli, int argc, char **argv)
+static int cmd_chat(struct cli *cli, int argc, char **argv)
 {
 	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE, O_RECAP, O_POLICY };
 	Llamad__ContextPolicy policy = LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT;

@@ -1,5 +1,5 @@
 /*
- * client/summarize.c — `llamactl summarize`: summarize stdin, in pieces when
+ * client/cmd_summarize.c — `llamactl summarize`: summarize stdin, in pieces when
  * it does not fit the context.
  *
  * The request is a chat turn under the daemon's default template (llama3
@@ -30,7 +30,13 @@
  * tokenizer's merges across piece boundaries. */
 #define SUM_MARGIN 8
 
-const char summarize_help[] =
+static int cmd_summarize(struct cli *cli, int argc, char **argv);
+
+const struct command cmd_summarize_entry = {
+	.name = "summarize",
+	.args = "[--max-tokens N] [--session NAME] [OPTIONS] < TEXT",
+	.summary = "summarize stdin (long input in pieces)",
+	.help =
 "Summarize the text on stdin and print the summary. A text too long for the\n"
 "model's context is cut into pieces (on paragraph and line boundaries where\n"
 "possible); each piece is summarized, then the summaries are summarized.\n"
@@ -47,7 +53,9 @@ CLI_SAMPLER_HELP
 "long text, the final summary's {\"event\":\"token\",...} events, then\n"
 "{\"event\":\"done\",\"summary\":(trimmed),\"text\":(as streamed),\"session\":..,\n"
 "\"parts\":..,\"rounds\":..,\"input_tokens\":.., and the counts of the final\n"
-"request}; errors as {\"event\":\"error\",...}.\n";
+"request}; errors as {\"event\":\"error\",...}.\n",
+	.run = cmd_summarize,
+};
 
 struct summ {
 	struct cli *cli;
@@ -385,7 +393,7 @@ static uint32_t context_from_status(struct cli *cli)
 	return n;
 }
 
-int cmd_summarize(struct cli *cli, int argc, char **argv)
+static int cmd_summarize(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = {
 		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,

@@ -1,0 +1,105 @@
+/*
+ * client/cmd_generate.c — `llamactl generate`: add a turn (or not) and
+ * stream the answer.
+ */
+#include <stdlib.h>
+
+#include "client/cli.h"
+
+static int cmd_generate(struct cli *cli, int argc, char **argv);
+
+const struct command cmd_generate_entry = {
+	.name = "generate",
+	.args = "[--session NAME] [--raw] [OPTIONS] [PROMPT | -]",
+	.summary = "add a turn (or not) and stream the answer",
+	.help =
+"Append PROMPT (or stdin with \"-\") to the session as a user turn and stream\n"
+"the model's answer to stdout. Without PROMPT, continue the session from where\n"
+"it stands. Without --session, use a throw-away session.\n"
+"\n"
+"  -s, --session NAME      the session (created if missing)\n"
+"      --raw               PROMPT is raw text, not a user turn; a session this\n"
+"                          creates uses the raw template (no chat format)\n"
+"      --context-policy P  when the session is full: error (the default of the\n"
+"                          daemon's, usually) or shift (drop the oldest turns);\n"
+"                          applies to an existing session too\n"
+"\n"
+CLI_SAMPLER_HELP
+"\n"
+"With --json, JSON lines on stdout, one object a line, flushed as they come:\n"
+"{\"event\":\"token\",\"text\":..,\"tokens\":[..]} per token event, then\n"
+"{\"event\":\"done\",\"session\":..,\"text\":(all of it),\"reason\":.., counts}, or\n"
+"{\"event\":\"error\",\"error\":..,\"code\":..,\"message\":..} (the exit status is\n"
+"the same as without --json).\n",
+	.run = cmd_generate,
+};
+
+static int cmd_generate(struct cli *cli, int argc, char **argv)
+{
+	enum { O_SESSION = OPT_CMD, O_RAW, O_POLICY };
+	static const struct option opts[] = {
+		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
+		{ "session", required_argument, NULL, 's' },
+		{ "raw", no_argument, NULL, O_RAW },
+		{ "context-policy", required_argument, NULL, O_POLICY },
+		{ 0 },
+	};
+	Llamad__ContextPolicy policy = LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT;
+	struct gen_opts g;
+	gen_opts_init(&g);
+	const char *session = NULL;
+	bool raw = false;
+	int o;
+	while ((o = getopt_long(argc, argv, "hvn:s:", opts, NULL)) != -1) {
+		switch (o) {
+		case 's':
+			session = optarg;
+			break;
+		case O_RAW:
+			raw = true;
+			break;
+		case O_POLICY:
+			policy = cli_parse_policy(cli, optarg);
+			break;
+		default:
+			cli_opt(cli, &g, o, optarg);
+		}
+	}
+	cli_want_args(cli, argc, argv, 0, 1);
+	cli_connect(cli);
+	char *prompt = optind < argc ? cli_text_arg(argv[optind]) : NULL;
+
+	char eph[64];
+	Llamad__Template tmpl = raw ? LLAMAD__TEMPLATE__TEMPLATE_RAW
+				    : LLAMAD__TEMPLATE__TEMPLATE_DEFAULT;
+	struct open_opts oo = { .tmpl = tmpl, .policy = policy };
+	if (!session) {
+		cli_ephemeral_name(eph, sizeof(eph));
+		session = eph;
+		oo.ephemeral = oo.create_only = true;
+	}
+	llamad__response__free_unpacked(cli_open_session(cli, session, &oo, false), NULL);
+
+	struct gen_req req = {
+		.session = session,
+		.prompt = prompt,
+		.role = raw ? LLAMAD__ROLE__ROLE_RAW : LLAMAD__ROLE__ROLE_USER,
+		.opts = &g,
+		.echo = cli->json ? NULL : stdout,
+		.events = cli->json,
+		.collect = cli->json,
+	};
+	struct gen_result res;
+	cli_generate(cli, &req, &res);
+	free(prompt);
+	Llamad__Response *t = res.term;
+	if (t->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
+		if (!cli->json && res.len == 0)
+			cli_flush_stdout();
+		cli_print_error(t);
+		gen_result_done(&res);
+		return EXIT_DAEMON;
+	}
+	cli_expect(t, LLAMAD__RESPONSE__BODY_DONE);
+	return cli_gen_finish(cli, session == eph ? NULL : session, &res);
+}

@@ -1,0 +1,67 @@
+/*
+ * client/cmd_sessions.c — `llamactl sessions`: list sessions.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "client/cli.h"
+
+static int cmd_sessions(struct cli *cli, int argc, char **argv);
+
+const struct command cmd_sessions_entry = {
+	.name = "sessions",
+	.args = "",
+	.summary = "list sessions",
+	.help =
+"List the daemon's sessions: name, tokens, KV cache size, where the cache is\n"
+"(pool: ready; ram: evicted to host memory; disk: in the state directory),\n"
+"whether the state file is current, last use, busy.\n"
+"With --json, an array of session objects (the fields of `show`).\n",
+	.run = cmd_sessions,
+};
+
+static int cmd_sessions(struct cli *cli, int argc, char **argv)
+{
+	cli_parse_common(cli, argc, argv);
+	cli_want_args(cli, argc, argv, 0, 0);
+	cli_connect(cli);
+	Llamad__ListSessions ls = LLAMAD__LIST_SESSIONS__INIT;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_LIST;
+	req.list = &ls;
+	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_SESSIONS);
+	const Llamad__SessionList *l = r->sessions;
+	size_t n = l ? l->n_sessions : 0;
+	if (cli->json) {
+		struct json j;
+		json_init(&j, stdout);
+		json_arr_begin(&j);
+		for (size_t i = 0; i < n; i++)
+			cli_json_session(&j, l->sessions[i]);
+		json_arr_end(&j);
+		json_end(&j);
+	} else {
+		int w = 7;
+		for (size_t i = 0; i < n; i++) {
+			const char *s = l->sessions[i]->session;
+			int len = s ? (int)strlen(s) : 0;
+			if (len > w)
+				w = len;
+		}
+		printf("%-*s  %8s  %10s  %-5s  %-5s  %-9s  %s\n", w, "SESSION", "TOKENS", "KV",
+		       "WHERE", "SAVED", "LAST USE", "BUSY");
+		for (size_t i = 0; i < n; i++) {
+			const Llamad__SessionInfo *s = l->sessions[i];
+			char kv[32], age[32];
+			cli_human_bytes(kv, sizeof(kv), s->kv_bytes);
+			cli_human_age(age, sizeof(age), s->last_use_ms);
+			printf("%-*s  %8u  %10s  %-5s  %-5s  %-9s  %s\n", w,
+			       s->session ? s->session : "?", s->tokens, kv,
+			       cli_location_name(s->location), s->saved ? "yes" : "no", age,
+			       s->busy ? "yes" : "no");
+		}
+	}
+	cli_flush_stdout();
+	llamad__response__free_unpacked(r, NULL);
+	return EXIT_OK;
+}

@@ -1,0 +1,149 @@
+/*
+ * client/cmd_status.c — `llamactl status`: the daemon's status.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client/cli.h"
+
+static int cmd_status(struct cli *cli, int argc, char **argv);
+
+const struct command cmd_status_entry = {
+	.name = "status",
+	.args = "",
+	.summary = "show the daemon's status",
+	.help =
+"Print the daemon's status: model, backend, uptime, sessions, KV cache,\n"
+"counters.\n",
+	.run = cmd_status,
+};
+
+static void human_duration(char *buf, size_t n, double s)
+{
+	unsigned long long t = s > 0 ? (unsigned long long)s : 0;
+	if (t >= 86400)
+		snprintf(buf, n, "%llud %lluh %llum", t / 86400, t % 86400 / 3600, t % 3600 / 60);
+	else if (t >= 3600)
+		snprintf(buf, n, "%lluh %llum %llus", t / 3600, t % 3600 / 60, t % 60);
+	else if (t >= 60)
+		snprintf(buf, n, "%llum %llus", t / 60, t % 60);
+	else
+		snprintf(buf, n, "%.1fs", s);
+}
+
+static void json_status(const Llamad__Status *s)
+{
+	struct json j;
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_key(&j, "server"); json_str(&j, s->server);
+	json_key(&j, "model"); json_str(&j, s->model);
+	json_key(&j, "backend"); json_str(&j, s->backend);
+	json_key(&j, "threads"); json_u64(&j, s->threads);
+	json_key(&j, "uptime_s"); json_double(&j, round(s->uptime_s * 1e3) / 1e3);
+	json_key(&j, "sessions"); json_u64(&j, s->sessions);
+	json_key(&j, "active"); json_u64(&j, s->active);
+	json_key(&j, "connections"); json_u64(&j, s->connections);
+	json_key(&j, "kv_blocks_total"); json_u64(&j, s->kv_blocks_total);
+	json_key(&j, "kv_blocks_free"); json_u64(&j, s->kv_blocks_free);
+	json_key(&j, "kv_block_tokens"); json_u64(&j, s->kv_block_tokens);
+	json_key(&j, "kv_bytes_total"); json_u64(&j, s->kv_bytes_total);
+	json_key(&j, "weight_bytes"); json_u64(&j, s->weight_bytes);
+	json_key(&j, "context_length"); json_u64(&j, s->context_length);
+	json_key(&j, "rss_bytes"); json_u64(&j, s->rss_bytes);
+	json_key(&j, "state_dir"); json_str(&j, s->state_dir);
+	json_key(&j, "chat_template"); json_str(&j, s->chat_template);
+	json_key(&j, "sessions_in_ram"); json_u64(&j, s->sessions_in_ram);
+	json_key(&j, "sessions_on_disk"); json_u64(&j, s->sessions_on_disk);
+	json_key(&j, "ram_bytes_used"); json_u64(&j, s->ram_bytes_used);
+	json_key(&j, "ram_bytes_total"); json_u64(&j, s->ram_bytes_total);
+	json_key(&j, "counters");
+	if (s->counters) {
+		const Llamad__Counters *c = s->counters;
+		json_obj_begin(&j);
+		json_key(&j, "requests"); json_u64(&j, c->requests);
+		json_key(&j, "errors"); json_u64(&j, c->errors);
+		json_key(&j, "connections"); json_u64(&j, c->connections);
+		json_key(&j, "prefilled_tokens"); json_u64(&j, c->prefilled_tokens);
+		json_key(&j, "generated_tokens"); json_u64(&j, c->generated_tokens);
+		json_key(&j, "forward_passes"); json_u64(&j, c->forward_passes);
+		json_key(&j, "cow_copies"); json_u64(&j, c->cow_copies);
+		json_key(&j, "evictions_ram"); json_u64(&j, c->evictions_ram);
+		json_key(&j, "evictions_disk"); json_u64(&j, c->evictions_disk);
+		json_key(&j, "restores"); json_u64(&j, c->restores);
+		json_key(&j, "saves"); json_u64(&j, c->saves);
+		json_key(&j, "save_errors"); json_u64(&j, c->save_errors);
+		json_obj_end(&j);
+	} else {
+		json_null(&j);
+	}
+	json_obj_end(&j);
+	json_end(&j);
+}
+
+static int cmd_status(struct cli *cli, int argc, char **argv)
+{
+	cli_parse_common(cli, argc, argv);
+	cli_want_args(cli, argc, argv, 0, 0);
+	cli_connect(cli);
+	Llamad__GetStatus gs = LLAMAD__GET_STATUS__INIT;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_STATUS;
+	req.status = &gs;
+	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_STATUS);
+	const Llamad__Status *s = r->status;
+	if (cli->json) {
+		json_status(s);
+	} else {
+		char up[64], kv[32], w[32], rss[32];
+		human_duration(up, sizeof(up), s->uptime_s);
+		cli_human_bytes(kv, sizeof(kv), s->kv_bytes_total);
+		cli_human_bytes(w, sizeof(w), s->weight_bytes);
+		cli_human_bytes(rss, sizeof(rss), s->rss_bytes);
+		printf("server:       %s\n", s->server ? s->server : "?");
+		printf("model:        %s\n", s->model ? s->model : "?");
+		printf("backend:      %s", s->backend ? s->backend : "?");
+		if (s->has_threads && !(s->backend && strstr(s->backend, "thread")))
+			printf(", %u threads", s->threads);
+		printf("\nuptime:       %s\n", up);
+		printf("context:      %u tokens\n", s->context_length);
+		printf("sessions:     %u (%u active, %u in host memory, %u on disk)\n", s->sessions,
+		       s->active, s->sessions_in_ram, s->sessions_on_disk);
+		char ru[32], rt[32];
+		cli_human_bytes(ru, sizeof(ru), s->ram_bytes_used);
+		cli_human_bytes(rt, sizeof(rt), s->ram_bytes_total);
+		if (s->chat_template && *s->chat_template)
+			printf("template:     %s\n", s->chat_template);
+		printf("state dir:    %s\n", s->state_dir && *s->state_dir ? s->state_dir
+							    : "none (sessions are not saved)");
+		printf("connections:  %u open\n", s->connections);
+		printf("kv cache:     %u of %u blocks free (%u tokens each), %s\n",
+		       s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens, kv);
+		printf("evicted K/V:  %s of %s host memory\n", ru, rt);
+		printf("weights:      %s\n", w);
+		if (s->has_rss_bytes)
+			printf("rss:          %s\n", rss);
+		if (s->counters) {
+			const Llamad__Counters *c = s->counters;
+			printf("requests:     %llu (%llu errors), %llu connections accepted\n",
+			       (unsigned long long)c->requests, (unsigned long long)c->errors,
+			       (unsigned long long)c->connections);
+			printf("tokens:       %llu prefilled, %llu generated\n",
+			       (unsigned long long)c->prefilled_tokens,
+			       (unsigned long long)c->generated_tokens);
+			printf("passes:       %llu forward, %llu copy-on-write copies\n",
+			       (unsigned long long)c->forward_passes,
+			       (unsigned long long)c->cow_copies);
+			printf("evictions:    %llu to host memory, %llu to disk; %llu restores\n",
+			       (unsigned long long)c->evictions_ram,
+			       (unsigned long long)c->evictions_disk,
+			       (unsigned long long)c->restores);
+			printf("state files:  %llu written, %llu failed\n",
+			       (unsigned long long)c->saves, (unsigned long long)c->save_errors);
+		}
+	}
+	cli_flush_stdout();
+	llamad__response__free_unpacked(r, NULL);
+	return EXIT_OK;
+}

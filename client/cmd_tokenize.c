@@ -1,0 +1,98 @@
+/*
+ * client/cmd_tokenize.c — `llamactl tokenize`: the tokens of a text.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "client/cli.h"
+
+static int cmd_tokenize(struct cli *cli, int argc, char **argv);
+
+const struct command cmd_tokenize_entry = {
+	.name = "tokenize",
+	.args = "[--bos] [TEXT | -]",
+	.summary = "show the tokens of a text",
+	.help =
+"Tokenize TEXT (or stdin, with \"-\" or no TEXT) with the daemon's tokenizer;\n"
+"print one token a line: id and piece. With --json: {\"tokens\":[..],\"pieces\":[..]}.\n"
+"\n"
+"      --bos               add the beginning-of-sequence token\n",
+	.run = cmd_tokenize,
+};
+
+/* A token piece on one line: control bytes escaped, the rest as is. */
+static void print_piece(const char *p)
+{
+	for (; p && *p; p++) {
+		unsigned char c = (unsigned char)*p;
+		if (c == '\n')
+			fputs("\\n", stdout);
+		else if (c == '\t')
+			fputs("\\t", stdout);
+		else if (c == '\r')
+			fputs("\\r", stdout);
+		else if (c == '\\')
+			fputs("\\\\", stdout);
+		else if (c < 0x20 || c == 0x7f)
+			printf("\\x%02x", c);
+		else
+			fputc(c, stdout);
+	}
+}
+
+static int cmd_tokenize(struct cli *cli, int argc, char **argv)
+{
+	enum { O_BOS = OPT_CMD };
+	static const struct option opts[] = {
+		CLI_COMMON_OPTS,
+		{ "bos", no_argument, NULL, O_BOS },
+		{ 0 },
+	};
+	bool bos = false;
+	int o;
+	while ((o = getopt_long(argc, argv, "hv", opts, NULL)) != -1) {
+		if (o == O_BOS)
+			bos = true;
+		else
+			cli_opt(cli, NULL, o, optarg);
+	}
+	cli_want_args(cli, argc, argv, 0, 1);
+	cli_connect(cli);
+	char *text = cli_text_arg(optind < argc ? argv[optind] : NULL);
+	Llamad__Tokenize tk = LLAMAD__TOKENIZE__INIT;
+	tk.text = text;
+	tk.has_add_bos = 1;
+	tk.add_bos = bos;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_TOKENIZE;
+	req.tokenize = &tk;
+	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_TOKENS);
+	const Llamad__Tokens *t = r->tokens;
+	size_t n = t ? t->n_tokens : 0;
+	if (cli->json) {
+		struct json j;
+		json_init(&j, stdout);
+		json_obj_begin(&j);
+		json_key(&j, "tokens");
+		json_u32_array(&j, n ? t->tokens : NULL, n);
+		json_key(&j, "pieces");
+		json_arr_begin(&j);
+		for (size_t i = 0; t && i < t->n_pieces; i++)
+			json_str(&j, t->pieces[i]);
+		json_arr_end(&j);
+		json_obj_end(&j);
+		json_end(&j);
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			printf("%6u  ", t->tokens[i]);
+			print_piece(i < t->n_pieces ? t->pieces[i] : NULL);
+			fputc('\n', stdout);
+		}
+	}
+	cli_flush_stdout();
+	if (cli->verbose)
+		fprintf(stderr, "llamactl: %zu tokens\n", n);
+	llamad__response__free_unpacked(r, NULL);
+	free(text);
+	return EXIT_OK;
+}
