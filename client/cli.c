@@ -468,15 +468,13 @@ struct gen_ctx {
 /* One token event as a JSON line on stdout, flushed. */
 static int json_token_event(const Llamad__TokenEvent *t)
 {
+	Llamad__TokenEvent none = LLAMAD__TOKEN_EVENT__INIT;
 	struct json j;
 	json_init(&j, stdout);
 	json_obj_begin(&j);
 	json_key(&j, "event");
 	json_str(&j, "token");
-	json_key(&j, "text");
-	json_str(&j, t && t->text ? t->text : "");
-	json_key(&j, "tokens");
-	json_u32_array(&j, t ? t->tokens : NULL, t ? t->n_tokens : 0);
+	pbjson_members(&j, t ? &t->base : &none.base);
 	json_obj_end(&j);
 	json_end(&j);
 	return fflush(stdout) != 0 || ferror(stdout) ? -EIO : 0;
@@ -590,24 +588,6 @@ void gen_result_done(struct gen_result *res)
 
 /* ---- names and reports --------------------------------------------------- */
 
-void cli_json_done(struct json *j, const Llamad__Done *d)
-{
-	json_key(j, "reason");
-	json_str(j, cli_reason_name(d->has_reason ? (int)d->reason : 0));
-	json_key(j, "prompt_tokens");
-	json_u64(j, d->prompt_tokens);
-	json_key(j, "generated_tokens");
-	json_u64(j, d->generated_tokens);
-	json_key(j, "prefill_ms");
-	json_double(j, round(d->prefill_ms * 1e3) / 1e3);
-	json_key(j, "generate_ms");
-	json_double(j, round(d->generate_ms * 1e3) / 1e3);
-	json_key(j, "session_tokens");
-	json_u64(j, d->session_tokens);
-	json_key(j, "stop");
-	json_str(j, d->stop);
-}
-
 void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 {
 	int reason = d->has_reason ? (int)d->reason : 0;
@@ -635,7 +615,7 @@ void cli_json_done_line(const char *session, const struct gen_result *res)
 	json_str(&j, session);
 	json_key(&j, "text");
 	json_strn(&j, res->text ? res->text : "", res->len);
-	cli_json_done(&j, res->term->done);
+	pbjson_members(&j, &res->term->done->base);
 	json_obj_end(&j);
 	json_end(&j);
 }
@@ -713,89 +693,6 @@ void cli_print_turn(FILE *f, const Llamad__Turn *u)
 		fputc('\n', f);
 	}
 	fputc('\n', f);
-}
-
-void cli_json_turn(struct json *j, const Llamad__Turn *u)
-{
-	json_obj_begin(j);
-	json_key(j, "index");
-	json_u64(j, u->index);
-	json_key(j, "role");
-	json_str(j, cli_role_name(u->role));
-	json_key(j, "text");
-	json_str(j, u->text ? u->text : "");
-	json_key(j, "tokens");
-	json_u64(j, u->tokens);
-	json_key(j, "start");
-	json_u64(j, u->start);
-	json_key(j, "generated");
-	json_bool(j, u->generated);
-	json_key(j, "stop_reason");
-	if (u->has_stop_reason)
-		json_str(j, cli_reason_name(u->stop_reason));
-	else
-		json_null(j);
-	json_key(j, "truncated");
-	json_bool(j, u->truncated);
-	if (u->n_token_ids) {
-		json_key(j, "token_ids");
-		json_u32_array(j, u->token_ids, u->n_token_ids);
-	}
-	json_obj_end(j);
-}
-
-void cli_json_session(struct json *j, const Llamad__SessionInfo *s)
-{
-	json_obj_begin(j);
-	json_key(j, "session");
-	json_str(j, s->session);
-	json_key(j, "tokens");
-	json_u64(j, s->tokens);
-	json_key(j, "cached_tokens");
-	json_u64(j, s->cached_tokens);
-	json_key(j, "kv_bytes");
-	json_u64(j, s->kv_bytes);
-	json_key(j, "kv_blocks");
-	json_u64(j, s->kv_blocks);
-	json_key(j, "shared_blocks");
-	json_u64(j, s->shared_blocks);
-	json_key(j, "last_use_ms");
-	json_i64(j, s->last_use_ms);
-	json_key(j, "template");
-	json_str(j, cli_template_name(s->template_));
-	json_key(j, "context_policy");
-	json_str(j, cli_policy_name(s->context_policy));
-	json_key(j, "turns");
-	json_u64(j, s->turns);
-	json_key(j, "busy");
-	json_bool(j, s->busy);
-	json_key(j, "prefilled_tokens");
-	json_u64(j, s->prefilled_tokens);
-	json_key(j, "generated_tokens");
-	json_u64(j, s->generated_tokens);
-	json_key(j, "system");
-	json_str(j, s->system);
-	json_key(j, "owner_uid");
-	json_u64(j, s->owner_uid);
-	json_key(j, "ephemeral");
-	json_bool(j, s->ephemeral);
-	json_key(j, "context_length");
-	json_u64(j, s->context_length);
-	json_key(j, "location");
-	json_str(j, cli_location_name(s->location));
-	json_key(j, "saved");
-	json_bool(j, s->saved);
-	json_key(j, "file_bytes");
-	json_u64(j, s->file_bytes);
-	if (s->has_created) {
-		json_key(j, "created");
-		json_bool(j, s->created);
-	}
-	if (s->has_tokens_added) {
-		json_key(j, "tokens_added");
-		json_u64(j, s->tokens_added);
-	}
-	json_obj_end(j);
 }
 
 /* ---- help and the command table ------------------------------------------ */

@@ -17,6 +17,7 @@
 #include "client/conn.h"
 #include "client/enums.h"
 #include "client/json.h"
+#include "client/pbjson.h"
 #include "proto/limits.h"
 
 /* Exit status. */
@@ -269,9 +270,6 @@ void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *r
 /* Free what res holds. */
 void gen_result_done(struct gen_result *res);
 
-/* Write a Done reply's fields as members of the current JSON object. */
-void cli_json_done(struct json *j, const Llamad__Done *d);
-
 /* With --verbose, print a Done reply's counts and timings on stderr; always
  * note a context-full stop there. */
 void cli_report_done(const struct cli *cli, const Llamad__Done *d);
@@ -304,13 +302,6 @@ Llamad__Response *cli_transcript(struct cli *cli, const char *session, uint32_t 
 /* A turn for people, on f: a line "[INDEX] ROLE (N tokens[, ended: WHY])"
  * then its text and an empty line. */
 void cli_print_turn(FILE *f, const Llamad__Turn *u);
-
-/* A turn as a JSON object (the fields of proto Turn; token_ids when
- * present). */
-void cli_json_turn(struct json *j, const Llamad__Turn *u);
-
-/* Write a SessionInfo as a JSON object. */
-void cli_json_session(struct json *j, const Llamad__SessionInfo *s);
 
 /* v bytes for people, into buf (n bytes): "512 B", "1.5 MiB". */
 void cli_human_bytes(char *buf, size_t n, uint64_t v);

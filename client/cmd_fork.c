@@ -32,7 +32,7 @@ static int cmd_fork(struct cli *cli, int argc, char **argv)
 	if (cli->json) {
 		struct json j;
 		json_init(&j, stdout);
-		cli_json_session(&j, r->session);
+		pbjson_object(&j, &r->session->base);
 		json_end(&j);
 		cli_flush_stdout();
 	} else if (cli->verbose) {

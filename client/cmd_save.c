@@ -52,12 +52,7 @@ static int cmd_save(struct cli *cli, int argc, char **argv)
 	if (cli->json) {
 		struct json j;
 		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_key(&j, "sessions");
-		json_u64(&j, r->saved->sessions);
-		json_key(&j, "bytes");
-		json_u64(&j, r->saved->bytes);
-		json_obj_end(&j);
+		pbjson_object(&j, &r->saved->base);
 		json_end(&j);
 		cli_flush_stdout();
 	} else if (cli->verbose || all) {

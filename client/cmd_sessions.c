@@ -37,7 +37,7 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 		json_init(&j, stdout);
 		json_arr_begin(&j);
 		for (size_t i = 0; i < n; i++)
-			cli_json_session(&j, l->sessions[i]);
+			pbjson_object(&j, &l->sessions[i]->base);
 		json_arr_end(&j);
 		json_end(&j);
 	} else {

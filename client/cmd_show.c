@@ -110,21 +110,8 @@ static void show_head(void *ctx, const Llamad__Transcript *t)
 	}
 	struct json *j = &x->j;
 	json_obj_begin(j);
-	json_key(j, "session");
-	json_str(j, t->session);
-	json_key(j, "turns");
-	json_u64(j, t->turns);
-	json_key(j, "first");
-	json_u64(j, t->first);
-	json_key(j, "template");
-	json_str(j, cli_template_name(t->template_));
-	json_key(j, "location");
-	json_str(j, cli_location_name(t->location));
-	json_key(j, "system");
-	json_str(j, t->system);
-	json_key(j, "busy");
-	json_bool(j, t->busy);
-	json_key(j, "items");
+	pbjson_members(j, &t->base);   /* all but the items: */
+	json_key(j, "items");          /* show_turn writes them, page by page */
 	json_arr_begin(j);
 }
 
@@ -132,7 +119,7 @@ static void show_turn(void *ctx, const Llamad__Turn *u)
 {
 	struct show_tx *x = ctx;
 	if (x->json)
-		cli_json_turn(&x->j, u);
+		pbjson_object(&x->j, &u->base);
 	else
 		cli_print_turn(stdout, u);
 }
@@ -201,7 +188,7 @@ static int cmd_show(struct cli *cli, int argc, char **argv)
 	if (cli->json) {
 		struct json j;
 		json_init(&j, stdout);
-		cli_json_session(&j, r->session);
+		pbjson_object(&j, &r->session->base);
 		json_end(&j);
 	} else {
 		print_session(r->session);

@@ -1,7 +1,6 @@
 /*
  * client/cmd_status.c — `llamactl status`: the daemon's status.
  */
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -32,56 +31,6 @@ static void human_duration(char *buf, size_t n, double s)
 		snprintf(buf, n, "%.1fs", s);
 }
 
-static void json_status(const Llamad__Status *s)
-{
-	struct json j;
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_key(&j, "server"); json_str(&j, s->server);
-	json_key(&j, "model"); json_str(&j, s->model);
-	json_key(&j, "backend"); json_str(&j, s->backend);
-	json_key(&j, "threads"); json_u64(&j, s->threads);
-	json_key(&j, "uptime_s"); json_double(&j, round(s->uptime_s * 1e3) / 1e3);
-	json_key(&j, "sessions"); json_u64(&j, s->sessions);
-	json_key(&j, "active"); json_u64(&j, s->active);
-	json_key(&j, "connections"); json_u64(&j, s->connections);
-	json_key(&j, "kv_blocks_total"); json_u64(&j, s->kv_blocks_total);
-	json_key(&j, "kv_blocks_free"); json_u64(&j, s->kv_blocks_free);
-	json_key(&j, "kv_block_tokens"); json_u64(&j, s->kv_block_tokens);
-	json_key(&j, "kv_bytes_total"); json_u64(&j, s->kv_bytes_total);
-	json_key(&j, "weight_bytes"); json_u64(&j, s->weight_bytes);
-	json_key(&j, "context_length"); json_u64(&j, s->context_length);
-	json_key(&j, "rss_bytes"); json_u64(&j, s->rss_bytes);
-	json_key(&j, "state_dir"); json_str(&j, s->state_dir);
-	json_key(&j, "chat_template"); json_str(&j, s->chat_template);
-	json_key(&j, "sessions_in_ram"); json_u64(&j, s->sessions_in_ram);
-	json_key(&j, "sessions_on_disk"); json_u64(&j, s->sessions_on_disk);
-	json_key(&j, "ram_bytes_used"); json_u64(&j, s->ram_bytes_used);
-	json_key(&j, "ram_bytes_total"); json_u64(&j, s->ram_bytes_total);
-	json_key(&j, "counters");
-	if (s->counters) {
-		const Llamad__Counters *c = s->counters;
-		json_obj_begin(&j);
-		json_key(&j, "requests"); json_u64(&j, c->requests);
-		json_key(&j, "errors"); json_u64(&j, c->errors);
-		json_key(&j, "connections"); json_u64(&j, c->connections);
-		json_key(&j, "prefilled_tokens"); json_u64(&j, c->prefilled_tokens);
-		json_key(&j, "generated_tokens"); json_u64(&j, c->generated_tokens);
-		json_key(&j, "forward_passes"); json_u64(&j, c->forward_passes);
-		json_key(&j, "cow_copies"); json_u64(&j, c->cow_copies);
-		json_key(&j, "evictions_ram"); json_u64(&j, c->evictions_ram);
-		json_key(&j, "evictions_disk"); json_u64(&j, c->evictions_disk);
-		json_key(&j, "restores"); json_u64(&j, c->restores);
-		json_key(&j, "saves"); json_u64(&j, c->saves);
-		json_key(&j, "save_errors"); json_u64(&j, c->save_errors);
-		json_obj_end(&j);
-	} else {
-		json_null(&j);
-	}
-	json_obj_end(&j);
-	json_end(&j);
-}
-
 static int cmd_status(struct cli *cli, int argc, char **argv)
 {
 	cli_parse_common(cli, argc, argv);
@@ -94,7 +43,10 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_STATUS);
 	const Llamad__Status *s = r->status;
 	if (cli->json) {
-		json_status(s);
+		struct json j;
+		json_init(&j, stdout);
+		pbjson_object(&j, &s->base);
+		json_end(&j);
 	} else {
 		char up[64], kv[32], w[32], rss[32];
 		human_duration(up, sizeof(up), s->uptime_s);

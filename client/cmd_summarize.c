@@ -530,7 +530,7 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 		json_u64(&j, (uint64_t)round + 1);
 		json_key(&j, "input_tokens");
 		json_u64(&j, n_input);
-		cli_json_done(&j, res.term->done);
+		pbjson_members(&j, &res.term->done->base);
 		json_obj_end(&j);
 		json_end(&j);
 	} else {

@@ -72,15 +72,8 @@ static int cmd_tokenize(struct cli *cli, int argc, char **argv)
 	if (cli->json) {
 		struct json j;
 		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_key(&j, "tokens");
-		json_u32_array(&j, n ? t->tokens : NULL, n);
-		json_key(&j, "pieces");
-		json_arr_begin(&j);
-		for (size_t i = 0; t && i < t->n_pieces; i++)
-			json_str(&j, t->pieces[i]);
-		json_arr_end(&j);
-		json_obj_end(&j);
+		Llamad__Tokens none = LLAMAD__TOKENS__INIT;
+		pbjson_object(&j, t ? &t->base : &none.base);
 		json_end(&j);
 	} else {
 		for (size_t i = 0; i < n; i++) {

@@ -144,14 +144,6 @@ void json_u64(struct json *j, uint64_t v)
 	fprintf(j->f, "%llu", (unsigned long long)v);
 }
 
-void json_u32_array(struct json *j, const uint32_t *v, size_t n)
-{
-	json_arr_begin(j);
-	for (size_t i = 0; i < n; i++)
-		json_u64(j, v[i]);
-	json_arr_end(j);
-}
-
 void json_i64(struct json *j, int64_t v)
 {
 	sep(j);

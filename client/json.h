@@ -43,9 +43,6 @@ void json_double(struct json *j, double v);
 void json_bool(struct json *j, bool v);
 void json_null(struct json *j);
 
-/* An array of n numbers (token ids). */
-void json_u32_array(struct json *j, const uint32_t *v, size_t n);
-
 /* End the document with a newline. */
 void json_end(struct json *j);
 

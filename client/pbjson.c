@@ -1,0 +1,211 @@
+/*
+ * client/pbjson.c — see pbjson.h.
+ */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "client/enums.h"
+#include "client/pbjson.h"
+#include "proto/names.h"
+
+enum {
+	PBJ_SKIP = 1,         /* never written */
+	PBJ_OMIT_UNSET = 2,   /* written only when set (repeated: when not empty) */
+	PBJ_NULL_UNSET = 4,   /* null when not set */
+	PBJ_EMPTY_UNSET = 8,  /* a string: "" when not set */
+	PBJ_ROUND3 = 16,      /* a number rounded to 3 decimals (timings: µs) */
+};
+
+/* A form chosen on purpose for one field of one message. With `after`, the
+ * field is written right after that one instead of in field-number order
+ * (rows apply in this order, so one may follow another that moved). */
+struct rule {
+	const ProtobufCMessageDescriptor *msg;
+	const char *field;
+	unsigned flags;
+	const char *after;
+};
+
+static const struct rule rules[] = {
+	/* a stream of text: an event without text has "" */
+	{ &llamad__token_event__descriptor, "text", PBJ_EMPTY_UNSET, NULL },
+	{ &llamad__done__descriptor, "prefill_ms", PBJ_ROUND3, NULL },
+	{ &llamad__done__descriptor, "generate_ms", PBJ_ROUND3, NULL },
+	/* what an open or an append said: only when it said it, at the end */
+	{ &llamad__session_info__descriptor, "created", PBJ_OMIT_UNSET, "file_bytes" },
+	{ &llamad__session_info__descriptor, "tokens_added", PBJ_OMIT_UNSET, "created" },
+	/* show --transcript writes the items of every page itself, last */
+	{ &llamad__transcript__descriptor, "next", PBJ_SKIP, NULL },
+	{ &llamad__transcript__descriptor, "items", PBJ_SKIP, NULL },
+	{ &llamad__transcript__descriptor, "system", 0, "location" },
+	{ &llamad__turn__descriptor, "text", PBJ_EMPTY_UNSET, NULL },
+	{ &llamad__turn__descriptor, "stop_reason", PBJ_NULL_UNSET, NULL },
+	{ &llamad__turn__descriptor, "token_ids", PBJ_OMIT_UNSET, "truncated" },
+	{ &llamad__status__descriptor, "uptime_s", PBJ_ROUND3, NULL },
+	{ &llamad__status__descriptor, "chat_template", 0, "state_dir" },
+	{ &llamad__status__descriptor, "sessions_in_ram", 0, "chat_template" },
+	{ &llamad__status__descriptor, "sessions_on_disk", 0, "sessions_in_ram" },
+	{ &llamad__status__descriptor, "counters", 0, "ram_bytes_total" },
+};
+
+#define N_RULES (sizeof(rules) / sizeof(rules[0]))
+
+static const struct rule *rule_of(const ProtobufCMessageDescriptor *d, const char *field)
+{
+	for (size_t i = 0; i < N_RULES; i++)
+		if (rules[i].msg == d && strcmp(rules[i].field, field) == 0)
+			return &rules[i];
+	return NULL;
+}
+
+/* Whether field f of m is set: has_ for optional scalars and bytes, a
+ * pointer for strings and messages, the case for a oneof member, a count
+ * for a repeated field; a required field always. */
+static bool is_set(const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f)
+{
+	const char *base = (const char *)m;
+	if (f->label == PROTOBUF_C_LABEL_REPEATED)
+		return *(const size_t *)(base + f->quantifier_offset) > 0;
+	if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)
+		return *(const uint32_t *)(base + f->quantifier_offset) == f->id;
+	if (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE)
+		return *(const void *const *)(base + f->offset) != NULL;
+	if (f->label == PROTOBUF_C_LABEL_OPTIONAL)
+		return *(const protobuf_c_boolean *)(base + f->quantifier_offset);
+	return true;
+}
+
+static void enum_value(struct json *j, const ProtobufCEnumDescriptor *d, int v)
+{
+	const char *s = cli_enum_name(d, v);
+	char buf[64];
+	if (!s && pb_enum_derive_name(d, v, '_', buf, sizeof(buf)) >= 0)
+		s = buf;   /* an enum llamactl has no table for */
+	if (s)
+		json_str(j, s);
+	else
+		json_i64(j, v);
+}
+
+static void number(struct json *j, double v, unsigned flags)
+{
+	json_double(j, flags & PBJ_ROUND3 ? round(v * 1e3) / 1e3 : v);
+}
+
+/* One value of type f->type at p; returns its size (for arrays). */
+static size_t value(struct json *j, const ProtobufCFieldDescriptor *f, const void *p,
+		    unsigned flags)
+{
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_INT32:
+	case PROTOBUF_C_TYPE_SINT32:
+	case PROTOBUF_C_TYPE_SFIXED32:
+		json_i64(j, *(const int32_t *)p);
+		return sizeof(int32_t);
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32:
+		json_u64(j, *(const uint32_t *)p);
+		return sizeof(uint32_t);
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64:
+		json_i64(j, *(const int64_t *)p);
+		return sizeof(int64_t);
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64:
+		json_u64(j, *(const uint64_t *)p);
+		return sizeof(uint64_t);
+	case PROTOBUF_C_TYPE_FLOAT:
+		number(j, *(const float *)p, flags);
+		return sizeof(float);
+	case PROTOBUF_C_TYPE_DOUBLE:
+		number(j, *(const double *)p, flags);
+		return sizeof(double);
+	case PROTOBUF_C_TYPE_BOOL:
+		json_bool(j, *(const protobuf_c_boolean *)p);
+		return sizeof(protobuf_c_boolean);
+	case PROTOBUF_C_TYPE_ENUM:
+		enum_value(j, f->descriptor, *(const int *)p);
+		return sizeof(int);
+	case PROTOBUF_C_TYPE_STRING:
+		json_str(j, *(char *const *)p);
+		return sizeof(char *);
+	case PROTOBUF_C_TYPE_BYTES: {
+		const ProtobufCBinaryData *b = p;
+		json_strn(j, (const char *)b->data, b->len);
+		return sizeof(*b);
+	}
+	case PROTOBUF_C_TYPE_MESSAGE: {
+		const ProtobufCMessage *sub = *(const ProtobufCMessage *const *)p;
+		if (sub)
+			pbjson_object(j, sub);
+		else
+			json_null(j);
+		return sizeof(sub);
+	}
+	}
+	json_null(j);   /* a type this protobuf-c does not have */
+	return 0;
+}
+
+/* Field f of m, under its key, unless its rule says otherwise. */
+static void field(struct json *j, const ProtobufCMessage *m, const ProtobufCFieldDescriptor *f,
+		  unsigned flags)
+{
+	bool set = is_set(m, f);
+	if ((flags & PBJ_SKIP) || (!set && (flags & PBJ_OMIT_UNSET)) ||
+	    (!set && (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF)))
+		return;
+	json_key(j, f->name);
+	const char *p = (const char *)m + f->offset;
+	if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+		size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
+		const char *v = *(const char *const *)p;
+		json_arr_begin(j);
+		for (size_t i = 0; i < n; i++)
+			v += value(j, f, v, flags);
+		json_arr_end(j);
+	} else if (!set && (flags & PBJ_NULL_UNSET)) {
+		json_null(j);
+	} else if (!set && (flags & PBJ_EMPTY_UNSET)) {
+		json_str(j, "");
+	} else {
+		value(j, f, p, flags);
+	}
+}
+
+/* Field f, then the fields whose rules put them after it. */
+static void field_and_followers(struct json *j, const ProtobufCMessage *m,
+				const ProtobufCFieldDescriptor *f)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	const struct rule *r = rule_of(d, f->name);
+	field(j, m, f, r ? r->flags : 0);
+	for (size_t i = 0; i < N_RULES; i++) {
+		if (rules[i].msg != d || !rules[i].after || strcmp(rules[i].after, f->name) != 0)
+			continue;
+		const ProtobufCFieldDescriptor *g =
+			protobuf_c_message_descriptor_get_field_by_name(d, rules[i].field);
+		if (g)
+			field_and_followers(j, m, g);
+	}
+}
+
+void pbjson_members(struct json *j, const ProtobufCMessage *msg)
+{
+	const ProtobufCMessageDescriptor *d = msg->descriptor;
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const struct rule *r = rule_of(d, d->fields[i].name);
+		if (!r || !r->after)   /* a moved field comes with the one it follows */
+			field_and_followers(j, msg, &d->fields[i]);
+	}
+}
+
+void pbjson_object(struct json *j, const ProtobufCMessage *msg)
+{
+	json_obj_begin(j);
+	pbjson_members(j, msg);
+	json_obj_end(j);
+}
