@@ -1,6 +1,8 @@
 # llamad — one entry point: deps, build, test, bench, install, demo.
 #
 #   make            build everything (build/)
+#   make text       the text layer alone (tokenizers, templates): its libraries
+#                   and tests, linked without the weight loaders
 #   make deps       install the Debian packages the build and tests need
 #   make test       deps + build + every test (the CI entry point); ends with
 #                   the line "N passed, N failed"
@@ -73,13 +75,30 @@ CXXFLAGS += -std=c++17 $(OPT) $(ARCH) -g $(WARN) -pthread $(SAN) -MMD -MP
 LDFLAGS  += -pthread $(SAN)
 LDLIBS   += -lm
 
-CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c text/*.c gen/*.c format/*.c \
-                      session/*.c util/*.c)
-CORE_CXX := $(wildcard text/*.cc)
-CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o) $(CORE_CXX:%.cc=$(BUILD)/%.o) \
-            $(BUILD)/proto/sentencepiece_model.pb-c.o
+# The libraries, leaf first. A program links those it uses in the reverse
+# order: core, text, format, proto, util (MODEL_LIBS: all of them).
+#   util    util/: causes, clocks, whole-file reads, UTF-8 (libc only)
+#   proto   proto/: the wire contract, framing, socket path, enum names
+#   format  format/: GGUF, safetensors and llama2.c readers
+#   text    text/: tokenizers, detokenizer, chat templates, stop strings
+#   core    kernels/, model/ (weights, forward pass), gen/, session/
+# text/ links without core: `make text` builds it and the programs that use
+# only it (the tokenizer and template tests; fuzz_tokenizer, fuzz_bpe and
+# fuzz_template link the same libraries in the fuzz build).
+UTIL_LIB   := $(BUILD)/libllamad-util.a
+UTIL_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard util/*.c))
+FORMAT_LIB := $(BUILD)/libllamad-format.a
+FORMAT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard format/*.c))
+TEXT_LIB   := $(BUILD)/libllamad-text.a
+TEXT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard text/*.c)) \
+              $(patsubst %.cc,$(BUILD)/%.o,$(wildcard text/*.cc)) \
+              $(BUILD)/proto/sentencepiece_model.pb-c.o
+TEXT_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
+
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c gen/*.c session/*.c)
+CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libllamad-core.a
-CORE_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
+CORE_LDLIBS = $(TEXT_LDLIBS)
 ifeq ($(HAVE_CUDA),1)
   CPPFLAGS    += -DLLAMAD_CUDA
   CORE_OBJ    += $(CUDA_SRCS:%.cu=$(BUILD)/%.o)
@@ -92,13 +111,18 @@ PROTO_OBJ := $(BUILD)/proto/llamad.pb-c.o $(BUILD)/proto/frame.o $(BUILD)/proto/
              $(BUILD)/proto/path.o
 PROTO_LIB := $(BUILD)/libllamad-proto.a
 # SentencePiece's ModelProto (the subset text/tok_parts.c writes): part of the
-# core library, which therefore links libprotobuf-c
+# text library, which therefore links libprotobuf-c
 SPM_GEN   := $(BUILD)/proto/sentencepiece_model.pb-c.c $(BUILD)/proto/sentencepiece_model.pb-c.h
+
+TEXT_LIBS  := $(TEXT_LIB) $(FORMAT_LIB) $(PROTO_LIB) $(UTIL_LIB)
+MODEL_LIBS := $(CORE_LIB) $(TEXT_LIBS)
 
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
+# the unit tests of text/ alone, linked without the core library
+TEXT_TESTS := $(patsubst %,$(BUILD)/tests/%,test_tokenizer test_bpe test_chat test_stop)
 TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-quantize $(BUILD)/llamad-bench \
               $(BUILD)/llamad-bench-daemon $(BUILD)/llamad-gpucheck $(BUILD)/llamad-load
 
@@ -107,7 +131,7 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all bins deps test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
+.PHONY: all bins text deps test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -158,25 +182,31 @@ $(BUILD)/%.o: %.cc
 	$(CXX) $(CPPFLAGS) $(PKG_CFLAGS) $(CXXFLAGS) -c $< -o $@
 
 $(CORE_LIB): $(CORE_OBJ)
+$(TEXT_LIB): $(TEXT_OBJ)
+$(FORMAT_LIB): $(FORMAT_OBJ)
+$(UTIL_LIB): $(UTIL_OBJ)
+$(CORE_LIB) $(TEXT_LIB) $(FORMAT_LIB) $(UTIL_LIB):
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(BUILD)/llamad: $(DAEMON_OBJ) $(CORE_LIB) $(PROTO_LIB)
-	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LDLIBS) $(PROTO_LDLIBS) $(CORE_LDLIBS) $(LDLIBS)
+text: $(TEXT_LIBS) $(TEXT_TESTS)
 
-$(BUILD)/llamactl: $(CLIENT_OBJ) $(PROTO_LIB)
+$(BUILD)/llamad: $(DAEMON_OBJ) $(MODEL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(DAEMON_LDLIBS) $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamactl: $(CLIENT_OBJ) $(PROTO_LIB) $(UTIL_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS) $(PROTO_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(CORE_LIB)
+$(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-quantize: $(BUILD)/tests/tools/quantize.o $(CORE_LIB)
+$(BUILD)/llamad-quantize: $(BUILD)/tests/tools/quantize.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(CORE_LIB)
+$(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-gpucheck: $(BUILD)/tests/gpu/check.o $(CORE_LIB)
+$(BUILD)/llamad-gpucheck: $(BUILD)/tests/gpu/check.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB)
@@ -185,9 +215,13 @@ $(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB)
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(CORE_LIB) $(PROTO_LIB)
+$(TEXT_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEXT_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(CORE_LDLIBS) -lcmocka $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(TEXT_LDLIBS) -lcmocka $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(MODEL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)
 
 # ---- tests -----------------------------------------------------------------
 
@@ -247,10 +281,14 @@ fuzz: fuzz-build
 
 fuzz-bins: $(FUZZ_TARGETS:%=$(BUILD)/%)
 
-# linked by the C++ driver: UBSan's C++ runtime, for the tokenizer shim
+# linked by the C++ driver: UBSan's C++ runtime, for the tokenizer shim.
+# The text/ targets link the text libraries only (no weight loaders).
+TEXT_FUZZ := $(patsubst %,$(BUILD)/%,fuzz_tokenizer fuzz_bpe fuzz_template)
 .SECONDARY: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.o)
-$(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(CORE_LIB) $(PROTO_LIB)
-	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(PROTO_LDLIBS) $(CORE_LDLIBS) $(LDLIBS)
+$(TEXT_FUZZ): $(BUILD)/%: $(BUILD)/tests/fuzz/%.o $(TEXT_LIBS)
+	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(TEXT_LDLIBS) $(LDLIBS)
+$(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(MODEL_LIBS)
+	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 # ---- bench, demo -------------------------------------------------------------
 
