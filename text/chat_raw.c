@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "text/chat_int.h"
@@ -19,6 +20,10 @@ static int raw_turn(const struct tok *t, const struct chat_ctx *c, enum chat_rol
 	if (!first && text[0] == ' ' && tok_kind(t) == TOK_SPM)
 		text++;
 	int n = tok_encode(t, text, strlen(text), first, ids);
+	if (n <= 0) {  /* chat.h: *ids NULL when no ids */
+		free(*ids);
+		*ids = NULL;
+	}
 	return n < 0 ? -EPROTO : n;
 }
 
