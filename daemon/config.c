@@ -2,6 +2,7 @@
  * daemon/config.c — see config.h. Every setting is one row of `keys`.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -35,8 +36,15 @@ struct key {
 	void (*apply)(const struct config *c);
 };
 
-static const char *const tmpl_names[] = { [CHAT_TEMPLATE_AUTO] = "auto", [CHAT_TEMPLATE_LLAMA2] = "llama2",
-					  [CHAT_TEMPLATE_RAW] = "raw", [CHAT_TEMPLATE_LLAMA3] = "llama3" };
+/* the template names are text/chat.h's (the wire's), filled in once */
+static const char *tmpl_names[CHAT_TEMPLATE_MAX + 1];
+static pthread_once_t tmpl_names_once = PTHREAD_ONCE_INIT;
+
+static void fill_tmpl_names(void)
+{
+	for (int i = 0; i <= CHAT_TEMPLATE_MAX; i++)
+		tmpl_names[i] = chat_template_name(i);
+}
 static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CTX_SHIFT] = "shift" };
 static const char *const level_names[] = { [LL_ERROR] = "error", [LL_WARN] = "warning",
 					   [LL_INFO] = "info", [LL_DEBUG] = "debug" };
@@ -112,6 +120,7 @@ static const struct key keys[] = {
 
 void config_defaults(struct config *c)
 {
+	pthread_once(&tmpl_names_once, fill_tmpl_names);
 	memset(c, 0, sizeof(*c));  /* K_STR: NULL */
 	for (size_t i = 0; i < N_KEYS; i++) {
 		const struct key *k = &keys[i];
@@ -164,6 +173,7 @@ void config_apply(const struct config *old, const struct config *c)
 
 static const struct key *find_key(const char *name)
 {
+	pthread_once(&tmpl_names_once, fill_tmpl_names);
 	char norm[64];
 	size_t n = strlen(name);
 	if (n >= sizeof(norm))
@@ -423,6 +433,7 @@ int config_load(struct config *c, const char *path, int reload_only, char **caus
 
 void config_dump(const struct config *c, FILE *f)
 {
+	pthread_once(&tmpl_names_once, fill_tmpl_names);
 	for (size_t i = 0; i < N_KEYS; i++) {
 		const struct key *k = &keys[i];
 		const void *p = (const char *)c + k->off;
