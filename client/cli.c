@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client/cli.h"
+#include "util/file.h"
 
 void gen_opts_init(struct gen_opts *g)
 {
@@ -349,33 +350,13 @@ noreturn void cli_die_local(const char *fmt, ...)
 
 char *cli_read_all(int fd, size_t *len)
 {
-	size_t n = 0, cap = 65536;
-	char *buf = malloc(cap);
-	if (!buf)
-		goto nomem;
-	for (;;) {
-		if (cap - n < 4096) {
-			char *b = realloc(buf, cap * 2);
-			if (!b)
-				goto nomem;
-			buf = b;
-			cap *= 2;
-		}
-		ssize_t k = read(fd, buf + n, cap - n - 1);
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			cli_die_local("cannot read stdin: %s", strerror(errno));
-		}
-		if (k == 0)
-			break;
-		n += (size_t)k;
-	}
-	buf[n] = '\0';
-	*len = n;
+	char *buf = NULL;
+	int rc = file_read_fd(fd, (size_t)1 << 40, &buf, len);
+	if (rc == -ENOMEM)
+		cli_die_local("out of memory reading stdin");
+	if (rc < 0)
+		cli_die_local("cannot read stdin: %s", strerror(-rc));
 	return buf;
-nomem:
-	cli_die_local("out of memory reading stdin");
 }
 
 void cli_ephemeral_name(char *buf, size_t n)
