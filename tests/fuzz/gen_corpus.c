@@ -6,7 +6,8 @@
  * hand when the protocol, the session format, the GGUF reader or fuzz_bpe's
  * input layout changes:
  *   make && cc -I. -Ibuild -Ibuild/proto -D_GNU_SOURCE tests/fuzz/gen_corpus.c \
- *     build/libllamad-core.a build/libllamad-proto.a $(pkg-config --libs \
+ *     build/libllamad-core.a build/libllamad-text.a build/libllamad-format.a \
+ *     build/libllamad-proto.a build/libllamad-util.a $(pkg-config --libs \
  *     libprotobuf-c libxxhash jansson sentencepiece libpcre2-8) -lstdc++ -lm -o /tmp/gen \
  *     && /tmp/gen tests/fuzz/corpus
  */
