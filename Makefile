@@ -123,10 +123,12 @@ TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # the unit tests of text/ alone, linked without the core library
 TEXT_TESTS := $(patsubst %,$(BUILD)/tests/%,test_tokenizer test_bpe test_chat test_stop)
-TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-quantize $(BUILD)/llamad-bench \
+TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench \
               $(BUILD)/llamad-bench-daemon $(BUILD)/llamad-gpucheck $(BUILD)/llamad-load
 
-BINS := $(BUILD)/llamad $(TOOL_BINS)
+# the installed programs (llamactl below, when client/ is there), then the
+# tools of the tests and benchmarks
+BINS := $(BUILD)/llamad $(BUILD)/llamad-quantize $(TOOL_BINS)
 ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
@@ -200,7 +202,7 @@ $(BUILD)/llamactl: $(CLIENT_OBJ) $(PROTO_LIB) $(UTIL_LIB)
 $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-quantize: $(BUILD)/tests/tools/quantize.o $(MODEL_LIBS)
+$(BUILD)/llamad-quantize: $(BUILD)/quantize/quantize.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(MODEL_LIBS)

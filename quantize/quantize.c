@@ -1,5 +1,5 @@
 /*
- * tests/tools/quantize.c — llamad-quantize: write any model llamad loads as
+ * quantize/quantize.c — llamad-quantize: write any model llamad loads as
  * a GGUF v3 file with Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, F16 or F32 matrices.
  *
  *   llamad-quantize --model PATH [--tokenizer PATH]
