@@ -211,7 +211,7 @@ $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(MODEL_LIBS)
 $(BUILD)/llamad-gpucheck: $(BUILD)/tests/gpu/check.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB)
+$(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB) $(UTIL_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)

@@ -16,6 +16,7 @@
 
 #include "client/cli.h"
 #include "util/file.h"
+#include "util/grow.h"
 
 void gen_opts_init(struct gen_opts *g)
 {
@@ -482,16 +483,8 @@ static int on_token(void *ctx, const Llamad__Response *r)
 	}
 	if (x->g->collect) {
 		struct gen_result *res = x->res;
-		if (res->len + n + 1 > res->cap) {
-			size_t cap = res->cap ? res->cap : 1024;
-			while (cap < res->len + n + 1)
-				cap *= 2;
-			char *b = realloc(res->text, cap);
-			if (!b)
-				return -ENOMEM;
-			res->text = b;
-			res->cap = cap;
-		}
+		if (grow(&res->text, &res->cap, res->len + n + 1, 1, 1024))
+			return -ENOMEM;
 		memcpy(res->text + res->len, t, n);
 		res->len += n;
 		res->text[res->len] = '\0';

@@ -15,6 +15,7 @@
 #include "daemon/engine_int.h"
 #include "daemon/log.h"
 #include "util/clock.h"
+#include "util/grow.h"
 
 /* ---- output ---------------------------------------------------------- */
 
@@ -141,16 +142,8 @@ void job_remove(struct engine *e, struct job *j)
 void job_emit_text(void *ctx, const char *text, size_t len)
 {
 	struct job *j = ctx;
-	if (j->n_text + len + 1 > j->cap_text) {
-		size_t c = j->cap_text ? j->cap_text * 2 : 256;
-		while (c < j->n_text + len + 1)
-			c *= 2;
-		char *p = realloc(j->text, c);
-		if (!p)
-			return;  /* text of this event lost; the tokens are still sent */
-		j->text = p;
-		j->cap_text = c;
-	}
+	if (grow(&j->text, &j->cap_text, j->n_text + len + 1, 1, 256))
+		return;  /* text of this event lost; the tokens are still sent */
 	memcpy(j->text + j->n_text, text, len);
 	j->n_text += len;
 	j->text[j->n_text] = 0;

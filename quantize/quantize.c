@@ -74,6 +74,7 @@
 #include "kernels/backend.h"
 #include "model/model.h"
 #include "text/tokenizer.h"
+#include "util/grow.h"
 
 #define GGUF_ALIGN 32
 
@@ -138,17 +139,9 @@ static void put(struct buf *b, const void *d, size_t n)
 {
 	if (b->oom)
 		return;
-	if (b->n + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->n + n)
-			cap *= 2;
-		uint8_t *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = 1;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
+	if (grow(&b->p, &b->cap, b->n + n, 1, 4096)) {
+		b->oom = 1;
+		return;
 	}
 	memcpy(b->p + b->n, d, n);
 	b->n += n;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "session/kvpool.h"
+#include "util/grow.h"
 
 struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
 			     int n_layers, int kv_dim)
@@ -132,17 +133,10 @@ void kvpool_unref(struct kvpool *p, int32_t b)
 
 static int seq_grow(struct kvseq *s, int n)
 {
-	if (n <= s->cap)
-		return 0;
-	int cap = s->cap ? s->cap : 8;
-	while (cap < n)
-		cap *= 2;
-	int32_t *nb = realloc(s->blocks, (size_t)cap * sizeof(int32_t));
-	if (!nb)
-		return -ENOMEM;
-	s->blocks = nb;
-	s->cap = cap;
-	return 0;
+	size_t cap = (size_t)s->cap;
+	int rc = grow(&s->blocks, &cap, (size_t)n, sizeof(int32_t), 8);
+	s->cap = (int)cap;
+	return rc;
 }
 
 int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from)

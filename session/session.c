@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "session/session.h"
+#include "util/grow.h"
 
 int sess_id_valid(const char *id)
 {
@@ -129,32 +130,18 @@ void sess_drop(struct sess_table *t, struct session *s)
 
 static int grow_tokens(struct session *s, int n)
 {
-	if (n <= s->cap)
-		return 0;
-	int cap = s->cap ? s->cap : 256;
-	while (cap < n)
-		cap *= 2;
-	int32_t *p = realloc(s->tokens, (size_t)cap * sizeof(int32_t));
-	if (!p)
-		return -ENOMEM;
-	s->tokens = p;
-	s->cap = cap;
-	return 0;
+	size_t cap = (size_t)s->cap;
+	int rc = grow(&s->tokens, &cap, (size_t)n, sizeof(int32_t), 256);
+	s->cap = (int)cap;
+	return rc;
 }
 
 static int grow_turns(struct session *s, int n)
 {
-	if (n <= s->turns_cap)
-		return 0;
-	int cap = s->turns_cap ? s->turns_cap * 2 : 16;
-	while (cap < n)
-		cap *= 2;
-	struct sess_turn *p = realloc(s->turns, (size_t)cap * sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	s->turns = p;
-	s->turns_cap = cap;
-	return 0;
+	size_t cap = (size_t)s->turns_cap;
+	int rc = grow(&s->turns, &cap, (size_t)n, sizeof(*s->turns), 16);
+	s->turns_cap = (int)cap;
+	return rc;
 }
 
 static char *dup_or_null(const char *s, int *fail)

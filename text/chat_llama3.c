@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "text/chat_int.h"
+#include "util/grow.h"
 
 /* The Llama 3 control tokens a conversation needs. */
 struct l3_ids {
@@ -75,21 +76,14 @@ static int llama3_find_tag(const struct tok *t, const char *text, size_t len, ch
 /* A growing array of ids. */
 struct idv {
 	int32_t *v;
-	int n, cap;
+	int n;
+	size_t cap;
 };
 
 static int idv_push(struct idv *a, const int32_t *ids, int n)
 {
-	if (a->n + n > a->cap) {
-		int c = a->cap ? a->cap : 64;
-		while (c < a->n + n)
-			c *= 2;
-		int32_t *nv = realloc(a->v, (size_t)c * sizeof(int32_t));
-		if (!nv)
-			return -ENOMEM;
-		a->v = nv;
-		a->cap = c;
-	}
+	if (grow(&a->v, &a->cap, (size_t)(a->n + n), sizeof(int32_t), 64))
+		return -ENOMEM;
 	if (n > 0)
 		memcpy(a->v + a->n, ids, (size_t)n * sizeof(int32_t));
 	a->n += n;

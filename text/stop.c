@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "text/stop.h"
+#include "util/grow.h"
 
 int stopper_init(struct stopper *s, const char *const *stops, int n)
 {
@@ -61,16 +62,8 @@ int stopper_push(struct stopper *s, const char *text, size_t len, stop_emit_fn e
 			emit(ctx, text, len);
 		return 0;
 	}
-	if (s->n_pend + len > s->cap) {
-		size_t c = s->cap ? s->cap : 64;
-		while (c < s->n_pend + len)
-			c *= 2;
-		char *p = realloc(s->pend, c);
-		if (!p)
-			return -ENOMEM;
-		s->pend = p;
-		s->cap = c;
-	}
+	if (grow(&s->pend, &s->cap, s->n_pend + len, 1, 64))
+		return -ENOMEM;
 	memcpy(s->pend + s->n_pend, text, len);
 	s->n_pend += len;
 	/* earliest match of any stop string */

@@ -34,6 +34,7 @@
 #include "text/tok_int.h"
 #include "text/tokenizer.h"
 #include "util/cause.h"
+#include "util/grow.h"
 #include "util/utf8.h"
 
 #define BPE_MAX_VOCAB (1 << 22)
@@ -124,16 +125,8 @@ static int arena_add(struct bpe *b, const void *p, size_t n, struct span *sp)
 {
 	if (n > UINT32_MAX / 2 || b->arena_len + n + 1 > UINT32_MAX)
 		return -E2BIG;
-	if (b->arena_len + n + 1 > b->arena_cap) {
-		size_t c = b->arena_cap ? b->arena_cap : 1 << 16;
-		while (c < b->arena_len + n + 1)
-			c *= 2;
-		char *a = realloc(b->arena, c);
-		if (!a)
-			return -ENOMEM;
-		b->arena = a;
-		b->arena_cap = c;
-	}
+	if (grow(&b->arena, &b->arena_cap, b->arena_len + n + 1, 1, 1 << 16))
+		return -ENOMEM;
 	memcpy(b->arena + b->arena_len, p, n);
 	b->arena[b->arena_len + n] = 0;
 	sp->off = (uint32_t)b->arena_len;

@@ -66,6 +66,7 @@
 #include <unistd.h>
 
 #include "proto/frame.h"
+#include "util/grow.h"
 
 #define RECV_MAX FRAME_MAX_DEFAULT  /* larger replies are a protocol violation */
 #define STALL_MAX_S 10.0             /* longer without any reply: "stopped serving" */
@@ -421,16 +422,8 @@ static int conn_send(struct conn *c, Llamad__Request *q, enum op op)
 	PB_SET(q, id, ++c->next_id);
 	size_t n = protobuf_c_message_get_packed_size(&q->base);
 	size_t need = c->out_len + FRAME_HDR + n;
-	if (need > c->out_cap) {
-		size_t cap = c->out_cap ? c->out_cap : 1024;
-		while (cap < need)
-			cap *= 2;
-		uint8_t *p = realloc(c->out, cap);
-		if (!p)
-			return -ENOMEM;
-		c->out = p;
-		c->out_cap = cap;
-	}
+	if (grow(&c->out, &c->out_cap, need, 1, 1024))
+		return -ENOMEM;
 	frame_put_len(c->out + c->out_len, (uint32_t)n);
 	protobuf_c_message_pack(&q->base, c->out + c->out_len + FRAME_HDR);
 	c->out_len = need;
