@@ -11,6 +11,7 @@
 #include "format/gguf.h"
 #include "kernels/backend.h"
 #include "util/cause.h"
+#include "util/grow.h"
 
 static const char *const gv_names[GV_N] = {
 	"u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string",
@@ -223,15 +224,9 @@ int gguf_parse_kv(struct gguf *g)
 		return -EINVAL;
 	}
 	for (uint64_t i = 0; i < g->n_kv_hdr; i++) {
-		if (g->n_kv == g->cap_kv) {
-			size_t nc = g->cap_kv ? 2 * g->cap_kv : 32;
-			struct gguf_kv *n = realloc(g->kv, nc * sizeof(*n));
-			if (!n) {
-				cause_set(g->cause, "%s: out of memory", g->path);
-				return -ENOMEM;
-			}
-			g->kv = n;
-			g->cap_kv = nc;
+		if (grow(&g->kv, &g->cap_kv, g->n_kv + 1, sizeof(*g->kv), 32)) {
+			cause_set(g->cause, "%s: out of memory", g->path);
+			return -ENOMEM;
 		}
 		struct gguf_kv *kv = &g->kv[g->n_kv];
 		memset(kv, 0, sizeof(*kv));
@@ -427,15 +422,9 @@ int gguf_parse_tensors(struct gguf *g)
 	}
 	g->alignment = (uint64_t)al;
 	for (uint64_t i = 0; i < g->n_tensors_hdr; i++) {
-		if (g->n_t == g->cap_t) {
-			size_t nc = g->cap_t ? 2 * g->cap_t : 64;
-			struct gguf_tensor *n = realloc(g->t, nc * sizeof(*n));
-			if (!n) {
-				cause_set(g->cause, "%s: out of memory", g->path);
-				return -ENOMEM;
-			}
-			g->t = n;
-			g->cap_t = nc;
+		if (grow(&g->t, &g->cap_t, g->n_t + 1, sizeof(*g->t), 64)) {
+			cause_set(g->cause, "%s: out of memory", g->path);
+			return -ENOMEM;
 		}
 		struct gguf_tensor *t = &g->t[g->n_t];
 		memset(t, 0, sizeof(*t));
