@@ -29,6 +29,15 @@
 #include "util/cause.h"
 #include "util/clock.h"
 
+/* Send r as the reply of j's request (its id set here), unless j's client
+ * has gone. */
+static void job_reply(struct engine *e, struct job *j, Llamad__Response *r)
+{
+	PB_SET(r, id, j->req_id);
+	if (j->cancelled != 2)
+		engine_reply(e, j->conn, r);
+}
+
 static void send_token_event(struct engine *e, struct job *j, const int32_t *tok, int n)
 {
 	Llamad__TokenEvent ev = LLAMAD__TOKEN_EVENT__INIT;
@@ -40,11 +49,9 @@ static void send_token_event(struct engine *e, struct job *j, const int32_t *tok
 		ev.tokens = ids;
 	}
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	PB_SET(&r, id, j->req_id);
 	r.body_case = LLAMAD__RESPONSE__BODY_TOKEN;
 	r.token = &ev;
-	if (j->cancelled != 2)
-		engine_reply(e, j->conn, &r);
+	job_reply(e, j, &r);
 	j->n_text = 0;
 	if (j->text)
 		j->text[0] = 0;
@@ -80,11 +87,9 @@ static void finish_generate(struct engine *e, struct job *j, int why)
 	if (why == GEN_STOP_STRING)
 		d.stop = (char *)gen_stop_string(&j->gen);
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
-	PB_SET(&r, id, j->req_id);
 	r.body_case = LLAMAD__RESPONSE__BODY_DONE;
 	r.done = &d;
-	if (j->cancelled != 2)
-		engine_reply(e, j->conn, &r);
+	job_reply(e, j, &r);
 	log_msg(LL_DEBUG, "session %s: generated %d tokens (%s)", j->s->id, j->gen.generated,
 		why == GEN_EOS ? "eos" : "stopped");
 	job_remove(e, j);
