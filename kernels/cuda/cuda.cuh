@@ -2,7 +2,7 @@
  * kernels/cuda/cuda.cuh — the CUDA backend's shared state and launchers.
  *
  * One .cu per op; each exports a launcher taking the stream (and the few
- * staged arrays it reads) so the ops in backend.cu stay thin. Activations
+ * staged arrays it reads) so the ops in ops.cu stay thin. Activations
  * are fp32 on the device; weights are f16/bf16/f32, repacked Q8_0/Q4_0
  * (quants first, then one f16 scale per 32 weights) or K-quants in the
  * file's own super-blocks (decoded by kq.h); the KV pool keeps the

@@ -12,7 +12,7 @@
  *  - Q4_K / Q5_K / Q6_K: each lane decodes a 32-weight sub-block of the
  *    file's super-blocks (kq.h) to fp32 in registers, fp32 activations.
  *    Never run on a GPU yet: the backend checks them against the host
- *    decoder when it places the first matrix of each type (backend.cu).
+ *    decoder when it places the first matrix of each type (weights.cu).
  *  - Q8_0 / Q4_0 (default): the activations are first quantized to 8 bits
  *    per block of 32 (scale = max|x| / 127, as llama.cpp does on GPUs), and
  *    each block's dot product is 8 __dp4a integer instructions, times the
