@@ -6,7 +6,6 @@
  * it did not otherwise.
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -39,32 +38,6 @@ int backend_cuda_set_kernels(struct backend *be, const char *spec)
 	return -ENOSYS;
 }
 #endif
-
-static void (*log_fn)(int level, const char *msg);
-
-void backend_set_log(void (*fn)(int level, const char *msg))
-{
-	log_fn = fn;
-}
-
-void backend_log(int level, const char *fmt, ...)
-{
-	char msg[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (log_fn)
-		log_fn(level, msg);
-	else
-		fprintf(stderr, "llamad: %s\n", msg);
-}
-
-int backend_env_flag(const char *name)
-{
-	const char *v = getenv(name);
-	return v && *v && *v != '0';
-}
 
 struct backend *backend_open(const struct backend_opts *o, char **cause, char **note)
 {
