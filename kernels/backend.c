@@ -11,15 +11,6 @@
 
 #include "kernels/backend.h"
 
-int backend_have_cuda(void)
-{
-#ifdef LLAMAD_CUDA
-	return 1;
-#else
-	return 0;
-#endif
-}
-
 #ifndef LLAMAD_CUDA
 struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, char **cause)
 {

@@ -326,8 +326,6 @@ struct backend_opts {
  * no CUDA backend), or on ENOMEM. When BACKEND_AUTO falls back to the CPU,
  * *note (malloc'd; note may be NULL) says why the GPU was not used. */
 struct backend *backend_open(const struct backend_opts *opts, char **cause, char **note);
-/* 1 if this build contains the CUDA backend. */
-int backend_have_cuda(void);
 /* Free and total bytes of backend memory (CUDA: the device's); -ENOSYS on
  * host memory. */
 int backend_mem_info(struct backend *be, size_t *free_b, size_t *total_b);
