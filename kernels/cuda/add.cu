@@ -3,7 +3,7 @@
  */
 #include "kernels/cuda/cuda.cuh"
 
-__global__ void add_kernel(float *y, const float *x, size_t n)
+static __global__ void add_kernel(float *y, const float *x, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)

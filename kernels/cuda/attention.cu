@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
 }
 
 /* Merge the splits of (row, head): one block each, a thread per channel. */
-__global__ void attn_combine_kernel(float *out, const float *part, int hd, int n_split)
+static __global__ void attn_combine_kernel(float *out, const float *part, int hd, int n_split)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
@@ -230,8 +230,8 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
  * [kv_head][group*n][hd] (rows (g, i): query head kv_head*group + g, row i),
  * scaled by 1/sqrt(hd).
  */
-__global__ void attn_gather_kernel(__half *kc, __half *vc, const float *base, const int32_t *tab,
-				   int n_layers, int bs, int kv_dim, int layer, int hd, int P)
+static __global__ void attn_gather_kernel(__half *kc, __half *vc, const float *base, const int32_t *tab,
+					  int n_layers, int bs, int kv_dim, int layer, int hd, int P)
 {
 	int p = blockIdx.x, kvh = blockIdx.y;
 	int32_t b = tab[p / bs];
@@ -247,8 +247,8 @@ __global__ void attn_gather_kernel(__half *kc, __half *vc, const float *base, co
 	}
 }
 
-__global__ void attn_q16_kernel(__half *qc, const float *q, int t0, int n, int n_heads, int group,
-				int hd, float scale)
+static __global__ void attn_q16_kernel(__half *qc, const float *q, int t0, int n, int n_heads, int group,
+				       int hd, float scale)
 {
 	int i = blockIdx.x, h = blockIdx.y, kvh = h / group, g = h % group;
 	const float *src = q + ((size_t)(t0 + i) * n_heads + h) * hd;
@@ -258,7 +258,7 @@ __global__ void attn_q16_kernel(__half *qc, const float *q, int t0, int n, int n
 }
 
 /* Row rho = (kvh*group + g)*n + i of S (length P) attends to [0, p0 + i]. */
-__global__ void attn_softmax_kernel(__half *pm, const float *S, int n, int P, int p0)
+static __global__ void attn_softmax_kernel(__half *pm, const float *S, int n, int P, int p0)
 {
 	__shared__ float red[32];
 	size_t rho = blockIdx.x;
@@ -291,8 +291,8 @@ __global__ void attn_softmax_kernel(__half *pm, const float *S, int n, int P, in
 		o[k] = __float2half_rn(k < lim ? expf(s[k] - mx) * inv : 0.f);
 }
 
-__global__ void attn_scatter_kernel(float *out, const float *oc, int t0, int n, int n_heads,
-				    int group, int hd)
+static __global__ void attn_scatter_kernel(float *out, const float *oc, int t0, int n, int n_heads,
+					   int group, int hd)
 {
 	int i = blockIdx.x, h = blockIdx.y, kvh = h / group, g = h % group;
 	const float *src = oc + (((size_t)kvh * group + g) * n + i) * hd;

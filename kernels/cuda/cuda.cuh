@@ -185,8 +185,8 @@ static __device__ __forceinline__ void cu_pdl_trigger(void)
 #endif
 }
 
-/* The last launch error of cu_launch_pdl (cudaSuccess when none), cleared. */
-cudaError_t cu_take_launch_error(void);
+/* cu_launch_pdl's failed launch, for this thread (error.cu: launched()
+ * takes it). */
 void cu_note_launch_error(cudaError_t e);
 
 /* A launch on st with the one attribute at (PDL, cooperative). */

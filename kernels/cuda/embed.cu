@@ -4,8 +4,8 @@
  */
 #include "kernels/cuda/cuda.cuh"
 
-__global__ void embed_kernel(float *y, const void *w, enum kt_dtype dt, size_t rows, int cols,
-			     const int32_t *tok)
+static __global__ void embed_kernel(float *y, const void *w, enum kt_dtype dt, size_t rows, int cols,
+				    const int32_t *tok)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();

@@ -31,7 +31,8 @@ void cu_note_launch_error(cudaError_t e)
 	pdl_error = e;
 }
 
-cudaError_t cu_take_launch_error(void)
+/* The last launch error of cu_launch_pdl (cudaSuccess when none), cleared. */
+static cudaError_t cu_take_launch_error(void)
 {
 	cudaError_t e = pdl_error;
 	pdl_error = cudaSuccess;

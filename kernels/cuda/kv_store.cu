@@ -4,9 +4,9 @@
  */
 #include "kernels/cuda/cuda.cuh"
 
-__global__ void kv_store_kernel(float *base, int n_layers, int bs, int kv_dim, int layer,
-				const float *k, const float *v, const int *pos, const int *row_tab,
-				const int32_t *tables, int tab_stride)
+static __global__ void kv_store_kernel(float *base, int n_layers, int bs, int kv_dim, int layer,
+				       const float *k, const float *v, const int *pos, const int *row_tab,
+				       const int32_t *tables, int tab_stride)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();

@@ -25,7 +25,7 @@
 
 
 /* One warp per block of 32 activations: 8-bit values, scale, sum. */
-__global__ void quant_x_kernel(int8_t *xq, float *xd, int *xs, const float *x, size_t n_blocks)
+static __global__ void quant_x_kernel(int8_t *xq, float *xd, int *xs, const float *x, size_t n_blocks)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
@@ -86,7 +86,7 @@ void cu_gemv(cudaStream_t st, float *y, const float *x, const struct kt_weight *
 	cu_gemv_run(st, &j, w->dtype, 0, x, n_tok);
 }
 
-__global__ void dequant_kernel(__half *dst, const void *w, enum kt_dtype dt, size_t rows, int cols)
+static __global__ void dequant_kernel(__half *dst, const void *w, enum kt_dtype dt, size_t rows, int cols)
 {
 	size_t n = rows * cols;
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -99,14 +99,14 @@ void cu_dequant_f16(cudaStream_t st, __half *dst, const struct kt_weight *w)
 	dequant_kernel<<<1024, 256, 0, st>>>(dst, w->data, w->dtype, (size_t)w->rows, w->cols);
 }
 
-__global__ void to_f16_kernel(__half *dst, const float *src, size_t n)
+static __global__ void to_f16_kernel(__half *dst, const float *src, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		dst[i] = __float2half_rn(src[i]);
 }
 
-__global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
+static __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
@@ -131,7 +131,7 @@ void cu_f32_to_bf16(cudaStream_t st, __nv_bfloat16 *dst, const float *src, size_
 
 /* One GGML block per thread: its scale to the scale array, its quants to
  * the quant array (same order within the block). */
-__global__ void repack_kernel(uint8_t *dst, const uint8_t *src, int q8, size_t n_blocks)
+static __global__ void repack_kernel(uint8_t *dst, const uint8_t *src, int q8, size_t n_blocks)
 {
 	size_t qb = q8 ? 32 : 16, sb = 2 + qb;
 	__half *sc = (__half *)(dst + n_blocks * qb);

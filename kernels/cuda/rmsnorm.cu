@@ -7,7 +7,7 @@
  */
 #include "kernels/cuda/gemv.cuh"
 
-__global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps)
+static __global__ void rmsnorm_kernel(float *y, const float *x, const float *w, int n, float eps)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();

@@ -5,8 +5,8 @@
  */
 #include "kernels/cuda/cuda.cuh"
 
-__global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
-			    int hd, const float *inv_freq, int half_layout)
+static __global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
+				   int hd, const float *inv_freq, int half_layout)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
