@@ -1,27 +1,24 @@
 /*
  * client/cmd_chat.c — `llamactl chat`: a conversation in one session.
  *
- * On a terminal: a prompt loop with line editing and history (libedit),
- * answers streamed as they come, slash commands. Signals: SIGINT and
- * SIGWINCH stay blocked except while sleeping in ppoll() (reading a key or
- * waiting for the daemon), so none is lost and none interrupts a write.
- * SIGINT while waiting for the daemon sends Cancel for the request; at the
- * prompt it discards the line. Without a terminal: all of stdin is one user
- * turn, the answer goes to stdout, and the program exits.
+ * On a terminal: a prompt loop, the message read by client/editor.c (line
+ * editing and history with libedit, bracketed paste, the signals), answers
+ * streamed as they come, slash commands. SIGINT and SIGWINCH stay blocked
+ * except while sleeping in ppoll() (reading a key or waiting for the
+ * daemon), so none is lost and none interrupts a write. SIGINT while
+ * waiting for the daemon sends Cancel for the request; at the prompt it
+ * discards the line. Without a terminal: all of stdin is one user turn, the
+ * answer goes to stdout, and the program exits.
  */
 #include <errno.h>
-#include <histedit.h>
 #include <poll.h>
-#include <pwd.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
-#include <wchar.h>
 
 #include "client/cli.h"
+#include "client/editor.h"
 
 static int cmd_chat(struct cli *cli, int argc, char **argv);
 
@@ -70,18 +67,12 @@ CLI_SAMPLER_HELP,
 	.run = cmd_chat,
 };
 
-#define CHAT_MAX_PASTES 16
-
 struct chat {
 	struct cli *cli;
 	char *session;              /* current session (owned) */
 	bool ephemeral;             /* current session is a throw-away one */
 	struct gen_opts g;
-	EditLine *el;
-	History *hist;
-	char hist_path[4096];       /* "" when history is not persisted */
-	char prompt[200];
-	bool continuation;          /* reading the next line of a \ line */
+	struct editor ed;           /* the terminal input (interactive) */
 	bool last_is_system;        /* the last turn we added is /system's */
 	uint32_t recap;             /* turns shown on entering a session */
 	struct open_opts open;      /* how the session was opened (to reopen it) */
@@ -90,421 +81,21 @@ struct chat {
 	bool echo_user;             /* stdout is not the terminal: the user's turns
 				     * go there too, so a log holds both sides */
 	bool lost;                  /* the connection broke: reconnect first */
-	bool bracketed;             /* bracketed paste is on in the terminal */
-	char *pending;              /* bytes chat_getc gives before reading more */
-	size_t n_pending, at_pending;
-	char *pastes[CHAT_MAX_PASTES];  /* pastes of several lines in this message */
-	int n_pastes;
 };
 
-static volatile sig_atomic_t g_sigint;
-static volatile sig_atomic_t g_sigwinch;
-static bool g_line_interrupted;
-static sigset_t g_wait_mask;     /* the mask while sleeping: SIGINT open */
-
-static void on_sigint(int sig)
+/* The prompt (an editor_prompt_fn): the session's name, green on a colour
+ * terminal; "> " in a throw-away session. */
+static char *chat_prompt(void *ctx, char *buf, size_t n)
 {
-	(void)sig;
-	g_sigint = 1;
-}
-
-static void on_sigwinch(int sig)
-{
-	(void)sig;
-	g_sigwinch = 1;
-}
-
-/* Install the handlers and block SIGINT/SIGWINCH outside ppoll(). */
-static void signals_setup(void)
-{
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sigemptyset(&sa.sa_mask);
-	sa.sa_handler = on_sigint;      /* no SA_RESTART: ppoll returns EINTR */
-	sigaction(SIGINT, &sa, NULL);
-	sa.sa_handler = on_sigwinch;
-	sigaction(SIGWINCH, &sa, NULL);
-
-	sigset_t block;
-	sigemptyset(&block);
-	sigaddset(&block, SIGINT);
-	sigaddset(&block, SIGWINCH);
-	sigprocmask(SIG_BLOCK, &block, &g_wait_mask);
-	sigdelset(&g_wait_mask, SIGINT);
-	sigdelset(&g_wait_mask, SIGWINCH);
-}
-
-/* Forget a Ctrl-C pressed while nothing was waiting for one. */
-static void drain_sigint(void)
-{
-	sigset_t pend, only;
-	sigemptyset(&only);
-	sigaddset(&only, SIGINT);
-	struct timespec zero = { 0, 0 };
-	while (sigpending(&pend) == 0 && sigismember(&pend, SIGINT))
-		if (sigtimedwait(&only, NULL, &zero) < 0 && errno != EINTR)
-			break;
-	g_sigint = 0;
-}
-
-/* One byte from stdin within timeout_ms (< 0: no limit), sleeping in ppoll
- * with the signals open: 1 with *b, 0 at end of input, -1 on an error, -2
- * on a signal or when the time ran out. */
-static int read_byte(unsigned char *b, int timeout_ms)
-{
-	struct pollfd p = { .fd = STDIN_FILENO, .events = POLLIN };
-	struct timespec ts = { timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L };
-	int k = ppoll(&p, 1, timeout_ms < 0 ? NULL : &ts, &g_wait_mask);
-	if (k < 0)
-		return errno == EINTR ? -2 : -1;
-	if (k == 0)
-		return -2;
-	ssize_t n = read(STDIN_FILENO, b, 1);
-	if (n < 0)
-		return errno == EINTR || errno == EAGAIN ? -2 : -1;
-	return n == 1 ? 1 : 0;
-}
-
-/* Append n bytes to c's pending bytes; false when out of memory. */
-static bool push_pending(struct chat *c, const char *s, size_t n)
-{
-	if (c->at_pending == c->n_pending)
-		c->at_pending = c->n_pending = 0;
-	char *p = realloc(c->pending, c->n_pending + n + 1);
-	if (!p)
-		return false;
-	memcpy(p + c->n_pending, s, n);
-	c->pending = p;
-	c->n_pending += n;
-	return true;
-}
-
-/* The placeholder a paste of several lines stands as in the line. */
-static void paste_mark(char *buf, size_t n, int k, const char *text)
-{
-	int lines = 0;
-	size_t len = strlen(text);
-	for (size_t i = 0; i < len; i++)
-		lines += text[i] == '\n';
-	lines += len && text[len - 1] != '\n';
-	snprintf(buf, n, "[paste %d: %d lines]", k + 1, lines);
-}
-
-/* An escape byte came from the terminal: if a bracketed paste follows
- * (ESC [ 2 0 0 ~ ... ESC [ 2 0 1 ~), take it whole, newlines included: a
- * paste of one line is typed into the line, one of several stands as a
- * placeholder that read_message replaces with it (one message, one turn).
- * Anything else goes back to libedit as it came. */
-static void take_escape(struct chat *c)
-{
-	static const char start[] = "[200~", end[] = "\x1b[201~";
-	char seq[8] = "\x1b";
-	size_t n = 1;
-	unsigned char b;
-	while (n < 6 && read_byte(&b, 50) == 1) {
-		seq[n++] = (char)b;
-		if (b != (unsigned char)start[n - 2])
-			break;
-	}
-	if (n < 6 || memcmp(seq + 1, start, 5) != 0) {
-		push_pending(c, seq, n);
-		return;
-	}
-	char *text = NULL;
-	size_t len = 0, cap = 0, e = strlen(end);
-	unsigned char prev = 0;
-	while (read_byte(&b, 1000) == 1) {
-		if (len + 2 > cap) {
-			char *t = realloc(text, cap = cap ? cap * 2 : 256);
-			if (!t)
-				break;
-			text = t;
-		}
-		bool crlf = b == '\n' && prev == '\r';   /* the CR stood for it already */
-		prev = b;
-		if (crlf)
-			continue;
-		text[len++] = (char)(b == '\r' ? '\n' : b);   /* terminals paste Enter as CR */
-		if (len >= e && memcmp(text + len - e, end, e) == 0) {
-			len -= e;
-			break;
-		}
-	}
-	if (!text)
-		return;
-	text[len] = '\0';
-	if (!memchr(text, '\n', len) || c->n_pastes == CHAT_MAX_PASTES) {
-		push_pending(c, text, len);
-		free(text);
-		return;
-	}
-	char mark[64];
-	paste_mark(mark, sizeof(mark), c->n_pastes, text);
-	c->pastes[c->n_pastes++] = text;
-	push_pending(c, mark, strlen(mark));
-}
-
-/* libedit's character source: one key from stdin, sleeping in ppoll with
- * the signals open. A Ctrl-C becomes Enter with g_line_interrupted set, so
- * el_gets returns and the line is thrown away. */
-static int chat_getc(EditLine *el, wchar_t *wc)
-{
-	static mbstate_t st;
-	struct chat *c = NULL;
-	el_get(el, EL_CLIENTDATA, &c);
-	for (;;) {
-		if (g_sigwinch) {
-			g_sigwinch = 0;
-			el_resize(el);
-		}
-		if (g_sigint) {
-			g_sigint = 0;
-			g_line_interrupted = true;
-			memset(&st, 0, sizeof(st));
-			*wc = L'\n';
-			return 1;
-		}
-		unsigned char ub;
-		if (c && c->at_pending < c->n_pending) {
-			ub = (unsigned char)c->pending[c->at_pending++];
-		} else {
-			int k = read_byte(&ub, -1);
-			if (k == -2)
-				continue;
-			if (k <= 0)
-				return k;
-			if (ub == 0x1b && c && c->bracketed) {
-				take_escape(c);
-				continue;
-			}
-		}
-		char b = (char)ub;
-		size_t r = mbrtowc(wc, &b, 1, &st);
-		if (r == (size_t)-2)
-			continue;            /* more bytes of this character */
-		if (r == (size_t)-1) {
-			memset(&st, 0, sizeof(st));
-			continue;            /* not a character: skip the byte */
-		}
-		return 1;
-	}
-}
-
-static char *prompt_fn(EditLine *el)
-{
-	struct chat *c = NULL;
-	el_get(el, EL_CLIENTDATA, &c);
-	if (!c)
-		return "> ";
-	if (c->continuation)
-		return "... ";
+	struct chat *c = ctx;
 	if (c->ephemeral)
 		return "> ";
 	/* \1 ... \1: the colour's escape sequence takes no room on screen */
 	if (c->color)
-		snprintf(c->prompt, sizeof(c->prompt), "\1\033[1;32m\1%.120s\1\033[0m\1> ",
-			 c->session);
+		snprintf(buf, n, "\1\033[1;32m\1%.120s\1\033[0m\1> ", c->session);
 	else
-		snprintf(c->prompt, sizeof(c->prompt), "%.120s> ", c->session);
-	return c->prompt;
-}
-
-/* $XDG_STATE_HOME/llamactl/history, else ~/.local/state/llamactl/history;
- * creates the folder. false if that fails (no persistence). */
-static bool history_path(char *buf, size_t n)
-{
-	const char *state = getenv("XDG_STATE_HOME");
-	char base[4096];
-	if (state && *state == '/') {
-		snprintf(base, sizeof(base), "%s", state);
-	} else {
-		const char *home = getenv("HOME");
-		if (!home || !*home) {
-			struct passwd *pw = getpwuid(getuid());
-			home = pw ? pw->pw_dir : NULL;
-		}
-		if (!home || !*home)
-			return false;
-		if ((size_t)snprintf(base, sizeof(base), "%s/.local/state", home) >= sizeof(base))
-			return false;
-	}
-	if ((size_t)snprintf(buf, n, "%s/llamactl/history", base) >= n)
-		return false;
-	/* mkdir -p of the folder part */
-	char dir[4096 + 16];
-	if ((size_t)snprintf(dir, sizeof(dir), "%s/llamactl", base) >= sizeof(dir))
-		return false;
-	for (char *p = dir + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-			return false;
-		*p = '/';
-	}
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return false;
-	return true;
-}
-
-static void editor_done(struct chat *c);
-static struct chat *g_chat;   /* for chat_atexit */
-
-/* Every exit path (a lost connection included) saves the history and
- * leaves the terminal as it was. */
-static void chat_atexit(void)
-{
-	if (g_chat)
-		editor_done(g_chat);
-}
-
-static void editor_setup(struct chat *c)
-{
-	HistEvent ev;
-	c->hist = history_init();
-	if (c->hist) {
-		history(c->hist, &ev, H_SETSIZE, 1000);
-		history(c->hist, &ev, H_SETUNIQUE, 1);
-		if (history_path(c->hist_path, sizeof(c->hist_path)))
-			history(c->hist, &ev, H_LOAD, c->hist_path);   /* may not exist yet */
-		else
-			c->hist_path[0] = '\0';
-	}
-	c->el = el_init("llamactl", stdin, stdout, stderr);
-	if (!c->el) {
-		fprintf(stderr, "llamactl: cannot start line editing\n");
-		exit(EXIT_DAEMON);
-	}
-	el_set(c->el, EL_CLIENTDATA, c);
-	el_set(c->el, EL_EDITOR, "emacs");
-	el_set(c->el, EL_SIGNAL, 0);
-	el_set(c->el, EL_GETCFN, chat_getc);
-	el_set(c->el, EL_PROMPT_ESC, prompt_fn, '\1');
-	if (c->hist)
-		el_set(c->el, EL_HIST, history, c->hist);
-	el_set(c->el, EL_BIND, "^R", "em-inc-search-prev", NULL);
-	el_source(c->el, NULL);   /* ~/.editrc, if any */
-	g_chat = c;
-	atexit(chat_atexit);
-	/* bracketed paste: the terminal marks what is pasted, so that a paste
-	 * of several lines is one message, not one per line */
-	const char *term = getenv("TERM");
-	if (isatty(STDOUT_FILENO) && term && strcmp(term, "dumb") != 0) {
-		fputs("\033[?2004h", stdout);
-		fflush(stdout);
-		c->bracketed = true;
-	}
-}
-
-static void editor_done(struct chat *c)
-{
-	if (c->bracketed) {
-		fputs("\033[?2004l", stdout);
-		fflush(stdout);
-		c->bracketed = false;
-	}
-	for (int k = 0; k < c->n_pastes; k++)
-		free(c->pastes[k]);
-	c->n_pastes = 0;
-	free(c->pending);
-	c->pending = NULL;
-	c->n_pending = c->at_pending = 0;
-	if (c->hist && c->hist_path[0]) {
-		HistEvent ev;
-		mode_t old = umask(077);
-		history(c->hist, &ev, H_SAVE, c->hist_path);
-		umask(old);
-	}
-	if (c->el)
-		el_end(c->el);
-	if (c->hist)
-		history_end(c->hist);
-	c->el = NULL;
-	c->hist = NULL;
-	if (g_chat == c)
-		g_chat = NULL;   /* c may live on a stack that is about to go */
-}
-
-/* msg (malloc'd) with the placeholders of this message's pastes replaced
- * by what was pasted (a placeholder the user edited stays as it is); the
- * pastes are forgotten. NULL when out of memory. */
-static char *expand_pastes(struct chat *c, char *msg)
-{
-	for (int k = 0; k < c->n_pastes; k++) {
-		char mark[64];
-		paste_mark(mark, sizeof(mark), k, c->pastes[k]);
-		char *at = msg ? strstr(msg, mark) : NULL;
-		if (at) {
-			size_t ml = strlen(mark), tl = strlen(c->pastes[k]), n = strlen(msg);
-			char *m = malloc(n - ml + tl + 1);
-			if (m) {
-				size_t pre = (size_t)(at - msg);
-				memcpy(m, msg, pre);
-				memcpy(m + pre, c->pastes[k], tl);
-				memcpy(m + pre + tl, at + ml, n - pre - ml + 1);
-			}
-			free(msg);
-			msg = m;
-		}
-		free(c->pastes[k]);
-		c->pastes[k] = NULL;
-	}
-	c->n_pastes = 0;
-	return msg;
-}
-
-/* Read one message: a line, or several joined where a line ends with a
- * backslash. Returns a malloc'd string without the final newline, "" for a
- * line discarded by Ctrl-C, or NULL at end of input. */
-static char *read_message(struct chat *c)
-{
-	char *msg = NULL;
-	size_t len = 0;
-	c->continuation = false;
-	for (;;) {
-		drain_sigint();
-		g_line_interrupted = false;
-		int count = 0;
-		const char *line = el_gets(c->el, &count);
-		if (!line || count <= 0) {
-			if (msg) {   /* end of input inside a \ message: send it */
-				fputc('\n', stdout);
-				return msg;
-			}
-			return NULL;
-		}
-		if (g_line_interrupted) {
-			free(msg);
-			return strdup("");
-		}
-		size_t n = strlen(line);
-		if (n && line[n - 1] == '\n')
-			n--;
-		bool more = n && line[n - 1] == '\\';
-		if (more)
-			n--;
-		char *m = realloc(msg, len + n + 2);
-		if (!m) {
-			free(msg);
-			return NULL;
-		}
-		msg = m;
-		memcpy(msg + len, line, n);
-		len += n;
-		if (more)
-			msg[len++] = '\n';
-		msg[len] = '\0';
-		if (!more)
-			break;
-		c->continuation = true;
-	}
-	c->continuation = false;
-	msg = expand_pastes(c, msg);
-	if (msg && c->hist && msg[strspn(msg, " \t\n")]) {
-		HistEvent ev;
-		history(c->hist, &ev, H_ENTER, msg);
-	}
-	return msg;
+		snprintf(buf, n, "%.120s> ", c->session);
+	return buf;
 }
 
 /* ---- talking to the daemon -------------------------------------------------- */
@@ -536,17 +127,17 @@ static bool reconnect(struct chat *c)
 		return true;
 	struct cli *cli = c->cli;
 	fprintf(stderr, "llamactl: reconnecting to %s ...\n", cli->socket);
-	drain_sigint();
+	editor_drain_sigint();
 	int rc = -ENOENT;
-	for (int i = 0; i < 60 && !g_sigint; i++) {
+	for (int i = 0; i < 60 && !*editor_sigint(); i++) {
 		rc = cli_try_connect(cli);
 		if (rc == 0 || (rc != -ENOENT && rc != -ECONNREFUSED && rc != -ECONNRESET &&
 				rc != -EPIPE && rc != -EAGAIN))
 			break;
 		struct timespec half = { 0, 500000000L };
-		ppoll(NULL, 0, &half, &g_wait_mask);   /* Ctrl-C ends the wait */
+		ppoll(NULL, 0, &half, editor_wait_mask());   /* Ctrl-C ends the wait */
 	}
-	drain_sigint();
+	editor_drain_sigint();
 	if (rc) {
 		fprintf(stderr, "llamactl: cannot reach llamad at %s: %s (the next message tries "
 			"again)\n", cli->socket, conn_strerror(rc));
@@ -576,7 +167,7 @@ static void chat_generate(struct chat *c, const char *prompt)
 		.collect = cli->json,
 	};
 	struct gen_result res;
-	drain_sigint();
+	editor_drain_sigint();
 	c->last_is_system = false;
 	req.soft = true;
 	if (c->labels && !cli->json) {
@@ -622,7 +213,7 @@ static void chat_generate(struct chat *c, const char *prompt)
  * reconnects). */
 static Llamad__Response *chat_call(struct chat *c, Llamad__Request *req)
 {
-	drain_sigint();
+	editor_drain_sigint();
 	Llamad__Response *r = NULL;
 	int rc = conn_call(&c->cli->conn, req, &r);
 	if (rc) {
@@ -679,7 +270,7 @@ static void recap_turn(void *ctx, const Llamad__Turn *u)
 static void print_turns(struct chat *c, uint32_t last)
 {
 	struct transcript_cb cb = { recap_head, recap_turn, NULL };
-	drain_sigint();
+	editor_drain_sigint();
 	Llamad__Response *e = cli_transcript(c->cli, c->session, 0, last, false, &cb);
 	cli_flush_stdout();
 	if (e) {
@@ -821,13 +412,13 @@ static bool slash(struct chat *c, char *line)
 
 static int chat_interactive(struct chat *c)
 {
-	signals_setup();
-	c->cli->conn.intr = &g_sigint;
-	c->cli->conn.wait_mask = &g_wait_mask;
-	editor_setup(c);
+	editor_signals_setup();
+	c->cli->conn.intr = editor_sigint();
+	c->cli->conn.wait_mask = editor_wait_mask();
+	editor_setup(&c->ed, chat_prompt, c);
 	fputs("/help for commands, Ctrl-D to quit\n", stderr);
 	for (;;) {
-		char *line = read_message(c);
+		char *line = editor_read(&c->ed);
 		if (!line) {
 			fputc('\n', stdout);
 			break;
@@ -846,7 +437,7 @@ static int chat_interactive(struct chat *c)
 		if (!go_on)
 			break;
 	}
-	editor_done(c);
+	editor_done(&c->ed);
 	cli_flush_stdout();
 	return EXIT_OK;
 }
