@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "client/cli.h"
+#include "client/pbjson.h"
 #include "util/file.h"
 #include "util/grow.h"
 
@@ -767,6 +768,21 @@ void cli_parse_common(struct cli *cli, int argc, char **argv)
 	int o;
 	while ((o = getopt_long(argc, argv, "hv", opts, NULL)) != -1)
 		cli_opt(cli, NULL, o, optarg);
+}
+
+void cli_begin(struct cli *cli, int argc, char **argv, int min, int max)
+{
+	cli_parse_common(cli, argc, argv);
+	cli_want_args(cli, argc, argv, min, max);
+	cli_connect(cli);
+}
+
+void cli_json_message(const ProtobufCMessage *m)
+{
+	struct json j;
+	json_init(&j, stdout);
+	pbjson_object(&j, m);
+	json_end(&j);
 }
 
 char *cli_text_arg(const char *arg)

@@ -129,6 +129,11 @@ void cli_print_help(const struct cli *cli, FILE *f);
 
 /* Parse the options of a command that takes only the common ones. */
 void cli_parse_common(struct cli *cli, int argc, char **argv);
+/* cli_parse_common, cli_want_args(min, max), then cli_connect: the start
+ * of a command with only the common options that talks to the daemon. */
+void cli_begin(struct cli *cli, int argc, char **argv, int min, int max);
+/* m as one JSON object line on stdout (pbjson_object). */
+void cli_json_message(const ProtobufCMessage *m);
 
 /* Check the count of positional arguments after the options: exits 2
  * unless there are min..max of them. */

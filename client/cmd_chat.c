@@ -152,20 +152,29 @@ static bool reconnect(struct chat *c)
 	return true;
 }
 
-/* Generate in the current session (prompt NULL: continue) and show the
- * answer. Daemon errors are reported and the chat goes on. */
-static void chat_generate(struct chat *c, const char *prompt)
+/* A user turn of prompt (NULL: continue) in the current session, its
+ * answer shown as it comes (JSON lines with --json, collected for the done
+ * line). */
+static struct gen_req chat_req(const struct chat *c, const char *prompt)
 {
-	struct cli *cli = c->cli;
 	struct gen_req req = {
 		.session = c->session,
 		.prompt = prompt,
 		.role = LLAMAD__ROLE__ROLE_USER,
 		.opts = &c->g,
-		.echo = cli->json ? NULL : stdout,
-		.events = cli->json,
-		.collect = cli->json,
+		.echo = c->cli->json ? NULL : stdout,
+		.events = c->cli->json,
+		.collect = c->cli->json,
 	};
+	return req;
+}
+
+/* Generate in the current session (prompt NULL: continue) and show the
+ * answer. Daemon errors are reported and the chat goes on. */
+static void chat_generate(struct chat *c, const char *prompt)
+{
+	struct cli *cli = c->cli;
+	struct gen_req req = chat_req(c, prompt);
 	struct gen_result res;
 	editor_drain_sigint();
 	c->last_is_system = false;
@@ -446,15 +455,7 @@ static int chat_interactive(struct chat *c)
 static int chat_once(struct chat *c, char *text)
 {
 	struct cli *cli = c->cli;
-	struct gen_req req = {
-		.session = c->session,
-		.prompt = text,
-		.role = LLAMAD__ROLE__ROLE_USER,
-		.opts = &c->g,
-		.echo = cli->json ? NULL : stdout,
-		.events = cli->json,
-		.collect = cli->json,
-	};
+	struct gen_req req = chat_req(c, text);
 	struct gen_result res;
 	cli_generate(cli, &req, &res);
 	free(text);

@@ -16,9 +16,7 @@ const struct command cmd_drop_entry = {
 
 static int cmd_drop(struct cli *cli, int argc, char **argv)
 {
-	cli_parse_common(cli, argc, argv);
-	cli_want_args(cli, argc, argv, 1, 1);
-	cli_connect(cli);
+	cli_begin(cli, argc, argv, 1, 1);
 	cli_drop_session(cli, argv[optind], false);
 	if (cli->json) {
 		struct json j;

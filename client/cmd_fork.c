@@ -19,9 +19,7 @@ const struct command cmd_fork_entry = {
 
 static int cmd_fork(struct cli *cli, int argc, char **argv)
 {
-	cli_parse_common(cli, argc, argv);
-	cli_want_args(cli, argc, argv, 2, 2);
-	cli_connect(cli);
+	cli_begin(cli, argc, argv, 2, 2);
 	Llamad__Fork f = LLAMAD__FORK__INIT;
 	f.session = argv[optind];
 	f.target = argv[optind + 1];
@@ -30,10 +28,7 @@ static int cmd_fork(struct cli *cli, int argc, char **argv)
 	req.fork = &f;
 	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_SESSION);
 	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		pbjson_object(&j, &r->session->base);
-		json_end(&j);
+		cli_json_message(&r->session->base);
 		cli_flush_stdout();
 	} else if (cli->verbose) {
 		fprintf(stderr, "llamactl: forked %s to %s (%u tokens)\n", f.session,

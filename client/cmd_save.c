@@ -50,10 +50,7 @@ static int cmd_save(struct cli *cli, int argc, char **argv)
 	char b[32];
 	cli_human_bytes(b, sizeof(b), r->saved->bytes);
 	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		pbjson_object(&j, &r->saved->base);
-		json_end(&j);
+		cli_json_message(&r->saved->base);
 		cli_flush_stdout();
 	} else if (cli->verbose || all) {
 		fprintf(stderr, "llamactl: saved %u session%s (%s)\n", r->saved->sessions,

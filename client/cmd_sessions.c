@@ -22,9 +22,7 @@ const struct command cmd_sessions_entry = {
 
 static int cmd_sessions(struct cli *cli, int argc, char **argv)
 {
-	cli_parse_common(cli, argc, argv);
-	cli_want_args(cli, argc, argv, 0, 0);
-	cli_connect(cli);
+	cli_begin(cli, argc, argv, 0, 0);
 	Llamad__ListSessions ls = LLAMAD__LIST_SESSIONS__INIT;
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
 	req.op_case = LLAMAD__REQUEST__OP_LIST;

@@ -186,10 +186,7 @@ static int cmd_show(struct cli *cli, int argc, char **argv)
 		return show_transcript(cli, argv[optind], from, last, ids);
 	Llamad__Response *r = get_info(cli, argv[optind]);
 	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		pbjson_object(&j, &r->session->base);
-		json_end(&j);
+		cli_json_message(&r->session->base);
 	} else {
 		print_session(r->session);
 	}

@@ -33,9 +33,7 @@ static void human_duration(char *buf, size_t n, double s)
 
 static int cmd_status(struct cli *cli, int argc, char **argv)
 {
-	cli_parse_common(cli, argc, argv);
-	cli_want_args(cli, argc, argv, 0, 0);
-	cli_connect(cli);
+	cli_begin(cli, argc, argv, 0, 0);
 	Llamad__GetStatus gs = LLAMAD__GET_STATUS__INIT;
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
 	req.op_case = LLAMAD__REQUEST__OP_STATUS;
@@ -43,10 +41,7 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_STATUS);
 	const Llamad__Status *s = r->status;
 	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
-		pbjson_object(&j, &s->base);
-		json_end(&j);
+		cli_json_message(&s->base);
 	} else {
 		char up[64], kv[32], w[32], rss[32];
 		human_duration(up, sizeof(up), s->uptime_s);

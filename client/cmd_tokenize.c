@@ -70,11 +70,8 @@ static int cmd_tokenize(struct cli *cli, int argc, char **argv)
 	const Llamad__Tokens *t = r->tokens;
 	size_t n = t ? t->n_tokens : 0;
 	if (cli->json) {
-		struct json j;
-		json_init(&j, stdout);
 		Llamad__Tokens none = LLAMAD__TOKENS__INIT;
-		pbjson_object(&j, t ? &t->base : &none.base);
-		json_end(&j);
+		cli_json_message(t ? &t->base : &none.base);
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			printf("%6u  ", t->tokens[i]);
