@@ -15,9 +15,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
-test_frame
-CTL=$BUILD/llamactl
+llamactl_frame
 
 # ---- events are flushed one by one (a fake daemon) ---------------------------
 python3 - "$CTL" "$dir/fake.sock" <<'PY' && ok "--json generate: one line per event, each flushed before the next event is sent" || bad "streaming JSON lines"

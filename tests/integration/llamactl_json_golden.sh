@@ -25,9 +25,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
-test_frame
-CTL=$BUILD/llamactl
+llamactl_frame
 GOLD=tests/golden/llamactl_json
 sock=$dir/s
 mkdir -p "$dir/got"

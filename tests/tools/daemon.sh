@@ -44,6 +44,14 @@ test_frame() {
     trap test_cleanup EXIT
     trap 'exit 1' INT TERM
 }
+# llamactl_frame: the frame of a test that drives llamactl against a daemon
+# on stories260K: the files it needs (need_files), test_frame, and
+# CTL=$BUILD/llamactl.
+llamactl_frame() {
+    need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
+    test_frame
+    CTL=$BUILD/llamactl
+}
 test_cleanup() {
     for _p in $pids $pid; do kill -"${stop_signal:-TERM}" "$_p" 2>/dev/null; done
     for _p in $pids $pid; do wait "$_p" 2>/dev/null; done
