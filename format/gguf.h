@@ -20,8 +20,10 @@
 #ifndef LLAMAD_FORMAT_GGUF_H
 #define LLAMAD_FORMAT_GGUF_H
 
+#include <endian.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* GGUF metadata value types */
 enum {
@@ -79,18 +81,19 @@ struct gguf {
 	char **cause;
 };
 
+/* Little-endian integers at p (any alignment). */
 static inline uint64_t gguf_le64(const uint8_t *p)
 {
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
+	uint64_t v;
+	memcpy(&v, p, sizeof(v));
+	return le64toh(v);
 }
 
 static inline uint32_t gguf_le32(const uint8_t *p)
 {
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-	       (uint32_t)p[3] << 24;
+	uint32_t v;
+	memcpy(&v, p, sizeof(v));
+	return le32toh(v);
 }
 
 /* Free what the reader allocated (not the file). */

@@ -214,12 +214,12 @@ static void hv_done(struct hf_vocab *v)
 	free(v->tokens);
 	free(v->token_len);
 	free(v->types);
-	free(v->merges);
-	free(v->merge_len);
-	free(v->merge_left);
 	for (size_t i = 0; i < v->n_owned; i++)
 		free(v->owned[i]);
 	free(v->owned);
+	free(v->merges);
+	free(v->merge_len);
+	free(v->merge_left);
 	free(v->eot);
 }
 
