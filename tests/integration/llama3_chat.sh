@@ -48,9 +48,7 @@ need_files "$BUILD/llamad" "$BUILD/llamactl" "$BUILD/llamad-genmodel" "$TOK" "$G
 test_frame
 sock=$dir/s
 
-cc -std=c11 -D_GNU_SOURCE -I. -I"$BUILD/proto" tests/tools/protoclient.c proto/frame.c \
-    "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$dir/protoclient" ||
-    { echo "FAIL: cannot build tests/tools/protoclient.c"; exit 1; }
+build_protoclient "$dir/protoclient"
 "$BUILD/llamad-genmodel" --shape llama3-tiny --out "$dir/m" --tokenizer "$TOK" >/dev/null 2>&1 ||
     { echo "FAIL: llamad-genmodel --shape llama3-tiny"; exit 1; }
 

@@ -28,9 +28,7 @@ command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 is missing"; exit 1;
 
 test_frame   # the daemons, listeners and activators started go in $pids
 
-cc -std=c11 -D_GNU_SOURCE -I. -I"$BUILD/proto" tests/tools/protoclient.c \
-    proto/frame.c "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$dir/pc" ||
-    { echo "FAIL: cannot build tests/tools/protoclient.c"; exit 1; }
+build_protoclient "$dir/pc"
 pc() { "$dir/pc" "$@" 2>&1; }
 
 # wait_for FILE PATTERN SECONDS: 0 once grep finds PATTERN in FILE

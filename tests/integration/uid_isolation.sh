@@ -50,9 +50,7 @@ if [ "${TEST_CLIENT:-}" != protoclient ] && [ -x "$BUILD/llamactl" ]; then
     esac
 fi
 if [ -z "$CLIENT" ]; then
-    cc -std=c11 -D_GNU_SOURCE -I. -I"$BUILD/proto" tests/tools/protoclient.c \
-        proto/frame.c "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$dir/protoclient" ||
-        { echo "FAIL: cannot build tests/tools/protoclient.c"; exit 1; }
+    build_protoclient "$dir/protoclient"
     chmod 755 "$dir/protoclient"
     CLIENT=protoclient
 fi

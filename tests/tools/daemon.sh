@@ -44,6 +44,15 @@ test_frame() {
     trap test_cleanup EXIT
     trap 'exit 1' INT TERM
 }
+# build_protoclient OUT: tests/tools/protoclient.c built into OUT with the
+# proto sources it uses (framing, enum names, $BUILD's generated code;
+# compiled here, without the sanitizers of a sanitizer build); a FAIL line
+# and exit 1 if it cannot be.
+build_protoclient() {
+    cc -std=c11 -D_GNU_SOURCE -I. -I"$BUILD/proto" tests/tools/protoclient.c proto/frame.c \
+        proto/names.c "$BUILD/proto/llamad.pb-c.c" -lprotobuf-c -o "$1" ||
+        { echo "FAIL: cannot build tests/tools/protoclient.c"; exit 1; }
+}
 # llamactl_frame: the frame of a test that drives llamactl against a daemon
 # on stories260K: the files it needs (need_files), test_frame, and
 # CTL=$BUILD/llamactl.
