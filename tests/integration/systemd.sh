@@ -14,8 +14,8 @@
 #      and the old settings stay; a bad value at start is refused with
 #      FILE:LINE and exit status 2.
 # The datagram listener is python3; the client is tests/tools/protoclient.c,
-# compiled here with proto/frame.c and $BUILD's generated llamad.pb-c.c (not
-# $BUILD/libllamad-proto.a, which may be built with sanitizers).
+# compiled here from sources by build_protoclient (tests/tools/daemon.sh;
+# not $BUILD/libllamad-proto.a, which may be built with sanitizers).
 # Env: BUILD (build folder), MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}

@@ -8,7 +8,7 @@
 #
 # Needs root (to switch uids with setpriv). Not root: skipped.
 # Client: $BUILD/llamactl when it works, else tests/tools/protoclient.c,
-# compiled here with proto/frame.c and $BUILD's generated llamad.pb-c.c
+# compiled here by build_protoclient (tests/tools/daemon.sh)
 # (TEST_CLIENT=protoclient forces it).
 # Env: BUILD (build folder), MODELS.
 BUILD=${BUILD:-build}

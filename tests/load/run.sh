@@ -32,7 +32,7 @@
 # The generator is $BUILD/llamad-load (make builds it); when that is
 # missing (e.g. the TSan build) or LOAD_SAN is set, it is built here:
 #   cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE -I. -I$BUILD/proto \
-#      tests/load/load.c proto/frame.c $BUILD/proto/llamad.pb-c.c \
+#      tests/load/load.c proto/frame.c proto/names.c util/grow.c $BUILD/proto/llamad.pb-c.c \
 #      $(pkg-config --libs libprotobuf-c) -lm -o llamad-load
 # LOAD_SAN=1 adds -fsanitize=address,undefined to the load generator.
 #
@@ -72,7 +72,7 @@ if [ -n "$LOAD_SAN" ] || [ ! -x "$LOAD" ]; then
     [ -n "$LOAD_SAN" ] && san="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined"
     # shellcheck disable=SC2046,SC2086  # word splitting on purpose
     cc -std=c11 -O2 -g -Wall -Wextra -Werror -pthread -D_GNU_SOURCE $san -I. -I"$BUILD/proto" \
-        tests/load/load.c proto/frame.c "$BUILD/proto/llamad.pb-c.c" \
+        tests/load/load.c proto/frame.c proto/names.c util/grow.c "$BUILD/proto/llamad.pb-c.c" \
         $(pkg-config --libs libprotobuf-c) -lm -o "$LOAD" ||
         { echo "FAIL cannot build tests/load/load.c"; exit 1; }
 fi
