@@ -126,6 +126,12 @@ oneshot=$("$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS
 echo "$oneshot $ctl" | awk '{ os = $1 / ($2 / 1000); ctl = $3 / ($4 / 1000);
     printf "bench=protocol oneshot_tok_s=%.1f llamactl_tok_s=%.1f ratio=%.2f\n", os, ctl, ctl / os }' | tee -a "$log"
 
+# ---- idle connections must not slow the active ones (target: 80%) ----------
+echo "== daemon: stories260K, 64 generating connections without / with 1,000 idle ones"
+idle_missed=0
+BUILD=$BUILD MODELS=$MODELS sh tests/bench/idle.sh | tee -a "$log"
+grep -q '^bench=idle_conns .* met$' "$log" || idle_missed=1
+
 # ---- transcripts: a 3,000-turn session, in memory and on disk ---------------
 echo "== daemon: llama3-tiny shape, GetTranscript of a 3,000-turn session"
 tiny=$OUT/llama3-tiny-f32
@@ -168,3 +174,4 @@ grep '^tokenizer=' "$log" | sed 's/[A-Za-z_]*=/ &/g' | awk '{
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     printf "%-10s %-4s %9s %8s %11s %11s %10s\n", v["impl"] != "" ? "llama.cpp" : "llamad", v["kind"], v["bytes"], v["tokens"], v["encode_MB_s"], v["decode_MB_s"], v["round_trip"] }'
 grep '^llama.cpp not available' "$log" || true
+[ "$idle_missed" = 0 ] || { echo "idle connections: the 80% target was missed (bench=idle_conns above)"; exit 1; }
