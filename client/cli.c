@@ -203,7 +203,9 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
 	case OPT_SOCKET:
 		if (!*arg)
 			cli_usage_error(cli, "--socket: empty path");
-		cli->socket = arg;
+		cli->socket = arg;   /* this path alone: no default candidates */
+		for (; cli->n_candidates > 0; cli->n_candidates--)
+			free(cli->candidates[cli->n_candidates - 1]);
 		return;
 	}
 	if (g && sampler_opt(cli, g, o, arg))
@@ -261,12 +263,38 @@ static const char *connect_hint(const char *path, int err, char *buf, size_t cap
 	return "";
 }
 
+/* Connect to cli->socket or the first candidate with a daemon (cli_connect);
+ * cli->socket becomes the path reached, else the last tried. 0, or the
+ * last -errno with every path tried and its error in tried ("A: why, nor
+ * B: why"). */
+static int dial(struct cli *cli, char *tried, size_t cap)
+{
+	int n = cli->n_candidates > 0 ? cli->n_candidates : 1;
+	int rc = -ENOENT;
+	size_t used = 0;
+	tried[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		if (cli->n_candidates > 0)
+			cli->socket = cli->candidates[i];
+		rc = conn_connect(&cli->conn, cli->socket);
+		if (rc == 0)
+			return 0;
+		int k = snprintf(tried + used, cap - used, "%s%s: %s", i ? ", nor to " : "",
+				 cli->socket, strerror(-rc));
+		used = k < 0 ? used : used + (size_t)k < cap ? used + (size_t)k : cap - 1;
+		if (rc != -ENOENT && rc != -ECONNREFUSED)
+			break;
+	}
+	return rc;
+}
+
 void cli_connect(struct cli *cli)
 {
-	int rc = conn_connect(&cli->conn, cli->socket);
+	char tried[1200];
+	int rc = dial(cli, tried, sizeof(tried));
 	if (rc) {
 		char hint[512];
-		cli_error("connect", 0, "cannot connect to %s: %s%s", cli->socket, strerror(-rc),
+		cli_error("connect", 0, "cannot connect to %s%s", tried,
 			  connect_hint(cli->socket, rc, hint, sizeof(hint)));
 		exit(EXIT_CONNECT);
 	}

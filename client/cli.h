@@ -19,6 +19,7 @@
 #include "client/json.h"
 #include "client/pbjson.h"
 #include "proto/limits.h"
+#include "proto/path.h"
 
 /* Exit status. */
 enum {
@@ -78,8 +79,12 @@ struct command;
 struct cli {
 	const struct command *const *commands;  /* the command table, NULL-ended */
 	const struct command *cmd;   /* the command running, NULL before */
-	const char *socket;          /* socket path to use */
-	char socket_buf[512];        /* storage for the default path */
+	const char *socket;          /* socket path in use (or to try first) */
+	/* with no --socket: the default paths to try in order
+	 * (path_client_sockets), owned; cli_connect sets socket to the one
+	 * it reached */
+	char *candidates[PATH_CANDIDATES];
+	int n_candidates;
 	bool json;
 	bool verbose;
 	struct conn conn;
@@ -154,8 +159,11 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg);
 uint64_t cli_parse_u64(const struct cli *cli, const char *what, const char *arg,
 		       uint64_t min, uint64_t max);
 
-/* Connect to cli->socket and shake hands. Exits 3 if the socket cannot be
- * reached, 1 if the daemon refuses the handshake or the link breaks. */
+/* Connect to cli->socket, or without --socket to the first of
+ * cli->candidates where a daemon listens (the next is tried only on ENOENT
+ * or ECONNREFUSED), and shake hands. Exits 3 if no socket can be reached
+ * (the message names every path tried), 1 if the daemon refuses the
+ * handshake or the link breaks. */
 void cli_connect(struct cli *cli);
 
 /*

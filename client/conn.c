@@ -9,15 +9,6 @@
 #include <unistd.h>
 
 #include "client/conn.h"
-#include "proto/path.h"
-
-const char *conn_default_path(char *buf, size_t n)
-{
-	char *p = path_default_socket();
-	snprintf(buf, n, "%s", p ? p : "");
-	free(p);
-	return buf;
-}
 
 void conn_init(struct conn *c)
 {

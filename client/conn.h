@@ -37,12 +37,6 @@ struct conn {
 	const sigset_t *wait_mask;
 };
 
-/* Fill buf (size n) with the socket path llamactl uses when --socket is not
- * given: the daemon's default, path_default_socket() (proto/path.h).
- * Returns buf; an over-long result is truncated (connect then fails), an
- * empty one means out of memory. */
-const char *conn_default_path(char *buf, size_t n);
-
 /* Initialise c as closed. */
 void conn_init(struct conn *c);
 

@@ -9,6 +9,7 @@
 #include <locale.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client/cli.h"
@@ -54,9 +55,15 @@ int main(int argc, char **argv)
 	sub_argv[0] = prog;
 	optind = 0;   /* GNU getopt: start over */
 
-	if (!cli.socket)
-		cli.socket = conn_default_path(cli.socket_buf, sizeof(cli.socket_buf));
+	if (!cli.socket) {
+		cli.n_candidates = path_client_sockets(cli.candidates);
+		if (cli.n_candidates < 0)
+			cli_die_local("out of memory");
+		cli.socket = cli.candidates[0];
+	}
 	int rc = cmd->run(&cli, sub_argc, sub_argv);
 	conn_close(&cli.conn);
+	for (int i = 0; i < cli.n_candidates; i++)
+		free(cli.candidates[i]);
 	return rc;
 }
