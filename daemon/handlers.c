@@ -426,11 +426,28 @@ static int on_detokenize(struct engine *e, struct req *rq)
 	return 0;
 }
 
-static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id);
+static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id, const struct session *s);
+
+/* Cancel{session}: whatever runs in the session and every request waiting
+ * for it, whichever connection sent them (the caller owns the session). */
+static int cancel_session(struct engine *e, struct req *rq, const char *name)
+{
+	struct session *s = sess_find(&e->st, rq->uid, name);
+	if (!s)
+		return fail(rq, -ENOENT, "no session named '%s'", name);
+	for (struct job *j = e->jobs; j; j = j->next)
+		if (j->s == s && !j->cancelled)
+			j->cancelled = 1;
+	cancel_parked(e, 0, 0, s);
+	reply_ok(e, rq);
+	return 0;
+}
 
 static int on_cancel(struct engine *e, struct req *rq)
 {
 	const Llamad__Cancel *c = rq->q->cancel;
+	if (c->session)
+		return cancel_session(e, rq, c->session);
 	/* a running request first (of several with that id: any one), else
 	 * the first waiting one */
 	for (struct job *j = e->jobs; j; j = j->next) {
@@ -440,7 +457,7 @@ static int on_cancel(struct engine *e, struct req *rq)
 			return 0;
 		}
 	}
-	if (cancel_parked(e, rq->conn, c->request_id)) {
+	if (cancel_parked(e, rq->conn, c->request_id, NULL)) {
 		reply_ok(e, rq);
 		return 0;
 	}
@@ -821,34 +838,41 @@ void run_parked(struct engine *e)
 }
 
 
-/* Cancel the waiting request id of conn: its reply says it never ran (a
+/* Cancel waiting requests: with s NULL the first one of conn with id,
+ * else every one waiting for session s. Each reply says it never ran (a
  * Generate: Done STOP_CANCELLED, nothing generated; others: CANCELLED).
- * 1 if there was one. */
-static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id)
+ * Returns how many were cancelled. */
+static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id, const struct session *s)
 {
-	struct cmd *prev = NULL;
-	for (struct cmd *c = e->parked_head; c; prev = c, c = c->next) {
-		if (c->conn != conn || c->req->id != id)
+	int n = 0;
+	for (struct cmd *c = e->parked_head, *prev = NULL, *next; c; c = next) {
+		next = c->next;
+		if (s ? waits_for(e, c) != s : c->conn != conn || c->req->id != id) {
+			prev = c;
 			continue;
+		}
 		park_remove(e, prev, c);
+		n++;
+		uint64_t to = c->conn, rid = c->req->id;
 		if (c->req->op_case == LLAMAD__REQUEST__OP_GENERATE) {
-			struct session *s = waits_for(e, c);
+			const struct session *ws = waits_for(e, c);
 			Llamad__Done d = LLAMAD__DONE__INIT;
 			PB_SET(&d, reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
 			PB_SET(&d, prompt_tokens, 0);
 			PB_SET(&d, generated_tokens, 0);
-			PB_SET(&d, session_tokens, s ? sess_length(s) : 0);
+			PB_SET(&d, session_tokens, ws ? sess_length(ws) : 0);
 			Llamad__Response r = response(LLAMAD__RESPONSE__BODY_DONE);
-			PB_SET(&r, id, id);
+			PB_SET(&r, id, rid);
 			r.done = &d;
-			engine_reply(e, conn, &r);
+			engine_reply(e, to, &r);
 		} else {
-			engine_error(e, conn, id, -ECANCELED, "cancelled before it ran");
+			engine_error(e, to, rid, -ECANCELED, "cancelled before it ran");
 		}
 		cmd_free(c);
-		return 1;
+		if (!s)
+			return n;
 	}
-	return 0;
+	return n;
 }
 
 /* ---- a connection goes -------------------------------------------------------- */

@@ -176,6 +176,11 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = bad_id, bad);
 		return 0;
 	case LLAMAD__REQUEST__OP_CANCEL:
+		if (q->cancel->session && q->cancel->has_request_id)
+			return (*why = "Cancel names a request_id or a session, not both", bad);
+		if (q->cancel->session && !id_ok(q->cancel->session))
+			return (*why = bad_id, bad);
+		return 0;
 	case LLAMAD__REQUEST__OP_LIST:
 	case LLAMAD__REQUEST__OP_STATUS:
 		return 0;

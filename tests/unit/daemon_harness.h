@@ -358,6 +358,21 @@ static inline uint64_t cancel_send(struct cli *c, uint64_t target)
 	return cli_send(c, &q);
 }
 
+/* Send a Cancel of everything in session `name` (and, when target is not
+ * 0, also naming request target: a bad request); returns its id. */
+static inline uint64_t cancel_session_send(struct cli *c, const char *name, uint64_t target)
+{
+	Llamad__Cancel cn = LLAMAD__CANCEL__INIT;
+	cn.session = (char *)name;
+	if (target) {
+		cn.has_request_id = 1;
+		cn.request_id = target;
+	}
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_CANCEL);
+	q.cancel = &cn;
+	return cli_send(c, &q);
+}
+
 /* The daemon's Status (the response is the caller's to free). */
 static inline Llamad__Response *op_status(struct cli *c)
 {

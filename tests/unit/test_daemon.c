@@ -589,6 +589,59 @@ static void test_cancel(void **state)
 	must_drop(c, "cancel");
 }
 
+/* Cancel{session} from another connection of the owner ends the running
+ * Generate and the requests waiting behind it (a Drop among them: the
+ * llamactl drop --force order is Cancel, then Drop); an idle session: Ok;
+ * unknown session, a bad name, both fields: errors. */
+static void test_cancel_session(void **state)
+{
+	struct cli *c = *state;
+	must_open(c, "cs", T_RAW, 0, NULL, 0);
+	uint64_t gid = gen_send(c, "cs", GREEDY(PROMPT, 400));
+	uint64_t wid = gen_send(c, "cs", GREEDY(NULL, 5));   /* waits */
+	struct gen g = { 0 }, w = { 0 };
+	assert_int_equal(gen_take(&g, cli_next(c, gid)), 0);   /* running */
+	struct cli *other = cli_new(&D);
+	rfree(expect_body(cli_next(other, cancel_session_send(other, "cs", 0)),
+			  LLAMAD__RESPONSE__BODY_OK));
+	gen_wait(c, gid, &g);
+	assert_int_equal(g.error, 0);
+	assert_int_equal(g.reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
+	assert_true(g.generated < 400);
+	gen_wait(c, wid, &w);   /* never ran */
+	assert_int_equal(w.reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
+	assert_int_equal(w.generated, 0);
+	Llamad__Response *i = must_info(other, "cs");
+	assert_false(i->session->busy);
+	assert_int_equal(i->session->tokens, 5 + g.generated);
+	rfree(i);
+	gen_free(&g);
+	gen_free(&w);
+
+	/* an idle session: Ok, nothing changes */
+	rfree(expect_body(cli_next(other, cancel_session_send(other, "cs", 0)),
+			  LLAMAD__RESPONSE__BODY_OK));
+	/* cancel then drop a busy session: the drop does not wait for 400 tokens */
+	gid = gen_send(c, "cs", GREEDY(NULL, 400));
+	memset(&g, 0, sizeof(g));
+	assert_int_equal(gen_take(&g, cli_next(c, gid)), 0);
+	uint64_t cid = cancel_session_send(other, "cs", 0);
+	rfree(expect_body(cli_next(other, cid), LLAMAD__RESPONSE__BODY_OK));
+	must_drop(other, "cs");
+	gen_wait(c, gid, &g);
+	assert_int_equal(g.reason, LLAMAD__STOP_REASON__STOP_CANCELLED);
+	assert_true(g.generated < 400);
+	gen_free(&g);
+
+	expect_error(cli_next(other, cancel_session_send(other, "cs", 0)),
+		     LLAMAD__ERROR_CODE__UNKNOWN_SESSION);
+	expect_error(cli_next(other, cancel_session_send(other, "bad name", 0)),
+		     LLAMAD__ERROR_CODE__BAD_REQUEST);
+	expect_error(cli_next(other, cancel_session_send(other, "cs", 7)),
+		     LLAMAD__ERROR_CODE__BAD_REQUEST);
+	cli_free(other);
+}
+
 static void test_client_killed(void **state)
 {
 	(void)state;
@@ -1536,6 +1589,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_drop_frees_blocks, case_connect, case_disconnect),
 		cmocka_unit_test(test_two_clients),
 		cmocka_unit_test_setup_teardown(test_cancel, case_connect, case_disconnect),
+		cmocka_unit_test_setup_teardown(test_cancel_session, case_connect, case_disconnect),
 		cmocka_unit_test(test_client_killed),
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test_setup_teardown(test_unknown_op, case_connect, case_disconnect),
