@@ -790,6 +790,13 @@ void cli_want_args(const struct cli *cli, int argc, char **argv, int min, int ma
 		cli_usage_error(cli, "missing argument");
 }
 
+const char *cli_want_session(const struct cli *cli, const char *name)
+{
+	if (!llamad_session_id_ok(name))
+		cli_usage_error(cli, "'%s' is not a session name: " LLAMAD_SESSION_ID_RULE, name);
+	return name;
+}
+
 void cli_parse_common(struct cli *cli, int argc, char **argv)
 {
 	static const struct option opts[] = { CLI_COMMON_OPTS, { 0 } };

@@ -144,6 +144,10 @@ void cli_json_message(const ProtobufCMessage *m);
  * unless there are min..max of them. */
 void cli_want_args(const struct cli *cli, int argc, char **argv, int min, int max);
 
+/* name, if it is a valid session id (LLAMAD_SESSION_ID_RULE); else a
+ * usage error naming it (exits 2) before anything is sent. */
+const char *cli_want_session(const struct cli *cli, const char *name);
+
 /* Text from a positional argument, or stdin for "-" or NULL. The result is
  * malloc'd; exits 1 out of memory or on a read error. */
 char *cli_text_arg(const char *arg);

@@ -496,7 +496,7 @@ static int cmd_chat(struct cli *cli, int argc, char **argv)
 	while ((o = getopt_long(argc, argv, "hvn:s:", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
-			session = optarg;
+			session = cli_want_session(cli, optarg);
 			break;
 		case O_SYSTEM:
 			system = optarg;

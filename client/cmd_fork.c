@@ -19,10 +19,12 @@ const struct command cmd_fork_entry = {
 
 static int cmd_fork(struct cli *cli, int argc, char **argv)
 {
-	cli_begin(cli, argc, argv, 2, 2);
+	cli_parse_common(cli, argc, argv);
+	cli_want_args(cli, argc, argv, 2, 2);
 	Llamad__Fork f = LLAMAD__FORK__INIT;
-	f.session = argv[optind];
-	f.target = argv[optind + 1];
+	f.session = (char *)cli_want_session(cli, argv[optind]);
+	f.target = (char *)cli_want_session(cli, argv[optind + 1]);
+	cli_connect(cli);
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
 	req.op_case = LLAMAD__REQUEST__OP_FORK;
 	req.fork = &f;

@@ -37,6 +37,8 @@ static int cmd_save(struct cli *cli, int argc, char **argv)
 			cli_opt(cli, NULL, o, optarg);
 	}
 	cli_want_args(cli, argc, argv, all ? 0 : 1, all ? 0 : 1);
+	if (!all)
+		cli_want_session(cli, argv[optind]);
 	cli_connect(cli);
 	Llamad__Save sv = LLAMAD__SAVE__INIT;
 	if (all)

@@ -181,6 +181,7 @@ static int cmd_show(struct cli *cli, int argc, char **argv)
 		}
 	}
 	cli_want_args(cli, argc, argv, 1, 1);
+	cli_want_session(cli, argv[optind]);
 	cli_connect(cli);
 	if (transcript)
 		return show_transcript(cli, argv[optind], from, last, ids);

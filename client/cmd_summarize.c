@@ -408,7 +408,7 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 	int o;
 	while ((o = getopt_long(argc, argv, "hvn:s:", opts, NULL)) != -1) {
 		if (o == 's')
-			session = optarg;
+			session = cli_want_session(cli, optarg);
 		else
 			cli_opt(cli, &s.g, o, optarg);
 	}

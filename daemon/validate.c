@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "daemon/validate.h"
+#include "proto/limits.h"
 #include "session/session.h"
 #include "util/utf8.h"
 
@@ -98,7 +99,7 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 {
 	uint32_t mt = max_text;
 	int bad = -EINVAL, big = -E2BIG;
-	const char *bad_id = "session ids are 1-128 characters of A-Z a-z 0-9 . _ : -";
+	const char *bad_id = LLAMAD_SESSION_ID_RULE;
 	switch (q->op_case) {
 	case LLAMAD__REQUEST__OP_HELLO:
 		if (q->hello->client && strlen(q->hello->client) > 256)

@@ -5,21 +5,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "proto/limits.h"
 #include "session/session.h"
 #include "util/grow.h"
 
 int sess_id_valid(const char *id)
 {
-	size_t n = 0;
-	for (const char *p = id; *p; p++, n++) {
-		char c = *p;
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '.' || c == '_' || c == ':' || c == '-'))
-			return 0;
-		if (n >= SESSION_ID_MAX)
-			return 0;
-	}
-	return n >= 1;
+	return llamad_session_id_ok(id);
 }
 
 static uint32_t hash_id(uid_t uid, const char *id)

@@ -108,7 +108,13 @@ ctl --json show nosuch > "$dir/e1" 2>/dev/null; rc=$?
 [ "$rc" -eq 1 ] && jerr "$dir/e1" "unknown session" 2 && ok "--json: a daemon error is a JSON object (exit 1)" ||
     bad "--json show nosuch: rc $rc: $(cat "$dir/e1")"
 ctl --json generate --session 'bad id' x > "$dir/e2" 2>/dev/null; rc=$?
-[ "$rc" -eq 1 ] && jerr "$dir/e2" "bad request" 1 || bad "--json bad id: rc $rc: $(cat "$dir/e2")"
+# a bad session name is caught before sending: a usage error naming it
+[ "$rc" -eq 2 ] && jerr "$dir/e2" usage 0 && grep -q "'bad id' is not a session name" "$dir/e2" ||
+    bad "--json bad id: rc $rc: $(cat "$dir/e2")"
+printf 'bad \377 byte' > "$dir/notutf8"
+ctl --json generate --session ok - < "$dir/notutf8" > "$dir/e2b" 2>/dev/null; rc=$?
+[ "$rc" -eq 1 ] && jerr "$dir/e2b" "bad request" 1 ||
+    bad "--json prompt not UTF-8: rc $rc: $(cat "$dir/e2b")"
 "$CTL" --socket "$dir/nothing.sock" --json status > "$dir/e3" 2>"$dir/e3err"; rc=$?
 [ "$rc" -eq 3 ] && jerr "$dir/e3" connect 0 && grep -q "is llamad running" "$dir/e3err" &&
     ok "--json: no daemon is a JSON object (exit 3), stderr still says it" ||
