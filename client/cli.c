@@ -455,6 +455,16 @@ Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg)
 	cli_usage_error(cli, "--context-policy: '%s' is not shift or error", arg);
 }
 
+void cli_cancel_session(struct cli *cli, const char *session)
+{
+	Llamad__Cancel cn = LLAMAD__CANCEL__INIT;
+	cn.session = (char *)session;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_CANCEL;
+	req.cancel = &cn;
+	llamad__response__free_unpacked(cli_call(cli, &req, LLAMAD__RESPONSE__BODY_OK), NULL);
+}
+
 void cli_drop_session(struct cli *cli, const char *session, bool quiet)
 {
 	Llamad__Drop d = LLAMAD__DROP__INIT;
@@ -810,6 +820,27 @@ void cli_begin(struct cli *cli, int argc, char **argv, int min, int max)
 	cli_parse_common(cli, argc, argv);
 	cli_want_args(cli, argc, argv, min, max);
 	cli_connect(cli);
+}
+
+const char *cli_begin_session(struct cli *cli, int argc, char **argv)
+{
+	cli_parse_common(cli, argc, argv);
+	cli_want_args(cli, argc, argv, 1, 1);
+	cli_want_session(cli, argv[optind]);
+	cli_connect(cli);
+	return argv[optind];
+}
+
+void cli_json_named(const char *key, const char *name)
+{
+	struct json j;
+	json_init(&j, stdout);
+	json_obj_begin(&j);
+	json_key(&j, key);
+	json_str(&j, name);
+	json_obj_end(&j);
+	json_end(&j);
+	cli_flush_stdout();
 }
 
 void cli_json_message(const ProtobufCMessage *m)

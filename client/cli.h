@@ -137,6 +137,11 @@ void cli_parse_common(struct cli *cli, int argc, char **argv);
 /* cli_parse_common, cli_want_args(min, max), then cli_connect: the start
  * of a command with only the common options that talks to the daemon. */
 void cli_begin(struct cli *cli, int argc, char **argv, int min, int max);
+/* The same for a command whose one argument is a session name (checked by
+ * cli_want_session before connecting); returns the name. */
+const char *cli_begin_session(struct cli *cli, int argc, char **argv);
+/* {"KEY":"NAME"} as one JSON line on stdout, flushed. */
+void cli_json_named(const char *key, const char *name);
 /* m as one JSON object line on stdout (pbjson_object). */
 void cli_json_message(const ProtobufCMessage *m);
 
@@ -247,6 +252,10 @@ Llamad__Response *cli_open_chat(struct cli *cli, const char *session, struct ope
 /* Parse --context-policy's argument ("error" or "shift"); exits 2 on
  * another. */
 Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg);
+
+/* Cancel{session}: end what runs or waits in the session, from any
+ * connection; exits 1 on a daemon error (no such session). */
+void cli_cancel_session(struct cli *cli, const char *session);
 
 /* Drop a session; exits 1 on failure unless quiet (then errors are
  * ignored, transport failures still exit). */
