@@ -14,10 +14,11 @@ const struct command cmd_generate_entry = {
 	.summary = "add a turn (or not) and stream the answer",
 	.help =
 "Append PROMPT (or stdin with \"-\") to the session as a user turn and stream\n"
-"the model's answer to stdout. Without PROMPT, continue the session from where\n"
-"it stands. Without --session, use a throw-away session.\n"
+"the model's answer to stdout. Without PROMPT, continue session NAME, which\n"
+"must exist, from where it stands. Without --session, use a throw-away\n"
+"session (a PROMPT is then required).\n"
 "\n"
-"  -s, --session NAME      the session (created if missing)\n"
+"  -s, --session NAME      the session (created if missing, given a PROMPT)\n"
 "      --raw               PROMPT is raw text, not a user turn; a session this\n"
 "                          creates uses the raw template (no chat format)\n"
 "      --context-policy P  when the session is full: error (the default of the\n"
@@ -66,8 +67,20 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 		}
 	}
 	cli_want_args(cli, argc, argv, 0, 1);
+	if (optind >= argc && !session)
+		cli_usage_error(cli, "no PROMPT (- reads stdin); to continue a session, "
+				"--session NAME");
 	cli_connect(cli);
 	char *prompt = optind < argc ? cli_text_arg(argv[optind]) : NULL;
+	if (!prompt) {   /* continue: the session must exist (GetInfo says) */
+		Llamad__GetInfo gi = LLAMAD__GET_INFO__INIT;
+		gi.session = (char *)session;
+		Llamad__Request q = LLAMAD__REQUEST__INIT;
+		q.op_case = LLAMAD__REQUEST__OP_INFO;
+		q.info = &gi;
+		llamad__response__free_unpacked(cli_call(cli, &q, LLAMAD__RESPONSE__BODY_SESSION),
+						NULL);
+	}
 
 	char eph[64];
 	Llamad__Template tmpl = raw ? LLAMAD__TEMPLATE__TEMPLATE_RAW

@@ -10,6 +10,8 @@
 #   - drop --force of a busy session: the running answer is cancelled and
 #     the session is gone; a plain drop waits for the answer to end whole;
 #   - rewind removes the last turn;
+#   - generate without a prompt: on an unknown session an error naming it
+#     (and no session made); with no session either, a usage error (2);
 #   - a bad session name: exit 2 before connecting, the name echoed.
 # Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
@@ -82,6 +84,15 @@ $L generate -s rw -n 3 --temperature 0 "Again" >/dev/null
 t0=$($L --json show rw | python3 -c 'import json,sys; print(json.load(sys.stdin)["turns"])')
 t1=$($L --json rewind rw | python3 -c 'import json,sys; print(json.load(sys.stdin)["turns"])')
 [ "$t1" -eq $((t0 - 1)) ] && ok "rewind: $t0 turns -> $t1" || bad "rewind: $t0 turns -> $t1"
+
+# ---- generate without a prompt -----------------------------------------------------
+out=$($L generate -s typo 2>&1); rc=$?
+if [ "$rc" -eq 1 ] && echo "$out" | grep -q "typo" && ! $L sessions | grep -q typo; then
+    ok "generate -s typo without a prompt: exit 1 naming it, no session made"
+else bad "generate -s typo: rc $rc: $out; sessions: $($L sessions)"; fi
+out=$($L generate 2>&1 </dev/null); rc=$?
+[ "$rc" -eq 2 ] && ok "generate with neither prompt nor session: usage error" ||
+    bad "generate alone: rc $rc: $out"
 
 # ---- bad session names: usage errors, checked before connecting ------------------------
 for args in "show a/b" "drop a/b" "cancel a/b" "rewind a/b" "generate -s a/b hi" "fork ok a/b"; do
