@@ -182,7 +182,7 @@ static void split_span(struct summ *s, const char *base, size_t off, size_t len,
 	if (level >= 4) {
 		/* No boundary left: cut by bytes, in proportion to the tokens. */
 		uint32_t n = count_tokens(s, base + off, len);
-		if (n <= s->limit || len <= 1) {
+		if ((n != UINT32_MAX && n <= s->limit) || len <= 1) {
 			pieces_push(out, off, len, n == UINT32_MAX ? s->limit : n);
 			return;
 		}
@@ -204,7 +204,7 @@ static void split_span(struct summ *s, const char *base, size_t off, size_t len,
 			return;
 		}
 		uint32_t n = count_tokens(s, text + i, e - i);
-		if (n <= s->limit)
+		if (n != UINT32_MAX && n <= s->limit)
 			pieces_push(out, off + i, e - i, n);
 		else
 			split_span(s, base, off + i, e - i, level + 1, out);
@@ -321,20 +321,26 @@ static void progress(struct summ *s, int round, size_t part, size_t parts, uint3
 }
 
 /* One round: cut text into pieces, summarize each, return the joined
- * summaries (malloc'd, *out_len bytes). */
+ * summaries (malloc'd, *out_len bytes); *in_tok is the text's tokens (the
+ * sum of its pieces'). */
 static char *summarize_round(struct summ *s, const char *text, size_t len, int round,
-			     size_t *out_len)
+			     size_t *out_len, uint64_t *in_tok)
 {
 	struct pieces pc = { 0 };
 	split_span(s, text, 0, len, 0, &pc);
 
-	/* Greedy packing of consecutive pieces into chunks of <= limit. */
+	/* Greedy packing of consecutive pieces into chunks of <= limit tokens
+	 * and <= max_bytes (a request's text, when the context is unknown) */
 	struct pieces chunks = { 0 };
+	*in_tok = 0;
+	for (size_t i = 0; i < pc.n; i++)
+		*in_tok += pc.v[i].ntok;
 	for (size_t i = 0; i < pc.n;) {
 		size_t off = pc.v[i].off, end = off + pc.v[i].len;
 		uint64_t sum = pc.v[i].ntok;
 		size_t k = i + 1;
-		while (k < pc.n && sum + pc.v[k].ntok <= s->limit) {
+		while (k < pc.n && sum + pc.v[k].ntok <= s->limit &&
+		       pc.v[k].off + pc.v[k].len - off <= s->max_bytes) {
 			sum += pc.v[k].ntok;
 			end = pc.v[k].off + pc.v[k].len;
 			k++;
@@ -427,7 +433,10 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 	s.ctx = cli->conn.context_length;
 	if (s.ctx == 0)
 		s.ctx = context_from_status(cli);
+	/* a Tokenize's text must fit both a frame and the daemon's max_text */
 	s.max_bytes = cli->conn.max_frame > 4096 ? cli->conn.max_frame - 1024 : 3072;
+	if (cli->conn.max_text && s.max_bytes > cli->conn.max_text)
+		s.max_bytes = cli->conn.max_text;
 
 	if (s.g.has_max_tokens) {
 		s.budget = s.g.max_tokens;
@@ -479,9 +488,13 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 	/* Rounds until the text fits one final request. */
 	char *text = input;
 	size_t tlen = len;
-	uint32_t n = count_tokens(&s, text, tlen);
-	uint32_t n_input = n;
-	if (cli->verbose)
+	uint32_t n = count_tokens(&s, text, tlen);   /* UINT32_MAX: over max_text */
+	uint64_t n_input = n;
+	if (cli->verbose && n == UINT32_MAX)
+		fprintf(stderr, "llamactl: input %zu bytes, over one request's %zu: sent in "
+			"pieces; context %u, summary budget %u, overhead %u\n", len, s.max_bytes,
+			s.ctx, s.budget, s.overhead);
+	else if (cli->verbose)
 		fprintf(stderr, "llamactl: input %u tokens; context %u, summary budget %u, "
 			"overhead %u\n", n, s.ctx, s.budget, s.overhead);
 	int round = 0;
@@ -493,7 +506,10 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 			return EXIT_DAEMON;
 		}
 		size_t nlen;
-		char *next = summarize_round(&s, text, tlen, round, &nlen);
+		uint64_t in_tok;
+		char *next = summarize_round(&s, text, tlen, round, &nlen, &in_tok);
+		if (round == 1)
+			n_input = in_tok;
 		uint32_t m = count_tokens(&s, next, nlen);
 		if (m >= n) {
 			cli_error("local", 0, "the summaries (%u tokens) are no shorter than the "

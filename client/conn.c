@@ -51,6 +51,8 @@ int conn_hello(struct conn *c, Llamad__Response **out)
 			c->max_frame = hr->max_frame;
 		if (hr->has_context_length)
 			c->context_length = hr->context_length;
+		if (hr->has_max_text)
+			c->max_text = hr->max_text;
 		free(c->server);
 		free(c->model);
 		c->server = dup_or_null(hr->server);
