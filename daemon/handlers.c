@@ -157,14 +157,10 @@ static int on_open(struct engine *e, struct req *rq)
 		send_info(e, rq->conn, rq->id, s, 0, -1);
 		return 0;
 	}
-	char tag[64];
 	int tmpl = o->has_template_ && o->template_ ? (int)o->template_ : e->default_tmpl;
 	const char *unusable = chat_template_unusable(e->m->tok, tmpl);
 	if (unusable)
 		return fail(rq, -EINVAL, "template %s: %s", chat_template_name(tmpl), unusable);
-	if (o->system && chat_find_tag(e->m->tok, tmpl, o->system, strlen(o->system), tag, sizeof(tag)))
-		return fail(rq, -EPERM, "system prompt contains the chat control tag %s "
-			    "(refused under the %s template)", tag, chat_template_name(tmpl));
 	int rc = check_room(e, rq);
 	if (rc || (rc = check_quota(e, rq)))
 		return rc;

@@ -26,17 +26,13 @@ static void emit_file(void *ctx, const char *text, size_t len)
 }
 
 /* The prompt as a conversation's opening user turn under the template,
- * with the system prompt (what a session's first turn takes); -EPERM if
- * either spells a control tag of the template. */
+ * with the system prompt (what a session's first turn takes). */
 static int encode_prompt(const struct model *m, const struct oneshot_opts *o, int32_t **ids)
 {
 	struct chat_ctx c = {
 		.tmpl = o->tmpl, .bos = m->cfg.bos, .eos = m->cfg.eos, .last_role = -1,
 		.system = o->system,
 	};
-	char tag[8];
-	if (o->system && chat_find_tag(m->tok, o->tmpl, o->system, strlen(o->system), tag, sizeof tag))
-		return -EPERM;
 	return chat_encode_turn(m->tok, &c, CHAT_USER, o->prompt, ids);
 }
 
@@ -50,17 +46,6 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		return 2;
 	}
 	int n = encode_prompt(m, o, &hist);
-	if (n == -EPERM) {
-		char tag[64];
-		int in_prompt = chat_find_tag(m->tok, o->tmpl, o->prompt, strlen(o->prompt), tag,
-					      sizeof(tag));
-		if (!in_prompt && o->system)
-			chat_find_tag(m->tok, o->tmpl, o->system, strlen(o->system), tag, sizeof(tag));
-		fprintf(stderr, "llamad: %s refused: it contains the chat control tag %s "
-			"(--template %s)\n", in_prompt ? "prompt" : "system prompt", tag,
-			chat_template_name(o->tmpl));
-		return 2;
-	}
 	if (n < 0) {
 		fprintf(stderr, "llamad: cannot tokenize the prompt: %s\n", strerror(-n));
 		return 2;

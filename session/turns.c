@@ -118,16 +118,10 @@ int turn_make_room(const struct turn_env *te, struct session *s, int need, int k
 }
 
 /* The client's message for the turn error n (-errno), into msg (cap). */
-static void turn_error(const struct turn_env *te, const struct session *s, const char *text,
-		       int n, char *msg, size_t cap)
+static void turn_error(const struct turn_env *te, const struct session *s, int n, char *msg,
+		       size_t cap)
 {
-	char tag[64];
-	if (n == -EPERM && chat_find_tag(te->m->tok, s->tmpl, text, strlen(text), tag, sizeof(tag)))
-		snprintf(msg, cap, "text contains the chat control tag %s (refused under the %s "
-			 "template)", tag, chat_template_name(s->tmpl));
-	else if (n == -EPERM)  /* the session's system prompt */
-		snprintf(msg, cap, "the system prompt contains a chat control tag");
-	else if (n == -ENOTSUP)
+	if (n == -ENOTSUP)
 		snprintf(msg, cap, "template %s: %s", chat_template_name(s->tmpl),
 			 chat_template_unusable(te->m->tok, s->tmpl));
 	else
@@ -164,7 +158,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 	int32_t *ids = NULL;
 	int n = chat_encode_turn(te->m->tok, &c, (enum chat_role)role, text, &ids);
 	if (n < 0) {
-		turn_error(te, s, text, n, msg, cap);
+		turn_error(te, s, n, msg, cap);
 		return n == -ENOTSUP ? -EINVAL : n;
 	}
 	if (n == 0 && role == CHAT_SYSTEM && chat_rules(s->tmpl)->system_sets_prompt) {
@@ -195,7 +189,7 @@ int turn_generation(const struct turn_env *te, struct session *s, char *msg, siz
 	int n = chat_encode_generation(te->m->tok, &c, &ids);
 	if (n <= 0) {
 		if (n < 0)
-			turn_error(te, s, "", n, msg, cap);
+			turn_error(te, s, n, msg, cap);
 		return n == -ENOTSUP ? -EINVAL : n;
 	}
 	/* llama3's prompt opens the answer's turn; BOS alone is a raw turn */

@@ -35,7 +35,7 @@ int turn_make_room(const struct turn_env *te, struct session *s, int need, int k
  * A llama2 system turn adds no tokens: it sets the system prompt (of the
  * first user turn, or of the next one once a user turn exists); a llama3
  * one is a turn of its own. Returns the number of tokens added (>= 0), or
- * -EPERM (a control tag, named in msg), -EMSGSIZE (the context cannot hold
+ * -EMSGSIZE (the context cannot hold
  * it), -ENOMEM, -EINVAL (the model's vocabulary lacks the template's
  * control tokens: a session saved under another model), -EPROTO (the
  * tokenizer failed), with a one-line message for the client in msg

@@ -12,8 +12,10 @@
  * and the last, unanswered user turn gets BOS and no EOS:
  *   <s>[INST] {u} [/INST]
  * Each exchange is encoded as one string (as Meta's reference does), text
- * stripped of surrounding whitespace. User or system text containing the
- * tags [INST], [/INST], <<SYS>> or <</SYS>> is refused (-EPERM).
+ * stripped of surrounding whitespace. User or system text never spells the
+ * markup: each [INST], [/INST], <<SYS>> or <</SYS>> in it is neutralised by
+ * a space after its first character ("[ INST]", "< </SYS>>") before it is
+ * encoded (the transcript keeps the text as sent).
  *
  * Llama 3 chat (the chat_template of Meta-Llama-3-*-Instruct's
  * tokenizer_config.json): <|begin_of_text|> once, at the start of the
@@ -25,8 +27,8 @@
  * The <|...|> ids are put in by id (tok_piece_to_id); only the quoted parts
  * go through tok_encode, each on its own, as the model's tokenizer does
  * when it splits the rendered text at its special tokens. User or system
- * text containing a control token of the vocabulary spelt out ("<|eot_id|>",
- * any "<|...|>" that is one) is refused (-EPERM).
+ * text that spells a control token ("<|eot_id|>") stays text: tok_encode
+ * never makes a control token from text, so nothing needs refusing.
  */
 #ifndef LLAMAD_TEXT_CHAT_H
 #define LLAMAD_TEXT_CHAT_H
@@ -113,8 +115,9 @@ int32_t chat_end_of_turn(const struct tok *t, int tmpl, int32_t eos);
 int chat_has_tags(const char *text, size_t len);
 
 /*
- * The control-tag guard of template tmpl over len bytes of text: 1 if the
- * text spells a tag the template refuses (llama2: [INST], [/INST], <<SYS>>,
+ * The control tags of template tmpl in len bytes of text (nothing is
+ * refused for them: llama2 neutralises its tags, llama3 text stays text):
+ * 1 if the text spells one (llama2: [INST], [/INST], <<SYS>>,
  * <</SYS>>; llama3: "<|name|>", a name of up to 128 bytes without '|', that
  * is a control token of t's vocabulary, as all of Llama 3's are),
  * with the first one copied into tag (cap bytes, NUL-terminated, cut to
@@ -133,8 +136,7 @@ int chat_find_tag(const struct tok *t, int tmpl, const char *text, size_t len, c
  * checks none), then the generation prompt, always (the template adds it
  * unconditionally).
  * Returns the number of ids with *ids malloc'd, or -EINVAL (bad order, no
- * message, raw), -EPERM (control tags in user or system text), -ENOTSUP
- * (the vocabulary lacks the template's control tokens), -EPROTO (the
+ * message, raw), -ENOTSUP (the vocabulary lacks the template's control tokens), -EPROTO (the
  * tokenizer failed), -ENOMEM.
  */
 int chat_encode_dialog(const struct tok *t, int tmpl, const struct chat_msg *msgs, int n,
@@ -143,8 +145,8 @@ int chat_encode_dialog(const struct tok *t, int tmpl, const struct chat_msg *msg
 /*
  * Llama 2's: encode one user turn for an ongoing session: BOS + "[INST] {sys}{u}
  * [/INST]" where sys is the <<SYS>> block when `system` is non-NULL (first
- * turn). Returns the number of ids with *ids malloc'd, or -EPERM (control
- * tags), -EPROTO, -ENOMEM.
+ * turn; tags in the text neutralised). Returns the number of ids with
+ * *ids malloc'd, or -EPROTO, -ENOMEM.
  */
 int chat_encode_user_turn(const struct tok *t, const char *system, const char *user,
 			  int32_t **ids);
@@ -182,9 +184,9 @@ struct chat_ctx {
  *    written by the client its text and <|eot_id|> after the generation
  *    prompt a user turn left (c->last_role CHAT_USER), else its whole
  *    message.
- * Returns the number of ids (*ids malloc'd, NULL when 0), or -EPERM (a
- * control tag in user or system text), -ENOTSUP (the vocabulary lacks the
- * template's control tokens), -EPROTO (the tokenizer failed), -ENOMEM.
+ * Returns the number of ids (*ids malloc'd, NULL when 0), or -ENOTSUP (the
+ * vocabulary lacks the template's control tokens), -EPROTO (the tokenizer
+ * failed), -ENOMEM.
  */
 int chat_encode_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 		     const char *text, int32_t **ids);
@@ -207,7 +209,7 @@ int chat_encode_generation(const struct tok *t, const struct chat_ctx *c, int32_
  * with its text is encoded again as the opening turn; any other turn, whose
  * tokens are old[0, n_old), gets BOS in front unless it starts with it.
  * Returns the number of ids (*ids malloc'd), 0 if the turn can stay as it
- * is, or -EPERM, -ENOTSUP, -EPROTO, -ENOMEM.
+ * is, or -ENOTSUP, -EPROTO, -ENOMEM.
  */
 int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 			   const char *text, const int32_t *old, int n_old, int32_t **ids);

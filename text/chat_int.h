@@ -32,7 +32,7 @@ struct chat_tmpl {
 			     int32_t **ids);
 	/* the id that ends a turn; NULL: none (-1) */
 	int32_t (*end_of_turn)(const struct tok *t, int32_t eos);
-	/* the control-tag guard (chat_find_tag); NULL: nothing refused */
+	/* the control-tag finder (chat_find_tag); NULL: none */
 	int (*find_tag)(const struct tok *t, const char *text, size_t len, char *tag, size_t cap);
 	/* why t cannot encode this template; NULL: any vocabulary can */
 	const char *(*unusable)(const struct tok *t);

@@ -14,19 +14,28 @@
 
 static const char *const tags[] = { "[INST]", "[/INST]", "<<SYS>>", "<</SYS>>" };
 
+/* The length of the tag text starts with (of len bytes), or 0. */
+static size_t tag_at(const char *text, size_t len)
+{
+	if (text[0] != '[' && text[0] != '<')
+		return 0;
+	for (size_t k = 0; k < sizeof(tags) / sizeof(tags[0]); k++) {
+		size_t tl = strlen(tags[k]);
+		if (len >= tl && memcmp(text, tags[k], tl) == 0)
+			return tl;
+	}
+	return 0;
+}
+
 static int llama2_find_tag(const struct tok *t, const char *text, size_t len, char *tag,
 			   size_t cap)
 {
 	(void)t;
 	for (size_t i = 0; i < len; i++) {
-		if (text[i] != '[' && text[i] != '<')
-			continue;
-		for (size_t k = 0; k < sizeof(tags) / sizeof(tags[0]); k++) {
-			size_t tl = strlen(tags[k]);
-			if (len - i >= tl && memcmp(text + i, tags[k], tl) == 0) {
-				chat_copy_tag(tag, cap, tags[k], tl);
-				return 1;
-			}
+		size_t tl = tag_at(text + i, len - i);
+		if (tl) {
+			chat_copy_tag(tag, cap, text + i, tl);
+			return 1;
 		}
 	}
 	return 0;
@@ -52,6 +61,35 @@ static char *strip(const char *s)
 	while (n > 0 && isspace((unsigned char)s[n - 1]))
 		n--;
 	return strndup(s, n);
+}
+
+/* strip(), and every tag in the text neutralised by a space after its
+ * first character ("[INST]" -> "[ INST]", "<</SYS>>" -> "< </SYS>>"), so
+ * that client text never spells the template's own markup; NULL on
+ * ENOMEM. No tag holds a space, so none can form across an insertion. */
+static char *strip_tags(const char *s)
+{
+	char *t = strip(s);
+	if (!t)
+		return NULL;
+	size_t len = strlen(t), n = 0;
+	for (size_t i = 0; i < len; i++)
+		n += tag_at(t + i, len - i) != 0;
+	if (n == 0)
+		return t;
+	char *o = malloc(len + n + 1), *w = o;
+	if (!o) {
+		free(t);
+		return NULL;
+	}
+	for (size_t i = 0; i < len; i++) {
+		*w++ = t[i];
+		if (tag_at(t + i, len - i))
+			*w++ = ' ';
+	}
+	*w = 0;
+	free(t);
+	return o;
 }
 
 /* Append the ids of text (with BOS / EOS as asked) to *ids / *n. */
@@ -86,7 +124,8 @@ static int append(const struct tok *t, const char *text, int bos, int eos,
 /* "[INST] {<<SYS>> block}{user} [/INST]" (+ " {answer} " if answer). */
 static char *exchange_text(const char *system, const char *user, const char *answer)
 {
-	char *u = strip(user), *s = system ? strip(system) : NULL, *a = answer ? strip(answer) : NULL;
+	char *u = strip_tags(user), *s = system ? strip_tags(system) : NULL;
+	char *a = answer ? strip(answer) : NULL;
 	char *out = NULL;
 	if (u && (!system || s) && (!answer || a)) {
 		if (asprintf(&out, "[INST] %s%s%s%s [/INST]%s%s%s",
@@ -103,8 +142,6 @@ static char *exchange_text(const char *system, const char *user, const char *ans
 int chat_encode_user_turn(const struct tok *t, const char *system, const char *user,
 			  int32_t **ids)
 {
-	if (chat_has_tags(user, strlen(user)) || (system && chat_has_tags(system, strlen(system))))
-		return -EPERM;
 	char *text = exchange_text(system, user, NULL);
 	if (!text)
 		return -ENOMEM;
@@ -124,10 +161,6 @@ static int llama2_dialog(const struct tok *t, const struct chat_msg *msgs, int n
 {
 	int i = 0, len = 0, cap = 0, rc = 0;
 	const char *system = NULL;
-	for (int k = 0; k < n; k++)
-		if (msgs[k].role != CHAT_ASSISTANT &&
-		    chat_has_tags(msgs[k].text, strlen(msgs[k].text)))
-			return -EPERM;
 	if (n > 0 && msgs[0].role == CHAT_SYSTEM) {
 		system = msgs[0].text;
 		i = 1;
@@ -205,8 +238,6 @@ static int encode_answer(const struct tok *t, const struct chat_ctx *c, const ch
 static int llama2_turn(const struct tok *t, const struct chat_ctx *c, enum chat_role role,
 		       const char *text, int32_t **ids)
 {
-	if ((role == CHAT_USER || role == CHAT_SYSTEM) && chat_has_tags(text, strlen(text)))
-		return -EPERM;
 	if (role == CHAT_SYSTEM)
 		return 0;
 	if (role == CHAT_ASSISTANT)

@@ -231,15 +231,6 @@ static int32_t l3_bos(const struct tok *t, const struct l3_ids *l)
 	return tok_bos(t) >= 0 ? tok_bos(t) : l->bos;
 }
 
-/* -EPERM if a user or system message of the dialog spells a control token. */
-static int l3_guard(const struct tok *t, enum chat_role role, const char *text)
-{
-	char tag[8];
-	if (role != CHAT_USER && role != CHAT_SYSTEM)
-		return 0;
-	return llama3_find_tag(t, text, strlen(text), tag, sizeof(tag)) ? -EPERM : 0;
-}
-
 static int llama3_dialog(const struct tok *t, const struct chat_msg *msgs, int n, int32_t **ids)
 {
 	struct l3_ids l;
@@ -251,8 +242,6 @@ static int llama3_dialog(const struct tok *t, const struct chat_msg *msgs, int n
 		if (msgs[k].role != CHAT_USER && msgs[k].role != CHAT_SYSTEM &&
 		    msgs[k].role != CHAT_ASSISTANT)
 			return -EINVAL;
-		if (l3_guard(t, msgs[k].role, msgs[k].text))
-			return -EPERM;
 	}
 	struct idv a = { 0 };
 	int rc = idv_put(&a, l3_bos(t, &l));
@@ -281,8 +270,6 @@ static int llama3_turn(const struct tok *t, const struct chat_ctx *c, enum chat_
 	struct l3_ids l;
 	if (l3_ids(t, &l) != 0)
 		return -ENOTSUP;
-	if (l3_guard(t, role, text))
-		return -EPERM;
 	struct idv a = { 0 };
 	int rc = c->open_answer ? idv_put(&a, l.eot) : 0;
 	if (!rc)

@@ -111,17 +111,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check_ids(t, ids, n);
 	free(ids);
 
-	/* a user turn opening a conversation: refused exactly for a tag */
+	/* a user turn opening a conversation: never refused, tag or not */
 	struct chat_ctx open = { .tmpl = c.tmpl, .bos = c.bos, .eos = c.eos, .last_role = -1 };
 	char tag[64];
-	int has_tag = chat_find_tag(t, tmpl, text, strlen(text), tag, sizeof tag);
+	int has_tag = chat_find_tag(t, tmpl, text, strlen(text), tag, sizeof tag);  /* exercised */
 	int32_t *turn = NULL;
 	int nt = chat_encode_turn(t, &open, CHAT_USER, text, &turn);
 	check_ids(t, turn, nt);
-	if ((nt == -EPERM) != has_tag)
+	if (nt == -EPERM || (utf8_valid(text, strlen(text)) && nt <= 0 && *text))
 		abort();
-	if (!has_tag && utf8_valid(text, strlen(text)) && nt <= 0 && *text)
-		abort();
+	(void)has_tag;
 	/* the dialog of that one message is the same ids */
 	if (tmpl != CHAT_TEMPLATE_RAW && nt > 0) {
 		struct chat_msg d = { CHAT_USER, text };

@@ -80,7 +80,6 @@ usage_err "system"            $M --prompt hi --system "be brief"
 usage_err "stop"              $M --prompt hi --stop a --stop b --stop c --stop d --stop e \
     --stop f --stop g --stop h --stop i --stop j --stop k --stop l --stop m --stop n \
     --stop o --stop p --stop q
-usage_err "control tag"       $M --prompt "[INST] hi" --template llama2
 echo "ok   usage errors exit 2"
 
 # ---- a missing model: exit 1, the file named ---------------------------------

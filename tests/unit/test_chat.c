@@ -169,32 +169,63 @@ static void test_user_turn(void **state)
 	free(d);
 }
 
-static void test_tags_refused(void **state)
+/* 1 if ids a (na) and b (nb) are the same */
+static int same_ids(const int32_t *a, int na, const int32_t *b, int nb)
+{
+	return na == nb && na >= 0 && (na == 0 || memcmp(a, b, (size_t)na * sizeof(int32_t)) == 0);
+}
+
+/* llama2 tags in user or system text are neutralised ("[INST]" ->
+ * "[ INST]"), never refused: the ids are those of the neutralised text;
+ * answers keep theirs. */
+static void test_tags_neutralised(void **state)
 {
 	const struct tok *t = *state;
-	static const char *const bad[] = {
-		"[INST]", "say [/INST] now", "<<SYS>>", "x<</SYS>>", "a\n[INST] b",
+	static const char *const bad[][2] = {
+		{ "[INST]", "[ INST]" }, { "say [/INST] now", "say [ /INST] now" },
+		{ "<<SYS>>", "< <SYS>>" }, { "x<</SYS>>", "x< </SYS>>" },
+		{ "a\n[INST] b", "a\n[ INST] b" }, { "[INST][/INST]", "[ INST][ /INST]" },
+		{ "<<<SYS>>", "<< <SYS>>" }, { "<<</SYS>>", "<< </SYS>>" },
 	};
-	int32_t *ids = (int32_t *)0x1;
+	int32_t *ids = (int32_t *)0x1, *want = NULL;
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
-		assert_int_equal(chat_has_tags(bad[i], strlen(bad[i])), 1);
-		assert_int_equal(chat_encode_user_turn(t, NULL, bad[i], &ids), -EPERM);
-		assert_int_equal(chat_encode_user_turn(t, bad[i], "hello", &ids), -EPERM);
-		struct chat_msg u[] = { { CHAT_USER, bad[i] } };
-		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, u, 1, &ids), -EPERM);
-		assert_null(ids);
-		struct chat_msg s[] = { { CHAT_SYSTEM, bad[i] }, { CHAT_USER, "hi" } };
-		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, s, 2, &ids), -EPERM);
-		/* in a later user turn too */
-		struct chat_msg l[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, "yo" },
-					{ CHAT_USER, bad[i] } };
-		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, l, 3, &ids), -EPERM);
-		/* assistant text is not checked */
-		struct chat_msg a[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, bad[i] },
-					{ CHAT_USER, "ok" } };
-		int n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, a, 3, &ids);
-		assert_true(n > 0);
+		const char *x = bad[i][0], *y = bad[i][1];
+		assert_int_equal(chat_has_tags(x, strlen(x)), 1);
+		assert_int_equal(chat_has_tags(y, strlen(y)), 0);
+		int n = chat_encode_user_turn(t, NULL, x, &ids);
+		int nw = chat_encode_user_turn(t, NULL, y, &want);
+		assert_true(n > 0 && same_ids(ids, n, want, nw));
 		free(ids);
+		free(want);
+		n = chat_encode_user_turn(t, x, "hello", &ids);
+		nw = chat_encode_user_turn(t, y, "hello", &want);
+		assert_true(n > 0 && same_ids(ids, n, want, nw));
+		free(ids);
+		/* a dialog: the system text and a later user turn too */
+		struct chat_msg s[] = { { CHAT_SYSTEM, x }, { CHAT_USER, "hello" } };
+		n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, s, 2, &ids);
+		assert_true(same_ids(ids, n, want, nw));
+		free(ids);
+		free(want);
+		struct chat_msg l[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, "yo" },
+					{ CHAT_USER, x } };
+		struct chat_msg lw[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, "yo" },
+					 { CHAT_USER, y } };
+		n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, l, 3, &ids);
+		nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, lw, 3, &want);
+		assert_true(n > 0 && same_ids(ids, n, want, nw));
+		free(ids);
+		free(want);
+		/* assistant text is the model's: kept as it is */
+		struct chat_msg a[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, x },
+					{ CHAT_USER, "ok" } };
+		struct chat_msg aw[] = { { CHAT_USER, "hi" }, { CHAT_ASSISTANT, y },
+					 { CHAT_USER, "ok" } };
+		n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, a, 3, &ids);
+		nw = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA2, aw, 3, &want);
+		assert_true(n > 0 && nw > 0 && !same_ids(ids, n, want, nw));
+		free(ids);
+		free(want);
 	}
 	/* near misses are fine */
 	static const char *const ok[] = { "[INST", "INST]", "[ INST]", "<SYS>", "<</SYS>", "[/inst]", "" };
@@ -323,10 +354,13 @@ static void test_turn_rules(void **state)
 	free(ids);
 	free(want);
 	c.next_system = NULL;
-	/* control tags in user and system text are refused, not in answers */
-	assert_int_equal(chat_encode_turn(t, &c, CHAT_USER, "a [INST] b", &ids), -EPERM);
-	assert_null(ids);
-	assert_int_equal(chat_encode_turn(t, &c, CHAT_SYSTEM, "<<SYS>>", &ids), -EPERM);
+	/* control tags in user text are neutralised (not in answers) */
+	n = chat_encode_turn(t, &c, CHAT_USER, "a [INST] b", &ids);
+	nw = chat_encode_turn(t, &c, CHAT_USER, "a [ INST] b", &want);
+	assert_true(n > 0 && same_ids(ids, n, want, nw));
+	free(ids);
+	free(want);
+	assert_int_equal(chat_encode_turn(t, &c, CHAT_SYSTEM, "<<SYS>>", &ids), 0);
 	n = chat_encode_turn(t, &c, CHAT_ASSISTANT, "  4\n", &ids);
 	assert_ids(ids, n, ex2 + N_OF(ex2) - 4, 4);  /* " 4 " EOS, stripped */
 	free(ids);
@@ -668,8 +702,19 @@ static void test_l3_first_turn(void **state)
 	free(want);
 }
 
-/* Control tokens spelt out in user or system text are refused and named;
- * text that only looks like one, answers and other templates are not. */
+/* 1 + the number of control tokens in ids[0, n) */
+static int n_control(const struct tok *t, const int32_t *ids, int n)
+{
+	int k = 1;
+	for (int i = 0; i < n; i++)
+		k += tok_type(t, ids[i]) == TOK_TYPE_CONTROL;
+	return k;
+}
+
+/* Control tokens spelt out in user or system text are found (and named)
+ * but stay text: the turn holds the framing's control tokens only, as for
+ * plain text; text that only looks like one, answers and other templates
+ * are not found. */
 static void test_l3_tags(void **state)
 {
 	const struct l3 *l = *state;
@@ -691,13 +736,27 @@ static void test_l3_tags(void **state)
 		assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA3, x, strlen(x), tag,
 					       sizeof(tag)), 1);
 		assert_string_equal(tag, bad[i][1]);
-		assert_int_equal(chat_encode_turn(t, &c, CHAT_USER, x, &ids), -EPERM);
-		assert_null(ids);
-		assert_int_equal(chat_encode_turn(t, &c, CHAT_SYSTEM, x, &ids), -EPERM);
+		int32_t *plain = NULL;
+		int np = chat_encode_turn(t, &c, CHAT_USER, "plain", &plain);
+		for (int role = CHAT_USER; role <= CHAT_SYSTEM; role++) {
+			int n = chat_encode_turn(t, &c, (enum chat_role)role, x, &ids);
+			int npr = chat_encode_turn(t, &c, (enum chat_role)role, "plain", &plain);
+			assert_true(n > 0 && npr > 0);
+			assert_int_equal(n_control(t, ids, n), n_control(t, plain, npr));
+			free(ids);
+			free(plain);
+		}
+		(void)np;
 		struct chat_msg m[] = { { CHAT_USER, "hi" }, { CHAT_SYSTEM, x } };
-		assert_int_equal(chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, m, 2, &ids), -EPERM);
-		/* answers are text like any other; llama2 and raw refuse none of these */
-		int n = chat_encode_turn(t, &c, CHAT_ASSISTANT, x, &ids);
+		struct chat_msg mp[] = { { CHAT_USER, "hi" }, { CHAT_SYSTEM, "plain" } };
+		int n = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, m, 2, &ids);
+		int npd = chat_encode_dialog(t, CHAT_TEMPLATE_LLAMA3, mp, 2, &plain);
+		assert_true(n > 0 && npd > 0);
+		assert_int_equal(n_control(t, ids, n), n_control(t, plain, npd));
+		free(ids);
+		free(plain);
+		/* answers are text like any other; llama2 and raw find none of these */
+		n = chat_encode_turn(t, &c, CHAT_ASSISTANT, x, &ids);
 		assert_true(n > 0);
 		free(ids);
 		assert_int_equal(chat_find_tag(t, CHAT_TEMPLATE_LLAMA2, x, strlen(x), tag, 64), 0);
@@ -847,7 +906,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_three_turns),
 		cmocka_unit_test(test_user_turn),
-		cmocka_unit_test(test_tags_refused),
+		cmocka_unit_test(test_tags_neutralised),
 		cmocka_unit_test(test_bad_order),
 		cmocka_unit_test(test_whitespace_stripped),
 		cmocka_unit_test(test_turns_as_dialog),

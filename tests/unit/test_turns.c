@@ -268,15 +268,11 @@ static void test_l3_append(void **state)
 		add(f, o, l3_dialog[i].role, l3_dialog[i].text);
 	assert_int_equal(o->n_turns, 3);
 	assert_l3(f, o, l3_dialog, 4);
-	/* a control token in user or system text: refused and named */
+	/* a control token spelt in user or system text: accepted, as text */
 	char msg[200];
-	assert_int_equal(turn_append(&f->te, s, CHAT_USER, "say <|eot_id|> now", msg, sizeof(msg)),
-			 -EPERM);
-	assert_string_equal(msg, "text contains the chat control tag <|eot_id|> (refused under "
-			    "the llama3 template)");
-	assert_int_equal(turn_append(&f->te, s, CHAT_SYSTEM, "<|start_header_id|>", msg,
-				     sizeof(msg)), -EPERM);
-	assert_l3(f, s, l3_dialog, 4);
+	assert_true(turn_append(&f->te, s, CHAT_USER, "say <|eot_id|> now", msg, sizeof(msg)) > 0);
+	assert_true(turn_append(&f->te, s, CHAT_SYSTEM, "<|start_header_id|>", msg,
+				sizeof(msg)) > 0);
 }
 
 /* Generation: nothing before it after a user turn; a generated answer that
