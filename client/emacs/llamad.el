@@ -48,8 +48,10 @@
 ;; editors share a project's conversation.
 ;;
 ;; The socket: `llamad-socket' if set, else as llamactl finds it:
-;; $LLAMAD_SOCKET, else $XDG_RUNTIME_DIR/llamad/llamad.sock (not root),
-;; else /run/llamad/llamad.sock.  See `M-x customize-group RET llamad'.
+;; $LLAMAD_SOCKET, else your own $XDG_RUNTIME_DIR/llamad/llamad.sock (not
+;; root) and then the system service's /run/llamad/llamad.sock, the second
+;; tried when nothing listens at the first.  See `M-x customize-group RET
+;; llamad'.
 
 ;;; Code:
 
@@ -64,10 +66,16 @@
   :prefix "llamad-")
 
 (defcustom llamad-socket nil
-  "The daemon's socket, or nil for the default.
-The default is $LLAMAD_SOCKET if set, else
-$XDG_RUNTIME_DIR/llamad/llamad.sock when not root and XDG_RUNTIME_DIR is
-set, else /run/llamad/llamad.sock, as for llamactl."
+  "The daemon's socket, or nil for the default sockets.
+A socket set here is the only one tried.  The default, as for llamactl,
+is $LLAMAD_SOCKET alone if set and not empty; else, in turn, your own
+daemon's $XDG_RUNTIME_DIR/llamad/llamad.sock (when not root and
+XDG_RUNTIME_DIR is set) and the system service's
+/run/llamad/llamad.sock.  The next one is tried only when nothing
+listens at one (no such file, connection refused); any other error
+\(permission denied: not in the llamad group, ...) stops there.  When
+none can be reached, the error names every socket tried with its error.
+See `llamad-socket-paths'."
   :type '(choice (const :tag "Default" nil) (file :tag "Socket path")))
 
 (defcustom llamad-session nil
@@ -116,7 +124,9 @@ A reply announcing more is an error and closes the connection."
 
 (cl-defstruct (llamad--conn (:constructor llamad--conn-make) (:copier nil))
   "A connection to the daemon and what it waits for."
-  process socket
+  process
+  socket        ; the socket connected to
+  paths         ; the sockets it was to try (`llamad-socket-paths')
   (next-id 1)
   (handlers (make-hash-table :test 'eql))  ; id -> (CALLBACK . STREAM)
   hello         ; the HelloReply plist, once it came
@@ -145,43 +155,70 @@ spent on this event alone (decoding, inserting, hooks).")
 (defvar llamad--chunk-time nil
   "When the process filter received the chunk being processed.")
 
-(defun llamad-socket-path ()
-  "Return the socket path to connect to (see `llamad-socket')."
+(defun llamad-socket-paths ()
+  "Return the list of sockets to try, in order (see `llamad-socket')."
   (let ((env (getenv "LLAMAD_SOCKET"))
         (xdg (getenv "XDG_RUNTIME_DIR")))
-    (cond (llamad-socket (expand-file-name llamad-socket))
-          ((and env (not (string= env ""))) env)
-          ((and xdg (not (string= xdg "")) (/= (user-uid) 0))
-           (expand-file-name "llamad/llamad.sock" xdg))
-          (t "/run/llamad/llamad.sock"))))
+    (cond (llamad-socket (list (expand-file-name llamad-socket)))
+          ((and env (not (string= env ""))) (list env))
+          (t (append (and xdg (not (string= xdg "")) (/= (user-uid) 0)
+                          (list (expand-file-name "llamad/llamad.sock" xdg)))
+                     (list "/run/llamad/llamad.sock"))))))
+
+(defun llamad-socket-path ()
+  "Return the first socket `llamad-socket-paths' tries."
+  (car (llamad-socket-paths)))
 
 (defun llamad--connection ()
   "Return a live connection to the daemon, connecting if there is none.
-A connection that was closed, or to another socket, is replaced.  Signal
-a `user-error' naming the socket when the daemon cannot be reached."
-  (let ((socket (llamad-socket-path))
+A connection that was closed, or to other sockets, is replaced.  Signal
+a `user-error' naming the sockets tried when the daemon cannot be
+reached."
+  (let ((paths (llamad-socket-paths))
         (conn llamad--conn))
     (if (and conn (not (llamad--conn-closed conn))
-             (equal socket (llamad--conn-socket conn))
+             (equal paths (llamad--conn-paths conn))
              (process-live-p (llamad--conn-process conn)))
         conn
       (when conn
         (llamad--drop conn "replaced" t))
-      (setq llamad--conn (llamad--open socket)))))
+      (setq llamad--conn (llamad--open paths)))))
 
-(defun llamad--open (socket)
-  "Connect to the daemon at SOCKET and send Hello; return the connection."
-  (let* ((conn (llamad--conn-make :socket socket))
-         (process
-          (condition-case err
-              (let ((process-adaptive-read-buffering nil))  ; no read delays
-                (make-network-process
-                 :name "llamad" :family 'local :service socket :nowait nil
-                 :coding 'binary :noquery t :buffer nil
-                 :filter #'llamad--filter :sentinel #'llamad--sentinel))
-            (file-error
-             (user-error "llamad: cannot connect to %s (%s); is llamad running?"
-                         socket (or (nth 2 err) (error-message-string err)))))))
+(defun llamad--dial (paths)
+  "Connect to the first of PATHS where a daemon listens.
+Return (PATH . PROCESS).  The next path is tried only when nothing
+listens at one (no such file, connection refused); when none can be
+reached, signal a `user-error' naming each path tried with its error."
+  (let (tried found)
+    (while (and paths (not found))
+      (let ((path (pop paths)))
+        (condition-case err
+            ;; system error texts in English: "Connection refused" is
+            ;; recognized, and the error says the same in every locale
+            (let ((process-adaptive-read-buffering nil)  ; no read delays
+                  (system-messages-locale "C"))
+              (setq found
+                    (cons path
+                          (make-network-process
+                           :name "llamad" :family 'local :service path :nowait nil
+                           :coding 'binary :noquery t :buffer nil
+                           :filter #'llamad--filter :sentinel #'llamad--sentinel))))
+          (file-error
+           (let ((why (or (nth 2 err) (error-message-string err))))
+             (push (format "%s (%s)" path why) tried)
+             ;; anything but ENOENT and ECONNREFUSED: say it, try no other
+             (unless (or (eq (car err) 'file-missing) (equal why "Connection refused"))
+               (setq paths nil)))))))
+    (or found
+        (user-error "llamad: cannot connect to %s; is llamad running?"
+                    (mapconcat #'identity (nreverse tried) " or ")))))
+
+(defun llamad--open (paths)
+  "Connect to the first daemon of PATHS and send Hello; return the connection.
+See `llamad--dial'."
+  (let* ((dialed (llamad--dial paths))
+         (conn (llamad--conn-make :socket (car dialed) :paths paths))
+         (process (cdr dialed)))
     (process-put process 'llamad-conn conn)
     (setf (llamad--conn-process conn) process)
     (llamad--request

@@ -11,12 +11,16 @@
 # hangs; fork, session listing, transcript paging (max_frame 1024), the
 # per-project session name (against sha256sum here). Prints the latency the
 # package adds per token event (lines "latency: ..."); timing never fails it.
+# Last, the sockets tried with none configured (tests/tools/fallback.sh,
+# emacs/fallback.el run as uid 65534): the user's, then the system's
+# /run/llamad/llamad.sock (as root only; skipped otherwise).
 # Needs emacs (Debian: emacs-nox, which make deps installs): fails without.
 # Env: BUILD, MODELS, LLAMAD_FLAGS (extra daemon flags), EMACS (default emacs).
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 EMACS=${EMACS:-emacs}
 . tests/tools/daemon.sh
+. tests/tools/fallback.sh
 
 command -v "$EMACS" >/dev/null 2>&1 || { echo "FAIL: $EMACS not found (make deps installs emacs-nox)"; exit 1; }
 need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model" \
@@ -24,9 +28,10 @@ need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/
 BUILD=$(cd "$BUILD" && pwd)
 MODELS=$(cd "$MODELS" && pwd)
 
-test_frame
+test_frame 755   # the fallback checks run Emacs as uid 65534, on files in it
 # the daemon a test restarts is Emacs's child: stop it too
-trap 'if [ -f "$dir/restarted.pid" ]; then kill "$(cat "$dir/restarted.pid")" 2>/dev/null; fi; test_cleanup' EXIT
+trap 'if [ -f "$dir/restarted.pid" ]; then kill "$(cat "$dir/restarted.pid")" 2>/dev/null; fi
+    test_cleanup; fallback_cleanup' EXIT
 
 args="--model $MODELS/stories260K.bin --tokenizer $MODELS/tok512.model --log-level warning $LLAMAD_FLAGS"
 start() {  # start NAME [FLAGS...]: a daemon on $dir/NAME.sock; its pid in $started
@@ -78,6 +83,13 @@ if [ "$rc" -ne 0 ] || ! grep -q '^Ran [0-9]* tests, [0-9]* results as expected, 
     bad "ERT (exit $rc):"
     cat "$dir/ert.log"
 fi
+
+# the default sockets, tried in turn (on the compiled package)
+cp tests/integration/emacs/fallback.el "$dir/fallback.el" && chmod -R a+rX "$elc" || exit 1
+fb_client() {
+    fb_as_nobody timeout 60 "$EMACS" --batch -Q -L "$elc" -l "$dir/fallback.el"
+}
+fallback_checks emacs
 
 [ "$fail" -eq 0 ] && echo "emacs: all ok"
 exit "$fail"

@@ -7,19 +7,24 @@
 # daemons sending bad frames (nvim/fake_server.py), fork, sessions,
 # transcript paging, the per-project session name, responsiveness, and the
 # latency figures (printed, never asserted). The protobuf module is checked
-# first on its own (nvim/pb_test.lua).
+# first on its own (nvim/pb_test.lua). Last, the sockets tried with none
+# configured (tests/tools/fallback.sh, nvim/fallback.lua run as uid 65534):
+# the user's, then the system's /run/llamad/llamad.sock (as root only;
+# skipped otherwise).
 # Env: BUILD, MODELS, NVIM (the nvim binary, default nvim).
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 NVIM=${NVIM:-nvim}
 . tests/tools/daemon.sh
+. tests/tools/fallback.sh
 
 command -v "$NVIM" >/dev/null 2>&1 || { echo "FAIL: $NVIM not found (make deps installs neovim)"; exit 1; }
 command -v python3 >/dev/null 2>&1 || { echo "FAIL: python3 not found"; exit 1; }
 need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
 "$NVIM" --version | head -1
 
-test_frame
+test_frame 755   # the fallback checks run Neovim as uid 65534, on files in it
+trap 'test_cleanup; fallback_cleanup' EXIT
 root=$(pwd)
 abs() { case $1 in /*) echo "$1" ;; *) echo "$root/$1" ;; esac; }
 
@@ -85,5 +90,14 @@ if [ "$rc" -ne 0 ] || ! grep -q '^test.lua: all ok$' "$dir/test.out"; then
     for l in a b c; do [ -s "$dir/$l.log" ] && { echo "--- daemon $l log"; cat "$dir/$l.log"; }; done
 fi
 grep -q '^FAIL' "$dir/test.out" && fail=1
+
+# the default sockets, tried in turn
+cp tests/integration/nvim/fallback.lua "$dir/fallback.lua" && chmod -R a+rX "$dir/data" || exit 1
+fb_client() {
+    fb_as_nobody XDG_DATA_HOME="$dir/data" XDG_CONFIG_HOME="$dir/nobody/config" \
+        XDG_CACHE_HOME="$dir/nobody/cache" XDG_STATE_HOME="$dir/nobody/state" \
+        timeout 60 "$NVIM" --headless -u NORC -i NONE -n -c "luafile $dir/fallback.lua" </dev/null
+}
+fallback_checks nvim
 [ "$fail" -eq 0 ] && echo "nvim: all ok"
 exit "$fail"

@@ -128,7 +128,8 @@ tests[#tests + 1] = function()
     end
   end
   for _, f in ipairs({ 'setup', 'send', 'insert', 'cancel', 'fork', 'transcript', 'sessions', 'session',
-    'current_session', 'project_session', 'default_socket', 'visual_text', 'last', 'running' }) do
+    'current_session', 'project_session', 'default_socket', 'default_sockets', 'visual_text', 'last',
+    'running' }) do
     if type(L[f]) ~= 'function' then missing[#missing + 1] = 'llamad.' .. f end
     if not pcall(vim.cmd, 'help llamad.' .. f .. '()') then missing[#missing + 1] = 'help llamad.' .. f .. '()' end
   end
@@ -137,6 +138,8 @@ tests[#tests + 1] = function()
     table.concat(missing, ', '))
   check(L.default_socket() == (os.getenv('LLAMAD_SOCKET') or ''),
     'default socket is $LLAMAD_SOCKET when set', L.default_socket())
+  check(vim.deep_equal(L.default_sockets(), { os.getenv('LLAMAD_SOCKET') }),
+    '$LLAMAD_SOCKET is the only default socket when set', q(L.default_sockets()))
 end
 
 -- 1: the streamed text equals llamactl's for the same session state --------

@@ -1,7 +1,8 @@
 -- llamad/conn.lua — one connection to llamad's Unix socket, asynchronous.
 --
--- conn.new{ path, max_reply, client, hello_timeout, on_fail, on_notice }
--- makes an unconnected object; conn:ready(cb) connects (when not connected),
+-- conn.new{ path or paths, max_reply, client, hello_timeout, on_fail,
+-- on_notice } makes an unconnected object; conn:ready(cb) connects (when not
+-- connected: to the first of `paths` where a daemon listens, see M.new),
 -- sends Hello and calls cb(conn) once the HelloReply is in (conn.hello holds
 -- it: max_frame, max_text, model, ...). conn:request(op, msg, handler) sends
 -- one Request and routes every Response with its id to handler(resp, t,
@@ -33,11 +34,17 @@ local M = {}
 local Conn = {}
 Conn.__index = Conn
 
--- new(opts): see above. path: the socket; max_reply: largest reply frame
--- accepted (bytes); client: Hello's client string; hello_timeout: ms.
+-- new(opts): see above. path: the socket; or paths: the sockets to try, in
+-- order, at each connect: the next one only when connecting to one fails
+-- with ENOENT or ECONNREFUSED (nothing listens there); any other error ends
+-- the attempt, and the failure names every path tried with its error.
+-- max_reply: largest reply frame accepted (bytes); client: Hello's client
+-- string; hello_timeout: ms (for the whole attempt).
 function M.new(opts)
+  local paths = opts.paths or { opts.path }
   return setmetatable({
-    path = opts.path,
+    paths = paths,
+    path = paths[1],    -- the socket connected to (or being tried)
     max_reply = opts.max_reply or 64 * 1024 * 1024,
     client = opts.client or 'llamad.nvim',
     hello_timeout = opts.hello_timeout or 10000,
@@ -69,8 +76,6 @@ function Conn:_connect()
   self.reader = pb.reader(self.max_reply)
   self.hello = nil
   local gen = self.gen
-  local pipe = uv.new_pipe(false)
-  self.pipe = pipe
   local function main(fn)  -- run fn on the main loop if this connection still stands
     vim.schedule(function() if self.gen == gen then fn() end end)
   end
@@ -83,43 +88,59 @@ function Conn:_connect()
       end
     end)
   end)
-  if #self.path >= 108 then  -- sun_path: libuv would cut it and connect elsewhere
-    return main(function()
-      self:fail(string.format('llamad: the socket path %s is too long (%d bytes; at most 107)', self.path,
-        #self.path), 'connect')
+  -- dial(i): connect to self.paths[i]; tried: "PATH (error)" of those before
+  local tried = {}
+  local function dial(i)
+    local path = self.paths[i]
+    self.path = path
+    if #path >= 108 then  -- sun_path: libuv would cut it and connect elsewhere
+      return main(function()
+        self:fail(string.format('llamad: %sthe socket path %s is too long (%d bytes; at most 107)',
+          #tried > 0 and ('cannot connect to ' .. table.concat(tried, ' or ') .. '; ') or '', path, #path),
+          'connect')
+      end)
+    end
+    local pipe = uv.new_pipe(false)
+    self.pipe = pipe
+    pipe:connect(path, function(err)
+      main(function()
+        if err then
+          tried[#tried + 1] = string.format('%s (%s)', path, err)
+          -- nothing listens there: try the next candidate
+          if i < #self.paths and (err:find('^ENOENT') or err:find('^ECONNREFUSED')) then
+            pipe:close()
+            return dial(i + 1)
+          end
+          return self:fail(string.format(
+            'llamad: cannot connect to %s: is llamad running? (set the socket with '
+              .. "require('llamad').setup{ socket = ... } or $LLAMAD_SOCKET)", table.concat(tried, ' or ')),
+            'connect')
+        end
+        pipe:read_start(function(rerr, chunk)
+          local t = uv.hrtime()
+          main(function() self:_on_read(rerr, chunk, t) end)
+        end)
+        self:request('hello', { protocol_version = 1, client = self.client }, function(resp)
+          if resp.body == 'hello' then
+            self.hello = resp.hello
+            self.state = 'ready'
+            self.timer:stop()
+            local w = self.waiting
+            self.waiting = {}
+            for _, cb in ipairs(w) do
+              if self.state ~= 'ready' then break end
+              self:_call(cb, self)
+            end
+          elseif resp.body == 'error' then
+            self:fail('llamad refused the Hello: ' .. M.error_text(resp.error))
+          elseif resp.body ~= 'closed' then
+            self:fail('llamad answered the Hello with ' .. resp.body)
+          end
+        end)
+      end)
     end)
   end
-  pipe:connect(self.path, function(err)
-    main(function()
-      if err then
-        return self:fail(string.format(
-          'llamad: cannot connect to %s (%s): is llamad running? (set the socket with '
-            .. "require('llamad').setup{ socket = ... } or $LLAMAD_SOCKET)", self.path, err),
-          'connect')
-      end
-      pipe:read_start(function(rerr, chunk)
-        local t = uv.hrtime()
-        main(function() self:_on_read(rerr, chunk, t) end)
-      end)
-      self:request('hello', { protocol_version = 1, client = self.client }, function(resp)
-        if resp.body == 'hello' then
-          self.hello = resp.hello
-          self.state = 'ready'
-          self.timer:stop()
-          local w = self.waiting
-          self.waiting = {}
-          for _, cb in ipairs(w) do
-            if self.state ~= 'ready' then break end
-            self:_call(cb, self)
-          end
-        elseif resp.body == 'error' then
-          self:fail('llamad refused the Hello: ' .. M.error_text(resp.error))
-        elseif resp.body ~= 'closed' then
-          self:fail('llamad answered the Hello with ' .. resp.body)
-        end
-      end)
-    end)
-  end)
+  dial(1)
 end
 
 -- error_text(e): "CODE_NAME: message" of an Error message

@@ -4,10 +4,11 @@
 --
 -- Public API (require('llamad')): setup, send, insert, cancel, fork,
 -- transcript, sessions, session, current_session, project_session,
--- default_socket, connection. Every call returns at once; work with the
--- daemon happens on the main loop as replies come (llamad.conn). Functions
--- taking a callback call it as cb(err, result) when done (err nil on
--- success); they also show their result in the editor.
+-- default_socket, default_sockets, connection. Every call returns at once;
+-- work with the daemon happens on the main loop as replies come
+-- (llamad.conn). Functions taking a callback call it as cb(err, result)
+-- when done (err nil on success); they also show their result in the
+-- editor.
 
 -- LuaJIT: run this module's functions in the interpreter. They handle one
 -- event in microseconds either way, but compiling their traces stalls the
@@ -21,7 +22,7 @@ local api, uv = vim.api, vim.loop
 local M = { version = '0.1.0' }
 
 local defaults = {
-  socket = nil,            -- nil: $LLAMAD_SOCKET, $XDG_RUNTIME_DIR/llamad/llamad.sock, /run/llamad/llamad.sock
+  socket = nil,            -- nil: M.default_sockets(), tried in turn
   session = nil,           -- nil: one session per project (M.project_session)
   max_tokens = nil,        -- nil: the daemon's max_tokens
   temperature = nil,       -- nil: the daemon's temperature; 0: greedy
@@ -42,7 +43,7 @@ local defaults = {
 
 local config = vim.deepcopy(defaults)
 local st = {
-  conn = nil,      -- llamad.conn object of config.socket
+  conn = nil,      -- llamad.conn object of config.socket (or of the default sockets)
   chosen = {},     -- project folder -> session chosen with M.session / M.fork
   gens = {},       -- running generations (handles), oldest first
   last = nil,      -- the latest generation started
@@ -87,16 +88,24 @@ end
 -- config(): the configuration in effect (a copy)
 function M.config() return vim.deepcopy(config) end
 
--- default_socket(): the socket llamactl would use: $LLAMAD_SOCKET if set and
--- not empty; else $XDG_RUNTIME_DIR/llamad/llamad.sock when not root and
--- XDG_RUNTIME_DIR is set; else /run/llamad/llamad.sock.
-function M.default_socket()
+-- default_sockets(): the sockets tried, in order, when the `socket` option
+-- is not set, as llamactl tries them: $LLAMAD_SOCKET alone if set and not
+-- empty; else the user's $XDG_RUNTIME_DIR/llamad/llamad.sock (when not root
+-- and XDG_RUNTIME_DIR is set) and then the system service's
+-- /run/llamad/llamad.sock. A connect goes on to the next one only when
+-- nothing listens at one (ENOENT, ECONNREFUSED; see llamad.conn).
+function M.default_sockets()
   local env = os.getenv('LLAMAD_SOCKET')
-  if env and env ~= '' then return env end
+  if env and env ~= '' then return { env } end
+  local list = {}
   local xdg = os.getenv('XDG_RUNTIME_DIR')
-  if uv.getuid() ~= 0 and xdg and xdg ~= '' then return xdg .. '/llamad/llamad.sock' end
-  return '/run/llamad/llamad.sock'
+  if uv.getuid() ~= 0 and xdg and xdg ~= '' then list[1] = xdg .. '/llamad/llamad.sock' end
+  list[#list + 1] = '/run/llamad/llamad.sock'
+  return list
 end
+
+-- default_socket(): the first of default_sockets()
+function M.default_socket() return M.default_sockets()[1] end
 
 -- ------------------------------------------------------------- connection --
 -- on_fail: the connection failed (llamad.conn); say so once.
@@ -118,19 +127,22 @@ local function on_fail(reason, recs, kind, n_ready)
   say(msg, ERROR)
 end
 
--- connection(): the llamad.conn object of the configured socket (created,
--- not connected, on first use; replaced when the socket option changes).
+-- connection(): the llamad.conn object of the configured socket, or of the
+-- default sockets, tried in turn at each connect (created, not connected,
+-- on first use; replaced when the socket option or the defaults change).
 function M.connection()
-  local path = config.socket or M.default_socket()
-  if st.conn and st.conn.path ~= path then
+  local paths = config.socket and { config.socket } or M.default_sockets()
+  local key = table.concat(paths, '\0')
+  if st.conn and st.conn.key ~= key then
     st.conn:close()
     st.conn = nil
   end
   if not st.conn then
     st.conn = conn.new({
-      path = path, client = 'llamad.nvim ' .. M.version, on_fail = on_fail,
+      paths = paths, client = 'llamad.nvim ' .. M.version, on_fail = on_fail,
       on_notice = function(msg) say(msg, ERROR) end,
     })
+    st.conn.key = key
   end
   -- taken at the next connect
   st.conn.max_reply, st.conn.hello_timeout = config.max_reply, config.hello_timeout
