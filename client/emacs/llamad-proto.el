@@ -50,7 +50,7 @@
     (Fork (1 :session string) (2 :target string))
     (Drop (1 :session string))
     (ListSessions)
-    (Cancel (1 :request-id uint64))
+    (Cancel (1 :request-id uint64) (2 :session string))
     (GetTranscript
      (1 :session string) (2 :from-turn uint32) (3 :last-turns uint32)
      (4 :token-ids bool))

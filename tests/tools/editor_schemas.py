@@ -4,6 +4,9 @@ written protobuf schemas against proto/llamad.proto: every field the Neovim
 codec (client/nvim/lua/llamad/pb.lua, `defs`) or the Emacs one
 (client/emacs/llamad-proto.el, `llamad-proto-schemas`) knows must have the
 .proto's number, name, type (an enum type reads as "enum") and repeatedness;
+every message they know must have every field of the .proto's message (a
+field added to the .proto is added to both codecs), except the members of a
+oneof (Request.op, Response.body: an editor knows the operations it uses);
 every enum value they name must be the .proto's value of that number (the
 editors may drop the prefix or lower the case: EOS for STOP_EOS). Prints one
 line per mismatch and exits 1, else a summary and 0."""
@@ -52,19 +55,26 @@ def check_enums(label, enums, proto):
     return bad, n
 
 
+FIELD = r'(optional|repeated|required)?\s*([\w.]+)\s+(\w+)\s*=\s*(\d+)'
+
+
 def proto_fields(text):
+    """{message: {number: (name, type, repeated)}}, and {message: the
+    numbers of its oneof members}"""
     enums = set(re.findall(r'^\s*enum\s+(\w+)', text, re.M))
-    msgs = {}
+    msgs, oneofs = {}, {}
     for m in re.finditer(r'^message\s+(\w+)\s*\{(.*?)^\}', text, re.M | re.S):
         fields = {}
         body = re.sub(r'//[^\n]*', '', m.group(2))
-        for f in re.finditer(r'(optional|repeated|required)?\s*([\w.]+)\s+(\w+)\s*=\s*(\d+)', body):
+        for f in re.finditer(FIELD, body):
             label, typ, name, num = f.groups()
             if typ in ('oneof', 'message', 'enum'):
                 continue
             fields[int(num)] = (name, 'enum' if typ in enums else typ, label == 'repeated')
         msgs[m.group(1)] = fields
-    return msgs
+        oneofs[m.group(1)] = {int(f.group(4)) for o in re.finditer(r'\boneof\s+\w+\s*\{(.*?)\}', body, re.S)
+                              for f in re.finditer(FIELD, o.group(1))}
+    return msgs, oneofs
 
 
 def lua_fields(text):
@@ -92,7 +102,7 @@ def el_fields(text):
     return out
 
 
-def check(label, schemas, proto):
+def check(label, schemas, proto, oneofs):
     bad = n = 0
     for msg, fields in schemas.items():
         if msg not in proto:
@@ -105,18 +115,23 @@ def check(label, schemas, proto):
             if want != (name, typ, rep):
                 print(f'{label}: {msg} field {num} is {(name, typ, rep)}, the .proto says {want}')
                 bad += 1
+        known = {f[0] for f in fields}
+        for num, (name, typ, rep) in sorted(proto[msg].items()):
+            if num not in known and num not in oneofs[msg]:
+                print(f'{label}: {msg} lacks field {num} ({name}, {typ}) of the .proto')
+                bad += 1
     return bad, n, len(schemas)
 
 
 def main():
     text = open(sys.argv[1]).read()
-    proto, penums = proto_fields(text), proto_enums(text)
+    (proto, oneofs), penums = proto_fields(text), proto_enums(text)
     bad = 0
     for label, path, parse, parse_enums in (('nvim', sys.argv[2], lua_fields, lua_enums),
                                             ('emacs', sys.argv[3], el_fields, el_enums)):
         src = open(path).read()
         schemas = parse(src)
-        b, n, k = check(label, schemas, proto)
+        b, n, k = check(label, schemas, proto, oneofs)
         eb, en = check_enums(label, parse_enums(src), penums)
         if k < 10 or n < 40 or en < 20:
             print(f'{label}: only {k} messages, {n} fields and {en} enum values read from '

@@ -103,7 +103,12 @@
   (should (equal (llamad-proto-decode 'Response (lt-bytes 8 3 #x32 7 #x0a 1 ?, #x12 2 #xb0 3))
                  '(:id 3 :token (:text "," :tokens (432)))))
   (should (equal (llamad-proto-frame 'Request '(:id 2 :list nil))
-                 (lt-bytes 0 0 0 4 8 2 #x42 0))))
+                 (lt-bytes 0 0 0 4 8 2 #x42 0)))
+  ;; Cancel by session (field 2), both ways
+  (should (equal (llamad-proto-encode 'Request '(:id 4 :cancel (:session "s")))
+                 (lt-bytes 8 4 #x6a 3 #x12 1 ?s)))
+  (should (equal (llamad-proto-decode 'Request (lt-bytes 8 4 #x6a 3 #x12 1 ?s))
+                 '(:id 4 :cancel (:session "s")))))
 
 (ert-deftest llamad-test-proto-values ()
   "Varints to 64 bits, signed values, floats, doubles, strings, packed."

@@ -29,6 +29,10 @@ check(r and r.id == 3 and r.body == 'token' and r.token.text == ',' and r.token.
 r = pb.decode_response(unhex('0805 121b 0802 1217') .. "no session named 'nope'")
 check(r and r.body == 'error' and r.error.code == 2 and pb.enum_name(pb.ErrorCode, r.error.code) == 'UNKNOWN_SESSION'
   and r.error.message == "no session named 'nope'", 'error reply of the man page')
+local cancel = pb.encode('Request', { id = 4, cancel = { session = 's' } })
+local back = pb.decode('Request', cancel)
+check(hex(cancel) == '08046a03120173' and back and back.cancel.session == 's',
+  'Cancel by session (field 2), both ways', hex(cancel))
 check(pb.enum_name(pb.ErrorCode, 102) == 'SHUTTING_DOWN' and pb.enum_name(pb.ErrorCode, 55) == 'ERROR_55',
   'enum names, known and unknown')
 

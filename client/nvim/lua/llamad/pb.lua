@@ -50,7 +50,7 @@ local defs = {
   Fork = { { 1, 'session', 'string' }, { 2, 'target', 'string' } },
   ListSessions = {},
   GetInfo = { { 1, 'session', 'string' } },
-  Cancel = { { 1, 'request_id', 'uint64' } },
+  Cancel = { { 1, 'request_id', 'uint64' }, { 2, 'session', 'string' } },
   GetTranscript = {
     { 1, 'session', 'string' }, { 2, 'from_turn', 'uint32' }, { 3, 'last_turns', 'uint32' },
     { 4, 'token_ids', 'bool' },
