@@ -24,6 +24,12 @@ SYS_DIR=/run/llamad
 SYS=$SYS_DIR/llamad.sock
 if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
 command -v setpriv >/dev/null 2>&1 || { echo "FAIL: setpriv (util-linux) is missing"; exit 1; }
+# one test at a time on /run/llamad/llamad.sock (the editors' tests too,
+# tests/tools/fallback.sh; other checkouts')
+if command -v flock >/dev/null 2>&1 && [ -d /run/lock ]; then
+    exec 9>>/run/lock/llamad-test-system-socket.lock
+    flock -w 300 9 || { echo "skipped: the lock on $SYS is held"; exit 0; }
+fi
 if [ -e "$SYS" ]; then echo "skipped: $SYS exists (a running service is left alone)"; exit 0; fi
 need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/stories260K.gguf" \
     "$MODELS/tok512.model"
