@@ -429,7 +429,7 @@ static int chat_interactive(struct chat *c)
 	for (;;) {
 		char *line = editor_read(&c->ed);
 		if (!line) {
-			fputc('\n', stdout);
+			fputc('\n', c->ed.out);
 			break;
 		}
 		const char *text = line + strspn(line, " \t\n");

@@ -301,7 +301,11 @@ void editor_setup(struct editor *c, editor_prompt_fn prompt, void *ctx)
 		else
 			c->hist_path[0] = '\0';
 	}
-	c->el = el_init("llamactl", stdin, stdout, stderr);
+	/* the prompt and the line being typed go to the terminal: stdout, or
+	 * stderr when stdout is piped (`chat | tee log`: the log gets the
+	 * user: and assistant: lines, the terminal the prompt) */
+	c->out = isatty(STDOUT_FILENO) || !isatty(STDERR_FILENO) ? stdout : stderr;
+	c->el = el_init("llamactl", stdin, c->out, stderr);
 	if (!c->el) {
 		fprintf(stderr, "llamactl: cannot start line editing\n");
 		exit(EXIT_DAEMON);
@@ -320,9 +324,9 @@ void editor_setup(struct editor *c, editor_prompt_fn prompt, void *ctx)
 	/* bracketed paste: the terminal marks what is pasted, so that a paste
 	 * of several lines is one message, not one per line */
 	const char *term = getenv("TERM");
-	if (isatty(STDOUT_FILENO) && term && strcmp(term, "dumb") != 0) {
-		fputs("\033[?2004h", stdout);
-		fflush(stdout);
+	if (isatty(fileno(c->out)) && term && strcmp(term, "dumb") != 0) {
+		fputs("\033[?2004h", c->out);
+		fflush(c->out);
 		c->bracketed = true;
 	}
 }
@@ -330,8 +334,8 @@ void editor_setup(struct editor *c, editor_prompt_fn prompt, void *ctx)
 void editor_done(struct editor *c)
 {
 	if (c->bracketed) {
-		fputs("\033[?2004l", stdout);
-		fflush(stdout);
+		fputs("\033[?2004l", c->out);
+		fflush(c->out);
 		c->bracketed = false;
 	}
 	for (int k = 0; k < c->n_pastes; k++)
@@ -399,7 +403,7 @@ char *editor_read(struct editor *c)
 		const char *line = el_gets(c->el, &count);
 		if (!line || count <= 0) {
 			if (msg) {   /* end of input inside a \ message: send it */
-				fputc('\n', stdout);
+				fputc('\n', c->out);
 				return msg;
 			}
 			return NULL;

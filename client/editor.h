@@ -41,6 +41,7 @@ typedef char *(*editor_prompt_fn)(void *ctx, char *buf, size_t n);
  * module's, read by nobody else. */
 struct editor {
 	EditLine *el;
+	FILE *out;                  /* the terminal: stdout, or stderr if it is piped */
 	History *hist;
 	char hist_path[4096];       /* "" when history is not persisted */
 	char prompt[200];

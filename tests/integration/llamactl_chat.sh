@@ -95,6 +95,11 @@ if grep -q "^user: Hello there$" "$dir/log.txt" && grep -q "^user: And then?$" "
    [ "$(grep -c '^assistant: ' "$dir/log.txt")" -eq 2 ] && ! grep -q "$(printf '\033')" "$dir/log.txt"; then
     ok "chat with stdout piped: the log holds both sides, without colour"
 else bad "piped log: $(cat -v "$dir/log.txt")"; fi
+# (`chat | tee log`, as llamactl(1) shows): the prompt is on the terminal,
+# once per message and at the end, not in the log
+if [ "$(grep -o 'piped> ' "$dir/t4" | wc -l)" -eq 3 ] && ! grep -q 'piped>' "$dir/log.txt"; then
+    ok "chat with stdout piped: the prompt shows on the terminal, not in the log"
+else bad "piped: prompts on the terminal: $(cat -v "$dir/t4")"; fi
 # the daemon restarts between two turns: chat reconnects for the next one
 printf 'Hello there\n@restart\nAnd then?\n' > "$dir/keys"
 TERM=xterm tty --session rc -n 4 --temperature 0 > "$dir/t5" 2>&1
