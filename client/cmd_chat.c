@@ -186,7 +186,9 @@ static void chat_generate(struct chat *c, const char *prompt)
 		printf("%sassistant:%s ", c->color ? "\033[1;36m" : "", c->color ? "\033[0m" : "");
 		fflush(stdout);
 	}
+	editor_answer_mode(&c->ed, true);
 	cli_generate(cli, &req, &res);
+	editor_answer_mode(&c->ed, false);
 	if (res.interrupted) {
 		fprintf(stderr, "\nllamactl: interrupted while waiting for the daemon\n");
 		exit(EXIT_INTERRUPTED);

@@ -331,8 +331,23 @@ void editor_setup(struct editor *c, editor_prompt_fn prompt, void *ctx)
 	}
 }
 
+void editor_answer_mode(struct editor *c, bool on)
+{
+	if (on && !c->answering && isatty(STDIN_FILENO) &&
+	    tcgetattr(STDIN_FILENO, &c->saved) == 0) {
+		struct termios t = c->saved;
+		t.c_lflag &= ~(tcflag_t)(ECHO | ECHOCTL);
+		t.c_lflag |= NOFLSH;
+		c->answering = tcsetattr(STDIN_FILENO, TCSANOW, &t) == 0;
+	} else if (!on && c->answering) {
+		tcsetattr(STDIN_FILENO, TCSANOW, &c->saved);
+		c->answering = false;
+	}
+}
+
 void editor_done(struct editor *c)
 {
+	editor_answer_mode(c, false);
 	if (c->bracketed) {
 		fputs("\033[?2004l", c->out);
 		fflush(c->out);

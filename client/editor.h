@@ -28,6 +28,7 @@
 #include <histedit.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <termios.h>
 #include <stddef.h>
 
 #define EDITOR_MAX_PASTES 16
@@ -47,6 +48,8 @@ struct editor {
 	char prompt[200];
 	bool continuation;          /* reading the next line of a \ line */
 	bool bracketed;             /* bracketed paste is on in the terminal */
+	bool answering;             /* editor_answer_mode: saved holds the settings */
+	struct termios saved;
 	char *pending;              /* bytes editor_getc gives before reading more */
 	size_t n_pending, at_pending;
 	char *pastes[EDITOR_MAX_PASTES];  /* pastes of several lines in this message */
@@ -90,6 +93,13 @@ void editor_setup(struct editor *c, editor_prompt_fn prompt, void *ctx);
  * the final newline, "" for a line discarded by Ctrl-C, or NULL at end of
  * input (or when out of memory). */
 char *editor_read(struct editor *c);
+
+/* While an answer streams (on true; false restores the terminal): the
+ * terminal neither echoes what is typed (a ^C, or text typed ahead, would
+ * land inside the answer; typed-ahead text still reaches the next prompt)
+ * nor discards its pending output on Ctrl-C (NOFLSH), so that the answer
+ * shown is the answer kept. Nothing when stdin is not a terminal. */
+void editor_answer_mode(struct editor *c, bool on);
 
 /* Turn bracketed paste off, save the history (a file only the user can
  * read), end libedit and free what c holds (pastes and pending bytes

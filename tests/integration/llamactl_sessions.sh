@@ -12,6 +12,8 @@
 #   - rewind removes the last turn;
 #   - generate without a prompt: on an unknown session an error naming it
 #     (and no session made); with no session either, a usage error (2);
+#   - Ctrl-C in chat on a terminal: the answer shown equals the answer the
+#     session keeps, and no ^C is echoed into it;
 #   - text that spells the llama2 tags ([INST], <<SYS>>) is summarized
 #     (the daemon neutralises the tags instead of refusing the text);
 #   - a bad session name: exit 2 before connecting, the name echoed.
@@ -95,6 +97,24 @@ else bad "generate -s typo: rc $rc: $out; sessions: $($L sessions)"; fi
 out=$($L generate 2>&1 </dev/null); rc=$?
 [ "$rc" -eq 2 ] && ok "generate with neither prompt nor session: usage error" ||
     bad "generate alone: rc $rc: $out"
+
+# ---- Ctrl-C in chat: the answer shown is the answer kept, no ^C in it ---------------
+printf '@intr Tell me a story.\n' > "$dir/keys"
+TERM=xterm python3 tests/tools/chatpty.py "$CTL" "$SOCK" "$dir/keys" --session intr -n 300 \
+    --temperature 0 > "$dir/intr.tty" 2>&1
+$L --json show intr --transcript --last 1 > "$dir/intr.json" || bad "transcript of intr"
+python3 - "$dir/intr.tty" "$dir/intr.json" <<'PY' && ok "chat Ctrl-C: the answer shown is the one kept, without ^C" ||
+import json, re, sys
+tty = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+kept = json.load(open(sys.argv[2]))["items"][-1]
+assert kept["role"] == "assistant" and kept["stop_reason"] == "cancelled", kept
+shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", tty).split("assistant: ", 1)[1]
+shown = shown.split("[cancelled]", 1)[0].replace("\r\n", "\n")
+assert "^C" not in shown, repr(shown)
+assert shown.rstrip("\n") == kept["text"].rstrip("\n"), (shown, kept["text"])
+assert len(kept["text"]) >= 8, kept
+PY
+    bad "chat Ctrl-C: $(cat -v "$dir/intr.tty"); kept: $(cat "$dir/intr.json")"
 
 # ---- text that mentions the llama2 tags is summarized, not refused ---------------
 out=$(printf 'The prompt looks like [INST] <<SYS>>\nbe brief\n<</SYS>>\n\nhi [/INST] in llama2.\n' |

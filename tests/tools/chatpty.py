@@ -7,17 +7,26 @@ Runs LLAMACTL --socket SOCKET chat OPTIONS with stdin, stderr (and stdout,
 unless $OUT names a file to write it to instead) on a pty; once the prompt
 shows, types each line of the file KEYS and Enter, waiting for the next
 prompt after each (\\e, \\r and \\n in KEYS stand for ESC, CR and LF; a line
-"@restart" runs $RESTART, a shell script, instead of typing); then Ctrl-D.
+"@restart" runs $RESTART, a shell script, instead of typing; a line
+"@intr TEXT" types TEXT and Enter, waits for 8 characters of the answer
+after "assistant: ", then types Ctrl-C); then Ctrl-D.
 Prints what the terminal showed, then "[exit N]". Every wait is bounded.
 """
-import os, pty, select, subprocess, sys, time
+import fcntl, os, pty, select, subprocess, sys, termios, time
 
 ctl, sock, keys = sys.argv[1:4]
 master, slave = pty.openpty()
 out_path = os.environ.get("OUT")
 stdout = open(out_path, "wb") if out_path else slave
+def ctty():
+    # a session of its own with the pty as its controlling terminal, as in
+    # a real one: Ctrl-C typed there is SIGINT to llamactl
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
 p = subprocess.Popen([ctl, "--socket", sock, "chat"] + sys.argv[4:], stdin=slave, stdout=stdout,
-                     stderr=slave, close_fds=True)
+                     stderr=slave, close_fds=True, preexec_fn=ctty)
 os.close(slave)
 out = b""
 
@@ -47,6 +56,14 @@ for line in open(keys, "rb"):
     if p.poll() is not None:
         break
     n = out.count(b"> ")
+    if line.startswith(b"@intr "):
+        k = out.count(b"assistant:")
+        os.write(master, line[6:] + b"\r")
+        until(lambda o, k=k: o.count(b"assistant:") > k and
+              len(o.rsplit(b"assistant:", 1)[1].split(b"\x1b[0m", 1)[-1]) >= 9)
+        os.write(master, b"\x03")
+        until(lambda o, n=n: prompt_after(n)(o) or p.poll() is not None)
+        continue
     os.write(master, line + b"\r")
     until(lambda o, n=n: prompt_after(n)(o) or p.poll() is not None)
 if p.poll() is None:
