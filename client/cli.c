@@ -1,6 +1,7 @@
 /*
  * client/cli.c — see cli.h.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -512,6 +513,11 @@ static int on_token(void *ctx, const Llamad__Response *r)
 	}
 	if (n == 0)
 		return 0;
+	if (x->g->echo && x->g->after_label && !x->res->last && !isspace((unsigned char)t[0]) &&
+	    fputc(' ', x->g->echo) == EOF) {
+		x->write_errno = errno ? errno : EIO;
+		return -EIO;
+	}
 	x->res->last = t[n - 1];
 	if (x->g->echo) {
 		/* One event, one write: the daemon sends whole characters. */

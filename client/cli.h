@@ -268,6 +268,9 @@ struct gen_req {
 	Llamad__Role role;           /* role of prompt */
 	const struct gen_opts *opts; /* may be NULL */
 	FILE *echo;                  /* stream text here as it comes, or NULL */
+	bool after_label;            /* echo follows a label ("assistant:"): a
+				      * space before the text unless it starts
+				      * with white space */
 	bool events;                 /* each token event as a JSON line on stdout
 				      * ({"event":"token","text":..,"tokens":[..]}) */
 	bool collect;                /* keep the text in the result */

@@ -183,8 +183,9 @@ static void chat_generate(struct chat *c, const char *prompt)
 		if (c->echo_user && prompt)   /* the log gets the question too */
 			printf("%suser:%s %s\n", c->color ? "\033[1;32m" : "",
 			       c->color ? "\033[0m" : "", prompt);
-		printf("%sassistant:%s ", c->color ? "\033[1;36m" : "", c->color ? "\033[0m" : "");
+		printf("%sassistant:%s", c->color ? "\033[1;36m" : "", c->color ? "\033[0m" : "");
 		fflush(stdout);
+		req.after_label = true;
 	}
 	editor_answer_mode(&c->ed, true);
 	cli_generate(cli, &req, &res);

@@ -112,6 +112,27 @@ grep -q '"template": *"llama3"' "$dir/show" && grep -q '"turns": *2' "$dir/show"
     ok "chat: a llama3 session, user turn and answer" || bad "show a: $(cat "$dir/show")"
 ctl fork a b || bad "fork"
 
+# chat on a terminal: one space between "assistant:" and the answer, also
+# when the answer's text starts with one (Llama 3's usually do: it printed
+# two)
+printf 'Hello there\nAnd then?\nTell me more.\n' > "$dir/keys"
+TERM=dumb python3 tests/tools/chatpty.py "$BUILD/llamactl" "$sock" "$dir/keys" --session tty \
+    -n 4 --temperature 0 > "$dir/tty" 2>&1
+ctl --json show tty --transcript > "$dir/tty.json" || bad "transcript of tty"
+python3 - "$dir/tty" "$dir/tty.json" <<'PY' && ok "chat on a terminal: 'assistant: ' then the answer, one space" ||
+import json, sys
+tty = open(sys.argv[1], encoding="utf-8", errors="replace", newline="").read()
+answers = [x["text"] for x in json.load(open(sys.argv[2]))["items"] if x["role"] == "assistant"]
+assert len(answers) == 3, answers
+lines = [l for l in tty.split("\r\n") if l.startswith("assistant:")]
+assert len(lines) == 3, lines
+for l, a in zip(lines, answers):
+    assert not l.startswith("assistant:  "), (l, a)
+    assert l[len("assistant: "):].startswith(a.lstrip(" ").split("\n")[0]), (l, a)
+print("answers start with a space:", sum(a.startswith(" ") for a in answers), "of 3")
+PY
+    bad "chat on a terminal: $(cat -v "$dir/tty")"
+
 # control tokens spelt in user and system text: accepted, and they stay
 # text: such a turn holds the same control ids (the framing's) as a plain
 # turn of its role in the same place

@@ -105,10 +105,12 @@ TERM=xterm python3 tests/tools/chatpty.py "$CTL" "$SOCK" "$dir/keys" --session i
 $L --json show intr --transcript --last 1 > "$dir/intr.json" || bad "transcript of intr"
 python3 - "$dir/intr.tty" "$dir/intr.json" <<'PY' && ok "chat Ctrl-C: the answer shown is the one kept, without ^C" ||
 import json, re, sys
-tty = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+tty = open(sys.argv[1], encoding="utf-8", errors="replace", newline="").read()
 kept = json.load(open(sys.argv[2]))["items"][-1]
 assert kept["role"] == "assistant" and kept["stop_reason"] == "cancelled", kept
-shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", tty).split("assistant: ", 1)[1]
+shown = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", tty).split("assistant:", 1)[1]
+if not kept["text"][:1].isspace():   # the label's own space
+    shown = shown[1:]
 shown = shown.split("[cancelled]", 1)[0].replace("\r\n", "\n")
 assert "^C" not in shown, repr(shown)
 assert shown.rstrip("\n") == kept["text"].rstrip("\n"), (shown, kept["text"])
