@@ -456,6 +456,12 @@ Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg)
 	cli_usage_error(cli, "--context-policy: '%s' is not shift or error", arg);
 }
 
+void cli_note_shift(FILE *f, bool color, uint32_t kept)
+{
+	fprintf(f, "%s[the context was full: the oldest turns were dropped to make room; "
+		"%u turns kept]%s\n", color ? "\033[2m" : "", kept, color ? "\033[0m" : "");
+}
+
 void cli_cancel_session(struct cli *cli, const char *session)
 {
 	Llamad__Cancel cn = LLAMAD__CANCEL__INIT;

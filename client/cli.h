@@ -257,6 +257,11 @@ Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg);
  * connection; exits 1 on a daemon error (no such session). */
 void cli_cancel_session(struct cli *cli, const char *session);
 
+/* The one line that says a context shift happened (the daemon dropped a
+ * session's oldest turns to make room; `kept` turns remain), dim when
+ * color; every command that notices one prints this. */
+void cli_note_shift(FILE *f, bool color, uint32_t kept);
+
 /* Drop a session; exits 1 on failure unless quiet (then errors are
  * ignored, transport failures still exit). */
 void cli_drop_session(struct cli *cli, const char *session, bool quiet);

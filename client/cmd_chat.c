@@ -44,7 +44,8 @@ const struct command cmd_chat_entry = {
 "  /system TEXT   add a system turn\n"
 "  /regen         remove the last answer and generate it again\n"
 "  /history [N]   show the session's counts and its turns (the last N)\n"
-"  /quit          quit (the session stays)\n"
+"  /quit          quit (the session stays, unless this chat created it\n"
+"                 and nothing was said in it)\n"
 "  /help          list these commands\n"
 "A line starting with // sends a literal /.\n"
 "Entering a session that has turns prints its last few first (--recap).\n"
@@ -81,6 +82,9 @@ struct chat {
 	bool echo_user;             /* stdout is not the terminal: the user's turns
 				     * go there too, so a log holds both sides */
 	bool lost;                  /* the connection broke: reconnect first */
+	bool fresh;                 /* this chat created the session and has added
+				     * nothing to it yet (dropped at the end if so) */
+	uint32_t turns;             /* the session's turns, as last seen */
 };
 
 /* The prompt (an editor_prompt_fn): the session's name, green on a colour
@@ -169,6 +173,26 @@ static struct gen_req chat_req(const struct chat *c, const char *prompt)
 	return req;
 }
 
+static Llamad__Response *info_call(struct chat *c);
+
+/* After an answer (a user turn before it when with_prompt): if the session
+ * has fewer turns than before it plus that turn, the context was full and
+ * the daemon dropped the oldest ones (policy shift): say so, once, dim. */
+static void note_shift(struct chat *c, bool with_prompt)
+{
+	Llamad__Response *r = info_call(c);
+	if (!r || !r->session) {
+		if (r)
+			llamad__response__free_unpacked(r, NULL);
+		return;
+	}
+	uint32_t now = r->session->turns, before = c->turns + (with_prompt ? 1 : 0);
+	if (now < before)
+		cli_note_shift(stderr, c->color, now);
+	c->turns = now;
+	llamad__response__free_unpacked(r, NULL);
+}
+
 /* Generate in the current session (prompt NULL: continue) and show the
  * answer. Daemon errors are reported and the chat goes on. */
 static void chat_generate(struct chat *c, const char *prompt)
@@ -206,6 +230,10 @@ static void chat_generate(struct chat *c, const char *prompt)
 	if (cli->json && t->body_case == LLAMAD__RESPONSE__BODY_DONE && t->done)
 		cli_json_done_line(c->ephemeral ? NULL : c->session, &res);
 	cli_flush_stdout();
+	if (t->body_case == LLAMAD__RESPONSE__BODY_DONE) {
+		c->fresh = false;
+		note_shift(c, prompt != NULL);
+	}
 	if (t->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
 		if (t->error && t->error->has_code &&
 		    t->error->code == LLAMAD__ERROR_CODE__CANCELLED)
@@ -298,7 +326,7 @@ static void slash_help(void)
 	      "/system TEXT   add a system turn\n"
 	      "/regen         remove the last answer and generate it again\n"
 	      "/history [N]   show the session's counts and its turns (the last N)\n"
-	      "/quit          quit (the session stays)\n"
+	      "/quit          quit (the session stays, unless just created and unused)\n"
 	      "/help          this list\n"
 	      "Ctrl-C stops an answer; Ctrl-D quits; end a line with \\ to continue it.\n",
 	      stdout);
@@ -354,6 +382,7 @@ static bool slash(struct chat *c, char *line)
 			char *s = strdup(arg);
 			if (s) {
 				fprintf(stderr, "forked %s to %s; now in %s\n", c->session, s, s);
+				c->fresh = false;
 				free(c->session);
 				c->session = s;
 				c->ephemeral = r->session && r->session->ephemeral;
@@ -391,6 +420,9 @@ static bool slash(struct chat *c, char *line)
 		Llamad__Response *r = chat_call(c, &req);
 		if (r) {
 			c->last_is_system = true;
+			c->fresh = false;
+			if (r->session)
+				c->turns = r->session->turns;
 			if (r->session && r->session->has_tokens_added &&
 			    r->session->tokens_added > 0)
 				fprintf(stderr, "system turn added (%u tokens)\n",
@@ -422,6 +454,23 @@ static bool slash(struct chat *c, char *line)
 	return true;
 }
 
+/* A session this chat created and left without a turn (/quit or Ctrl-D
+ * before any message) is not kept: it would be an empty saved session. */
+static void drop_if_unused(struct chat *c)
+{
+	if (!c->fresh || c->ephemeral || c->lost)
+		return;
+	Llamad__Response *r = info_call(c);
+	bool unused = r && r->session && r->session->turns == 0 && !r->session->busy;
+	if (r)
+		llamad__response__free_unpacked(r, NULL);
+	if (!unused)
+		return;
+	cli_drop_session(c->cli, c->session, true);
+	fprintf(stderr, "llamactl: nothing was said in the new session %s: not kept\n",
+		c->session);
+}
+
 static int chat_interactive(struct chat *c)
 {
 	editor_signals_setup();
@@ -451,6 +500,7 @@ static int chat_interactive(struct chat *c)
 	}
 	editor_done(&c->ed);
 	cli_flush_stdout();
+	drop_if_unused(c);
 	return EXIT_OK;
 }
 
@@ -472,7 +522,9 @@ static int chat_once(struct chat *c, char *text)
 		return EXIT_DAEMON;
 	}
 	cli_expect(res.term, LLAMAD__RESPONSE__BODY_DONE);
-	return cli_gen_finish(cli, c->ephemeral ? NULL : c->session, &res);
+	int rc = cli_gen_finish(cli, c->ephemeral ? NULL : c->session, &res);
+	note_shift(c, true);
+	return rc;
 }
 
 static int cmd_chat(struct cli *cli, int argc, char **argv)
@@ -561,6 +613,8 @@ static int cmd_chat(struct cli *cli, int argc, char **argv)
 		  !(term && strcmp(term, "dumb") == 0);
 	c.echo_user = c.labels && !isatty(STDOUT_FILENO);
 	const Llamad__SessionInfo *s = r->session;
+	c.fresh = s && s->has_created && s->created && !c.ephemeral;
+	c.turns = s ? s->turns : 0;
 	if (s && s->has_created && !s->created) {
 		if (system && (!s->system || strcmp(s->system, system) != 0))
 			fprintf(stderr, "llamactl: session %s exists; --system ignored "

@@ -34,6 +34,11 @@ while [ "$i" -lt 5 ]; do
         ctl chat --session long --temperature 0 -n 200 > "$dir/long$i" 2>"$dir/longerr$i" && okc=$((okc + 1))
 done
 tokens=$(ctl --json show long | sed -n 's/.*"tokens":\([0-9]*\).*/\1/p')
+# each shift is said, once, on stderr; the first turn had room
+nshift=$(cat "$dir"/longerr[2-5] | grep -c '^\[the context was full: the oldest turns were dropped')
+if ! grep -q 'context was full' "$dir/longerr1" && [ "$nshift" -ge 1 ]; then
+    ok "chat says when the oldest turns were dropped ($nshift of turns 2-5)"
+else bad "shift notes: first turn: $(cat "$dir/longerr1"); later: $nshift"; fi
 if [ "$okc" -eq 5 ] && [ "$(policy long)" = shift ] && [ "$tokens" -le 512 ]; then
     ok "five chat turns of 200 tokens in a 512-token context: all answered (shift; $tokens tokens kept)"
 else
@@ -100,6 +105,18 @@ else bad "piped log: $(cat -v "$dir/log.txt")"; fi
 if [ "$(grep -o 'piped> ' "$dir/t4" | wc -l)" -eq 3 ] && ! grep -q 'piped>' "$dir/log.txt"; then
     ok "chat with stdout piped: the prompt shows on the terminal, not in the log"
 else bad "piped: prompts on the terminal: $(cat -v "$dir/t4")"; fi
+# /quit (or Ctrl-D) before any message: the session this chat made is not
+# kept; one that existed before stays, empty or not
+printf '/quit\n' > "$dir/keys"
+TERM=xterm tty --session unused > "$dir/t6" 2>&1
+if ! ctl show unused > /dev/null 2>&1 && grep -q "nothing was said in the new session unused" "$dir/t6"; then
+    ok "/quit before any message: the new session is not kept (and chat says so)"
+else bad "/quit before a message: $(ctl show unused 2>&1); $(cat -v "$dir/t6")"; fi
+printf '' > "$dir/keys"
+TERM=xterm tty --session piped > "$dir/t7" 2>&1
+ctl show piped > /dev/null 2>&1 && ok "Ctrl-D at once in an existing session: it stays" ||
+    bad "an existing session was dropped: $(cat -v "$dir/t7")"
+
 # the daemon restarts between two turns: chat reconnects for the next one
 printf 'Hello there\n@restart\nAnd then?\n' > "$dir/keys"
 TERM=xterm tty --session rc -n 4 --temperature 0 > "$dir/t5" 2>&1
