@@ -1,8 +1,10 @@
 /*
  * client/cmd_sessions.c — `llamactl sessions`: list sessions.
  */
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "client/cli.h"
 
@@ -15,7 +17,8 @@ const struct command cmd_sessions_entry = {
 	.help =
 "List the daemon's sessions: name, tokens, KV cache size, where the cache is\n"
 "(pool: ready; ram: evicted to host memory; disk: in the state directory),\n"
-"whether the state file is current, last use, busy.\n"
+"whether the state file is current, last use, busy; and OWNER first when the\n"
+"list holds sessions of other users (root sees every user's).\n"
 "With --json, an array of session objects (the fields of `show`).\n",
 	.run = cmd_sessions,
 };
@@ -40,12 +43,16 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 		json_end(&j);
 	} else {
 		int w = 7;
+		bool others = false;   /* an OWNER column when not all are ours */
 		for (size_t i = 0; i < n; i++) {
 			const char *s = l->sessions[i]->session;
 			int len = s ? (int)strlen(s) : 0;
 			if (len > w)
 				w = len;
+			others |= l->sessions[i]->owner_uid != (uint32_t)geteuid();
 		}
+		if (others)
+			printf("%-10s  ", "OWNER");
 		printf("%-*s  %8s  %10s  %-5s  %-5s  %-9s  %s\n", w, "SESSION", "TOKENS", "KV",
 		       "WHERE", "SAVED", "LAST USE", "BUSY");
 		for (size_t i = 0; i < n; i++) {
@@ -53,6 +60,13 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 			char kv[32], age[32];
 			cli_human_bytes(kv, sizeof(kv), s->kv_bytes);
 			cli_human_age(age, sizeof(age), s->last_use_ms);
+			if (others) {
+				const struct passwd *pw = getpwuid(s->owner_uid);
+				if (pw)
+					printf("%-10s  ", pw->pw_name);
+				else
+					printf("%-10u  ", s->owner_uid);
+			}
 			printf("%-*s  %8u  %10s  %-5s  %-5s  %-9s  %s\n", w,
 			       s->session ? s->session : "?", s->tokens, kv,
 			       cli_location_name(s->location), s->saved ? "yes" : "no", age,

@@ -142,6 +142,20 @@ else
     bad "root list: $out"
 fi
 
+# root's table names the owner of each (nobody's name, the other uid's
+# number when it has no name); a user's own table has no OWNER column
+if [ "$CLIENT" = llamactl ]; then
+    tab=$("$dir/llamactl" --socket "$SOCK" sessions 2>&1)
+    own=$(as_uid "$OTHER" "$dir/llamactl" --socket "$SOCK" sessions 2>&1)
+    nobody=$(getent passwd "$NOBODY" | cut -d: -f1)
+    if printf '%s\n' "$tab" | head -n 1 | grep -q '^OWNER ' &&
+       printf '%s\n' "$tab" | grep -Eq "^${nobody:-$NOBODY} +$NAME " &&
+       printf '%s\n' "$tab" | grep -Eq "^(${OTHER}|$(getent passwd "$OTHER" | cut -d: -f1)) +$NAME " &&
+       ! printf '%s\n' "$own" | grep -q OWNER; then
+        ok "root's sessions table has an OWNER column; a user's own has none"
+    else bad "sessions tables: root: $tab; uid $OTHER: $own"; fi
+fi
+
 # ---- each drops its own ---------------------------------------------------------
 c $OTHER drop $NAME
 [ "$rc" -eq 0 ] && ok "uid $OTHER dropped its own $NAME" || bad "uid $OTHER drop own: rc $rc: $out"
