@@ -67,7 +67,7 @@ static void apply_log_level(const struct config *c)
 #define NAMES(a) a, (int)(sizeof(a) / sizeof(a[0]))
 static const struct key keys[] = {
 	{ "model", K_STR, O(model), 0, 0, 0, 0, "model file or Hugging Face folder" },
-	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, 0, "SentencePiece tokenizer.model (default: beside the model)" },
+	{ "tokenizer", K_STR, O(tokenizer), 0, 0, 0, 0, "tokenizer.model, tokenizer.json, llama2.c tokenizer.bin or GGUF (default: the model's own, else beside it)" },
 	{ "device", K_ENUM, O(device), 0, 0, BACKEND_AUTO, 0,
 	  "backend: auto (the GPU when one is usable), cpu or cuda", NAMES(device_names) },
 	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, BACKEND_W_F16, 0,

@@ -31,6 +31,11 @@ done
 "$LLAMAD" --version >"$dir/v" 2>&1 || bad "--version failed"
 grep -q '^llamad [0-9]' "$dir/v" || bad "--version printed: $(cat "$dir/v")"
 echo "ok   --help lists all $nopts long options"
+# --tokenizer names every kind of file it reads (it said "SentencePiece
+# tokenizer.model" only)
+for k in tokenizer.model tokenizer.json tokenizer.bin GGUF; do
+    grep -E -- "--tokenizer " "$dir/help" | grep -q "$k" || bad "--help: --tokenizer does not name $k"
+done
 
 # ---- usage errors: exit 2, a message on stderr, nothing on stdout -----------
 usage_err() {  # expected-substring args...
