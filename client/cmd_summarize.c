@@ -508,7 +508,7 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 		size_t nlen;
 		uint64_t in_tok;
 		char *next = summarize_round(&s, text, tlen, round, &nlen, &in_tok);
-		if (round == 1)
+		if (round == 1 && n == UINT32_MAX)   /* the whole was too large to count */
 			n_input = in_tok;
 		uint32_t m = count_tokens(&s, next, nlen);
 		if (m >= n) {
