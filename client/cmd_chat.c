@@ -173,19 +173,32 @@ static struct gen_req chat_req(const struct chat *c, const char *prompt)
 	return req;
 }
 
-static Llamad__Response *info_call(struct chat *c);
+/* The session's info, or NULL; nothing is said about a failure. */
+static Llamad__Response *quiet_info(struct chat *c)
+{
+	Llamad__GetInfo gi = LLAMAD__GET_INFO__INIT;
+	gi.session = c->session;
+	Llamad__Request req = LLAMAD__REQUEST__INIT;
+	req.op_case = LLAMAD__REQUEST__OP_INFO;
+	req.info = &gi;
+	Llamad__Response *r = NULL;
+	if (conn_call(&c->cli->conn, &req, &r) != 0)
+		return NULL;
+	if (r->body_case != LLAMAD__RESPONSE__BODY_SESSION || !r->session) {
+		llamad__response__free_unpacked(r, NULL);
+		return NULL;
+	}
+	return r;
+}
 
 /* After an answer (a user turn before it when with_prompt): if the session
  * has fewer turns than before it plus that turn, the context was full and
  * the daemon dropped the oldest ones (policy shift): say so, once, dim. */
 static void note_shift(struct chat *c, bool with_prompt)
 {
-	Llamad__Response *r = info_call(c);
-	if (!r || !r->session) {
-		if (r)
-			llamad__response__free_unpacked(r, NULL);
+	Llamad__Response *r = quiet_info(c);
+	if (!r)
 		return;
-	}
 	uint32_t now = r->session->turns, before = c->turns + (with_prompt ? 1 : 0);
 	if (now < before)
 		cli_note_shift(stderr, c->color, now);
@@ -460,8 +473,8 @@ static void drop_if_unused(struct chat *c)
 {
 	if (!c->fresh || c->ephemeral || c->lost)
 		return;
-	Llamad__Response *r = info_call(c);
-	bool unused = r && r->session && r->session->turns == 0 && !r->session->busy;
+	Llamad__Response *r = quiet_info(c);
+	bool unused = r && r->session->turns == 0 && !r->session->busy;
 	if (r)
 		llamad__response__free_unpacked(r, NULL);
 	if (!unused)
