@@ -307,8 +307,9 @@ void cli_connect(struct cli *cli)
 noreturn void cli_die_conn(const struct cli *cli, int err)
 {
 	if (err == -EMSGSIZE)
-		cli_error("too large", 0, "request too large for the daemon (it accepts frames of "
-			  "at most %u bytes: max_frame)", cli->conn.max_frame);
+		cli_error("too large", 0, "request of %zu bytes too large for the daemon (it "
+			  "accepts frames of at most %u bytes: max_frame)", cli->conn.refused_bytes,
+			  cli->conn.max_frame);
 	else
 		cli_error("connection", 0, "connection to %s lost: %s", cli->socket,
 			  conn_strerror(err));

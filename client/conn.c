@@ -79,8 +79,10 @@ int conn_send(struct conn *c, Llamad__Request *req, uint64_t *id)
 	req->has_id = 1;
 	req->id = c->next_id++;
 	size_t n = protobuf_c_message_get_packed_size(&req->base);
-	if (n > c->max_frame)
+	if (n > c->max_frame) {
+		c->refused_bytes = n;
 		return -EMSGSIZE;
+	}
 	int rc = frame_send(c->fd, &req->base);
 	if (rc)
 		return rc;

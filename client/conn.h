@@ -25,6 +25,7 @@ struct conn {
 	uint64_t next_id;          /* next request id (ids start at 1) */
 	uint32_t max_frame;        /* largest frame the daemon accepts */
 	uint32_t max_text;         /* largest text field; 0 if not told */
+	size_t refused_bytes;      /* the last frame conn_send refused (-EMSGSIZE) */
 	uint32_t context_length;   /* from HelloReply; 0 if not told */
 	char *server;              /* HelloReply.server, owned, may be NULL */
 	char *model;               /* HelloReply.model, owned, may be NULL */

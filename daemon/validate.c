@@ -3,6 +3,8 @@
  * builds without libevent (the fuzzer links it alone).
  */
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "daemon/validate.h"
@@ -10,13 +12,26 @@
 #include "session/session.h"
 #include "util/utf8.h"
 
+/* A message that names a size and its limit: formatted into one buffer
+ * per thread, valid until the next call (the caller sends it first). */
+static const char *say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static const char *say(const char *fmt, ...)
+{
+	static _Thread_local char msg[160];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return msg;
+}
+
 static int text_ok(const char *t, uint32_t max, const char **why)
 {
 	if (!t)
 		return 1;
 	size_t n = strlen(t);
 	if (n > max) {
-		*why = "text is longer than max_text";
+		*why = say("text is %zu bytes, more than max_text (%u)", n, max);
 		return 0;
 	}
 	if (!utf8_valid(t, n)) {
@@ -103,7 +118,8 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 	switch (q->op_case) {
 	case LLAMAD__REQUEST__OP_HELLO:
 		if (q->hello->client && strlen(q->hello->client) > 256)
-			return (*why = "client name is longer than 256 bytes", big);
+			return (*why = say("client name is %zu bytes, more than 256",
+					   strlen(q->hello->client)), big);
 		if (!text_ok(q->hello->client, 256, why))
 			return bad;
 		return 0;
@@ -140,13 +156,15 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 		if (g->has_role && (g->role < 0 || g->role > 3))
 			return (*why = "unknown role", bad);
 		if (g->has_max_tokens && g->max_tokens > MAX_GEN_TOKENS)
-			return (*why = "max_tokens is larger than 1048576", big);
+			return (*why = say("max_tokens %u is more than %u", g->max_tokens,
+					   MAX_GEN_TOKENS), big);
 		if (g->n_stop > LLAMAD_MAX_STOPS)
-			return (*why = "at most " LLAMAD_STR(LLAMAD_MAX_STOPS) " stop strings", big);
+			return (*why = say("%zu stop strings, more than %d", g->n_stop,
+					   LLAMAD_MAX_STOPS), big);
 		for (size_t i = 0; i < g->n_stop; i++) {
 			if (g->stop[i] && strlen(g->stop[i]) > LLAMAD_MAX_STOP_LEN)
-				return (*why = "a stop string is longer than "
-					LLAMAD_STR(LLAMAD_MAX_STOP_LEN) " bytes", big);
+				return (*why = say("a stop string is %zu bytes, more than %d",
+						   strlen(g->stop[i]), LLAMAD_MAX_STOP_LEN), big);
 			if (!text_ok(g->stop[i], LLAMAD_MAX_STOP_LEN, why))
 				return bad;
 		}
@@ -170,7 +188,8 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 		return 0;
 	case LLAMAD__REQUEST__OP_DETOKENIZE:
 		if (q->detokenize->n_tokens > mt)
-			return (*why = "too many tokens", big);
+			return (*why = say("%zu tokens, more than max_text (%u)",
+					   q->detokenize->n_tokens, mt), big);
 		return 0;
 	case LLAMAD__REQUEST__OP_SAVE:
 		if (!q->save->all && !id_ok(q->save->session))

@@ -17,7 +17,8 @@
  * max_text bounds every text field and the token count of a Detokenize.
  * Returns 0, or -EINVAL (BAD_REQUEST), -E2BIG (TOO_LARGE) or -ENOSYS
  * (UNKNOWN_OP; the wire codes by reply_code, daemon/reply.h) with *why set
- * to a static one-line message. */
+ * to a one-line message (static, or for TOO_LARGE, naming the size and the
+ * limit, in a buffer of this thread's valid until the next call). */
 int request_validate(const Llamad__Request *q, uint32_t max_text, const char **why);
 
 /* Check the serialized Request body[0, len) that protobuf-c unpacked: no
