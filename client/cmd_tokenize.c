@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "client/cli.h"
+#include "util/utf8.h"
 
 static int cmd_tokenize(struct cli *cli, int argc, char **argv);
 
@@ -14,7 +15,10 @@ const struct command cmd_tokenize_entry = {
 	.summary = "show the tokens of a text",
 	.help =
 "Tokenize TEXT (or stdin, with \"-\" or no TEXT) with the daemon's tokenizer;\n"
-"print one token a line: id and piece. With --json: {\"tokens\":[..],\"pieces\":[..]}.\n"
+"print one token a line: its id, the text it stands for in quotes (\\n, \\t,\n"
+"\\\" and \\\\ escaped, a byte of a character split between tokens as \\xAB), and\n"
+"the vocabulary's piece (a control token has no text: only its piece).\n"
+"With --json: {\"tokens\":[..],\"pieces\":[..],\"texts\":[..]}.\n"
 "\n"
 "      --bos               add the beginning-of-sequence token\n",
 	.run = cmd_tokenize,
@@ -38,6 +42,39 @@ static void print_piece(const char *p)
 		else
 			fputc(c, stdout);
 	}
+}
+
+/* The length of the UTF-8 character at p[0, n) if it is a whole, valid
+ * one, else 0. */
+static size_t utf8_char(const unsigned char *p, size_t n)
+{
+	size_t k = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : p[0] >= 0xe0 && p[0] < 0xf0 ? 3
+		 : p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
+	return k && k <= n && utf8_valid((const char *)p, k) ? k : 0;
+}
+
+/* A token's text in quotes on one line: control bytes, quotes and
+ * backslashes escaped, bytes of a split character as \xAB. */
+static void print_text(const ProtobufCBinaryData *t)
+{
+	const unsigned char *p = t->data;
+	fputc('"', stdout);
+	for (size_t i = 0; i < t->len;) {
+		size_t k = utf8_char(p + i, t->len - i);
+		if (k > 1) {
+			fwrite(p + i, 1, k, stdout);
+			i += k;
+			continue;
+		}
+		if (k == 0)
+			printf("\\x%02x", p[i]);
+		else if (p[i] == '"')
+			fputs("\\\"", stdout);
+		else
+			print_piece((const char[]){ (char)p[i], 0 });
+		i++;
+	}
+	fputc('"', stdout);
 }
 
 static int cmd_tokenize(struct cli *cli, int argc, char **argv)
@@ -75,6 +112,10 @@ static int cmd_tokenize(struct cli *cli, int argc, char **argv)
 	} else {
 		for (size_t i = 0; i < n; i++) {
 			printf("%6u  ", t->tokens[i]);
+			if (i < t->n_texts && t->texts[i].len > 0) {
+				print_text(&t->texts[i]);
+				fputs("  ", stdout);
+			}
 			print_piece(i < t->n_pieces ? t->pieces[i] : NULL);
 			fputc('\n', stdout);
 		}

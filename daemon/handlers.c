@@ -372,27 +372,44 @@ static int on_tokenize(struct engine *e, struct req *rq)
 	int n = tok_encode(e->m->tok, text, strlen(text), t->add_bos, &ids);
 	uint32_t *u = n > 0 ? malloc((size_t)n * sizeof(uint32_t)) : NULL;
 	char **pieces = n > 0 ? malloc((size_t)n * sizeof(char *)) : NULL;
-	if (n < 0 || (n > 0 && (!u || !pieces))) {
+	ProtobufCBinaryData *texts = n > 0 ? malloc((size_t)n * sizeof(*texts)) : NULL;
+	size_t room = 0;   /* a token's text is never longer than its piece */
+	for (int i = 0; i < n && pieces; i++) {
+		pieces[i] = (char *)tok_piece(e->m->tok, ids[i]);
+		room += pieces[i] ? strlen(pieces[i]) : 0;
+	}
+	char *buf = n > 0 ? malloc(room + 1) : NULL;
+	if (n < 0 || (n > 0 && (!u || !pieces || !texts || !buf))) {
 		free(ids);
 		free(u);
 		free(pieces);
-		return fail(rq, -EPROTO, "cannot tokenize the text");
+		free(texts);
+		free(buf);
+		return n < 0 ? fail(rq, -EPROTO, "cannot tokenize the text") : fail(rq, -ENOMEM,
+										     "out of memory");
 	}
+	size_t at = 0;
 	for (int i = 0; i < n; i++) {
 		u[i] = (uint32_t)ids[i];
-		pieces[i] = (char *)tok_piece(e->m->tok, ids[i]);
+		size_t k = tok_text(e->m->tok, ids[i], buf + at, room - at);
+		texts[i] = (ProtobufCBinaryData){ k, (uint8_t *)buf + at };
+		at += k;
 	}
 	Llamad__Tokens tk = LLAMAD__TOKENS__INIT;
 	tk.n_tokens = (size_t)n;
 	tk.tokens = u;
 	tk.n_pieces = (size_t)n;
 	tk.pieces = pieces;
+	tk.n_texts = (size_t)n;
+	tk.texts = texts;
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_TOKENS);
 	r.tokens = &tk;
 	reply_body(e, rq, &r);
 	free(ids);
 	free(u);
 	free(pieces);
+	free(texts);
+	free(buf);
 	return 0;
 }
 

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "text/tok_int.h"
 #include "text/tokenizer.h"
@@ -159,6 +160,35 @@ int tok_piece_to_id(const struct tok *t, const char *piece)
 	if (!piece)
 		return -1;
 	return t->ops->piece_to_id(t->k, piece);
+}
+
+size_t tok_text(const struct tok *t, int id, char *out, size_t cap)
+{
+	const uint8_t *p;
+	size_t n = 0;
+	uint8_t b;
+	const char *s = tok_piece(t, id);
+	if (!s || tok_is_control(t, id))
+		return 0;
+	if (tok_bytes(t, id, &p, &n)) {
+		n = n < cap ? n : cap;
+		memcpy(out, p, n);
+		return n;
+	}
+	if (tok_is_byte(t, id, &b)) {
+		if (cap)
+			out[0] = (char)b;
+		return cap ? 1 : 0;
+	}
+	for (; *s && n < cap; n++) {
+		if (!strncmp(s, "\xe2\x96\x81", 3)) {   /* U+2581: a space */
+			out[n] = ' ';
+			s += 3;
+		} else {
+			out[n] = *s++;
+		}
+	}
+	return n;
 }
 
 int tok_is_byte(const struct tok *t, int id, uint8_t *byte)

@@ -139,6 +139,12 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, char **text);
 const char *tok_piece(const struct tok *t, int id);
 /* Id of a piece string, or -1 if absent. */
 int tok_piece_to_id(const struct tok *t, const char *piece);
+/* The bytes token id stands for in text, into out (cap bytes; at most the
+ * piece's length is ever needed): BPE's byte-level string decoded,
+ * SentencePiece's piece with U+2581 as a space or its <0xAB> byte; none
+ * for a control token or an id out of range. A character may be split
+ * between tokens. Returns the length (cut to cap). */
+size_t tok_text(const struct tok *t, int id, char *out, size_t cap);
 /* If id is a byte-fallback piece (<0xAB>), store the byte and return 1;
  * else 0. */
 int tok_is_byte(const struct tok *t, int id, uint8_t *byte);

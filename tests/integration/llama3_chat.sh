@@ -133,6 +133,13 @@ print("answers start with a space:", sum(a.startswith(" ") for a in answers), "o
 PY
     bad "chat on a terminal: $(cat -v "$dir/tty")"
 
+# tokenize shows the text a token stands for, not the byte-level piece
+ctl tokenize " hi there" > "$dir/tok" || bad "tokenize"
+if grep -q '" hi"  Ġhi$' "$dir/tok" && grep -q '" there"  Ġthere$' "$dir/tok"; then
+    ok "tokenize: each token's text in quotes, then its piece"
+else bad "tokenize: $(cat "$dir/tok")"; fi
+ctl --json tokenize " hi" | grep -q '"texts":\[" hi"\]' || bad "tokenize --json: $(ctl --json tokenize " hi")"
+
 # control tokens spelt in user and system text: accepted, and they stay
 # text: such a turn holds the same control ids (the framing's) as a plain
 # turn of its role in the same place

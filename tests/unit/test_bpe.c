@@ -291,6 +291,24 @@ static void test_golden_detok_stream(void **state)
 	assert_int_equal(each_golden(*state, detok_stream_ok), 0);
 }
 
+/* tok_text of each golden id, one after another, spells the text: byte-level
+ * pieces ("Ġhi") come back as the bytes they stand for (" hi"). */
+static int token_texts_ok(const struct fixture *fx, const struct golden *g)
+{
+	size_t cap = g->len + 1, len = 0;
+	char *all = xmalloc(cap + 256);
+	for (size_t k = 0; k < g->n; k++)
+		len += tok_text(fx->l3, g->ids[k], all + len, cap + 256 - len);
+	int ok = same_bytes(g->name, "the tokens' texts", g->text, g->len, all, len);
+	free(all);
+	return ok;
+}
+
+static void test_golden_token_texts(void **state)
+{
+	assert_int_equal(each_golden(*state, token_texts_ok), 0);
+}
+
 /* Append the ids of text[0..n) (encoded plain, no BOS) to got[*len..cap). */
 static void append_encoded(const struct tok *t, const char *text, size_t n, int32_t *got,
 			   size_t *len, size_t cap)
@@ -999,6 +1017,7 @@ int main(void)
 		cmocka_unit_test(test_golden_encode),
 		cmocka_unit_test(test_golden_decode),
 		cmocka_unit_test(test_golden_detok_stream),
+		cmocka_unit_test(test_golden_token_texts),
 		cmocka_unit_test(test_golden_chat),
 		cmocka_unit_test(test_llama3_specials),
 		cmocka_unit_test(test_llama3_special_text_is_plain),
