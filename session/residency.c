@@ -116,8 +116,6 @@ char *res_dir_of(const char *setting)
 		d = strdup(setting);
 	} else if (env("STATE_DIRECTORY")) {
 		d = strndup(env("STATE_DIRECTORY"), strcspn(env("STATE_DIRECTORY"), ":"));
-	} else if (geteuid() == 0) {
-		d = strdup("/var/lib/llamad");
 	} else if (env("XDG_STATE_HOME")) {
 		cause_set(&d, "%s/llamad", env("XDG_STATE_HOME"));
 	} else if (getenv("HOME")) {

@@ -69,8 +69,9 @@ void res_done(struct residency *r);
 
 /*
  * Choose the state directory: `setting` if given ("none": persistence
- * off), else $STATE_DIRECTORY (systemd), else /var/lib/llamad for root,
- * else $XDG_STATE_HOME/llamad or ~/.local/state/llamad; created (mode
+ * off), else $STATE_DIRECTORY (systemd: the service's /var/lib/llamad),
+ * else $XDG_STATE_HOME/llamad or ~/.local/state/llamad, for root too (a
+ * daemon started by hand never shares the service's folder); created (mode
  * 0700) if missing. A folder that cannot be created is kept (saves fail
  * until it can be written) and reported. 0, or -ENOENT when there is no
  * folder to use (persistence off), -ENOMEM.

@@ -140,6 +140,15 @@ echo "ok   socket problems are said before the model loads, with the fix"
 grep -q "^# socket = .*(unset: .*llamad.sock here)" "$dir/out" &&
     grep -q "^# state_dir = .*(unset: .* here)" "$dir/out" && echo "ok   --print-config names the socket and state dir used" ||
     bad "--print-config: $(cat "$dir/out")"
+# the state directory by hand, root included, is the user's own; the
+# service's only with systemd's STATE_DIRECTORY (root's was /var/lib/llamad)
+env -u XDG_STATE_HOME -u STATE_DIRECTORY HOME="$dir/home" "$LLAMAD" --model "$BIN" --print-config \
+    >"$dir/out" 2>&1
+grep -q "^# state_dir = .*(unset: $dir/home/.local/state/llamad here)" "$dir/out" &&
+    echo "ok   the default state dir is the user's own ($(id -un))" ||
+    bad "default state dir: $(grep state_dir "$dir/out")"
+STATE_DIRECTORY=/srv/x:/srv/y "$LLAMAD" --model "$BIN" --print-config 2>&1 |
+    grep -q "^# state_dir = .*(unset: /srv/x here)" || bad "STATE_DIRECTORY is not the default state dir"
 
 run() {  # args... -> stdout in $dir/out; fails the test on a non-zero exit
     "$LLAMAD" $M "$@" >"$dir/out" 2>"$dir/err" || bad "llamad $*: exit $?: $(cat "$dir/err")"
