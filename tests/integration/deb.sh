@@ -7,7 +7,9 @@
 #    0700 state directory (tmpfiles.d), the units, the config as a conffile;
 #  - the unit's own ExecStart command line, run as the llamad user with the
 #    directories systemd would give it (and the sample config pointed at
-#    the small model), serves a generation through the installed llamactl;
+#    the small model), serves a generation through the installed llamactl,
+#    also to another user in group llamad, with XDG_RUNTIME_DIR set, who
+#    names no socket (the README's steps);
 #  - dpkg --purge removes it.
 # Needs root (dpkg -i); skipped otherwise, and when a llamad package is
 # installed already (nothing of it is touched). Runs in the plain build
@@ -92,6 +94,18 @@ want=$(awk '/^--- stdout ---$/ { on = 1; next } on' "$SHARED/reference/stories26
 case $want in
     "Once upon a time$out"*) ok "the installed daemon, run as llamad by the unit's command line, generates the golden text" ;;
     *) bad "generation: '$out' (golden: '$want')"; cat "$dir/llamad.log" ;;
+esac
+# the README's next steps: a user added to group llamad, in a login
+# session (XDG_RUNTIME_DIR set, its own llamad socket absent), runs
+# llamactl without --socket: it falls back to the service's socket
+gid=$(getent group llamad | cut -d: -f3)
+xdg=$(mktemp -d /tmp/llamad-xdg.XXXXXX) && chown 65534:65534 "$xdg"
+out=$(setpriv --reuid=65534 --regid=65534 --groups="$gid" env -i PATH=/usr/bin:/bin HOME="$xdg" \
+    XDG_RUNTIME_DIR="$xdg" /usr/bin/llamactl generate --raw --temperature 0 -n 12 "Once upon a time" 2>&1)
+rm -rf "$xdg"
+case $want in
+    "Once upon a time$out"*) ok "a user in group llamad with XDG_RUNTIME_DIR set reaches the service without --socket" ;;
+    *) bad "as a member of group llamad, without --socket: '$out'" ;;
 esac
 /usr/bin/llamactl --socket /run/llamad/llamad.sock status > "$dir/status"
 grep -q "state dir: *\/var\/lib\/llamad" "$dir/status" && ok "its state directory is /var/lib/llamad" ||
