@@ -173,14 +173,20 @@ static struct gen_req chat_req(const struct chat *c, const char *prompt)
 	return req;
 }
 
-/* The session's info, or NULL; nothing is said about a failure. */
-static Llamad__Response *quiet_info(struct chat *c)
+static Llamad__Response *chat_call(struct chat *c, Llamad__Request *req);
+
+/* GetInfo of the current session: the reply, or NULL when it fails, which
+ * chat_call reports unless quiet (said nothing: a note that cannot be
+ * made is left out). */
+static Llamad__Response *info_call(struct chat *c, bool quiet)
 {
 	Llamad__GetInfo gi = LLAMAD__GET_INFO__INIT;
 	gi.session = c->session;
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
 	req.op_case = LLAMAD__REQUEST__OP_INFO;
 	req.info = &gi;
+	if (!quiet)
+		return chat_call(c, &req);
 	Llamad__Response *r = NULL;
 	if (conn_call(&c->cli->conn, &req, &r) != 0)
 		return NULL;
@@ -196,7 +202,7 @@ static Llamad__Response *quiet_info(struct chat *c)
  * the daemon dropped the oldest ones (policy shift): say so, once, dim. */
 static void note_shift(struct chat *c, bool with_prompt)
 {
-	Llamad__Response *r = quiet_info(c);
+	Llamad__Response *r = info_call(c, true);
 	if (!r)
 		return;
 	uint32_t now = r->session->turns, before = c->turns + (with_prompt ? 1 : 0);
@@ -281,16 +287,6 @@ static Llamad__Response *chat_call(struct chat *c, Llamad__Request *req)
 	return r;
 }
 
-static Llamad__Response *info_call(struct chat *c)
-{
-	Llamad__GetInfo gi = LLAMAD__GET_INFO__INIT;
-	gi.session = c->session;
-	Llamad__Request req = LLAMAD__REQUEST__INIT;
-	req.op_case = LLAMAD__REQUEST__OP_INFO;
-	req.info = &gi;
-	return chat_call(c, &req);
-}
-
 static void print_info_line(FILE *f, const Llamad__SessionInfo *s)
 {
 	fprintf(f, "session %s: %u turns, %u tokens", s->session ? s->session : "?",
@@ -371,7 +367,7 @@ static bool slash(struct chat *c, char *line)
 			fputs("usage: /history [N]\n", stderr);
 			return true;
 		}
-		Llamad__Response *r = info_call(c);
+		Llamad__Response *r = info_call(c, false);
 		if (r) {
 			print_info_line(stdout, r->session);
 			llamad__response__free_unpacked(r, NULL);
@@ -473,7 +469,7 @@ static void drop_if_unused(struct chat *c)
 {
 	if (!c->fresh || c->ephemeral || c->lost)
 		return;
-	Llamad__Response *r = quiet_info(c);
+	Llamad__Response *r = info_call(c, true);
 	bool unused = r && r->session->turns == 0 && !r->session->busy;
 	if (r)
 		llamad__response__free_unpacked(r, NULL);
