@@ -3,21 +3,24 @@
 #   make            build everything (build/)
 #   make text       the text layer alone (tokenizers, templates): its libraries
 #                   and tests, linked without the weight loaders
-#   make deps       install the Debian packages the build and tests need
+#   make deps       install the Debian packages the build, the tests and the
+#                   package need (make deps-build: only the build's and the
+#                   demo's, which is all `make demo` and `make bench` install;
+#                   the test targets install all; DEB_PKGS_* below)
 #   make test       deps + build + every test (the CI entry point); ends with
 #                   the line "N passed, N failed"
 #   make test T=NAME  deps + build + one test: a unit binary (test_store) or
 #                   a shell test (device, llamactl_golden, load, mandoc-lint)
 #   make test-unit  deps + build + only the cmocka unit binaries
 #   make test-shell deps + build + only the shell tests and the man lint
-#   make demo       deps + build + the main job on the small default model
-#   make bench      deps + build + benchmarks (see docs/PERF.md)
+#   make demo       deps-build + build + the main job on the small default model
+#   make bench      deps-build + build + benchmarks (see docs/PERF.md)
 #   make test-asan  unit + golden tests under AddressSanitizer + UBSan
 #   make test-tsan  the daemon's threads under ThreadSanitizer (tests/tsan.sh)
 #   make fuzz       libFuzzer targets (tests/fuzz/) built with clang into
 #                   build-fuzz/, each run FUZZ_TIME seconds (default 60)
 #   make install    PREFIX=/usr/local DESTDIR= (make uninstall: the same, removed)
-#   make deb        the Debian package (debian/) into $(BUILD)/deb/
+#   make deb        deps-deb + the Debian package (debian/) into $(BUILD)/deb/
 #
 # Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found);
 # ARCH= sets the target ISA (default x86-64-v3; AVX-512 kernels are chosen at
@@ -33,11 +36,23 @@ SAN     ?=
 SHARED  ?= $(abspath ../shared)
 MODELS  ?= $(SHARED)/models
 
-# Debian packages needed to build and test (checked by `make deps`).
-DEB_PKGS := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
-            libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
-            libedit-dev libxxhash-dev mandoc python3 python3-numpy systemd util-linux \
-            clang libclang-rt-14-dev neovim emacs-nox debhelper dpkg-dev lintian
+# Debian packages, installed when missing by tests/tools/deps.sh:
+#   DEB_PKGS_BUILD  what `make` and `make demo` / `make bench` need: the
+#                   compilers, the libraries, cmocka (the unit-test binaries
+#                   are part of `make`); `make deps-build`, run by demo, bench
+#   DEB_PKGS_DEB    what `make deb` adds: dpkg-buildpackage and debhelper;
+#                   `make deps-deb` (with DEB_PKGS_BUILD), run by deb
+#   DEB_PKGS_TEST   what only the tests add: mandoc (man lint), numpy (the
+#                   Llama 3 reference), systemd's tools and setpriv, clang
+#                   (fuzz, tsan), the editors, lintian
+# `make deps` installs all three; every test target runs it.
+DEB_PKGS_BUILD := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
+                  libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
+                  libedit-dev libxxhash-dev
+DEB_PKGS_DEB   := debhelper dpkg-dev
+DEB_PKGS_TEST  := mandoc python3 python3-numpy systemd util-linux clang libclang-rt-14-dev \
+                  neovim emacs-nox lintian
+DEB_PKGS       := $(DEB_PKGS_BUILD) $(DEB_PKGS_DEB) $(DEB_PKGS_TEST)
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
 # found, unless CUDA=0.
@@ -133,12 +148,18 @@ ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
 endif
 
-.PHONY: all bins text deps test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
+.PHONY: all bins text deps deps-build deps-deb test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
 deps:
 	@sh tests/tools/deps.sh $(DEB_PKGS)
+
+deps-build:
+	@sh tests/tools/deps.sh $(DEB_PKGS_BUILD)
+
+deps-deb:
+	@sh tests/tools/deps.sh $(DEB_PKGS_BUILD) $(DEB_PKGS_DEB)
 
 $(PROTO_GEN): proto/llamad.proto
 	@mkdir -p $(BUILD)/proto
@@ -294,11 +315,11 @@ $(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(MODEL
 
 # ---- bench, demo -------------------------------------------------------------
 
-bench: deps
+bench: deps-build
 	@$(MAKE) --no-print-directory all
 	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/bench/run.sh
 
-demo: deps
+demo: deps-build
 	@$(MAKE) --no-print-directory all
 	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/tools/demo.sh
 
@@ -375,7 +396,7 @@ uninstall:
 # the .deb lands there. CUDA=0 leaves the CUDA backend out.
 DEB_VERSION = $(shell awk 'NR == 1 { gsub(/[()]/, "", $$2); print $$2 }' debian/changelog)
 
-deb: deps
+deb: deps-deb
 	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/llamad-$(DEB_VERSION)
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git ls-files -z; else \
 	    find . \( -path './build*' -o -path ./.git -o -path ./gpu-pack \) -prune -o \
