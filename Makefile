@@ -246,6 +246,12 @@ $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(MODEL_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)
 
+# The unit tests' objects are made by the pattern rules above only: without
+# this, make deletes them as intermediates after linking, and the next make
+# (make demo or make test after make) compiles all of them again, since
+# their .d files then name them.
+.SECONDARY: $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/unit/%.o)
+
 # ---- tests -----------------------------------------------------------------
 
 # tests/run.sh picks what runs: LAYERS (unit, shell) or T (one test by name);
