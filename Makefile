@@ -69,8 +69,12 @@ endif
 # Hopper machine code (sm_90a) plus PTX that newer GPUs compile at start.
 # cudart is linked statically; cuBLAS is opened at run time (dlopen), so the
 # binaries start where the CUDA libraries are missing and use the CPU.
+# Both come from one compute_90 front end (cicc): the kernels use nothing
+# of sm_90a's own (wgmma, setmaxnreg), so a second, compute_90a front end
+# gave the same machine code for 30 % more compile time (docs/PERF.md,
+# "Build cost"; tests/gpu/same_code.py compared every kernel).
 CUDA_HOME   ?= $(abspath $(dir $(NVCC))..)
-CUDA_GENCODE ?= -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_90,code=compute_90
+CUDA_GENCODE ?= -gencode=arch=compute_90,code=[sm_90a,compute_90]
 NVCCFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Werror all-warnings \
                -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 
