@@ -1,6 +1,8 @@
 # llamad — one entry point: deps, build, test, bench, install, demo.
 #
-#   make            build everything (build/)
+#   make            build everything (build/: the programs and the unit
+#                   tests); demo, test and bench build the same in the same
+#                   folder, so one after another compiles nothing again
 #   make text       the text layer alone (tokenizers, templates): its libraries
 #                   and tests, linked without the weight loaders
 #   make deps       install the Debian packages the build, the tests and the
@@ -20,9 +22,11 @@
 #   make fuzz       libFuzzer targets (tests/fuzz/) built with clang into
 #                   build-fuzz/, each run FUZZ_TIME seconds (default 60)
 #   make install    PREFIX=/usr/local DESTDIR= (make uninstall: the same, removed)
-#   make deb        deps-deb + the Debian package (debian/) into $(BUILD)/deb/
+#   make deb        deps-deb + the Debian package (debian/) into $(BUILD)/deb/,
+#                   built from its own copy of the tree (the CUDA backend too)
 #
-# Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found);
+# Knobs: CUDA=0 forces the CUDA backend off (it is built when nvcc is found,
+# at about 5 min of CPU, said by a line when it starts: CUDA_COST below);
 # ARCH= sets the target ISA (default x86-64-v3; AVX-512 kernels are chosen at
 # run time); OPT= optimisation flags; BUILD= output folder.
 
@@ -77,6 +81,14 @@ CUDA_HOME   ?= $(abspath $(dir $(NVCC))..)
 CUDA_GENCODE ?= -gencode=arch=compute_90,code=[sm_90a,compute_90]
 NVCCFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Werror all-warnings \
                -Xcompiler -Wall,-Wextra,-Werror,-fPIC
+# What compiling it costs (docs/PERF.md, "Build cost"), said by the first
+# nvcc command a make runs: nvcc's CPU time over kernels/cuda/*.cu on the
+# 2-core AMD EPYC machine kind, 85 % of it fused.cu and matmul.cu (their
+# matrix-vector kernels: one per batch size, dtype, mode and staging)
+CUDA_COST  := about 5 min of CPU
+CUDA_SAID  :=
+cuda_say = $(if $(CUDA_SAID),,$(eval CUDA_SAID := 1)@echo "building the CUDA backend with nvcc \
+	($(CUDA_COST); CUDA=0 skips it)")
 
 # pkg-config is evaluated lazily: `make deps` may be what installs it.
 PKG_LIBS = jansson libpcre2-8 sentencepiece libxxhash libprotobuf-c libevent libsystemd libedit
@@ -201,6 +213,7 @@ $(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
 	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) $(KERNEL_ALIGN) -c $< -o $@
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h) kernels/backend.h
+	$(cuda_say)
 	@mkdir -p $(dir $@)
 	$(NVCC) -I. -DLLAMAD_CUDA $(NVCCFLAGS) -c $< -o $@
 
@@ -403,10 +416,22 @@ uninstall:
 # ---- Debian package -------------------------------------------------------------
 # make deb: the Debian package (debian/, debhelper), built with
 # dpkg-buildpackage from a copy of the tracked files in $(BUILD)/deb/;
-# the .deb lands there. CUDA=0 leaves the CUDA backend out.
+# the .deb lands there. CUDA=0 leaves the CUDA backend out. The copy is
+# built from nothing (debian/rules: its own build-deb/, the programs only,
+# one job): nothing of $(BUILD) is reused, so with nvcc found the CUDA
+# backend is compiled a second time. What it costs is said first
+# (docs/PERF.md, "Build cost").
 DEB_VERSION = $(shell awk 'NR == 1 { gsub(/[()]/, "", $$2); print $$2 }' debian/changelog)
+DEB_COST := about 1 min of CPU
+DEB_NOTE  = make deb: dpkg-buildpackage builds its own copy in $(BUILD)/deb/ (nothing of $(BUILD)/ is reused),
+ifeq ($(HAVE_CUDA),1)
+  DEB_NOTE += with the CUDA backend: $(DEB_COST), plus $(CUDA_COST) for nvcc (CUDA=0 leaves it out)
+else
+  DEB_NOTE += without the CUDA backend: $(DEB_COST)
+endif
 
 deb: deps-deb
+	@echo "$(DEB_NOTE)"
 	rm -rf $(BUILD)/deb && mkdir -p $(BUILD)/deb/llamad-$(DEB_VERSION)
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then git ls-files -z; else \
 	    find . \( -path './build*' -o -path ./.git -o -path ./gpu-pack \) -prune -o \
