@@ -83,7 +83,7 @@ NVCCFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Werror all-warnings \
                -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 # What compiling it costs (docs/PERF.md, "Build cost"), said by the first
 # nvcc command a make runs: nvcc's CPU time over kernels/cuda/*.cu on the
-# 2-core AMD EPYC machine kind, 85 % of it fused.cu and matmul.cu (their
+# 2-core AMD EPYC machine kind, 84 % of it fused.cu and matmul.cu (their
 # matrix-vector kernels: one per batch size, dtype, mode and staging)
 CUDA_COST  := about 5 min of CPU
 CUDA_SAID  :=
