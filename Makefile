@@ -177,7 +177,7 @@ deps-build:
 deps-deb:
 	@sh tests/tools/deps.sh $(DEB_PKGS_BUILD) $(DEB_PKGS_DEB)
 
-$(PROTO_GEN): proto/llamad.proto
+$(PROTO_GEN) &: proto/llamad.proto
 	@mkdir -p $(BUILD)/proto
 	protoc-c --proto_path=proto --c_out=$(BUILD)/proto proto/llamad.proto
 
