@@ -27,7 +27,7 @@ const struct command cmd_show_entry = {
 "      --ids               also each turn's token ids (implies --transcript)\n"
 "\n"
 "With --json, one object: the session's fields or, with --transcript, the\n"
-"transcript: session, turns, first, next, template, location, system, busy and\n"
+"transcript: session, turns, first, template, location, system, busy and\n"
 "items, an array of {index, role, text, tokens, start, generated, stop_reason,\n"
 "truncated[, token_ids]}.\n",
 	.run = cmd_show,
