@@ -517,7 +517,17 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	}
 	res_init(&e->res, &e->st, m->fingerprint, e->ctx, m->cfg.vocab, cfg->ram_cache, report, e);
 	e->res.refuse_foreign = cfg->foreign_cache;
-	if (res_set_dir(&e->res, cfg->state_dir) == 0 && e->res.dir)
+	int rc = res_set_dir(&e->res, cfg->state_dir);
+	if (rc == -EBUSY) {
+		char *d = res_dir_of(cfg->state_dir);
+		cause_set(cause, "state directory %s is in use by another llamad (pid %ld): give "
+			  "each daemon its own --state-dir (or --state-dir none)", d ? d : "?",
+			  e->res.lock_holder);
+		free(d);
+		engine_free(e);
+		return NULL;
+	}
+	if (rc == 0 && e->res.dir)
 		res_list(&e->res, cfg->max_sessions);
 	return e;
 }

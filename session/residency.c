@@ -3,10 +3,12 @@
  * engine thread, between forward steps.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,6 +75,9 @@ void res_done(struct residency *r)
 		sess_foreach(r->st, 0, release_one, r);
 	free(r->dir);
 	r->dir = NULL;
+	if (r->has_lock)
+		close(r->lock_fd);   /* the flock goes with it */
+	r->has_lock = 0;
 }
 
 /* ---- the state directory ------------------------------------------------ */
@@ -124,6 +129,45 @@ char *res_dir_of(const char *setting)
 	return d;
 }
 
+/* Take dir's lock file (res_set_dir): 0 (held, or none could be made:
+ * reported, the folder is used without it), or -EBUSY with the holder's
+ * pid in r->lock_holder. */
+static int lock_dir(struct residency *r, const char *dir)
+{
+	char *path = NULL;
+	cause_set(&path, "%s/" LLAMAD_LOCK_FILE, dir);
+	if (!path)
+		return -ENOMEM;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0) {
+		say(r, RES_WARN, "state directory %s: cannot make its lock file (%s); another llamad "
+		    "could use the folder at the same time", dir, strerror(errno));
+		free(path);
+		return 0;
+	}
+	free(path);
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int err = errno;
+		char buf[32] = "";
+		ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+		buf[n > 0 ? n : 0] = 0;
+		close(fd);
+		if (err != EWOULDBLOCK) {
+			say(r, RES_WARN, "state directory %s: cannot lock it (%s)", dir, strerror(err));
+			return 0;
+		}
+		r->lock_holder = strtol(buf, NULL, 10);
+		return -EBUSY;
+	}
+	char pid[32];
+	int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+	if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+		say(r, RES_WARN, "state directory %s: cannot write the pid into its lock file", dir);
+	r->lock_fd = fd;
+	r->has_lock = 1;
+	return 0;
+}
+
 int res_set_dir(struct residency *r, const char *setting)
 {
 	if (setting && !strcmp(setting, "none"))
@@ -134,11 +178,15 @@ int res_set_dir(struct residency *r, const char *setting)
 		return -ENOENT;
 	}
 	int rc = mkdirs(d);
-	if (rc)
+	if (rc) {
 		say(r, RES_ERROR, "state directory %s: %s; sessions cannot be saved until it "
 		    "can be written", d, strerror(-rc));
-	else
+	} else if ((rc = lock_dir(r, d)) != 0) {
+		free(d);
+		return rc;
+	} else {
 		say(r, RES_INFO, "state directory %s", d);
+	}
 	free(r->dir);
 	r->dir = d;
 	return 0;

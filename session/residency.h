@@ -40,6 +40,9 @@ struct residency {
 	struct sess_table *st;
 	struct kvpool *pool;
 	char *dir;               /* state directory (owned); NULL: persistence off */
+	int lock_fd;             /* dir's LLAMAD_LOCK_FILE, flocked (has_lock) */
+	int has_lock;
+	long lock_holder;        /* res_set_dir -EBUSY: the other daemon's pid (0: ?) */
 	uint64_t fingerprint;    /* the model's */
 	int max_tokens, vocab;   /* what a restored history must fit */
 	size_t ram_cache;        /* bound of ram_used */
@@ -67,14 +70,21 @@ void res_init(struct residency *r, struct sess_table *st, uint64_t fingerprint, 
  * sess_table_done). Accepts an r never set up (zeroed). */
 void res_done(struct residency *r);
 
+#define LLAMAD_LOCK_FILE "llamad.lock"
+
 /*
  * Choose the state directory: `setting` if given ("none": persistence
  * off), else $STATE_DIRECTORY (systemd: the service's /var/lib/llamad),
  * else $XDG_STATE_HOME/llamad or ~/.local/state/llamad, for root too (a
  * daemon started by hand never shares the service's folder); created (mode
  * 0700) if missing. A folder that cannot be created is kept (saves fail
- * until it can be written) and reported. 0, or -ENOENT when there is no
- * folder to use (persistence off), -ENOMEM.
+ * until it can be written) and reported. The folder's LLAMAD_LOCK_FILE is
+ * then flocked, exclusively, for as long as r holds it (res_done; the
+ * kernel releases it when the process dies), with this pid written in
+ * it: two daemons never share a state directory. 0, or -EBUSY when
+ * another process holds the lock (its pid in r->lock_holder, 0 when it
+ * cannot be read; nothing is set up), -ENOENT when there is no folder to
+ * use (persistence off), -ENOMEM.
  */
 int res_set_dir(struct residency *r, const char *setting);
 /* The folder res_set_dir would choose for setting (malloc'd), or NULL for
