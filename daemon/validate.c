@@ -158,8 +158,14 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 		if (g->has_max_tokens && g->max_tokens > MAX_GEN_TOKENS)
 			return (*why = say("max_tokens %u is more than %u", g->max_tokens,
 					   MAX_GEN_TOKENS), big);
-		if (g->n_stop > LLAMAD_MAX_STOPS)
-			return (*why = say("%zu stop strings, more than %d", g->n_stop,
+		size_t n_stop = 0;   /* empty ones are ignored, and not counted */
+		if (g->n_stop > LLAMAD_MAX_STOP_ENTRIES)
+			return (*why = say("%zu stop entries, more than %d (empty ones included)",
+					   g->n_stop, LLAMAD_MAX_STOP_ENTRIES), big);
+		for (size_t i = 0; i < g->n_stop; i++)
+			n_stop += g->stop[i] && *g->stop[i];
+		if (n_stop > LLAMAD_MAX_STOPS)
+			return (*why = say("%zu stop strings, more than %d", n_stop,
 					   LLAMAD_MAX_STOPS), big);
 		for (size_t i = 0; i < g->n_stop; i++) {
 			if (g->stop[i] && strlen(g->stop[i]) > LLAMAD_MAX_STOP_LEN)

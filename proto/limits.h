@@ -15,6 +15,7 @@
 
 #define LLAMAD_MAX_STOPS 16      /* stop strings per Generate */
 #define LLAMAD_MAX_STOP_LEN 256  /* bytes per stop string */
+#define LLAMAD_MAX_STOP_ENTRIES 1024  /* stop entries, empty ones included */
 #define LLAMAD_SESSION_ID_MAX 128 /* bytes per session id */
 #define LLAMAD_SESSION_ID_RULE \
 	"session ids are 1-" LLAMAD_STR(LLAMAD_SESSION_ID_MAX) " characters of A-Z a-z 0-9 . _ : -"

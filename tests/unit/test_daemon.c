@@ -841,6 +841,35 @@ static void test_bad_fields(void **state)
 	assert_null(strstr(lr->body_case == LLAMAD__RESPONSE__BODY_ERROR ? lr->error->message : "",
 			   "max_text"));
 	expect_error_at(lr, LLAMAD__ERROR_CODE__TOO_LARGE, "256", 1, __LINE__);
+	/* stop strings: empty ones are ignored and not counted (one real and 17
+	 * empty: the generation runs); 17 real ones are too many, counted in
+	 * the message; more than 1024 entries are refused, empty or not */
+	static char *many[1025];
+	for (int k = 0; k < 1025; k++)
+		many[k] = (char *)"";
+	many[0] = (char *)"zzz";
+	ge.n_stop = 18;
+	ge.stop = many;
+	ge.has_max_tokens = 1;
+	ge.max_tokens = 2;
+	q = request_of(LLAMAD__REQUEST__OP_GENERATE);
+	q.generate = &ge;
+	struct gen sg = { 0 };
+	gen_wait(c, cli_send(c, &q), &sg);
+	assert_int_equal(sg.error, 0);
+	assert_int_equal(sg.generated, 2);
+	gen_free(&sg);
+	for (int k = 0; k < 17; k++)
+		many[k] = (char *)"zzz";
+	ge.n_stop = 17;
+	expect_error_at(cli_call(c, &q), LLAMAD__ERROR_CODE__TOO_LARGE, "17 stop strings, more than 16",
+			1, __LINE__);
+	for (int k = 0; k < 1025; k++)
+		many[k] = (char *)"";
+	ge.n_stop = 1025;
+	expect_error_at(cli_call(c, &q), LLAMAD__ERROR_CODE__TOO_LARGE, "1025 stop entries", 1,
+			__LINE__);
+	ge.has_max_tokens = 0;
 	long_text[256] = 0;   /* 256 bytes are fine */
 	h.client = long_text;
 	q = request_of(LLAMAD__REQUEST__OP_HELLO);
