@@ -286,6 +286,11 @@ static int on_fork(struct engine *e, struct req *rq)
 	dst = sess_fork(&e->st, rq->s, rq->uid, f->target);
 	if (!dst)
 		return fail(rq, -ENOMEM, "out of memory");
+	/* a busy source's answer in progress is not the fork's (it would stay
+	 * open there, never ended): the fork takes the committed history */
+	for (struct job *j = e->jobs; j; j = j->next)
+		if (j->s == rq->s && j->kind == JOB_GENERATE && j->answer_turn && dst->n_turns > 0)
+			sess_remove_turns(&e->st, dst, dst->n_turns - 1, 1);
 	dst->ephemeral = 0;
 	dst->dirty = 1;
 	dst->last_use_ms = clock_unix_ms();

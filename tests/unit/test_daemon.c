@@ -642,6 +642,40 @@ static void test_cancel_session(void **state)
 	cli_free(other);
 }
 
+/* A fork of a session that is generating takes its committed history:
+ * the prompt's turn, not the answer in progress (which in the fork would
+ * stay open and never get a stop reason). */
+static void test_fork_busy(void **state)
+{
+	struct cli *c = *state;
+	must_open(c, "fb", T_LLAMA2, 0, NULL, 0);
+	uint64_t gid = gen_send(c, "fb", GREEDY("Tell me a story.", 400));
+	struct gen g = { 0 };
+	assert_int_equal(gen_take(&g, cli_next(c, gid)), 0);   /* the answer runs */
+	struct cli *other = cli_new(&D);
+	Llamad__Response *r = expect_body(op_fork(other, "fb", "fb2"), LLAMAD__RESPONSE__BODY_SESSION);
+	assert_int_equal(r->session->turns, 1);
+	rfree(r);
+	Llamad__Response *t = expect_body(op_transcript(other, "fb2", -1, 0, 0),
+					  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+	assert_int_equal(t->transcript->n_items, 1);
+	assert_int_equal(t->transcript->items[0]->role, LLAMAD__ROLE__ROLE_USER);
+	rfree(t);
+	gen_wait(c, gid, &g);
+	assert_int_equal(g.error, 0);
+	gen_free(&g);
+	/* the fork answers on its own, and that answer ends */
+	generate_ok(other, "fb2", GREEDY(NULL, 3), &g, 1);
+	gen_free(&g);
+	t = expect_body(op_transcript(other, "fb2", -1, 0, 0), LLAMAD__RESPONSE__BODY_TRANSCRIPT);
+	assert_int_equal(t->transcript->n_items, 2);
+	assert_true(t->transcript->items[1]->has_stop_reason);
+	rfree(t);
+	must_drop(other, "fb2");
+	must_drop(other, "fb");
+	cli_free(other);
+}
+
 static void test_client_killed(void **state)
 {
 	(void)state;
@@ -1629,6 +1663,7 @@ int main(void)
 		cmocka_unit_test(test_two_clients),
 		cmocka_unit_test_setup_teardown(test_cancel, case_connect, case_disconnect),
 		cmocka_unit_test_setup_teardown(test_cancel_session, case_connect, case_disconnect),
+		cmocka_unit_test_setup_teardown(test_fork_busy, case_connect, case_disconnect),
 		cmocka_unit_test(test_client_killed),
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test_setup_teardown(test_unknown_op, case_connect, case_disconnect),
