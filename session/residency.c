@@ -185,7 +185,12 @@ int res_set_dir(struct residency *r, const char *setting)
 		free(d);
 		return rc;
 	} else {
+		struct stat st;
 		say(r, RES_INFO, "state directory %s", d);
+		if (stat(d, &st) == 0 && (st.st_mode & 0077))
+			say(r, RES_WARN, "state directory %s is mode %04o: other users can list it, and "
+			    "the file names say whose sessions are there and their names; "
+			    "`chmod 700 %s`", d, (unsigned)(st.st_mode & 07777), d);
 	}
 	free(r->dir);
 	r->dir = d;

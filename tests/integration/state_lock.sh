@@ -5,7 +5,8 @@
 # a Drop through it deleted the first daemon's file while that one still
 # reported it saved); the first keeps serving and its saved session
 # stays; once the first is killed (-9: the kernel drops the lock), a
-# daemon starts on the folder and finds the session.
+# daemon starts on the folder and finds the session. A folder of mode 0755
+# is used with a warning (its file names show owners and session names).
 # Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -39,4 +40,15 @@ wait_socket "$dir/b.sock" "$pid" "$dir/b.log" 30
 if "$CTL" --socket "$dir/b.sock" show kept >/dev/null && [ "$(cat "$state/llamad.lock")" = "$pid" ]; then
     ok "after kill -9 of A, a daemon takes the folder and finds the session"
 else bad "after A died: $(cat "$dir/b.log"); lock: $(cat "$state/llamad.lock")"; fi
+kill "$pid"; wait "$pid"; pid=
+
+# a folder others can read (made by hand, 0755) is used, with a warning:
+# its file names say whose sessions are there
+mkdir -m 755 "$dir/open"
+# shellcheck disable=SC2086
+"$BUILD/llamad" $M --socket "$dir/c.sock" --state-dir "$dir/open" 2>"$dir/c.log" &
+pid=$!
+wait_socket "$dir/c.sock" "$pid" "$dir/c.log" 30
+grep -q "state directory $dir/open is mode 0755: other users can list it" "$dir/c.log" &&
+    ok "a state directory of mode 0755: warned, with the chmod" || bad "no warning: $(cat "$dir/c.log")"
 [ "$fail" -eq 0 ] && echo "PASS state_lock" || exit 1
