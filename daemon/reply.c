@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "daemon/reply.h"
@@ -14,6 +15,12 @@ static atomic_uint_fast64_t n_errors;
 struct reply *reply_pack(uint64_t conn, const Llamad__Response *r)
 {
 	size_t n = llamad__response__get_packed_size(r);
+	if (n + FRAME_HDR > REPLY_MAX) {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "the reply would be %zu bytes, more than a reply may "
+			 "take (%u): ask for less at a time", n + FRAME_HDR, REPLY_MAX);
+		return reply_error(conn, r->id, LLAMAD__ERROR_CODE__TOO_LARGE, msg);
+	}
 	struct reply *o = malloc(sizeof(*o) + FRAME_HDR + n);
 	if (!o)
 		return NULL;

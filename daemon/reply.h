@@ -23,6 +23,11 @@
 
 #include "llamad.pb-c.h"
 
+/* The largest reply frame: what the event thread queues for one
+ * connection at most (server.c), so that a reply alone never looks like a
+ * client that does not read. */
+#define REPLY_MAX (64u << 20)
+
 /* One framed Response (4-byte length + message) for connection conn. */
 struct reply {
 	struct reply *next;
@@ -33,7 +38,9 @@ struct reply {
 	uint8_t data[];
 };
 
-/* Pack r for conn. NULL on ENOMEM (the caller logs). Free with free(). */
+/* Pack r for conn. A reply that would pass REPLY_MAX is an Error TOO_LARGE
+ * for its request instead, naming both sizes. NULL on ENOMEM (the caller
+ * logs). Free with free(). */
 struct reply *reply_pack(uint64_t conn, const Llamad__Response *r);
 /* An Error reply (code: Llamad__ErrorCode, msg: one line, no path) to
  * request id of conn, counted in reply_errors(). NULL on ENOMEM. */

@@ -40,7 +40,7 @@
 #include "proto/path.h"
 #include "util/cause.h"
 
-#define OUT_LIMIT (64u << 20)   /* bytes queued to a client that does not read */
+#define OUT_LIMIT REPLY_MAX     /* bytes queued to a client that does not read */
 /* Flow control: a connection's requests are read while fewer than this
  * many, and fewer than max_frame bytes of them, wait for their last reply. */
 #define MAX_INFLIGHT 256
@@ -433,8 +433,9 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 		if (c && !c->closing) {
 			struct evbuffer *out = bufferevent_get_output(c->bev);
 			if (evbuffer_get_length(out) + o->len > OUT_LIMIT) {
-				log_msg(LL_WARN, "connection %llu does not read its replies; closing",
-					(unsigned long long)c->id);
+				log_msg(LL_WARN, "connection %llu does not read its replies (%zu bytes "
+					"waiting); closing", (unsigned long long)c->id,
+					evbuffer_get_length(out));
 				conn_close(c);
 			} else {
 				bufferevent_write(c->bev, o->data, o->len);

@@ -140,6 +140,42 @@ if grep -q '" hi"  Ġhi$' "$dir/tok" && grep -q '" there"  Ġthere$' "$dir/tok";
 else bad "tokenize: $(cat "$dir/tok")"; fi
 ctl --json tokenize " hi" | grep -q '"texts":\[" hi"\]' || bad "tokenize --json: $(ctl --json tokenize " hi")"
 
+# a reply over the 64 MiB a reply may take (Detokenize of 600,000 ids of
+# the longest token, 128 bytes: 76.8 MB) is refused with TOO_LARGE naming
+# both sizes, on a connection that then still serves (it was closed with
+# no reply and "does not read its replies" in the log)
+python3 - "$sock" "$TOK" <<'PY' && ok "a 76.8 MB Detokenize: TOO_LARGE naming the limit; the connection serves on" ||
+import json, socket, sys
+sys.path.insert(0, "tests/tools")
+from pbwire import field, fields, frame, read_frame, varint
+vocab = json.load(open(sys.argv[2]))["model"]["vocab"]
+# byte-level BPE: each byte is one code point (GPT-2's table)
+bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+dec = {chr(c): b for b, c in zip(bs, cs)}
+tid, size = max(((i, len(p)) for p, i in vocab.items() if all(ch in dec for ch in p)), key=lambda x: x[1])
+assert size >= 100, size
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+s.sendall(frame(field(1, 0, 1) + field(2, 2, field(1, 0, 1))))   # Hello
+read_frame(s)
+packed = varint(tid) * 600000   # Detokenize.tokens, packed
+s.sendall(frame(field(1, 0, 2) + field(12, 2, field(1, 2, packed))))
+r = fields(read_frame(s))
+assert r[1] == [2], r.keys()
+err = fields(r[2][0])
+msg = err[2][0].decode()
+assert err[1] == [7] and "more than a reply may take (67108864)" in msg, (err, msg)
+s.sendall(frame(field(1, 0, 3) + field(12, 2, field(1, 2, varint(tid)))))
+r = fields(read_frame(s))
+assert r[1] == [3] and 9 in r, r.keys()   # Text: the connection is alive
+print("token", tid, "of", size, "bytes:", msg)
+PY
+    bad "a Detokenize over the reply limit"
+
 # control tokens spelt in user and system text: accepted, and they stay
 # text: such a turn holds the same control ids (the framing's) as a plain
 # turn of its role in the same place
