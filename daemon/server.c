@@ -291,10 +291,14 @@ static void on_read(struct bufferevent *bev, void *arg)
 		}
 		evbuffer_drain(in, FRAME_HDR);
 		uint8_t *body = evbuffer_pullup(in, len);
-		Llamad__Request *q = llamad__request__unpack(NULL, len, body);
 		const char *why = NULL;
-		int rc = q ? request_strings_ok(body, len, &why) : 0;  /* body: until the drain */
+		int rc = request_scan(body, len, &why);   /* before protobuf-c's work */
+		Llamad__Request *q = rc != -E2BIG ? llamad__request__unpack(NULL, len, body) : NULL;
 		evbuffer_drain(in, len);
+		if (rc == -E2BIG) {
+			conn_error(c, 0, rc, why);
+			continue;
+		}
 		if (!q) {
 			conn_error(c, 0, -EINVAL,
 				   "malformed message (not a Request)");

@@ -55,53 +55,86 @@ static int64_t varint(const uint8_t *p, size_t n, size_t *i)
 	return -1;
 }
 
-/* 1 if no string field of message d in p[0, n) holds a NUL byte. */
-static int strings_ok(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, int depth)
+/* What a walk of the wire bytes found (request_scan). */
+struct scan {
+	int nul;                 /* a string field holds a NUL byte */
+	size_t unknown_fields, unknown_bytes;
+	size_t strings;          /* string, bytes and message fields: each one an
+				  * allocation once unpacked */
+};
+
+/* Walk message d in p[0, n): string fields holding a NUL byte, and fields
+ * the descriptor does not know (protobuf-c keeps each one, at some 80
+ * bytes of memory apiece: a frame of them costs far more than its size). */
+static void walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n, int depth,
+		 struct scan *sc)
 {
 	size_t i = 0;
 	while (i < n) {
+		size_t at = i;
 		int64_t tag = varint(p, n, &i);
 		if (tag < 0)
-			return 1;
-		int64_t len;
-		switch (tag & 7) {
-		case 0:
-			if (varint(p, n, &i) < 0)
-				return 1;
-			continue;
-		case 1:
-			i += 8;
-			continue;
-		case 5:
-			i += 4;
-			continue;
-		case 2:
-			len = varint(p, n, &i);
-			if (len < 0 || (uint64_t)len > n - i)
-				return 1;
-			break;
-		default:
-			return 1;   /* groups: the unpacker refuses them */
-		}
+			return;
 		const ProtobufCFieldDescriptor *f =
 			tag >> 3 <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)(tag >> 3))
 					       : NULL;
-		if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, (size_t)len))
-			return 0;
-		if (f && f->type == PROTOBUF_C_TYPE_MESSAGE && depth < 8 &&
-		    !strings_ok(f->descriptor, p + i, (size_t)len, depth + 1))
-			return 0;
+		int64_t len = 0;
+		switch (tag & 7) {
+		case 0:
+			if (varint(p, n, &i) < 0)
+				return;
+			break;
+		case 1:
+			i += 8;
+			break;
+		case 5:
+			i += 4;
+			break;
+		case 2:
+			len = varint(p, n, &i);
+			if (len < 0 || (uint64_t)len > n - i)
+				return;
+			break;
+		default:
+			return;   /* groups: the unpacker refuses them */
+		}
+		if (!f) {
+			sc->unknown_fields++;
+			sc->unknown_bytes += (i > n ? n : i) - at + (size_t)len;
+		} else if ((tag & 7) == 2 && f->type == PROTOBUF_C_TYPE_STRING) {
+			sc->strings++;
+			sc->nul |= memchr(p + i, 0, (size_t)len) != NULL;
+		} else if ((tag & 7) == 2 && f->type == PROTOBUF_C_TYPE_MESSAGE) {
+			sc->strings++;
+			if (depth < 8)
+				walk(f->descriptor, p + i, (size_t)len, depth + 1, sc);
+		} else if ((tag & 7) == 2 && f->type == PROTOBUF_C_TYPE_BYTES) {
+			sc->strings++;
+		}
 		i += (size_t)len;
 	}
-	return 1;
 }
 
-int request_strings_ok(const uint8_t *body, size_t len, const char **why)
+int request_scan(const uint8_t *body, size_t len, const char **why)
 {
-	if (strings_ok(&llamad__request__descriptor, body, len, 0))
-		return 0;
-	*why = "a text field holds a NUL byte";
-	return -EINVAL;
+	struct scan sc = { 0 };
+	walk(&llamad__request__descriptor, body, len, 0, &sc);
+	if (sc.unknown_fields > REQUEST_UNKNOWN_FIELDS || sc.unknown_bytes > REQUEST_UNKNOWN_BYTES) {
+		*why = say("%zu unknown fields (%zu bytes) in one request, more than %d (%d bytes): "
+			   "not read", sc.unknown_fields, sc.unknown_bytes, REQUEST_UNKNOWN_FIELDS,
+			   REQUEST_UNKNOWN_BYTES);
+		return -E2BIG;
+	}
+	if (sc.strings > REQUEST_STRINGS) {
+		*why = say("%zu string and message fields in one request, more than %d: not read",
+			   sc.strings, REQUEST_STRINGS);
+		return -E2BIG;
+	}
+	if (sc.nul) {
+		*why = "a text field holds a NUL byte";
+		return -EINVAL;
+	}
+	return 0;
 }
 
 static int id_ok(const char *id)

@@ -815,6 +815,51 @@ static void test_unknown_op(void **state)
 	rfree(expect_body(op_hello(c, 1), LLAMAD__RESPONSE__BODY_HELLO));
 }
 
+/* The work a frame can cause is bounded before protobuf-c unpacks it: a
+ * flood of unknown fields (each one an ~80-byte allocation once unpacked)
+ * or of string fields is TOO_LARGE (id 0: the frame was not read) and the
+ * connection goes on; a few unknown fields, as a newer client sends, pass. */
+static void test_field_floods(void **state)
+{
+	struct cli *c = *state;
+	size_t n = 20000, len = 2 + 2 * n;   /* 08 id, then n pairs f8 07 */
+	uint8_t *f = malloc(4 + len);
+	assert_non_null(f);
+	frame_put_len(f, (uint32_t)len);
+	f[4] = 0x08;
+	f[5] = 91;
+	for (size_t k = 0; k < n; k++) {
+		f[6 + 2 * k] = 0xf8;   /* field 127, wire 0: tag 1016 = f8 07 */
+		f[7 + 2 * k] = 0x07;
+	}
+	/* f8 07 is the tag of field 127, wire 0, and the next f8 07 its
+	 * value: 10000 unknown fields, well over 64 */
+	assert_int_equal(frame_write_all(c->fd, f, 4 + len), 0);
+	Llamad__Response *r = cli_next(c, 0);
+	expect_error_at(r, LLAMAD__ERROR_CODE__TOO_LARGE, "unknown fields", 1, __LINE__);
+	rfree(expect_body(op_hello(c, 1), LLAMAD__RESPONSE__BODY_HELLO));
+	/* three unknown fields beside a Hello: answered */
+	static const uint8_t few[] = { 0, 0, 0, 10, 0x08, 92, 0x12, 0x00, 0xf8, 0x07, 0x01,
+				       0xf8, 0x07, 0x02 };
+	assert_int_equal(frame_write_all(c->fd, few, sizeof(few)), 0);
+	rfree(expect_body(cli_next(c, 92), LLAMAD__RESPONSE__BODY_HELLO));
+	/* 3000 empty stop strings: each one an allocation; refused unread */
+	static char *empty[3000];
+	for (int k = 0; k < 3000; k++)
+		empty[k] = (char *)"";
+	Llamad__Generate ge = LLAMAD__GENERATE__INIT;
+	ge.session = (char *)"x";
+	ge.n_stop = 3000;
+	ge.stop = empty;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_GENERATE);
+	q.generate = &ge;
+	cli_send(c, &q);
+	expect_error_at(cli_next(c, 0), LLAMAD__ERROR_CODE__TOO_LARGE, "string and message fields",
+			1, __LINE__);
+	rfree(expect_body(op_hello(c, 1), LLAMAD__RESPONSE__BODY_HELLO));
+	free(f);
+}
+
 static void test_bad_fields(void **state)
 {
 	(void)state;
@@ -1664,6 +1709,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_cancel, case_connect, case_disconnect),
 		cmocka_unit_test_setup_teardown(test_cancel_session, case_connect, case_disconnect),
 		cmocka_unit_test_setup_teardown(test_fork_busy, case_connect, case_disconnect),
+		cmocka_unit_test_setup_teardown(test_field_floods, case_connect, case_disconnect),
 		cmocka_unit_test(test_client_killed),
 		cmocka_unit_test(test_malformed_frames),
 		cmocka_unit_test_setup_teardown(test_unknown_op, case_connect, case_disconnect),
