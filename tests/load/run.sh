@@ -271,7 +271,7 @@ else bad "rss outside the KV pool grew from run to run: ${o2} kB vs ${o1} kB ($(
 "$LOAD" --socket "$sock" --cleanup >/dev/null
 tps3=$(field tok_s "$dir/load3.out")
 echo "third run (no idle): tok_s=$tps3 token_p50_ms=$(field token_p50_ms "$dir/load3.out") token_p99_ms=$(field token_p99_ms "$dir/load3.out")"
-ratio=$(awk -v a="$tps2" -v b="$tps3" 'BEGIN { printf "%.0f", b > 0 ? 100 * a / b : 0 }')
+ratio=$(awk -v a="$tps2" -v b="$tps3" 'BEGIN { printf "%.0f", (b > 0 ? 100 * a / b : 0) }')
 if [ "${STRICT_SPEED:-0}" = 1 ] && [ -z "$san_daemon" ]; then
     [ "$ratio" -ge 80 ] &&
         pass "throughput with $IDLE idle connections: $tps2 tok/s vs $tps3 without ($ratio%)" ||
