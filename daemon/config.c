@@ -108,7 +108,8 @@ static const struct key keys[] = {
 	{ "presence_penalty", K_FLOAT, O(presence_penalty), -10, 10, 0, 1, "default presence penalty" },
 	{ "frequency_penalty", K_FLOAT, O(frequency_penalty), -10, 10, 0, 1, "default frequency penalty" },
 	{ "max_connections", K_INT, O(max_connections), 1, 1e6, 1024, 1, "most client connections at once" },
-	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 0, 1, "close connections idle this many seconds (0: never)" },
+	{ "idle_timeout", K_INT, O(idle_timeout), 0, 1e7, 0, 1, "close connections with no request in flight this many seconds (0: never)" },
+	{ "frame_timeout", K_INT, O(frame_timeout), 1, 1e6, 30, 1, "seconds a frame may take to arrive, plus 1 per 256 KiB of it" },
 	{ "log_level", K_ENUM, O(log_level), 0, 0, LL_INFO, 1, "error, warning, info or debug",
 	  NAMES(level_names), apply_log_level },
 };

@@ -44,6 +44,14 @@
 /* Flow control: a connection's requests are read while fewer than this
  * many, and fewer than max_frame bytes of them, wait for their last reply. */
 #define MAX_INFLIGHT 256
+/* Unfinished frames: the bytes of them buffered over all connections, and
+ * over one uid's, are bounded (a connection past either stops being read
+ * until others finish theirs), and a frame must be complete within
+ * frame_timeout seconds of its first byte, plus one second per
+ * FRAME_MIN_RATE bytes of its length. */
+#define HELD_ALL(max_frame) (4 * (size_t)(max_frame))
+#define HELD_UID(max_frame) ((size_t)(max_frame) + (1u << 20))
+#define FRAME_MIN_RATE (256u << 10)
 
 /* A request of a connection that has not had its last reply yet. */
 struct inflight {
@@ -64,7 +72,17 @@ struct conn {
 	struct inflight *fl_head, *fl_tail;  /* requests at the engine, in order */
 	uint32_t n_inflight;
 	uint64_t inflight_bytes;
+	size_t held;             /* bytes of an unfinished frame buffered */
+	int starved;             /* not read: the unfinished-frame budget is spent */
+	struct event *ev_frame;  /* the unfinished frame's deadline (pending: set) */
+	struct event *ev_idle;   /* idle_timeout, while no request is in flight */
 	struct server *srv;
+};
+
+/* Bytes of unfinished frames buffered for one uid. */
+struct uid_held {
+	uid_t uid;
+	size_t bytes;
 };
 
 struct server {
@@ -84,6 +102,9 @@ struct server {
 	uint64_t next_id, accepted;
 	int stopping;
 	uint64_t watchdog_usec;
+	size_t held;             /* unfinished frames' bytes, all connections */
+	struct uid_held *uh;     /* ... by uid (a few entries: linear search) */
+	size_t n_uh, cap_uh;
 };
 
 /* ---- connection map ------------------------------------------------------ */
@@ -160,6 +181,9 @@ static void publish_counts(struct server *s)
 
 /* ---- connections -------------------------------------------------------- */
 
+static void hold(struct conn *c, size_t now);
+static void wake_starved(struct server *s);
+
 static void conn_close(struct conn *c)
 {
 	struct server *s = c->srv;
@@ -169,10 +193,18 @@ static void conn_close(struct conn *c)
 	}
 	map_del(s, c->id);
 	engine_disconnect(s->eng, c->id);
+	size_t held = c->held;
+	hold(c, 0);
+	if (c->ev_frame)
+		event_free(c->ev_frame);
+	if (c->ev_idle)
+		event_free(c->ev_idle);
 	bufferevent_free(c->bev);
 	log_msg(LL_DEBUG, "connection %llu closed", (unsigned long long)c->id);
 	free(c);
 	publish_counts(s);
+	if (held)
+		wake_starved(s);
 }
 
 /* Refuse request id of c for -errno err before it reaches the engine
@@ -198,6 +230,136 @@ static void conn_close_after_flush(struct conn *c)
 		conn_close(c);
 }
 
+/* idle_timeout runs while no request of c is in flight: from its accept,
+ * and from its last reply; a request read stops it (bytes of a frame that
+ * is not complete do not: a client trickling a byte a second is idle). */
+static void idle_arm(struct conn *c)
+{
+	int t = c->srv->cfg->idle_timeout;
+	if (t > 0 && c->n_inflight == 0) {
+		struct timeval tv = { t, 0 };
+		evtimer_add(c->ev_idle, &tv);
+	} else {
+		evtimer_del(c->ev_idle);
+	}
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct conn *c = arg;
+	if (c->n_inflight > 0 || c->closing)
+		return;
+	log_msg(LL_DEBUG, "connection %llu idle for %d s; closing", (unsigned long long)c->id,
+		c->srv->cfg->idle_timeout);
+	conn_close(c);
+}
+
+/* The bytes of unfinished frames buffered for uid (an entry made when
+ * missing; NULL out of memory). */
+static size_t *uid_held(struct server *s, uid_t uid)
+{
+	for (size_t i = 0; i < s->n_uh; i++)
+		if (s->uh[i].uid == uid)
+			return &s->uh[i].bytes;
+	if (s->n_uh == s->cap_uh) {
+		size_t cap = s->cap_uh ? 2 * s->cap_uh : 8;
+		struct uid_held *n = realloc(s->uh, cap * sizeof(*n));
+		if (!n)
+			return NULL;
+		s->uh = n;
+		s->cap_uh = cap;
+	}
+	s->uh[s->n_uh] = (struct uid_held){ uid, 0 };
+	return &s->uh[s->n_uh++].bytes;
+}
+
+/* c now holds `now` bytes of an unfinished frame: the totals follow. */
+static void hold(struct conn *c, size_t now)
+{
+	struct server *s = c->srv;
+	size_t *u = uid_held(s, c->uid);
+	s->held = s->held - c->held + now;
+	if (u)
+		*u = *u >= c->held ? *u - c->held + now : now;
+	c->held = now;
+}
+
+/* c may not read more: its bytes, with all connections' or its uid's,
+ * pass the budget of unfinished frames. */
+static int over_budget(struct conn *c)
+{
+	struct server *s = c->srv;
+	size_t *u = uid_held(s, c->uid);
+	return s->held > HELD_ALL(s->cfg->max_frame) ||
+	       (u && *u > HELD_UID(s->cfg->max_frame));
+}
+
+static void on_read(struct bufferevent *bev, void *arg);
+
+/* Unfinished-frame bytes went away: read the connections that waited for
+ * them again, while the budget lasts. */
+static void wake_starved(struct server *s)
+{
+	for (size_t i = 0; i < s->n_slots; i++) {
+		struct conn *c = s->slots[i];
+		if (!c || !c->starved || c->closing || over_budget(c))
+			continue;
+		c->starved = 0;
+		if (!c->paused)
+			bufferevent_enable(c->bev, EV_READ);
+	}
+}
+
+static void on_frame_late(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct conn *c = arg;
+	char msg[128];
+	snprintf(msg, sizeof(msg), "a frame was not completed in time (%zu bytes of it came); "
+		 "closing", c->held);
+	log_msg(LL_INFO, "connection %llu (uid %u): %s", (unsigned long long)c->id,
+		(unsigned)c->uid, msg);
+	conn_error(c, 0, -EINVAL, msg);
+	conn_close_after_flush(c);
+}
+
+/* After a read: account what is buffered of an unfinished frame, give that
+ * frame its deadline (from its first byte), and stop reading c while the
+ * budget is spent (the deadline then waits too: the wait is not c's). */
+static void settle(struct conn *c)
+{
+	struct server *s = c->srv;
+	struct evbuffer *in = bufferevent_get_input(c->bev);
+	size_t was = c->held, now = c->closing ? 0 : evbuffer_get_length(in);
+	hold(c, now);
+	if (now == 0) {
+		evtimer_del(c->ev_frame);
+	} else if (!evtimer_pending(c->ev_frame, NULL) && !c->starved) {
+		uint32_t len = s->cfg->max_frame;
+		if (now >= FRAME_HDR) {
+			uint8_t hdr[FRAME_HDR];
+			evbuffer_copyout(in, hdr, FRAME_HDR);
+			len = frame_get_len(hdr);
+		}
+		struct timeval tv = { s->cfg->frame_timeout + (time_t)(len / FRAME_MIN_RATE), 0 };
+		evtimer_add(c->ev_frame, &tv);
+	}
+	if (now > 0 && !c->closing && over_budget(c)) {
+		if (!c->starved)
+			log_msg(LL_DEBUG, "connection %llu (uid %u): unfinished frames hold %zu bytes "
+				"(this uid %zu); reading it later", (unsigned long long)c->id,
+				(unsigned)c->uid, s->held, *uid_held(s, c->uid));
+		c->starved = 1;
+		evtimer_del(c->ev_frame);
+		bufferevent_disable(c->bev, EV_READ);
+	} else if (now < was) {
+		wake_starved(s);
+	}
+}
+
 /* Request id of bytes went to the engine: 0, or -ENOMEM. */
 static int track(struct conn *c, uint64_t id, uint32_t bytes)
 {
@@ -212,6 +374,7 @@ static int track(struct conn *c, uint64_t id, uint32_t bytes)
 	c->fl_tail = f;
 	c->n_inflight++;
 	c->inflight_bytes += bytes;
+	evtimer_del(c->ev_idle);   /* a request in flight: not idle */
 	return 0;
 }
 
@@ -232,6 +395,8 @@ static void untrack(struct conn *c, uint64_t id)
 		c->n_inflight--;
 		c->inflight_bytes -= f->bytes;
 		free(f);
+		if (c->n_inflight == 0)
+			idle_arm(c);
 		return;
 	}
 }
@@ -250,9 +415,8 @@ static void maybe_finish(struct conn *c)
 		conn_close_after_flush(c);
 }
 
-static void on_read(struct bufferevent *bev, void *arg)
+static void read_frames(struct bufferevent *bev, struct conn *c)
 {
-	struct conn *c = arg;
 	struct server *s = c->srv;
 	struct evbuffer *in = bufferevent_get_input(bev);
 	for (;;) {
@@ -325,6 +489,16 @@ static void on_read(struct bufferevent *bev, void *arg)
 	}
 }
 
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	struct conn *c = arg;
+	struct server *s = c->srv;
+	uint64_t id = c->id;
+	read_frames(bev, c);
+	if (map_get(s, id) == c)   /* not closed on the way */
+		settle(c);
+}
+
 static void on_write(struct bufferevent *bev, void *arg)
 {
 	struct conn *c = arg;
@@ -344,8 +518,6 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 {
 	(void)bev;
 	struct conn *c = arg;
-	if (what & BEV_EVENT_TIMEOUT)
-		log_msg(LL_DEBUG, "connection %llu idle; closing", (unsigned long long)c->id);
 	if ((what & BEV_EVENT_EOF) && !(what & (BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT)) &&
 	    !c->closing && !peer_gone(c)) {
 		/* the client shut down its sending side (or closed): answer
@@ -356,16 +528,6 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 	}
 	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR | BEV_EVENT_TIMEOUT))
 		conn_close(c);
-}
-
-static void set_timeouts(struct server *s, struct conn *c)
-{
-	if (s->cfg->idle_timeout > 0) {
-		struct timeval tv = { s->cfg->idle_timeout, 0 };
-		bufferevent_set_timeouts(c->bev, &tv, NULL);
-	} else {
-		bufferevent_set_timeouts(c->bev, NULL, NULL);
-	}
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
@@ -399,12 +561,25 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 			close(fd);
 		return;
 	}
+	c->ev_frame = evtimer_new(s->base, on_frame_late, c);
+	c->ev_idle = evtimer_new(s->base, on_idle, c);
+	if (!c->ev_frame || !c->ev_idle) {
+		if (c->ev_frame)
+			event_free(c->ev_frame);
+		if (c->ev_idle)
+			event_free(c->ev_idle);
+		bufferevent_free(bev);
+		free(c);
+		return;
+	}
 	c->id = ++s->next_id;
 	c->bev = bev;
 	c->uid = cred.uid;
 	c->pid = cred.pid;
 	c->srv = s;
 	if (map_put(s, c) != 0) {
+		event_free(c->ev_frame);
+		event_free(c->ev_idle);
 		bufferevent_free(bev);
 		free(c);
 		return;
@@ -412,7 +587,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	s->accepted++;
 	publish_counts(s);
 	bufferevent_setcb(bev, on_read, on_write, on_event, c);
-	set_timeouts(s, c);
+	idle_arm(c);
 	bufferevent_enable(bev, EV_READ | EV_WRITE);
 	log_msg(LL_DEBUG, "connection %llu from uid %u pid %d", (unsigned long long)c->id,
 		(unsigned)cred.uid, (int)cred.pid);
@@ -443,13 +618,12 @@ static void on_notify(evutil_socket_t fd, short what, void *arg)
 				conn_close(c);
 			} else {
 				bufferevent_write(c->bev, o->data, o->len);
-				if (s->cfg->idle_timeout > 0)
-					set_timeouts(s, c);  /* a reply is activity too */
 				if (o->terminal)
-					untrack(c, o->id);
+					untrack(c, o->id);   /* the last one: idle from now */
 				if (c->paused && !flow_full(c)) {
 					c->paused = 0;
-					bufferevent_enable(c->bev, EV_READ);
+					if (!c->starved)
+						bufferevent_enable(c->bev, EV_READ);
 					on_read(c->bev, c);   /* frames already buffered */
 				} else {
 					maybe_finish(c);
@@ -589,7 +763,7 @@ static void on_hup(evutil_socket_t sig, short what, void *arg)
 	engine_reload(s->eng, &n);
 	for (size_t i = 0; i < s->n_slots; i++)
 		if (s->slots[i])
-			set_timeouts(s, s->slots[i]);
+			idle_arm(s->slots[i]);
 	log_msg(LL_INFO, "SIGHUP: reloaded %s", s->config_path);
 }
 
@@ -806,9 +980,12 @@ out:
 	for (size_t i = 0; i < s.n_slots; i++)
 		if (s.slots[i]) {
 			bufferevent_free(s.slots[i]->bev);
+			event_free(s.slots[i]->ev_frame);
+			event_free(s.slots[i]->ev_idle);
 			free(s.slots[i]);
 		}
 	free(s.slots);
+	free(s.uh);
 	if (s.listener)
 		evconnlistener_free(s.listener);
 	if (s.ev_relisten)
