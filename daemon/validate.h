@@ -21,17 +21,18 @@
  * limit, in a buffer of this thread's valid until the next call). */
 int request_validate(const Llamad__Request *q, uint32_t max_text, const char **why);
 
-/* The most unknown fields (and their bytes) a request may carry: a newer
- * client's few additions pass, a flood is refused before protobuf-c
- * unpacks it (it keeps every unknown field, ~80 bytes each). */
+/* The most unknown fields a request may carry: a newer client's few
+ * additions pass, a flood is refused before protobuf-c unpacks it (it
+ * keeps every unknown field, ~80 bytes of bookkeeping each: the count is
+ * what multiplies memory; their bytes are copied once, no more than the
+ * frame's). */
 #define REQUEST_UNKNOWN_FIELDS 64
-#define REQUEST_UNKNOWN_BYTES 4096
 /* The most string, bytes and message fields (each an allocation once
  * unpacked; a Generate with 1024 stop entries has ~1030). */
 #define REQUEST_STRINGS 2048
 
 /* Scan the serialized Request body[0, len) before it is unpacked: more
- * unknown fields than REQUEST_UNKNOWN_FIELDS or _BYTES, or more string,
+ * unknown fields than REQUEST_UNKNOWN_FIELDS, or more string,
  * bytes and message fields than REQUEST_STRINGS, at any depth, is -E2BIG
  * (TOO_LARGE); a string field, at any depth, holding a NUL byte
  * (protobuf-c would hand it over cut at the NUL: "name\0x" would open
