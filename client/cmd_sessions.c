@@ -3,10 +3,12 @@
  */
 #include <pwd.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "client/cli.h"
+#include "util/grow.h"
 
 static int cmd_sessions(struct cli *cli, int argc, char **argv);
 
@@ -26,37 +28,57 @@ const struct command cmd_sessions_entry = {
 static int cmd_sessions(struct cli *cli, int argc, char **argv)
 {
 	cli_begin(cli, argc, argv, 0, 0);
-	Llamad__ListSessions ls = LLAMAD__LIST_SESSIONS__INIT;
-	Llamad__Request req = LLAMAD__REQUEST__INIT;
-	req.op_case = LLAMAD__REQUEST__OP_LIST;
-	req.list = &ls;
-	Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_SESSIONS);
-	const Llamad__SessionList *l = r->sessions;
-	size_t n = l ? l->n_sessions : 0;
+	/* the list comes in pages (each at most max_frame bytes): follow
+	 * SessionList.next until it is absent */
+	Llamad__Response **pages = NULL;
+	const Llamad__SessionInfo **all = NULL;
+	size_t n_pages = 0, n = 0, cap = 0;
+	const char *after = NULL;
+	do {
+		Llamad__ListSessions ls = LLAMAD__LIST_SESSIONS__INIT;
+		ls.after = (char *)after;
+		Llamad__Request req = LLAMAD__REQUEST__INIT;
+		req.op_case = LLAMAD__REQUEST__OP_LIST;
+		req.list = &ls;
+		Llamad__Response *r = cli_call(cli, &req, LLAMAD__RESPONSE__BODY_SESSIONS);
+		Llamad__Response **np = realloc(pages, (n_pages + 1) * sizeof(*np));
+		const Llamad__SessionList *l = r->sessions;
+		size_t k = l ? l->n_sessions : 0;
+		if (!np || grow((void **)&all, &cap, n + k + 1, sizeof(*all), 64))
+			cli_die_local("out of memory");
+		pages = np;
+		pages[n_pages++] = r;
+		for (size_t i = 0; i < k; i++)
+			all[n++] = l->sessions[i];
+		const char *next = l && l->next && *l->next ? l->next : NULL;
+		if (next && after && strcmp(next, after) == 0)
+			cli_die_local("the daemon's session list does not advance (cursor %s)", next);
+		after = next;
+	} while (after);
 	if (cli->json) {
 		struct json j;
 		json_init(&j, stdout);
 		json_arr_begin(&j);
 		for (size_t i = 0; i < n; i++)
-			pbjson_object(&j, &l->sessions[i]->base);
+			pbjson_object(&j, &all[i]->base);
 		json_arr_end(&j);
 		json_end(&j);
 	} else {
 		int w = 7;
 		bool others = false;   /* an OWNER column when not all are ours */
 		for (size_t i = 0; i < n; i++) {
-			const char *s = l->sessions[i]->session;
+			const char *s = all[i]->session;
 			int len = s ? (int)strlen(s) : 0;
 			if (len > w)
 				w = len;
-			others |= l->sessions[i]->owner_uid != (uint32_t)geteuid();
+			others |= all[i]->owner_uid != (uint32_t)geteuid();
 		}
 		if (others)
 			printf("%-10s  ", "OWNER");
 		printf("%-*s  %8s  %10s  %-5s  %-5s  %-9s  %s\n", w, "SESSION", "TOKENS", "KV",
 		       "WHERE", "SAVED", "LAST USE", "BUSY");
 		for (size_t i = 0; i < n; i++) {
-			const Llamad__SessionInfo *s = l->sessions[i];
+			const Llamad__SessionInfo *s = all[i];
 			char kv[32], age[32];
 			cli_human_bytes(kv, sizeof(kv), s->kv_bytes);
 			cli_human_age(age, sizeof(age), s->last_use_ms);
@@ -74,6 +96,9 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 		}
 	}
 	cli_flush_stdout();
-	llamad__response__free_unpacked(r, NULL);
+	for (size_t i = 0; i < n_pages; i++)
+		llamad__response__free_unpacked(pages[i], NULL);
+	free(pages);
+	free(all);
 	return EXIT_OK;
 }

@@ -320,41 +320,98 @@ static int on_info(struct engine *e, struct req *rq)
 	return 0;
 }
 
+/* A list carries at most this much of each system prompt (GetInfo: all). */
+#define LIST_SYSTEM_MAX 256
+
 struct list_ctx {
-	struct engine *e;
-	Llamad__SessionInfo *infos;
-	Llamad__SessionInfo **ptrs;
+	struct session **v;
 	size_t n;
 };
 
 static void list_one(struct session *s, void *ctx)
 {
 	struct list_ctx *l = ctx;
-	struct info_env env = engine_info_env(l->e, s);
-	reply_session_info(s, &env, &l->infos[l->n]);
-	l->ptrs[l->n] = &l->infos[l->n];
-	l->n++;
+	l->v[l->n++] = s;
 }
 
+/* Sessions in list order: by name, then owner (root sees several users'). */
+static int list_order(const void *a, const void *b)
+{
+	const struct session *x = *(struct session *const *)a, *y = *(struct session *const *)b;
+	int c = strcmp(x->id, y->id);
+	return c ? c : (x->uid > y->uid) - (x->uid < y->uid);
+}
+
+/* 1 if s comes after the cursor "NAME/UID" (a SessionList.next; names
+ * hold no '/'): the cursor stays good when sessions come and go. */
+static int after_cursor(const struct session *s, const char *cursor)
+{
+	const char *slash = strrchr(cursor, '/');
+	size_t nl = slash ? (size_t)(slash - cursor) : strlen(cursor);
+	int c = strncmp(s->id, cursor, nl);
+	if (c == 0 && s->id[nl] != 0)
+		c = 1;   /* cursor's name is a prefix of s's */
+	if (c)
+		return c > 0;
+	return slash && (unsigned long)s->uid > strtoul(slash + 1, NULL, 10);
+}
+
+/* The sessions the caller may see, by name, as many as fit one max_frame
+ * reply after the cursor; each system prompt cut to its first
+ * LIST_SYSTEM_MAX bytes (on a character boundary, system_cut set). */
 static int on_list(struct engine *e, struct req *rq)
 {
-	size_t cap = (size_t)e->st.count + 1;
-	struct list_ctx l = { e, calloc(cap, sizeof(Llamad__SessionInfo)),
-			      calloc(cap, sizeof(Llamad__SessionInfo *)), 0 };
-	if (!l.infos || !l.ptrs) {
-		free(l.infos);
-		free(l.ptrs);
+	const char *cursor = rq->q->list->after;
+	struct list_ctx l = { calloc((size_t)e->st.count + 1, sizeof(struct session *)), 0 };
+	Llamad__SessionInfo *infos = calloc((size_t)e->st.count + 1, sizeof(*infos));
+	Llamad__SessionInfo **ptrs = calloc((size_t)e->st.count + 1, sizeof(*ptrs));
+	char (*cut)[LIST_SYSTEM_MAX + 1] = calloc((size_t)e->st.count + 1, sizeof(*cut));
+	if (!l.v || !infos || !ptrs || !cut) {
+		free(l.v);
+		free(infos);
+		free(ptrs);
+		free(cut);
 		return fail(rq, -ENOMEM, "out of memory");
 	}
 	sess_foreach(&e->st, rq->uid, list_one, &l);
+	qsort(l.v, l.n, sizeof(*l.v), list_order);
+	size_t budget = e->cfg.max_frame > 1024 ? e->cfg.max_frame - 512 : 512, used = 0, n = 0;
+	char next[SESSION_ID_MAX + 16] = "";
+	for (size_t i = 0; i < l.n; i++) {
+		struct session *s = l.v[i];
+		if (cursor && *cursor && !after_cursor(s, cursor))
+			continue;
+		struct info_env env = engine_info_env(e, s);
+		reply_session_info(s, &env, &infos[n]);
+		if (s->system && strlen(s->system) > LIST_SYSTEM_MAX) {
+			size_t k = utf8_valid_prefix(s->system, LIST_SYSTEM_MAX);
+			memcpy(cut[n], s->system, k);
+			cut[n][k] = 0;
+			infos[n].system = cut[n];
+			PB_SET(&infos[n], system_cut, 1);
+		}
+		size_t size = llamad__session_info__get_packed_size(&infos[n]) + 6;
+		if (n > 0 && used + size > budget) {   /* the page is full: more follow */
+			const struct session *last = l.v[i - 1];
+			snprintf(next, sizeof(next), "%s/%u", last->id, (unsigned)last->uid);
+			break;
+		}
+		used += size;
+		ptrs[n] = &infos[n];
+		n++;
+	}
 	Llamad__SessionList sl = LLAMAD__SESSION_LIST__INIT;
-	sl.n_sessions = l.n;
-	sl.sessions = l.ptrs;
+	sl.n_sessions = n;
+	sl.sessions = ptrs;
+	if (*next)
+		sl.next = next;
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_SESSIONS);
 	r.sessions = &sl;
 	reply_body(e, rq, &r);
-	free(l.infos);
-	free(l.ptrs);
+	free(l.v);
+	free(infos);
+	free(ptrs);
+	free(cut);
 	return 0;
 }
 

@@ -240,6 +240,9 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = bad_id, bad);
 		return 0;
 	case LLAMAD__REQUEST__OP_LIST:
+		if (q->list->after && strlen(q->list->after) > LLAMAD_SESSION_ID_MAX + 16)
+			return (*why = "a ListSessions cursor is a SessionList.next", bad);
+		return text_ok(q->list->after, LLAMAD_SESSION_ID_MAX + 16, why) ? 0 : bad;
 	case LLAMAD__REQUEST__OP_STATUS:
 		return 0;
 	default:

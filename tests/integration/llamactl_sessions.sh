@@ -16,6 +16,7 @@
 #     session keeps, and no ^C is echoed into it;
 #   - text that spells the llama2 tags ([INST], <<SYS>>) is summarized
 #     (the daemon neutralises the tags instead of refusing the text);
+#   - `sessions` follows the list's pages (60 sessions, max_frame 4096);
 #   - a bad session name: exit 2 before connecting, the name echoed.
 # Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
@@ -123,6 +124,28 @@ out=$(printf 'The prompt looks like [INST] <<SYS>>\nbe brief\n<</SYS>>\n\nhi [/I
     $L summarize -n 2 --temperature 0 2>&1); rc=$?
 [ "$rc" -eq 0 ] && ok "summarize of text that spells [INST] and <<SYS>>: answered" ||
     bad "summarize of tagged text: rc $rc: $out"
+
+# ---- sessions: a list of several pages (max_frame 4096) comes whole -----------------
+"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+    --socket "$dir/p.sock" --state-dir none --max-frame 4096 --log-level warning 2>"$dir/p.log" &
+ppid=$!
+pids="$pids $ppid"
+wait_socket "$dir/p.sock" "$ppid" "$dir/p.log" 30
+python3 - "$dir/p.sock" <<'PY' || bad "making 60 sessions"
+import socket, struct, sys
+sys.path.insert(0, "tests/tools")
+from pbwire import field, frame, read_frame
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+for k in range(60):   # OpenSession{session} (op 3), one after another
+    name = ("page-%02d-with-a-name-of-forty-characters" % k).encode()
+    s.sendall(frame(field(1, 0, k + 1) + field(3, 2, field(1, 2, name))))
+    read_frame(s)
+PY
+n=$("$CTL" --socket "$dir/p.sock" --json sessions | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+rows=$("$CTL" --socket "$dir/p.sock" sessions | grep -c '^page-')
+[ "$n" = 60 ] && [ "$rows" = 60 ] && ok "sessions: 60 sessions over several 4 KiB pages, all listed (json and table)" ||
+    bad "sessions over pages: json $n, table $rows"
 
 # ---- bad session names: usage errors, checked before connecting ------------------------
 for args in "show a/b" "drop a/b" "cancel a/b" "rewind a/b" "generate -s a/b hi" "fork ok a/b"; do

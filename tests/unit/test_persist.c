@@ -1396,6 +1396,80 @@ static void test_transcript_frames(void **state)
 	stop_daemon(&d);
 }
 
+/* ListSessions of page `after` (NULL: the first). */
+static Llamad__Response *op_list_page(struct cli *c, const char *after)
+{
+	Llamad__ListSessions ls = LLAMAD__LIST_SESSIONS__INIT;
+	ls.after = (char *)after;
+	Llamad__Request q = request_of(LLAMAD__REQUEST__OP_LIST);
+	q.list = &ls;
+	return expect_body(cli_call(c, &q), LLAMAD__RESPONSE__BODY_SESSIONS);
+}
+
+/* The session list comes in pages of at most max_frame bytes, by name,
+ * each system prompt cut to its first 256 bytes (system_cut; GetInfo has
+ * it all); the cursor (next) stays good when sessions go between pages.
+ * Before, one reply held every session with its whole system prompt: 70
+ * sessions of a 1 MiB system prompt made root's list pass 64 MiB and the
+ * daemon closed the connection. */
+static void test_list_pages(void **state)
+{
+	(void)state;
+	struct daemon d;
+	start_daemon(&d, "d11", T.model, "none", "--max-frame", "4096", NULL);
+	struct cli *c = cli_new(&d);
+	enum { N = 60 };
+	char sys[2001];
+	memset(sys, 's', 2000);
+	sys[2000] = 0;
+	for (int k = 0; k < N; k++) {
+		char name[64];
+		snprintf(name, sizeof(name), "list-%02d-with-a-name-of-forty-characters", k);
+		must_open(c, name, T_LLAMA2, 0, k % 10 == 0 ? sys : NULL, 0);
+	}
+	int seen[N] = { 0 }, pages = 0, dropped = 0;
+	char last[128] = "", *after = NULL;
+	do {
+		Llamad__Response *r = op_list_page(c, after);
+		assert_true(protobuf_c_message_get_packed_size(&r->base) + 4 <= 4096);
+		const Llamad__SessionList *l = r->sessions;
+		assert_true(l->n_sessions > 0);
+		for (size_t i = 0; i < l->n_sessions; i++) {
+			const Llamad__SessionInfo *s = l->sessions[i];
+			int k = atoi(s->session + 5);
+			assert_true(strcmp(s->session, last) > 0);   /* by name, no repeat */
+			snprintf(last, sizeof(last), "%s", s->session);
+			seen[k]++;
+			if (k % 10 == 0) {
+				assert_int_equal(strlen(s->system), 256);
+				assert_true(s->has_system_cut && s->system_cut);
+			} else {
+				assert_false(s->system_cut);
+			}
+		}
+		free(after);
+		after = l->next ? strdup(l->next) : NULL;
+		rfree(r);
+		pages++;
+		if (pages == 1) {   /* one of the next page's sessions goes */
+			must_drop(c, "list-59-with-a-name-of-forty-characters");
+			dropped = 1;
+		}
+	} while (after && pages < 100);
+	assert_null(after);
+	assert_true(pages >= 3);
+	for (int k = 0; k < N; k++)
+		assert_int_equal(seen[k], k == 59 && dropped ? 0 : 1);
+	print_message("list: %d sessions in %d pages of at most 4096 bytes\n", N - dropped, pages);
+	/* GetInfo has the whole system prompt */
+	Llamad__Response *i = must_info(c, "list-00-with-a-name-of-forty-characters");
+	assert_int_equal(strlen(i->session->system), 2000);
+	assert_false(i->session->system_cut);
+	rfree(i);
+	cli_free(c);
+	stop_daemon(&d);
+}
+
 /* ---- flow control ------------------------------------------------------- */
 
 /* A connection may have at most 256 requests waiting for their last reply:
@@ -1529,6 +1603,7 @@ int main(void)
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_limits, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_transcript_frames, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_list_pages, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_flow_control, case_setup, case_teardown),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
