@@ -165,6 +165,32 @@ static void after_logits(struct engine *e, struct job *j)
 		finish_generate(e, j, why);
 }
 
+static void count_pool_blocks(struct session *s, void *ctx)
+{
+	if (s->loc == SESS_POOL)
+		*(int *)ctx += s->kv.n_blocks;
+}
+
+/* s may grow to `tokens` cached tokens only within its owner's share of the
+ * KV pool (max_kv_share_per_uid; root has no limit): the owner's other idle
+ * sessions leave the pool first. 0, or -EDQUOT with the share in *share. */
+static int within_share(struct engine *e, struct session *s, int tokens, int *share)
+{
+	int pct = e->cfg.max_kv_share_per_uid;
+	*share = (int)((int64_t)e->pool->kv.n_blocks * pct / 100);
+	int need = (tokens + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS - s->kv.n_blocks;
+	if (pct >= 100 || s->uid == 0 || need <= 0)
+		return 0;
+	for (;;) {
+		int held = 0;
+		sess_foreach(&e->st, s->uid, count_pool_blocks, &held);
+		if (held + need <= *share)
+			return 0;
+		if (!res_evict_one_of(&e->res, s, s->uid))
+			return -EDQUOT;
+	}
+}
+
 static void step(struct engine *e)
 {
 	/* retire cancelled jobs and finished appends first */
@@ -227,6 +253,16 @@ static void step(struct engine *e)
 			int take = want < budget ? want : budget;
 			if (take <= 0)
 				continue;
+			int share;
+			if (within_share(e, s, s->n_cached + take, &share)) {
+				char msg[160];
+				snprintf(msg, sizeof(msg), "uid %u holds its share of the KV cache (%d of "
+					 "%d blocks: max_kv_share_per_uid %d%%); drop or save sessions",
+					 (unsigned)s->uid, share, e->pool->kv.n_blocks,
+					 e->cfg.max_kv_share_per_uid);
+				fail_job(e, j, -EDQUOT, msg);
+				continue;
+			}
 			int rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
 			while (rc == -ENOSPC && res_evict_one(&e->res, s))
 				rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);

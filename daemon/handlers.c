@@ -93,7 +93,7 @@ static void count_one(struct session *s, void *ctx)
 /* -EDQUOT if uid holds its quota of sessions. */
 static int check_quota(struct engine *e, struct req *rq)
 {
-	if (e->cfg.max_sessions_per_uid <= 0)
+	if (e->cfg.max_sessions_per_uid <= 0 || rq->uid == 0)
 		return 0;
 	struct count_ctx c = { 0 };
 	sess_foreach(&e->st, rq->uid, count_one, &c);

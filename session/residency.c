@@ -394,10 +394,10 @@ static void lru_pick(struct session *s, void *ctx)
 }
 
 /* Least recently used idle session in loc not yet tried in this scan. */
-static struct session *lru(struct residency *r, const struct session *keep, int loc)
+static struct session *lru(struct residency *r, const struct session *keep, int loc, uid_t uid)
 {
 	struct lru_ctx l = { keep, loc, r->scan, NULL };
-	sess_foreach(r->st, 0, lru_pick, &l);
+	sess_foreach(r->st, uid, lru_pick, &l);
 	return l.best;
 }
 
@@ -424,9 +424,14 @@ static int to_ram(struct residency *r, struct session *v)
 
 int res_evict_one(struct residency *r, const struct session *keep)
 {
+	return res_evict_one_of(r, keep, 0);
+}
+
+int res_evict_one_of(struct residency *r, const struct session *keep, uid_t uid)
+{
 	r->scan++;
 	struct session *v;
-	while ((v = lru(r, keep, SESS_POOL))) {
+	while ((v = lru(r, keep, SESS_POOL, uid))) {
 		v->evict_scan = r->scan;  /* try each candidate once */
 		if (r->dir && (v->dirty || !v->file_bytes)) {
 			char *cause = NULL;
@@ -443,7 +448,7 @@ int res_evict_one(struct residency *r, const struct session *keep)
 		size_t bytes = (size_t)v->kv.n_blocks * block_bytes(r);
 		if (bytes <= r->ram_cache) {
 			while (r->ram_used + bytes > r->ram_cache && r->dir) {
-				struct session *o = lru(r, keep, SESS_RAM);
+				struct session *o = lru(r, keep, SESS_RAM, 0);
 				if (!o)
 					break;
 				to_stub(r, o);

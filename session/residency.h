@@ -114,6 +114,8 @@ void res_save_histories(struct residency *r);
 int res_reserve(struct residency *r, int n, const struct session *keep);
 /* Move one idle session out of the pool. 1 if one moved, 0 if none could. */
 int res_evict_one(struct residency *r, const struct session *keep);
+/* The same among uid's sessions (0: anyone's). */
+int res_evict_one_of(struct residency *r, const struct session *keep, uid_t uid);
 /*
  * Bring s back into the pool (a no-op if it is there). 0, or -errno with
  * *cause (malloc'd, for the client: names the session, never a path):

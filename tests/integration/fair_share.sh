@@ -1,0 +1,75 @@
+#!/bin/sh
+# tests/integration/fair_share.sh — one user cannot take the whole KV cache
+# (or session table) from the others by default. A daemon with a small
+# pool (--kv-memory 6M: 307 blocks of 16 tokens on stories260K), nowhere
+# to evict to (--ram-cache 0, no state directory), the defaults otherwise:
+#   - uid 65534 fills sessions of ~467 tokens (30 blocks each): five fit
+#     in its half of the pool (max_kv_share_per_uid 50: 153 blocks), the
+#     sixth fails with RESOURCE_EXHAUSTED naming the share; before, it
+#     took all ten the pool holds;
+#   - root, meanwhile, still gets four such sessions of its own;
+#   - the session quota (max_sessions_per_uid 256) refuses uid 65534's
+#     257th session, naming the quota, and does not apply to root.
+# Needs root (setpriv); skipped otherwise. Env: BUILD, MODELS.
+BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
+. tests/tools/daemon.sh
+if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
+need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
+test_frame 755
+SOCK=$dir/s
+"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" --socket "$SOCK" \
+    --socket-mode 0666 --state-dir none --kv-memory 6M --ram-cache 0 --log-level warning \
+    2>"$dir/llamad.log" &
+pid=$!
+wait_socket "$SOCK" "$pid" "$dir/llamad.log" 30
+cp "$BUILD/llamactl" "$dir/llamactl" && chmod 755 "$dir/llamactl"
+# as UID ARGS...: llamactl as that uid (0: root); output in $out, status in $rc
+as() {
+    u=$1; shift
+    if [ "$u" -eq 0 ]; then out=$("$dir/llamactl" --socket "$SOCK" "$@" 2>&1); rc=$?
+    else out=$(setpriv --reuid="$u" --regid="$u" --clear-groups "$dir/llamactl" --socket "$SOCK" "$@" 2>&1); rc=$?; fi
+}
+# a 450-token prompt (tokenize says so) and 16 tokens of answer: 467
+# tokens, 30 blocks, whatever the answer
+long=$(python3 -c 'print("Once upon a time, " * 90)')
+fill() {  # uid name: a session of ~467 tokens
+    as "$1" generate --raw -s "$2" -n 16 --temperature 0 "$long"
+}
+okn=0
+for k in 1 2 3 4 5; do fill 65534 "n$k"; [ "$rc" -eq 0 ] && okn=$((okn + 1)); done
+fill 65534 n6
+if [ "$okn" -eq 5 ] && [ "$rc" -eq 1 ] && echo "$out" | grep -q "holds its share of the KV cache"; then
+    ok "uid 65534: five 467-token sessions, the sixth refused for its share"
+else bad "uid 65534: $okn of 5 filled; the sixth: rc $rc: $out"; fi
+okr=0
+for k in 1 2 3 4 5; do fill 0 "r$k"; [ "$rc" -eq 0 ] && okr=$((okr + 1)); done
+[ "$okr" -eq 5 ] && ok "root still gets five such sessions" || bad "root got $okr of 5: $out"
+
+# the session quota: 256 for uid 65534, none for root (OpenSession frames)
+cat > "$dir/open.py" <<'PY'
+import socket, sys
+sys.path.insert(0, sys.argv[3])
+from pbwire import field, fields, frame, read_frame
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+refused = None
+for k in range(int(sys.argv[2])):
+    s.sendall(frame(field(1, 0, k + 1) + field(3, 2, field(1, 2, b"q%d" % k))))
+    r = fields(read_frame(s))
+    if 2 in r:   # an Error
+        refused = (k, fields(r[2][0])[2][0].decode())
+        break
+print(refused)
+PY
+chmod 644 "$dir/open.py"
+cp tests/tools/pbwire.py "$dir/" && chmod 644 "$dir/pbwire.py"
+q=$(setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$dir/open.py" "$SOCK" 300 "$dir")
+case $q in
+    "(250, "*"quota of 256 sessions"*) ok "uid 65534: its 257th session refused by the quota (it held 6 already)" ;;
+    *) bad "quota: $q" ;;
+esac
+r=$(python3 "$dir/open.py" "$SOCK" 300 "$dir")
+[ "$r" = None ] && ok "root: 300 more sessions, no quota" || bad "root quota: $r"
+kill -0 "$pid" && ok "the daemon serves on" || bad "the daemon died"
+[ "$fail" -eq 0 ] && echo "PASS fair_share" || exit 1
