@@ -9,7 +9,9 @@
 #     took all ten the pool holds;
 #   - root, meanwhile, still gets four such sessions of its own;
 #   - the session quota (max_sessions_per_uid 256) refuses uid 65534's
-#     257th session, naming the quota, and does not apply to root.
+#     257th session, naming the quota, and does not apply to root; with a
+#     state directory and a quota of 2, saved sessions count after a
+#     restart, and dropping one on disk makes room.
 # Needs root (setpriv); skipped otherwise. Env: BUILD, MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -72,4 +74,30 @@ esac
 r=$(python3 "$dir/open.py" "$SOCK" 300 "$dir")
 [ "$r" = None ] && ok "root: 300 more sessions, no quota" || bad "root quota: $r"
 kill -0 "$pid" && ok "the daemon serves on" || bad "the daemon died"
+kill "$pid"; wait "$pid"; pid=
+
+# the quota counts saved sessions too (on disk after a restart): a daemon
+# with a state directory and --max-sessions-per-uid 2
+start() {
+    "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+        --socket "$SOCK" --socket-mode 0666 --state-dir "$dir/state" --max-sessions-per-uid 2 \
+        --log-level warning 2>>"$dir/llamad.log" &
+    pid=$!
+    wait_socket "$SOCK" "$pid" "$dir/llamad.log" 30
+}
+start
+as 65534 generate --raw -s a -n 4 --temperature 0 "Once"; r1=$rc
+as 65534 generate --raw -s b -n 4 --temperature 0 "Once"; r2=$rc
+as 65534 generate --raw -s c -n 4 --temperature 0 "Once"
+[ "$r1$r2" = 00 ] && [ "$rc" -eq 1 ] && echo "$out" | grep -q "quota of 2 sessions" &&
+    ok "uid 65534: a third session refused by a quota of 2" || bad "quota of 2: $r1 $r2 $rc: $out"
+as 65534 save --all
+kill "$pid"; wait "$pid"; pid=
+start
+as 65534 generate --raw -s d -n 4 --temperature 0 "Once"
+[ "$rc" -eq 1 ] && echo "$out" | grep -q "quota" && ok "after a restart its saved sessions still count" ||
+    bad "quota after restart: rc $rc: $out"
+as 65534 drop a
+as 65534 generate --raw -s d -n 4 --temperature 0 "Once"
+[ "$rc" -eq 0 ] && ok "dropping one of them (on disk) makes room" || bad "after a drop: rc $rc: $out"
 [ "$fail" -eq 0 ] && echo "PASS fair_share" || exit 1
