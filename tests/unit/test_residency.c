@@ -359,6 +359,12 @@ static void test_list_and_save_all(void **state)
 	assert_int_equal(sv.errors, 0);
 	assert_true(sv.bytes > 0);
 	struct fx *g = fx_new(8, 0, 0);
+	/* while f holds the folder, no other residency takes it: its lock
+	 * file names f's pid */
+	assert_int_equal(res_set_dir(&g->r, f->dir), -EBUSY);
+	assert_int_equal(g->r.lock_holder, (long)getpid());
+	close(f->r.lock_fd);   /* f's daemon ends: the kernel drops the lock */
+	f->r.has_lock = 0;
 	assert_int_equal(res_set_dir(&g->r, f->dir), 0);
 	assert_int_equal(res_list(&g->r, 100), 1);
 	struct session *a = sess_get(&g->st, 1000, "a");
