@@ -49,7 +49,7 @@
      (5 :sampler SamplerOptions) (6 :stop string repeated))
     (Fork (1 :session string) (2 :target string))
     (Drop (1 :session string))
-    (ListSessions)
+    (ListSessions (1 :after string))
     (Cancel (1 :request-id uint64) (2 :session string))
     (GetTranscript
      (1 :session string) (2 :from-turn uint32) (3 :last-turns uint32)
@@ -70,8 +70,8 @@
      (13 :generated-tokens uint64) (14 :system string) (15 :owner-uid uint32)
      (16 :ephemeral bool) (17 :context-length uint32) (18 :created bool)
      (19 :tokens-added uint32) (20 :location enum) (21 :saved bool)
-     (22 :file-bytes uint64))
-    (SessionList (1 :sessions SessionInfo repeated))
+     (22 :file-bytes uint64) (23 :system-cut bool))
+    (SessionList (1 :sessions SessionInfo repeated) (2 :next string))
     (Turn
      (1 :index uint32) (2 :role enum) (3 :text string) (4 :tokens uint32)
      (5 :start uint32) (6 :generated bool) (7 :stop-reason enum)

@@ -48,7 +48,7 @@ local defs = {
     { 4, 'max_tokens', 'uint32' }, { 5, 'sampler', 'SamplerOptions' }, { 6, 'stop', 'string', 'repeated' },
   },
   Fork = { { 1, 'session', 'string' }, { 2, 'target', 'string' } },
-  ListSessions = {},
+  ListSessions = { { 1, 'after', 'string' } },
   GetInfo = { { 1, 'session', 'string' } },
   Cancel = { { 1, 'request_id', 'uint64' }, { 2, 'session', 'string' } },
   GetTranscript = {
@@ -69,9 +69,9 @@ local defs = {
     { 13, 'generated_tokens', 'uint64' }, { 14, 'system', 'string' }, { 15, 'owner_uid', 'uint32' },
     { 16, 'ephemeral', 'bool' }, { 17, 'context_length', 'uint32' }, { 18, 'created', 'bool' },
     { 19, 'tokens_added', 'uint32' }, { 20, 'location', 'enum' }, { 21, 'saved', 'bool' },
-    { 22, 'file_bytes', 'uint64' },
+    { 22, 'file_bytes', 'uint64' }, { 23, 'system_cut', 'bool' },
   },
-  SessionList = { { 1, 'sessions', 'SessionInfo', 'repeated' } },
+  SessionList = { { 1, 'sessions', 'SessionInfo', 'repeated' }, { 2, 'next', 'string' } },
   TokenEvent = { { 1, 'text', 'string' }, { 2, 'tokens', 'uint32', 'repeated' } },
   Done = {
     { 1, 'reason', 'enum' }, { 2, 'prompt_tokens', 'uint32' }, { 3, 'generated_tokens', 'uint32' },
