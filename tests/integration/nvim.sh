@@ -5,7 +5,9 @@
 # drives it against real daemons: streamed text = llamactl's, cancel,
 # no daemon, a daemon killed mid-stream and restarted, max_text, fake
 # daemons sending bad frames (nvim/fake_server.py), fork, sessions,
-# transcript paging, the per-project session name, responsiveness, and the
+# transcript paging, the per-project session name, the session list in
+# pages (60 sessions over 1024-byte frames; fake daemons: opaque cursors,
+# a list that never ends, one that does not advance), responsiveness, and the
 # latency figures (printed, never asserted). The protobuf module is checked
 # first on its own (nvim/pb_test.lua). Last, the sockets tried with none
 # configured (tests/tools/fallback.sh, nvim/fallback.lua run as uid 65534):
@@ -41,7 +43,8 @@ nv -c "luafile tests/integration/nvim/pb_test.lua" >"$dir/pb.out" 2>&1; rc=$?
 cat "$dir/pb.out"
 if [ "$rc" -ne 0 ] || ! grep -q '^pb: all ok$' "$dir/pb.out"; then bad "pb_test.lua exited $rc"; fi
 
-# daemon A: the defaults; daemon B: small text and frame limits
+# daemon A: the defaults; daemon B: small text and frame limits; daemon D
+# (below): small frames, for the session list
 daemon() { # SOCKET LOG [FLAGS...]
     _s=$1; _l=$2; shift 2
     # shellcheck disable=SC2086
@@ -52,6 +55,20 @@ daemon "$dir/a.sock" "$dir/a.log"; pid=$!
 daemon "$dir/b.sock" "$dir/b.log" --max-text 600 --max-frame 1024; pids=$!
 wait_socket "$dir/a.sock" "$pid" "$dir/a.log" 30
 wait_socket "$dir/b.sock" "$pids" "$dir/b.log" 30
+daemon "$dir/d.sock" "$dir/d.log" --max-frame 1024; pid_d=$!; pids="$pids $pid_d"
+wait_socket "$dir/d.sock" "$pid_d" "$dir/d.log" 30
+
+# daemon D: 60 sessions of 40-byte names, more than one 1024-byte frame
+# holds: their list comes in pages (made in reverse name order)
+: >"$dir/list.names"
+i=59
+while [ $i -ge 0 ]; do
+    n=$(printf 'paged-list-session-with-a-long-name-%04d' $i)
+    "$BUILD/llamactl" --socket "$dir/d.sock" generate -s "$n" -n 1 --temperature 0 hi \
+        >/dev/null 2>>"$dir/d.ctl" || bad "llamactl generate -s $n: $(tail -1 "$dir/d.ctl")"
+    echo "$n" >>"$dir/list.names"
+    i=$((i - 1))
+done
 
 mkdir "$dir/fake"
 python3 tests/integration/nvim/fake_server.py "$dir/fake" 2>"$dir/fake.log" &
@@ -76,9 +93,10 @@ T_LLAMAD=$(abs "$BUILD/llamad") T_LLAMACTL=$(abs "$BUILD/llamactl")
 T_MODEL=$(abs "$MODELS/stories260K.bin") T_TOK=$(abs "$MODELS/tok512.model")
 T_PROJ_FILE=$proj/src/deep/file.txt T_PROJ_NAME=$(name_of "$proj")
 T_PLAIN_DIR=$plain T_PLAIN_NAME=$(name_of "$plain")
+T_LIST=$dir/d.sock T_LIST_NAMES=$dir/list.names
 LLAMAD_SOCKET=$dir/default.sock
 export T_DIR T_SOCK T_SMALL T_FAKE T_PIDS T_LLAMAD T_LLAMACTL T_MODEL T_TOK T_PROJ_FILE T_PROJ_NAME \
-    T_PLAIN_DIR T_PLAIN_NAME LLAMAD_SOCKET
+    T_PLAIN_DIR T_PLAIN_NAME T_LIST T_LIST_NAMES LLAMAD_SOCKET
 : >"$T_PIDS"
 nv -c "luafile tests/integration/nvim/test.lua" >"$dir/test.out" 2>"$dir/test.err"; rc=$?
 cat "$dir/test.out"
@@ -87,7 +105,7 @@ pids="$pids $(cat "$T_PIDS")"
 if [ "$rc" -ne 0 ] || ! grep -q '^test.lua: all ok$' "$dir/test.out"; then
     bad "test.lua exited $rc"
     [ -s "$dir/test.err" ] && { echo "--- nvim stderr"; cat "$dir/test.err"; }
-    for l in a b c; do [ -s "$dir/$l.log" ] && { echo "--- daemon $l log"; cat "$dir/$l.log"; }; done
+    for l in a b c d; do [ -s "$dir/$l.log" ] && { echo "--- daemon $l log"; cat "$dir/$l.log"; }; done
 fi
 grep -q '^FAIL' "$dir/test.out" && fail=1
 

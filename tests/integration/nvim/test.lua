@@ -10,7 +10,8 @@
 -- daemon C here), T_PROJ_FILE / T_PROJ_NAME (a file in a git project and
 -- the session name nvim.sh computed for it), T_PLAIN_DIR / T_PLAIN_NAME (a
 -- folder without .git and its name), T_PIDS (file: pids of daemons started
--- here, for the shell's cleanup).
+-- here, for the shell's cleanup), T_LIST (daemon D: --max-frame 1024) and
+-- T_LIST_NAMES (file: the names of its sessions, one a line).
 
 local uv, api = vim.loop, vim.api
 local env = function(k) return (assert(os.getenv(k), 'missing env ' .. k)) end
@@ -429,6 +430,84 @@ tests[#tests + 1] = function()
     L.current_session() .. ' vs ' .. env('T_PLAIN_NAME'))
   vim.cmd('cd -')
   return forked
+end
+
+-- 7b: the session list in pages (ListSessions.after = SessionList.next) ----
+tests[#tests + 1] = function()
+  -- listing(sock): L.sessions against sock: { err, res, pages (ListSessions
+  -- sent), ms }; the messages said are in msgs
+  local function listing(sock)
+    L.setup({ socket = sock })
+    local c = L.connection()
+    local pages = 0
+    c.request = function(self, op, ...)
+      if op == 'list' then pages = pages + 1 end
+      return getmetatable(self).__index.request(self, op, ...)
+    end
+    msgs = {}
+    local got
+    local t0 = uv.hrtime()
+    L.sessions(function(err, res) got = { err = err, res = res } end)
+    wait(60000, function() return got ~= nil end)
+    got = got or { err = 'no answer' }
+    got.pages, got.ms = pages, (uv.hrtime() - t0) / 1e6
+    c.request = nil
+    return got
+  end
+  local function names_of(list)
+    local t = {}
+    for _, s in ipairs(list or {}) do t[#t + 1] = s.session end
+    return t
+  end
+
+  -- a real daemon (max_frame 1024) holding the sessions listed in
+  -- T_LIST_NAMES: each of them listed, once, in name order, nothing else
+  local want = {}
+  for line in io.lines(env('T_LIST_NAMES')) do want[#want + 1] = line end
+  table.sort(want)
+  local got = listing(env('T_LIST'))
+  local names = names_of(got.res)
+  check(not got.err and #msgs == 0 and vim.deep_equal(names, want),
+    string.format('%d sessions of 40-byte names listed, each once, by name', #want),
+    string.format('%s; %d listed, first %s, last %s; %s', tostring(got.err), #names, q(names[1]),
+      q(names[#names]), msg_list()))
+  check(got.pages >= 3, 'the list came in pages of at most 1024 bytes (ListSessions after = next)',
+    got.pages .. ' ListSessions sent')
+  out(string.format('sessions: %d listed in %d pages, %.0f ms', #names, got.pages, got.ms))
+  local buf = api.nvim_buf_get_lines(0, 0, -1, false)
+  local seen, dup = {}, {}
+  for _, line in ipairs(buf) do
+    local n = line:match('^[ *] (%S+)')
+    if n and n ~= 'session' then
+      if seen[n] then dup[#dup + 1] = n end
+      seen[n] = true
+    end
+  end
+  local missing = {}
+  for _, n in ipairs(want) do if not seen[n] then missing[#missing + 1] = n end end
+  check(api.nvim_buf_get_name(0) == 'llamad://sessions' and #missing == 0 and #dup == 0
+    and #buf == #want + 1, 'llamad://sessions shows every one of them once',
+    string.format('%d lines; %d missing (first %s); %d twice (first %s)', #buf, #missing, q(missing[1]),
+      #dup, q(dup[1])))
+
+  -- fake daemons: opaque cursors echoed as they came; the loop is bounded
+  got = listing(T.fake .. '/pages.sock')
+  check(not got.err and #msgs == 0 and got.pages == 3
+    and vim.deep_equal(names_of(got.res), { 'page1-a', 'page1-b', 'page2-a', 'page3-a' }),
+    'fake daemon "pages": 3 pages followed, opaque cursors sent back unchanged',
+    string.format('%s; %d pages; %s; %s', tostring(got.err), got.pages, q(names_of(got.res)), msg_list()))
+  local first = got.res and got.res[1] or {}
+  check(first.system_cut == true and first.system == string.rep('s', 256),
+    'SessionInfo.system_cut decoded', q(first.system_cut))
+  got = listing(T.fake .. '/endless.sock')
+  check(got.err and got.pages == 1000 and #msgs == 1
+    and msgs[1].msg:find('past 1000 pages (1000 sessions)', 1, true),
+    string.format('fake daemon "endless": the plugin stops after 1000 pages (%.0f ms), one message', got.ms),
+    string.format('%d pages; %s', got.pages, msg_list()))
+  got = listing(T.fake .. '/stuck.sock')
+  check(got.err and got.pages == 2 and #msgs == 1 and msgs[1].msg:find('did not advance', 1, true),
+    'fake daemon "stuck": a cursor sent back unchanged stops the listing, one message',
+    string.format('%d pages; %s', got.pages, msg_list()))
 end
 
 -- 8: responsiveness and latency -------------------------------------------

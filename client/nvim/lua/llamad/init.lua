@@ -658,27 +658,64 @@ end
 local ROLE = { [0] = 'user', 'system', 'assistant', 'raw' }
 local LOCATION = { [0] = 'pool', 'ram', 'disk' }
 
+-- the most ListSessions pages one listing asks for: a daemon that keeps
+-- answering `next` cannot keep the plugin asking forever
+local MAX_LIST_PAGES = 1000
+
 -- sessions(cb): list the daemon's sessions in the buffer llamad://sessions
--- (the current one marked *). cb(err, list of SessionInfo sorted by name).
+-- (the current one marked *). The daemon answers a page at a time (as many
+-- sessions as fit one frame, by name); while a page has `next`, the plugin
+-- asks for the one after it (ListSessions.after = next), MAX_LIST_PAGES at
+-- most. cb(err, list of SessionInfo sorted by name).
 function M.sessions(cb)
-  call('list', {}, function(resp, err)
-    if not resp then return done(cb, err) end
-    local list = resp.sessions.sessions or {}
-    table.sort(list, function(a, b) return a.session < b.session end)
-    st.known = {}
-    local cur = M.current_session()
-    local lines = { string.format('  %-40s %6s %7s  %-5s %s', 'session', 'turns', 'tokens', 'where', '') }
-    for _, s in ipairs(list) do
-      st.known[#st.known + 1] = s.session
-      lines[#lines + 1] = string.format('%s %-40s %6d %7d  %-5s %s', s.session == cur and '*' or ' ',
-        s.session, s.turns or 0, s.tokens or 0, LOCATION[s.location or 0] or '?',
-        (s.busy and 'busy ' or '') .. (s.ephemeral and 'ephemeral' or ''))
+  M.connection():ready(function(c, cerr)
+    if not c then return done(cb, cerr) end
+    local list, pages = {}, 0
+    local function fail(e)
+      say(e, ERROR)
+      done(cb, e)
     end
-    if #list == 0 then lines[#lines + 1] = '  (no sessions)' end
-    local buf = scratch('llamad://sessions', nil)
-    api.nvim_buf_set_lines(buf, 0, -1, false, lines)
-    show(buf, true)
-    done(cb, nil, list)
+    local function show_list()
+      table.sort(list, function(a, b) return a.session < b.session end)
+      st.known = {}
+      local cur = M.current_session()
+      local lines = { string.format('  %-40s %6s %7s  %-5s %s', 'session', 'turns', 'tokens', 'where', '') }
+      for _, s in ipairs(list) do
+        st.known[#st.known + 1] = s.session
+        lines[#lines + 1] = string.format('%s %-40s %6d %7d  %-5s %s', s.session == cur and '*' or ' ',
+          s.session, s.turns or 0, s.tokens or 0, LOCATION[s.location or 0] or '?',
+          (s.busy and 'busy ' or '') .. (s.ephemeral and 'ephemeral' or ''))
+      end
+      if #list == 0 then lines[#lines + 1] = '  (no sessions)' end
+      local buf = scratch('llamad://sessions', nil)
+      api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+      show(buf, true)
+      done(cb, nil, list)
+    end
+    local function page(after)
+      local id, rerr = c:request('list', { after = after }, function(resp)
+        if resp.body == 'error' then return fail(error_text(resp.error))
+        elseif resp.body == 'closed' then return done(cb, resp.reason)  -- on_fail says it
+        elseif resp.body ~= 'sessions' then
+          return fail('llamad: unexpected reply to ListSessions (' .. resp.body .. ')')
+        end
+        pages = pages + 1
+        vim.list_extend(list, resp.sessions.sessions or {})
+        local nxt = resp.sessions.next
+        if nxt == nil then return show_list() end
+        if nxt == after then
+          return fail(string.format('llamad: the session list did not advance after %d pages (%d sessions)',
+            pages, #list))
+        end
+        if pages >= MAX_LIST_PAGES then
+          return fail(string.format('llamad: the session list goes on past %d pages (%d sessions); not shown',
+            MAX_LIST_PAGES, #list))
+        end
+        page(nxt)
+      end)
+      if not id then fail('llamad: ' .. rerr) end
+    end
+    page(nil)
   end)
 end
 
