@@ -723,16 +723,42 @@ CALLBACK gets TARGET's SessionInfo plist; errors are shown as messages."
                         (llamad--use-session target))
                       (when callback (funcall callback info)))))))
 
+(defconst llamad--max-list-pages 1000
+  "The most ListSessions pages one listing asks for.
+A daemon that keeps answering `next' cannot keep Emacs asking forever.")
+
 (defun llamad-list (callback)
-  "Call CALLBACK with the list of SessionInfo plists of the daemon's sessions."
-  (llamad--call :list nil :sessions
-                (lambda (list err)
-                  (if err
-                      (message "%s" err)
-                    (let ((sessions (plist-get list :sessions)))
+  "Call CALLBACK with the list of SessionInfo plists of the daemon's sessions.
+The daemon answers a page at a time (as many sessions as fit one frame,
+by name); while a page has `next', the page after it is asked for
+\(ListSessions `after'), `llamad--max-list-pages' pages at most.
+Errors are shown as messages, and CALLBACK is not called then."
+  (let ((acc nil) (pages 0))
+    (cl-labels
+        ((page (after)
+           (llamad--call
+            :list (and after (list :after after)) :sessions
+            (lambda (list err)
+              (if err
+                  (message "%s" err)
+                (dolist (s (plist-get list :sessions))
+                  (push s acc))
+                (cl-incf pages)
+                (let ((next (plist-get list :next)))
+                  (cond
+                   ((null next)
+                    (let ((sessions (nreverse acc)))
                       (setq llamad--known-sessions
                             (mapcar (lambda (s) (plist-get s :session)) sessions))
-                      (funcall callback sessions))))))
+                      (funcall callback sessions)))
+                   ((equal next after)
+                    (message "llamad: the session list did not advance after %d \
+pages (%d sessions)" pages (length acc)))
+                   ((>= pages llamad--max-list-pages)
+                    (message "llamad: the session list goes on past %d pages \
+\(%d sessions); not shown" llamad--max-list-pages (length acc)))
+                   (t (page next)))))))))
+      (page nil))))
 
 (defvar llamad-sessions-mode-map
   (let ((map (make-sparse-keymap)))

@@ -9,6 +9,8 @@
 # restarted one is reconnected to; text over max_text is refused unsent;
 # oversized and malformed reply frames (a fake server) are errors, not
 # hangs; fork, session listing, transcript paging (max_frame 1024), the
+# session list in pages (60 sessions over 1024-byte frames; fake servers:
+# opaque cursors, a list that never ends, one that does not advance), the
 # per-project session name (against sha256sum here). Prints the latency the
 # package adds per token event (lines "latency: ..."); timing never fails it.
 # Last, the sockets tried with none configured (tests/tools/fallback.sh,
@@ -45,6 +47,19 @@ start() {  # start NAME [FLAGS...]: a daemon on $dir/NAME.sock; its pid in $star
 start a; pid_a=$started
 start b --max-text 64 --max-frame 1024
 start c; pid_c=$started
+start d --max-frame 1024
+
+# daemon D: 60 sessions of 40-byte names, more than one 1024-byte frame
+# holds: their list comes in pages (made in reverse name order)
+: >"$dir/list.names"
+i=59
+while [ $i -ge 0 ]; do
+    n=$(printf 'paged-list-session-with-a-long-name-%04d' $i)
+    "$BUILD/llamactl" --socket "$dir/d.sock" generate -s "$n" -n 1 --temperature 0 hi \
+        >/dev/null 2>>"$dir/d.ctl" || bad "llamactl generate -s $n: $(tail -1 "$dir/d.ctl")"
+    echo "$n" >>"$dir/list.names"
+    i=$((i - 1))
+done
 
 # a project folder (with .git) whose name needs reducing, and its session
 # name by a second formula: the name's [A-Za-z0-9._-] bytes, at most 40, a
@@ -72,12 +87,13 @@ LLAMAD_TEST_ARGS="$args" LLAMAD_TEST_DIR=$dir \
 LLAMAD_TEST_SOCK_A=$dir/a.sock LLAMAD_TEST_PID_A=$pid_a \
 LLAMAD_TEST_SOCK_B=$dir/b.sock \
 LLAMAD_TEST_SOCK_C=$dir/c.sock LLAMAD_TEST_PID_C=$pid_c \
+LLAMAD_TEST_SOCK_D=$dir/d.sock LLAMAD_TEST_LIST_NAMES=$dir/list.names \
 LLAMAD_TEST_PROJECT=$proj LLAMAD_TEST_PROJECT_NAME=$base-$hash \
     timeout 600 "$EMACS" --batch -Q -L "$elc" -l tests/integration/emacs/llamad-test.el \
     -f ert-run-tests-batch-and-exit >"$dir/ert.log" 2>&1
 rc=$?
 sed -n 's/^LATENCY /latency: /p' "$dir/ert.log"
-grep -E '^(cancel|killed|transcript|no daemon):' "$dir/ert.log"
+grep -E '^(cancel|killed|transcript|sessions|no daemon):' "$dir/ert.log"
 sed -n 's/^ *passed  *[0-9]*\/[0-9]*  *\(llamad-test-[a-z-]*\).*/ok   ert \1/p' "$dir/ert.log"
 if [ "$rc" -ne 0 ] || ! grep -q '^Ran [0-9]* tests, [0-9]* results as expected, 0 unexpected' "$dir/ert.log"; then
     bad "ERT (exit $rc):"

@@ -7,6 +7,8 @@
 ;;   LLAMAD_TEST_SOCK_A   a daemon with the default limits
 ;;   LLAMAD_TEST_SOCK_B   a daemon with --max-text 64 --max-frame 1024
 ;;   LLAMAD_TEST_SOCK_C, LLAMAD_TEST_PID_C  a daemon the tests kill and restart
+;;   LLAMAD_TEST_SOCK_D   a daemon with --max-frame 1024 holding the sessions
+;;     named in the file LLAMAD_TEST_LIST_NAMES (one a line)
 ;;   LLAMAD_TEST_PROJECT, LLAMAD_TEST_PROJECT_NAME  a project folder (with
 ;;     .git) and its session name computed by the shell (sha256sum)
 ;; Every wait is bounded.  Timing lines start with "LATENCY".
@@ -642,6 +644,104 @@ Return the socket path."
       (should (lt-wait (lambda () (lt-ended gen)) 5))
       (should (equal (lt-llamad-messages)
                      '("llamad closed the connection before answering Hello"))))))
+
+;;;; The session list in pages
+
+(ert-deftest llamad-test-list-pages ()
+  "A list over several frames: every session listed once, in both views."
+  (lt-with (lt-env "LLAMAD_TEST_SOCK_D")   ; max_frame 1024
+    (let ((want (sort (split-string (with-temp-buffer
+                                      (insert-file-contents (lt-env "LLAMAD_TEST_LIST_NAMES"))
+                                      (buffer-string))
+                                    "\n" t)
+                      #'string<))
+          (pages 0)
+          sessions)
+      (cl-letf* ((orig (symbol-function 'llamad--call))
+                 ((symbol-function 'llamad--call)
+                  (lambda (op &rest args)
+                    (when (eq op :list) (cl-incf pages))
+                    (apply orig op args))))
+        (setq sessions (car (lt-call #'llamad-list))))
+      (message "sessions: %d listed in %d pages (max_frame 1024)" (length sessions) pages)
+      (should (= (length want) 60))
+      (should (equal (mapcar (lambda (s) (plist-get s :session)) sessions) want))
+      (should (> pages 2))
+      (should (null (lt-llamad-messages)))
+      (should (equal (sort (copy-sequence llamad--known-sessions) #'string<) want))
+      ;; the listing buffer: one line for each
+      (when (get-buffer "*llamad sessions*")
+        (kill-buffer "*llamad sessions*"))
+      (llamad-list-sessions)
+      (should (lt-wait (lambda () (get-buffer "*llamad sessions*")) 10))
+      (with-current-buffer "*llamad sessions*"
+        (should (equal (sort (mapcar #'car tabulated-list-entries) #'string<) want))
+        (dolist (name want)
+          (should (= (how-many (concat "^" (regexp-quote name) " ") (point-min) (point-max))
+                     1)))))))
+
+(defun lt-list-server (page)
+  "A fake daemon answering Hello, then each ListSessions.
+PAGE is called with the request's `after' and the number of the
+request (from 1); it returns the SessionList plist to send.  Return
+the socket path."
+  (let ((n 0))
+    (lt-fake-server
+     (lambda (proc req)
+       (cond ((plist-member req :hello) (process-send-string proc (lt-hello-reply req)))
+             ((plist-member req :list)
+              (process-send-string
+               proc (llamad-proto-frame
+                     'Response (list :id (plist-get req :id)
+                                     :sessions (funcall page (plist-get (plist-get req :list) :after)
+                                                        (cl-incf n)))))))))))
+
+(ert-deftest llamad-test-list-pages-fake ()
+  "Opaque cursors go back as they came; a list that never ends is cut off."
+  ;; three pages; a cursor that is no session name, and non-ASCII
+  (let* ((c1 (concat "\u00e9" (string 1) " cursor/1"))
+         (pages `((nil (:sessions ((:session "page1-a" :system ,(make-string 256 ?s)
+                                             :system-cut t)
+                                   (:session "page1-b"))
+                        :next ,c1))
+                  (,c1 (:sessions ((:session "page2-a")) :next "~2~"))
+                  ("~2~" (:sessions ((:session "page3-a")))))))
+    (lt-with (lt-list-server
+              (lambda (after _n)
+                (or (cadr (assoc after pages))
+                    (error "Unknown cursor %S" after))))
+      (let ((sessions (car (lt-call #'llamad-list))))
+        (should (equal (mapcar (lambda (s) (plist-get s :session)) sessions)
+                       '("page1-a" "page1-b" "page2-a" "page3-a")))
+        (should (eq (plist-get (car sessions) :system-cut) t))
+        (should (= (length (plist-get (car sessions) :system)) 256))
+        (should (null (lt-llamad-messages))))))
+  ;; every page has a new next: 1000 pages, then one message, no list
+  (let ((asked 0) result)
+    (lt-with (lt-list-server
+              (lambda (_after n)
+                (setq asked n)
+                (list :sessions (list (list :session (format "endless-%04d" n)))
+                      :next (format "cursor %d" n))))
+      (llamad-list (lambda (s) (setq result s)))
+      (should (lt-wait (lambda () (lt-llamad-messages)) 60))
+      (lt-wait (lambda () nil) 0.2)   ; time to ask more, were it to
+      (should (= asked 1000))
+      (should (null result))
+      (should (equal (lt-llamad-messages)
+                     '("llamad: the session list goes on past 1000 pages (1000 sessions); not shown")))))
+  ;; next = the cursor just sent: stop at once
+  (let ((asked 0) result)
+    (lt-with (lt-list-server
+              (lambda (_after n)
+                (setq asked n)
+                '(:sessions ((:session "stuck")) :next "again")))
+      (llamad-list (lambda (s) (setq result s)))
+      (should (lt-wait (lambda () (lt-llamad-messages)) 10))
+      (should (= asked 2))
+      (should (null result))
+      (should (equal (lt-llamad-messages)
+                     '("llamad: the session list did not advance after 2 pages (2 sessions)"))))))
 
 ;;;; Latency
 
