@@ -14,10 +14,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
-need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
-test_frame 755
-SOCK=$dir/s
+uid_test_frame
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" --socket "$SOCK" \
     --socket-mode 0666 --state-dir none --log-level warning 2>"$dir/llamad.log" &
 pid=$!
@@ -26,18 +23,8 @@ CTL=$BUILD/llamactl
 cp tests/tools/pbwire.py "$dir/" && chmod 644 "$dir/pbwire.py"
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status"; }
 hwm() { awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status"; }
-gen() {   # N: N generations of 8 tokens as root: total ms
-    python3 - "$CTL" "$SOCK" "$1" <<'PY'
-import subprocess, sys, time
-t = time.time()
-for i in range(int(sys.argv[3])):
-    subprocess.run([sys.argv[1], "--socket", sys.argv[2], "generate", "--raw", "-n", "8",
-                    "--temperature", "0", "Once upon a time"], check=True, capture_output=True)
-print("%.0f" % ((time.time() - t) * 1000))
-PY
-}
 nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$@"; }
-t0=$(gen 10)
+t0=$(victim_ms "$SOCK" 10)
 base=$(rss)
 
 # ---- 5.5 million unknown fields in one frame ----------------------------------
@@ -81,7 +68,7 @@ print("ok")
 PY
 chmod 644 "$dir/list.py"
 made=$(nobody "$dir/list.py" "$SOCK" "$dir" 2>&1)
-t1=$(gen 10)
+t1=$(victim_ms "$SOCK" 10)
 n=$("$CTL" --socket "$SOCK" --json sessions | python3 -c 'import json,sys; print(sum(1 for s in json.load(sys.stdin) if s["session"].startswith("big")))'); rc=$?
 under=$(rss)
 echo "list: uid 65534 made 70 sessions of a 1 MiB system prompt ($made); root's list: $n of them; rss ${base} kB -> ${under} kB"

@@ -16,10 +16,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
-need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
-test_frame 755
-SOCK=$dir/s
+uid_test_frame
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" --socket "$SOCK" \
     --socket-mode 0666 --state-dir none --kv-memory 6M --ram-cache 0 --log-level warning \
     2>"$dir/llamad.log" &

@@ -60,15 +60,7 @@ wait_socket "$dir/d.sock" "$pid_d" "$dir/d.log" 30
 
 # daemon D: 60 sessions of 40-byte names, more than one 1024-byte frame
 # holds: their list comes in pages (made in reverse name order)
-: >"$dir/list.names"
-i=59
-while [ $i -ge 0 ]; do
-    n=$(printf 'paged-list-session-with-a-long-name-%04d' $i)
-    "$BUILD/llamactl" --socket "$dir/d.sock" generate -s "$n" -n 1 --temperature 0 hi \
-        >/dev/null 2>>"$dir/d.ctl" || bad "llamactl generate -s $n: $(tail -1 "$dir/d.ctl")"
-    echo "$n" >>"$dir/list.names"
-    i=$((i - 1))
-done
+paged_sessions "$dir/d.sock" "$dir/list.names"
 
 mkdir "$dir/fake"
 python3 tests/integration/nvim/fake_server.py "$dir/fake" 2>"$dir/fake.log" &

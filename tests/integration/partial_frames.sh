@@ -21,10 +21,7 @@
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
-if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
-need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
-test_frame 755
-SOCK=$dir/s
+uid_test_frame
 LLAMAD_TEST_STEP_DELAY_MS=20 "$BUILD/llamad" --model "$MODELS/stories260K.bin" \
     --tokenizer "$MODELS/tok512.model" --socket "$SOCK" --socket-mode 0666 --state-dir none \
     --frame-timeout 2 --idle-timeout 5 --log-level info 2>"$dir/llamad.log" &
@@ -32,18 +29,7 @@ pid=$!
 wait_socket "$SOCK" "$pid" "$dir/llamad.log" 30
 CTL=$BUILD/llamactl
 rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status"; }
-# gen N: N victim generations of 8 tokens (20 ms a step): their total ms
-gen() {
-    python3 - "$CTL" "$SOCK" "$1" <<'PY'
-import subprocess, sys, time
-t = time.time()
-for i in range(int(sys.argv[3])):
-    subprocess.run([sys.argv[1], "--socket", sys.argv[2], "generate", "--raw", "-n", "8",
-                    "--temperature", "0", "Once upon a time"], check=True, capture_output=True)
-print("%.0f" % ((time.time() - t) * 1000))
-PY
-}
-t0=$(gen 5) || bad "victim generations, unloaded"
+t0=$(victim_ms "$SOCK" 5) || bad "victim generations, unloaded"
 base=$(rss)
 
 # ---- 20 stalled 16 MiB frames of one uid ------------------------------------
@@ -85,7 +71,7 @@ case $sent in
     ''|*[!0-9]*) bad "the attacker did not run: $(cat "$dir/attack.out")"; sent=0 ;;
 esac
 under=$(rss)
-t1=$(gen 5) || bad "victim generations under the attack"
+t1=$(victim_ms "$SOCK" 5) || bad "victim generations under the attack"
 kill "$apid" 2>/dev/null; wait "$apid" 2>/dev/null
 grow=$(( (under - base) / 1024 ))
 echo "attack: $sent bytes sent by 20 connections; rss ${base} kB -> ${under} kB (+${grow} MiB)"

@@ -61,6 +61,42 @@ llamactl_frame() {
     test_frame
     CTL=$BUILD/llamactl
 }
+# uid_test_frame: the frame of a test that plays another user (uid 65534,
+# by setpriv) against a root victim: skipped (exit 0) when not root, the
+# files of llamactl_frame, test_frame 755 (others reach its socket) and
+# SOCK=$dir/s.
+uid_test_frame() {
+    if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
+    need_files "$BUILD/llamad" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
+    test_frame 755
+    SOCK=$dir/s
+}
+# victim_ms SOCKET N: the milliseconds N generations of 8 tokens take
+# through llamactl, one after another (the victim's side of an attack).
+victim_ms() {
+    python3 - "$BUILD/llamactl" "$1" "$2" <<'PY'
+import subprocess, sys, time
+t = time.time()
+for i in range(int(sys.argv[3])):
+    subprocess.run([sys.argv[1], "--socket", sys.argv[2], "generate", "--raw", "-n", "8",
+                    "--temperature", "0", "Once upon a time"], check=True, capture_output=True)
+print("%.0f" % ((time.time() - t) * 1000))
+PY
+}
+# paged_sessions SOCKET FILE: 60 sessions of 40-byte names made through
+# llamactl, in reverse name order (more than one small frame holds: their
+# list comes in pages); their names, one a line, into FILE.
+paged_sessions() {
+    : >"$2"
+    _i=59
+    while [ $_i -ge 0 ]; do
+        _n=$(printf 'paged-list-session-with-a-long-name-%04d' $_i)
+        "$BUILD/llamactl" --socket "$1" generate -s "$_n" -n 1 --temperature 0 hi \
+            >/dev/null 2>>"$2.err" || bad "llamactl generate -s $_n: $(tail -1 "$2.err")"
+        echo "$_n" >>"$2"
+        _i=$((_i - 1))
+    done
+}
 test_cleanup() {
     for _p in $pids $pid; do kill -"${stop_signal:-TERM}" "$_p" 2>/dev/null; done
     for _p in $pids $pid; do wait "$_p" 2>/dev/null; done
