@@ -44,9 +44,11 @@
 /* Flow control: a connection's requests are read while fewer than this
  * many, and fewer than max_frame bytes of them, wait for their last reply. */
 #define MAX_INFLIGHT 256
-/* Unfinished frames: the bytes of them buffered over all connections, and
- * over one uid's, are bounded (a connection past either stops being read
- * until others finish theirs), and a frame must be complete within
+/* Unfinished frames: once its header is in, a frame claims its whole
+ * length from a budget for all connections and one for each uid; a frame
+ * that does not fit waits, unread, until others complete (a frame, once
+ * admitted, is never stopped halfway, so two large frames of one uid
+ * cannot wait for each other). A frame must be complete within
  * frame_timeout seconds of its first byte, plus one second per
  * FRAME_MIN_RATE bytes of its length. */
 #define HELD_ALL(max_frame) (4 * (size_t)(max_frame))
@@ -72,7 +74,9 @@ struct conn {
 	struct inflight *fl_head, *fl_tail;  /* requests at the engine, in order */
 	uint32_t n_inflight;
 	uint64_t inflight_bytes;
-	size_t held;             /* bytes of an unfinished frame buffered */
+	size_t held;             /* bytes claimed by an unfinished frame: all of it
+				  * once admitted, else what is buffered */
+	int admitted;            /* the unfinished frame's whole length is granted */
 	int starved;             /* not read: the unfinished-frame budget is spent */
 	struct event *ev_frame;  /* the unfinished frame's deadline (pending: set) */
 	struct event *ev_idle;   /* idle_timeout, while no request is in flight */
@@ -326,38 +330,49 @@ static void on_frame_late(evutil_socket_t fd, short what, void *arg)
 	conn_close_after_flush(c);
 }
 
-/* After a read: account what is buffered of an unfinished frame, give that
- * frame its deadline (from its first byte), and stop reading c while the
- * budget is spent (the deadline then waits too: the wait is not c's). */
+/* After a read: the unfinished frame buffered claims its whole length
+ * (once its header is in) if the budgets allow, else c stops being read,
+ * holding only what came, until others complete theirs; an admitted frame
+ * is read to its end. The frame's deadline runs from its first byte, and
+ * waits while c does (the wait is not c's). */
 static void settle(struct conn *c)
 {
 	struct server *s = c->srv;
 	struct evbuffer *in = bufferevent_get_input(c->bev);
-	size_t was = c->held, now = c->closing ? 0 : evbuffer_get_length(in);
-	hold(c, now);
+	size_t was = c->held, now = c->closing ? 0 : evbuffer_get_length(in), claim = now;
+	uint32_t len = s->cfg->max_frame;
+	if (now >= FRAME_HDR) {
+		uint8_t hdr[FRAME_HDR];
+		evbuffer_copyout(in, hdr, FRAME_HDR);
+		len = frame_get_len(hdr);
+		if (FRAME_HDR + (size_t)len > claim)
+			claim = FRAME_HDR + (size_t)len;
+	}
 	if (now == 0) {
-		evtimer_del(c->ev_frame);
-	} else if (!evtimer_pending(c->ev_frame, NULL) && !c->starved) {
-		uint32_t len = s->cfg->max_frame;
-		if (now >= FRAME_HDR) {
-			uint8_t hdr[FRAME_HDR];
-			evbuffer_copyout(in, hdr, FRAME_HDR);
-			len = frame_get_len(hdr);
+		c->admitted = 0;
+		hold(c, 0);
+	} else {
+		hold(c, claim);
+		if (!c->admitted && over_budget(c)) {
+			hold(c, now);
+			if (!c->starved)
+				log_msg(LL_DEBUG, "connection %llu (uid %u): a frame of %u bytes waits for "
+					"others to complete (%zu bytes claimed in all)",
+					(unsigned long long)c->id, (unsigned)c->uid, len, s->held);
+			c->starved = 1;
+			bufferevent_disable(c->bev, EV_READ);
+		} else {
+			c->admitted = now >= FRAME_HDR;
 		}
+	}
+	if (now == 0 || c->starved) {
+		evtimer_del(c->ev_frame);
+	} else if (!evtimer_pending(c->ev_frame, NULL)) {
 		struct timeval tv = { s->cfg->frame_timeout + (time_t)(len / FRAME_MIN_RATE), 0 };
 		evtimer_add(c->ev_frame, &tv);
 	}
-	if (now > 0 && !c->closing && over_budget(c)) {
-		if (!c->starved)
-			log_msg(LL_DEBUG, "connection %llu (uid %u): unfinished frames hold %zu bytes "
-				"(this uid %zu); reading it later", (unsigned long long)c->id,
-				(unsigned)c->uid, s->held, *uid_held(s, c->uid));
-		c->starved = 1;
-		evtimer_del(c->ev_frame);
-		bufferevent_disable(c->bev, EV_READ);
-	} else if (now < was) {
+	if (c->held < was)
 		wake_starved(s);
-	}
 }
 
 /* Request id of bytes went to the engine: 0, or -ENOMEM. */
@@ -454,6 +469,7 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 			return;
 		}
 		evbuffer_drain(in, FRAME_HDR);
+		c->admitted = 0;   /* the next frame is judged on its own */
 		uint8_t *body = evbuffer_pullup(in, len);
 		const char *why = NULL;
 		int rc = request_scan(body, len, &why);   /* before protobuf-c's work */

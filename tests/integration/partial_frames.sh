@@ -10,6 +10,9 @@
 #     all; before, every connection buffered its 15 MiB: 326 MB), and the
 #     victim's generations go on being answered meanwhile (their latency
 #     is printed, as a ratio to the same generations unloaded);
+#   - two 12 MiB frames of one uid sent side by side (24 MiB, over its
+#     budget) are both read and answered: a frame, once admitted, claims
+#     its whole length, so two cannot wait for each other;
 #   - a connection that sends 1 byte of a 100-byte frame every 0.5 s is
 #     closed with an error frame after --frame-timeout (2 s + 0), and one
 #     that trickles a frame whose deadline is far (4 MiB: 2 + 16 s) is
@@ -81,6 +84,11 @@ echo "victim: 5 generations ${t0} ms unloaded, ${t1} ms under the attack ($(awk 
     bad "RSS grew by $grow MiB ($sent bytes sent)"
 [ -n "$t1" ] && ok "the victim was served during the attack" || bad "victim not served"
 
+# ---- two large frames of one uid, together over its budget: both read -------------
+out=$(timeout 90 python3 tests/tools/two_frames.py "$SOCK" 2>&1) &&
+    ok "two 12 MiB frames of one uid, sent side by side: $out" ||
+    bad "two large frames of one uid: $out"
+
 # ---- a trickle: the frame deadline, then the idle timeout -------------------------
 python3 - "$SOCK" <<'PY' && ok "a frame trickled a byte each 0.5 s: closed with an error after ~2 s" || bad "trickle: frame deadline"
 import socket, struct, sys, time
@@ -126,7 +134,7 @@ assert 4.5 <= dt <= 8, dt
 PY
 # a request in flight longer than the idle timeout (300 tokens at 20 ms)
 out=$("$CTL" --socket "$SOCK" generate --raw -n 300 --temperature 0 "Once upon a time" 2>&1); rc=$?
-[ "$rc" -eq 0 ] && [ ${#out} -gt 200 ] && ok "a 3 s generation on a 2 s idle timeout is not idle" ||
+[ "$rc" -eq 0 ] && [ ${#out} -gt 200 ] && ok "a 6 s generation on a 5 s idle timeout is not idle" ||
     bad "long generation: rc $rc: $out"
 kill -0 "$pid" 2>/dev/null && ok "the daemon serves on" || bad "the daemon died: $(tail -5 "$dir/llamad.log")"
 [ "$fail" -eq 0 ] && echo "PASS partial_frames" || exit 1
