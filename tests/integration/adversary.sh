@@ -46,10 +46,12 @@ out=$(nobody "$dir/flood.py" "$SOCK" "$dir" 2>&1)
 peak=$(hwm)
 grow=$(( (peak - base) / 1024 ))
 echo "flood: $out; rss peak ${base} kB -> ${peak} kB (+${grow} MiB)"
+# a sanitizer build's allocator adds its own overhead: the peak is printed only
+san=; grep -qaE "__asan_init|__tsan_init" "$BUILD/llamad" && san=1
 case $out in
-    *" 7 5500000 unknown fields"*) [ "$grow" -lt 40 ] &&
-        ok "a 16.5 MB frame of 5.5 M unknown fields: TOO_LARGE, RSS peak +$grow MiB" ||
-        bad "flood: RSS peak +$grow MiB" ;;
+    *" 7 5500000 unknown fields"*) if [ -n "$san" ] || [ "$grow" -lt 40 ]; then
+        ok "a 16.5 MB frame of 5.5 M unknown fields: TOO_LARGE, RSS peak +$grow MiB${san:+ (sanitizer build: not checked)}"
+        else bad "flood: RSS peak +$grow MiB"; fi ;;
     *) bad "flood: $out" ;;
 esac
 
