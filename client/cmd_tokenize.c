@@ -48,8 +48,7 @@ static void print_piece(const char *p)
  * one, else 0. */
 static size_t utf8_char(const unsigned char *p, size_t n)
 {
-	size_t k = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : p[0] >= 0xe0 && p[0] < 0xf0 ? 3
-		 : p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
+	size_t k = (size_t)utf8_seq_len(p[0]);
 	return k && k <= n && utf8_valid((const char *)p, k) ? k : 0;
 }
 
