@@ -282,7 +282,8 @@ static int dial(struct cli *cli, char *tried, size_t cap)
 			return 0;
 		int k = snprintf(tried + used, cap - used, "%s%s: %s", i ? ", nor to " : "",
 				 cli->socket, strerror(-rc));
-		used = k < 0 ? used : used + (size_t)k < cap ? used + (size_t)k : cap - 1;
+		if (k > 0)
+			used += (size_t)k < cap - used ? (size_t)k : cap - used - 1;
 		if (rc != -ENOENT && rc != -ECONNREFUSED)
 			break;
 	}
