@@ -111,6 +111,10 @@ while time.time() - t < 15:
         got += d
     except socket.timeout:
         pass
+    except ConnectionResetError:
+        # the daemon closed with our last byte unread: what it sent
+        # before closing was read first, so the error frame is in got
+        break
 dt = time.time() - t
 assert 1.5 <= dt <= 9 and b"not completed in time" in got, (dt, got)
 PY
