@@ -102,34 +102,75 @@ struct kt_weight {
 
 /*
  * Paged KV store. Memory is n_blocks blocks; a block holds block_size
- * positions of K and V for every layer, as two spans per layer:
- *   block b, layer l: K at base + ((b*n_layers + l)*2 + 0) * block_size*kv_dim
- *                     V at base + ((b*n_layers + l)*2 + 1) * block_size*kv_dim
+ * positions of K and V for every layer, as two spans per layer of
+ * kt_kv_span_bytes() each:
+ *   block b, layer l: K at base + ((b*n_layers + l)*2 + 0) * span
+ *                     V at base + ((b*n_layers + l)*2 + 1) * span
  * K is stored transposed, channel-major: element (row r, channel c) at
  * [c*block_size + r], so attention scores a whole block of positions with
  * vector FMAs and no horizontal sums. V is row-major: [r*kv_dim + c].
  * Position p of a sequence lives in block table[p/block_size] at row
  * p%block_size. A block is one contiguous span of kt_kv_block_bytes(), which
- * is what copy-on-write, eviction and saving move. Elements are fp32.
+ * is what copy-on-write, eviction and saving move.
+ *
+ * Elements are of kv->dtype:
+ *   KT_F32, KT_F16: one value per element at the index above (f16: IEEE
+ *     half bits, rounded to nearest even when stored).
+ *   KT_Q8_0: an int8 code per element at the index above, then, after the
+ *     block_size*kv_dim codes of the span, f16 scales: one per position and
+ *     group of `group` consecutive channels (group divides head_dim, so a
+ *     group never straddles two heads): K's scale of (r, group g) at
+ *     [g*block_size + r] (channel-major like K), V's at
+ *     [r*(kv_dim/group) + g]. Value = scale * code. A group is quantized
+ *     much as GGML's q8_0 is: scale = f16(max|x| / 127), code =
+ *     round-to-nearest-even(x * (1/scale)) clamped to +-127 (0 when the
+ *     scale is 0): the code is taken against the stored (f16) scale, so a
+ *     value is within half a step of its input. One scale per
+ *     position (not per channel over the block's positions) because
+ *     positions are written one at a time as tokens come and a stored code
+ *     never changes; groups of 32 channels as in q8_0 (8 or 16 for a head
+ *     narrower than 32, e.g. stories260K's 8).
+ * Zero-initialized (dtype 0, group 0) is the f32 store.
  */
 struct kt_kv {
-	float *base;
+	void *base;
 	int n_blocks;
 	int block_size;
 	int n_layers;
 	int kv_dim;       /* n_kv_heads * head_dim */
+	enum kt_dtype dtype;  /* KT_F32, KT_F16 or KT_Q8_0 */
+	int group;        /* KT_Q8_0: channels per scale; else unused */
 };
 
+/* The group kt_kv uses for head dimension hd (32, 16 or 8, the largest
+ * that divides hd), or 0 when hd is not a multiple of 8 (then KT_Q8_0 is
+ * not available). */
+int kt_kv_group_for(int hd);
+/* 1 if dtype can be a KV element type with head dimension hd. */
+int kt_kv_dtype_ok(enum kt_dtype dtype, int hd);
+/* Bytes of one K or V span of one layer of one block. */
+size_t kt_kv_span_bytes(const struct kt_kv *kv);
 /* Bytes one block occupies. */
 size_t kt_kv_block_bytes(const struct kt_kv *kv);
+/* Bytes one position takes across all layers (block bytes / block_size,
+ * scales included). */
+double kt_kv_token_bytes(const struct kt_kv *kv);
 /* Start of block b (all its layers). */
-float *kt_kv_block(const struct kt_kv *kv, int32_t block);
-/* K of (block, layer), transposed: [kv_dim][block_size]. */
-float *kt_kv_kt(const struct kt_kv *kv, int32_t block, int layer);
-/* V row of (block, layer, row): kv_dim floats. */
-float *kt_kv_v(const struct kt_kv *kv, int32_t block, int layer, int row);
-/* Copy the K row of (block, layer, row) into out (kv_dim floats). */
+void *kt_kv_block(const struct kt_kv *kv, int32_t block);
+/* Start of the K span of (block, layer): the codes, then (Q8_0) scales. */
+void *kt_kv_kt(const struct kt_kv *kv, int32_t block, int layer);
+/* Start of the V span of (block, layer). */
+void *kt_kv_vspan(const struct kt_kv *kv, int32_t block, int layer);
+/* The K / V row of (block, layer, row) as fp32 (kv_dim floats). */
 void kt_kv_get_k(const struct kt_kv *kv, int32_t block, int layer, int row, float *out);
+void kt_kv_get_v(const struct kt_kv *kv, int32_t block, int layer, int row, float *out);
+/* Store the fp32 rows k and v (kv_dim floats each) at (block, layer, row),
+ * converted to kv->dtype. */
+void kt_kv_put(const struct kt_kv *kv, int32_t block, int layer, int row, const float *k,
+	       const float *v);
+/* Quantize n fp32 values (one group) to int8 codes as the KT_Q8_0 store
+ * does; returns the scale's f16 bits. */
+uint16_t kt_kv_q8_group(const float *x, int8_t *codes, int n);
 
 /* RoPE pair layout of the Q/K projections as stored in the weights. */
 enum kt_rope_layout {
@@ -276,6 +317,8 @@ struct backend {
 	int host_mem;      /* backend memory is plain host memory */
 	volatile int failed;  /* a sticky device error: every later call fails */
 	char desc[96];     /* for logs and status: "cpu, 2 threads, avx512" */
+	unsigned kv_types; /* bit 1 << dtype for each KV element type its ops
+			    * store and attend over (kernels/backend.h) */
 };
 
 /* Levels of the backends' messages: the values of daemon/log.h's LL_*. */

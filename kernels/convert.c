@@ -81,37 +81,151 @@ const char *kt_dtype_name(enum kt_dtype t)
 	return "?";
 }
 
+int kt_kv_group_for(int hd)
+{
+	for (int g = 32; g >= 8; g /= 2)
+		if (hd > 0 && hd % g == 0)
+			return g;
+	return 0;
+}
+
+int kt_kv_dtype_ok(enum kt_dtype dtype, int hd)
+{
+	return dtype == KT_F32 || dtype == KT_F16 || (dtype == KT_Q8_0 && kt_kv_group_for(hd) > 0);
+}
+
+size_t kt_kv_span_bytes(const struct kt_kv *kv)
+{
+	size_t n = (size_t)kv->block_size * kv->kv_dim;
+	switch (kv->dtype) {
+	case KT_F16: return n * 2;
+	case KT_Q8_0: return n + (size_t)kv->block_size * (kv->kv_dim / kv->group) * 2;
+	default: return n * sizeof(float);
+	}
+}
+
 size_t kt_kv_block_bytes(const struct kt_kv *kv)
 {
-	return (size_t)kv->n_layers * 2 * kv->block_size * kv->kv_dim * sizeof(float);
+	return (size_t)kv->n_layers * 2 * kt_kv_span_bytes(kv);
 }
 
-float *kt_kv_block(const struct kt_kv *kv, int32_t block)
+double kt_kv_token_bytes(const struct kt_kv *kv)
 {
-	return kv->base + (size_t)block * (kt_kv_block_bytes(kv) / sizeof(float));
+	return (double)kt_kv_block_bytes(kv) / kv->block_size;
 }
 
-static float *kv_span(const struct kt_kv *kv, int32_t block, int layer, int which)
+void *kt_kv_block(const struct kt_kv *kv, int32_t block)
 {
-	size_t span = (size_t)kv->block_size * kv->kv_dim;
-	return kv->base + (((size_t)block * kv->n_layers + layer) * 2 + which) * span;
+	return (char *)kv->base + (size_t)block * kt_kv_block_bytes(kv);
 }
 
-float *kt_kv_kt(const struct kt_kv *kv, int32_t block, int layer)
+static char *kv_span(const struct kt_kv *kv, int32_t block, int layer, int which)
+{
+	return (char *)kv->base +
+	       (((size_t)block * kv->n_layers + layer) * 2 + which) * kt_kv_span_bytes(kv);
+}
+
+void *kt_kv_kt(const struct kt_kv *kv, int32_t block, int layer)
 {
 	return kv_span(kv, block, layer, 0);
 }
 
-float *kt_kv_v(const struct kt_kv *kv, int32_t block, int layer, int row)
+void *kt_kv_vspan(const struct kt_kv *kv, int32_t block, int layer)
 {
-	return kv_span(kv, block, layer, 1) + (size_t)row * kv->kv_dim;
+	return kv_span(kv, block, layer, 1);
+}
+
+uint16_t kt_kv_q8_group(const float *x, int8_t *codes, int n)
+{
+	float amax = 0;
+	for (int i = 0; i < n; i++)
+		amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+	/* the codes are taken against the scale as stored (f16), so each value
+	 * is within half a step of its input */
+	uint16_t dh = kt_f32_to_f16(amax / 127.0f);
+	float d = kt_f16_to_f32(dh), id = d != 0 ? 1.0f / d : 0.0f;
+	for (int i = 0; i < n; i++) {
+		float r = nearbyintf(x[i] * id);
+		/* a NaN (a row never written, converted whole) gives 0 */
+		codes[i] = (int8_t)(r != r ? 0 : r > 127 ? 127 : r < -127 ? -127 : r);
+	}
+	return dh;
+}
+
+/* Element i of a span's codes / the scale of group g at row r, as fp32:
+ * the same arithmetic the attention kernels do (scale * code in fp32). */
+static float span_elem(const struct kt_kv *kv, const char *span, size_t i)
+{
+	switch (kv->dtype) {
+	case KT_F16: return kt_f16_to_f32(((const uint16_t *)span)[i]);
+	case KT_Q8_0: return (float)((const int8_t *)span)[i];
+	default: return ((const float *)span)[i];
+	}
+}
+
+static const uint16_t *span_scales(const struct kt_kv *kv, const char *span)
+{
+	return (const uint16_t *)(span + (size_t)kv->block_size * kv->kv_dim);
 }
 
 void kt_kv_get_k(const struct kt_kv *kv, int32_t block, int layer, int row, float *out)
 {
-	const float *kt = kv_span(kv, block, layer, 0);
-	for (int c = 0; c < kv->kv_dim; c++)
-		out[c] = kt[(size_t)c * kv->block_size + row];
+	const char *kt = kv_span(kv, block, layer, 0);
+	int bs = kv->block_size;
+	for (int c = 0; c < kv->kv_dim; c++) {
+		out[c] = span_elem(kv, kt, (size_t)c * bs + row);
+		if (kv->dtype == KT_Q8_0)
+			out[c] = kt_f16_to_f32(span_scales(kv, kt)[(size_t)(c / kv->group) * bs + row]) * out[c];
+	}
+}
+
+void kt_kv_get_v(const struct kt_kv *kv, int32_t block, int layer, int row, float *out)
+{
+	const char *vs = kv_span(kv, block, layer, 1);
+	size_t kd = (size_t)kv->kv_dim;
+	for (size_t c = 0; c < kd; c++) {
+		out[c] = span_elem(kv, vs, (size_t)row * kd + c);
+		if (kv->dtype == KT_Q8_0)
+			out[c] = kt_f16_to_f32(span_scales(kv, vs)[(size_t)row * (kd / kv->group) +
+								   c / kv->group]) * out[c];
+	}
+}
+
+void kt_kv_put(const struct kt_kv *kv, int32_t block, int layer, int row, const float *k,
+	       const float *v)
+{
+	char *kt = kv_span(kv, block, layer, 0), *vs = kv_span(kv, block, layer, 1);
+	int bs = kv->block_size, kd = kv->kv_dim;
+	switch (kv->dtype) {
+	case KT_F16: {
+		uint16_t *k16 = (uint16_t *)kt, *v16 = (uint16_t *)vs + (size_t)row * kd;
+		for (int c = 0; c < kd; c++) {
+			k16[(size_t)c * bs + row] = kt_f32_to_f16(k[c]);
+			v16[c] = kt_f32_to_f16(v[c]);
+		}
+		break;
+	}
+	case KT_Q8_0: {
+		int g = kv->group, ng = kd / g;
+		int8_t codes[32];
+		uint16_t *ks = (uint16_t *)(kt + (size_t)bs * kd), *vsc = (uint16_t *)(vs + (size_t)bs * kd);
+		for (int j = 0; j < ng; j++) {
+			ks[(size_t)j * bs + row] = kt_kv_q8_group(k + (size_t)j * g, codes, g);
+			for (int i = 0; i < g; i++)
+				((int8_t *)kt)[(size_t)(j * g + i) * bs + row] = codes[i];
+			vsc[(size_t)row * ng + j] =
+				kt_kv_q8_group(v + (size_t)j * g, (int8_t *)vs + (size_t)row * kd + (size_t)j * g, g);
+		}
+		break;
+	}
+	default: {
+		float *kf = (float *)kt;
+		for (int c = 0; c < kd; c++)
+			kf[(size_t)c * bs + row] = k[c];
+		memcpy((float *)vs + (size_t)row * kd, v, (size_t)kd * sizeof(float));
+		break;
+	}
+	}
 }
 
 static uint32_t f32_bits(float f)

@@ -10,10 +10,13 @@
 #include "session/kvpool.h"
 #include "util/grow.h"
 
-struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
-			     int n_layers, int kv_dim)
+struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int head_dim,
+				int n_blocks, int block_size, int n_layers, int kv_dim)
 {
 	if (n_blocks <= 0 || block_size <= 0 || n_layers <= 0 || kv_dim <= 0)
+		return NULL;
+	if (dtype != KT_F32 && (block_size != 16 || head_dim <= 0 || kv_dim % head_dim != 0 ||
+				!kt_kv_dtype_ok(dtype, head_dim)))
 		return NULL;
 	struct kvpool *p = calloc(1, sizeof(*p));
 	if (!p)
@@ -23,6 +26,8 @@ struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
 	p->kv.block_size = block_size;
 	p->kv.n_layers = n_layers;
 	p->kv.kv_dim = kv_dim;
+	p->kv.dtype = dtype;
+	p->kv.group = dtype == KT_Q8_0 ? kt_kv_group_for(head_dim) : 0;
 	size_t bytes = kt_kv_block_bytes(&p->kv) * (size_t)n_blocks;
 	if (p->be)
 		p->kv.base = p->be->ops->mem_alloc(p->be, bytes);
@@ -44,6 +49,12 @@ struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
 		p->free_list[i] = n_blocks - 1 - i;  /* block 0 is taken first */
 	p->n_free = n_blocks;
 	return p;
+}
+
+struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
+			     int n_layers, int kv_dim)
+{
+	return kvpool_new_typed(be, KT_F32, 0, n_blocks, block_size, n_layers, kv_dim);
 }
 
 struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim)

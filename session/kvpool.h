@@ -39,6 +39,12 @@ struct kvpool *kvpool_new(int n_blocks, int block_size, int n_layers, int kv_dim
 /* The same in the backend memory of be (device memory on CUDA). */
 struct kvpool *kvpool_new_on(struct backend *be, int n_blocks, int block_size,
 			     int n_layers, int kv_dim);
+/* The same with elements of dtype (KT_F32, KT_F16, KT_Q8_0: the layout of
+ * kernels/backend.h) for heads of head_dim channels. NULL also when dtype
+ * is not available for that shape (kt_kv_dtype_ok; typed stores need
+ * block_size 16). */
+struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int head_dim,
+				int n_blocks, int block_size, int n_layers, int kv_dim);
 /* Block b's bytes in host memory, or NULL when the pool lives on a device
  * (then use kvpool_get_block / kvpool_put_block). */
 void *kvpool_host_block(const struct kvpool *p, int32_t b);

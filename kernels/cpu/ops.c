@@ -14,6 +14,10 @@
 
 #include "kernels/cpu/cpu.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 
 float cpu_dot(const float *a, const float *b, int n)
 {
@@ -133,13 +137,29 @@ static void cpu_kv_store(struct backend *be, const struct kt_kv *kv, int layer,
 	for (int t = 0; t < n_tok; t++) {
 		int p = rows[t].pos;
 		int32_t b = rows[t].block_table[p / bs];
+		if (kv->dtype != KT_F32) {
+			kt_kv_put(kv, b, layer, p % bs, k + (size_t)t * kd, v + (size_t)t * kd);
+			continue;
+		}
 		int r = p % bs;
 		float *kt = kt_kv_kt(kv, b, layer);
 		const float *kr = k + (size_t)t * kd;
 		for (int c = 0; c < kd; c++)
 			kt[(size_t)c * bs + r] = kr[c];
-		memcpy(kt_kv_v(kv, b, layer, r), v + (size_t)t * kd, (size_t)kd * sizeof(float));
+		memcpy((float *)kt_kv_vspan(kv, b, layer) + (size_t)r * kd, v + (size_t)t * kd,
+		       (size_t)kd * sizeof(float));
 	}
+}
+
+/* The f32 store's K span / V row of (block, layer, row). */
+static inline const float *kv_kt32(const struct kt_kv *kv, int32_t b, int layer)
+{
+	return kt_kv_kt(kv, b, layer);
+}
+
+static inline const float *kv_v32(const struct kt_kv *kv, int32_t b, int layer, int row)
+{
+	return (const float *)kt_kv_vspan(kv, b, layer) + (size_t)row * kv->kv_dim;
 }
 
 struct attn_job {
@@ -264,7 +284,7 @@ v_accum16(float *out, const float *sc, float inv, const struct kt_kv *kv, const 
 	v16f acc[4] = { { 0 } };
 	for (int p0 = 0; p0 < n; p0 += bs) {
 		int m = n - p0 < bs ? n - p0 : bs;
-		const float *vb = kt_kv_v(kv, tab[p0 / bs], layer, 0) + off;
+		const float *vb = kv_v32(kv, tab[p0 / bs], layer, 0) + off;
 		for (int i = 0; i < m; i++) {
 			float a = sc[p0 + i] * inv;
 #pragma GCC unroll 4
@@ -288,7 +308,7 @@ v_accum(float *out, const float *sc, float inv, const struct kt_kv *kv, const in
 	v8f acc[8] = { { 0 } };
 	for (int p0 = 0; p0 < n; p0 += bs) {
 		int m = n - p0 < bs ? n - p0 : bs;
-		const float *vb = kt_kv_v(kv, tab[p0 / bs], layer, 0) + off;
+		const float *vb = kv_v32(kv, tab[p0 / bs], layer, 0) + off;
 		for (int i = 0; i < m; i++) {
 			float a = sc[p0 + i] * inv;
 #pragma GCC unroll 8
@@ -324,13 +344,13 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 		/* four blocks at a time: four independent FMA chains, each block's
 		 * scores still a sequential sum over d */
 		for (; b + 4 <= nb; b += 4)
-			block_scores4(sc + b * 16, q, kt_kv_kt(kv, tab[b], j->layer) + hoff,
-				      kt_kv_kt(kv, tab[b + 1], j->layer) + hoff,
-				      kt_kv_kt(kv, tab[b + 2], j->layer) + hoff,
-				      kt_kv_kt(kv, tab[b + 3], j->layer) + hoff, hd);
+			block_scores4(sc + b * 16, q, kv_kt32(kv, tab[b], j->layer) + hoff,
+				      kv_kt32(kv, tab[b + 1], j->layer) + hoff,
+				      kv_kt32(kv, tab[b + 2], j->layer) + hoff,
+				      kv_kt32(kv, tab[b + 3], j->layer) + hoff, hd);
 	}
 	for (; b < nb; b++)
-		block_scores(sc + b * bs, q, kt_kv_kt(kv, tab[b], j->layer) + hoff, hd, bs);
+		block_scores(sc + b * bs, q, kv_kt32(kv, tab[b], j->layer) + hoff, hd, bs);
 	float inv = softmax_row(sc, n, scale);
 	/* out = sum_p a_p v_p: up to 64 dims at a time in registers held
 	 * across positions; each output a sequential sum over p */
@@ -364,7 +384,7 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 		float acc = 0;
 		for (int p = 0; p < n; p++)
 			acc += sc[p] * inv *
-			       kt_kv_v(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
+			       kv_v32(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
 		out[d0] = acc;
 	}
 }
@@ -399,7 +419,7 @@ static void attn_group4(const struct attn_job *j, int t0, int h, float *scratch,
 	size_t hoff = (size_t)kvh * hd * 16;
 	int nb = (nmax + 15) / 16;
 	for (int b = 0; b < nb; b++) {
-		const float *kt = kt_kv_kt(kv, tab[b], j->layer) + hoff;
+		const float *kt = kv_kt32(kv, tab[b], j->layer) + hoff;
 		v16f a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
 		for (int d = 0; d < hd; d++) {
 			v16f k = ld16(kt + (size_t)d * 16);
@@ -421,7 +441,7 @@ static void attn_group4(const struct attn_job *j, int t0, int h, float *scratch,
 		size_t off = (size_t)kvh * hd + d0;
 		v16f acc[4][4] = { { { 0 } } };
 		for (int p = 0; p < nmax; p++) {
-			const float *v = kt_kv_v(kv, tab[p / 16], j->layer, p % 16) + off;
+			const float *v = kv_v32(kv, tab[p / 16], j->layer, p % 16) + off;
 			v16f v0 = ld16(v), v1 = ld16(v + 16), v2 = ld16(v + 32), v3 = ld16(v + 48);
 			(void)kd;
 #pragma GCC unroll 4
@@ -495,13 +515,13 @@ static void attn_one8(const struct attn_job *j, int t, int h, float *sc)
 	int nb = (n + bs - 1) / bs, b = 0;
 	if (bs == 16) {
 		for (; b + 2 <= nb; b += 2)
-			block_scores2_8(sc + b * 16, q, kt_kv_kt(kv, tab[b], j->layer) + hoff,
-					kt_kv_kt(kv, tab[b + 1], j->layer) + hoff, hd);
+			block_scores2_8(sc + b * 16, q, kv_kt32(kv, tab[b], j->layer) + hoff,
+					kv_kt32(kv, tab[b + 1], j->layer) + hoff, hd);
 		for (; b < nb; b++)
-			block_scores16_8(sc + b * 16, q, kt_kv_kt(kv, tab[b], j->layer) + hoff, hd);
+			block_scores16_8(sc + b * 16, q, kv_kt32(kv, tab[b], j->layer) + hoff, hd);
 	}
 	for (; b < nb; b++)
-		block_scores(sc + b * bs, q, kt_kv_kt(kv, tab[b], j->layer) + hoff, hd, bs);
+		block_scores(sc + b * bs, q, kv_kt32(kv, tab[b], j->layer) + hoff, hd, bs);
 	float inv = softmax_row(sc, n, scale);
 	int d0 = 0;
 	while (hd - d0 >= 8) {
@@ -523,7 +543,7 @@ static void attn_one8(const struct attn_job *j, int t, int h, float *sc)
 		float acc = 0;
 		for (int p = 0; p < n; p++)
 			acc += sc[p] * inv *
-			       kt_kv_v(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
+			       kv_v32(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
 		out[d0] = acc;
 	}
 }
@@ -548,7 +568,7 @@ static void attn_group4_8(const struct attn_job *j, int t0, int h, float *scratc
 	size_t hoff = (size_t)kvh * hd * 16;
 	int nb = (nmax + 15) / 16;
 	for (int b = 0; b < nb; b++) {
-		const float *kt = kt_kv_kt(kv, tab[b], j->layer) + hoff;
+		const float *kt = kv_kt32(kv, tab[b], j->layer) + hoff;
 		v8f a[4][2] = { { { 0 } } };
 		for (int d = 0; d < hd; d++) {
 			v8f k0 = ld8(kt + (size_t)d * 16), k1 = ld8(kt + (size_t)d * 16 + 8);
@@ -570,7 +590,7 @@ static void attn_group4_8(const struct attn_job *j, int t0, int h, float *scratc
 		size_t off = (size_t)kvh * hd + d0;
 		v8f acc[4][2] = { { { 0 } } };
 		for (int p = 0; p < nmax; p++) {
-			const float *v = kt_kv_v(kv, tab[p / 16], j->layer, p % 16) + off;
+			const float *v = kv_v32(kv, tab[p / 16], j->layer, p % 16) + off;
 			v8f v0 = ld8(v), v1 = ld8(v + 8);
 #pragma GCC unroll 4
 			for (int r = 0; r < 4; r++) {
@@ -588,13 +608,263 @@ static void attn_group4_8(const struct attn_job *j, int t0, int h, float *scratc
 	}
 }
 
+/*
+ * Attention over a typed store (f16, q8_0; kernels/backend.h), in
+ * eight-float vectors: the stored elements are converted in the inner
+ * loops as they are loaded (F16C, or sign-extension of the int8 codes),
+ * never into a copy of the sequence. Each value is a fixed sequence of
+ * operations (a score: per q8_0 group a sum over its channels in order,
+ * times the position's scale, groups in order; f16: one sum over d; an
+ * output: a sum over positions in order), so results stay deterministic
+ * and batch-invariant. Block size 16, head_dim a multiple of 8
+ * (kt_kv_dtype_ok).
+ */
+static inline __attribute__((always_inline)) float h2f(uint16_t h)
+{
+#if defined(__F16C__)
+	return _cvtsh_ss(h);
+#else
+	return kt_f16_to_f32(h);
+#endif
+}
+
+static inline __attribute__((always_inline)) v8f ldh8(const uint16_t *p)
+{
+#if defined(__F16C__)
+	return (v8f)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+#else
+	v8f v;
+	for (int i = 0; i < 8; i++)
+		v[i] = kt_f16_to_f32(p[i]);
+	return v;
+#endif
+}
+
+static inline __attribute__((always_inline)) v8f ldb8(const int8_t *p)
+{
+#if defined(__AVX2__)
+	return (v8f)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+#else
+	v8f v;
+	for (int i = 0; i < 8; i++)
+		v[i] = (float)p[i];
+	return v;
+#endif
+}
+
+/* Eight stored elements from element index i of a span (codes for q8_0). */
+static inline __attribute__((always_inline)) v8f tld8(const char *span, size_t i, const int DT)
+{
+	if (DT == KT_F16)
+		return ldh8((const uint16_t *)span + i);
+	return ldb8((const int8_t *)span + i);
+}
+
+/* Scores of one block of 16 positions for the head whose channels start at
+ * c0: s[i] = q . k_i (q8_0: sum over groups of scale(g, i) * q . codes). */
+static inline __attribute__((always_inline)) void
+tblock_scores(float *s, const float *q, const char *kt, const struct kt_kv *kv, int c0, int hd,
+	      const int DT)
+{
+	v8f a0 = { 0 }, a1 = { 0 };
+	if (DT == KT_Q8_0) {
+		int G = kv->group;
+		const uint16_t *ks = (const uint16_t *)(kt + (size_t)16 * kv->kv_dim);
+		for (int g0 = 0; g0 < hd; g0 += G) {
+			v8f b0 = { 0 }, b1 = { 0 };
+			for (int d = g0; d < g0 + G; d++) {
+				b0 += q[d] * tld8(kt, (size_t)(c0 + d) * 16, DT);
+				b1 += q[d] * tld8(kt, (size_t)(c0 + d) * 16 + 8, DT);
+			}
+			const uint16_t *sg = ks + (size_t)((c0 + g0) / G) * 16;
+			a0 += b0 * ldh8(sg);
+			a1 += b1 * ldh8(sg + 8);
+		}
+	} else {
+		for (int d = 0; d < hd; d++) {
+			a0 += q[d] * tld8(kt, (size_t)(c0 + d) * 16, DT);
+			a1 += q[d] * tld8(kt, (size_t)(c0 + d) * 16 + 8, DT);
+		}
+	}
+	st8(s, a0);
+	st8(s + 8, a1);
+}
+
+/* The weight of position row i of a V span for channels [c, c+8): a, or
+ * a times the row's scale of that group (q8_0). */
+static inline __attribute__((always_inline)) float
+tv_weight(float a, const char *vs, const struct kt_kv *kv, int i, int c, const int DT)
+{
+	if (DT != KT_Q8_0)
+		return a;
+	int ng = kv->kv_dim / kv->group;
+	const uint16_t *sc = (const uint16_t *)(vs + (size_t)16 * kv->kv_dim);
+	return a * h2f(sc[(size_t)i * ng + c / kv->group]);
+}
+
+/* out[d0, d0+8*NV) = sum_p sc[p]*inv * V[p][c, c+8*NV) (c = kvh*hd + d0). */
+static inline __attribute__((always_inline)) void
+tv_accum(float *out, const float *sc, float inv, const struct kt_kv *kv, const int32_t *tab,
+	 int layer, int n, int c, const int NV, int d0, const int DT)
+{
+	size_t kd = (size_t)kv->kv_dim;
+	v8f acc[8] = { { 0 } };
+	for (int p0 = 0; p0 < n; p0 += 16) {
+		int m = n - p0 < 16 ? n - p0 : 16;
+		const char *vs = kt_kv_vspan(kv, tab[p0 / 16], layer);
+		for (int i = 0; i < m; i++) {
+			float a = sc[p0 + i] * inv;
+#pragma GCC unroll 8
+			for (int k = 0; k < NV; k++)
+				acc[k] += tv_weight(a, vs, kv, i, c + 8 * k, DT) *
+					  tld8(vs, (size_t)i * kd + c + 8 * k, DT);
+		}
+	}
+#pragma GCC unroll 8
+	for (int k = 0; k < NV; k++)
+		st8(out + d0 + 8 * k, acc[k]);
+}
+
+static inline __attribute__((always_inline)) void
+tattn_one(const struct attn_job *j, int t, int h, float *sc, const int DT)
+{
+	const struct kt_kv *kv = j->kv;
+	int hd = j->hd;
+	int kvh = h / (j->n_heads / j->n_kv_heads);
+	const float *q = j->q + ((size_t)t * j->n_heads + h) * hd;
+	float *out = j->out + ((size_t)t * j->n_heads + h) * hd;
+	const int32_t *tab = j->rows[t].block_table;
+	int n = j->rows[t].pos + 1;
+	int nb = (n + 15) / 16;
+	for (int b = 0; b < nb; b++)
+		tblock_scores(sc + b * 16, q, kt_kv_kt(kv, tab[b], j->layer), kv, kvh * hd, hd, DT);
+	float inv = softmax_row(sc, n, 1.0f / sqrtf((float)hd));
+	for (int d0 = 0; d0 < hd;) {
+		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
+		int c = kvh * hd + d0;
+		switch (nv) {
+		case 1: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 1, d0, DT); break;
+		case 2: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 2, d0, DT); break;
+		case 3: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 3, d0, DT); break;
+		case 4: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 4, d0, DT); break;
+		case 5: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 5, d0, DT); break;
+		case 6: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 6, d0, DT); break;
+		case 7: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 7, d0, DT); break;
+		default: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 8, d0, DT); break;
+		}
+		d0 += nv * 8;
+	}
+}
+
+/* Four rows of one sequence, one head, sharing every K and V load (as
+ * attn_group4_8); each row's values are computed exactly as tattn_one
+ * computes them. */
+static inline __attribute__((always_inline)) void
+tattn_group4(const struct attn_job *j, int t0, int h, float *scratch, size_t stride, const int DT)
+{
+	const struct kt_kv *kv = j->kv;
+	int hd = j->hd;
+	int kvh = h / (j->n_heads / j->n_kv_heads);
+	const int32_t *tab = j->rows[t0].block_table;
+	const float *q[4];
+	float *out[4], *sc[4], inv[4];
+	int n[4], nmin = INT32_MAX, nmax = 0;
+	for (int r = 0; r < 4; r++) {
+		q[r] = j->q + ((size_t)(t0 + r) * j->n_heads + h) * hd;
+		out[r] = j->out + ((size_t)(t0 + r) * j->n_heads + h) * hd;
+		sc[r] = scratch + (size_t)r * stride;
+		n[r] = j->rows[t0 + r].pos + 1;
+		nmin = n[r] < nmin ? n[r] : nmin;
+		nmax = n[r] > nmax ? n[r] : nmax;
+	}
+	int nb = (nmax + 15) / 16, c0 = kvh * hd;
+	for (int b = 0; b < nb; b++) {
+		const char *kt = kt_kv_kt(kv, tab[b], j->layer);
+		v8f a[4][2] = { { { 0 } } };
+		int G = DT == KT_Q8_0 ? kv->group : hd;
+		const uint16_t *ks = (const uint16_t *)(kt + (size_t)16 * kv->kv_dim);
+		for (int g0 = 0; g0 < hd; g0 += G) {
+			v8f bb[4][2] = { { { 0 } } };
+			for (int d = g0; d < g0 + G; d++) {
+				v8f k0 = tld8(kt, (size_t)(c0 + d) * 16, DT);
+				v8f k1 = tld8(kt, (size_t)(c0 + d) * 16 + 8, DT);
+#pragma GCC unroll 4
+				for (int r = 0; r < 4; r++) {
+					bb[r][0] += q[r][d] * k0;
+					bb[r][1] += q[r][d] * k1;
+				}
+			}
+			if (DT == KT_Q8_0) {
+				const uint16_t *sg = ks + (size_t)((c0 + g0) / G) * 16;
+				v8f s0 = ldh8(sg), s1 = ldh8(sg + 8);
+				for (int r = 0; r < 4; r++) {
+					a[r][0] += bb[r][0] * s0;
+					a[r][1] += bb[r][1] * s1;
+				}
+			} else {
+				memcpy(a, bb, sizeof(a));
+			}
+		}
+		for (int r = 0; r < 4; r++) {
+			st8(sc[r] + b * 16, a[r][0]);
+			st8(sc[r] + b * 16 + 8, a[r][1]);
+		}
+	}
+	float scale = 1.0f / sqrtf((float)hd);
+	for (int r = 0; r < 4; r++)
+		inv[r] = softmax_row(sc[r], n[r], scale);
+	size_t kd = (size_t)kv->kv_dim;
+	for (int d0 = 0; d0 < hd; d0 += 16) {
+		int c = c0 + d0;
+		v8f acc[4][2] = { { { 0 } } };
+		for (int p = 0; p < nmax; p++) {
+			const char *vs = kt_kv_vspan(kv, tab[p / 16], j->layer);
+			int i = p % 16;
+			v8f v0 = tld8(vs, (size_t)i * kd + c, DT), v1 = tld8(vs, (size_t)i * kd + c + 8, DT);
+#pragma GCC unroll 4
+			for (int r = 0; r < 4; r++) {
+				if (p >= nmin && p >= n[r])
+					continue;
+				float a = sc[r][p] * inv[r];
+				acc[r][0] += tv_weight(a, vs, kv, i, c, DT) * v0;
+				acc[r][1] += tv_weight(a, vs, kv, i, c + 8, DT) * v1;
+			}
+		}
+		for (int r = 0; r < 4; r++) {
+			st8(out[r] + d0, acc[r][0]);
+			st8(out[r] + d0 + 8, acc[r][1]);
+		}
+	}
+}
+
+static void attn_one_f16(const struct attn_job *j, int t, int h, float *sc)
+{
+	tattn_one(j, t, h, sc, KT_F16);
+}
+
+static void attn_one_q8(const struct attn_job *j, int t, int h, float *sc)
+{
+	tattn_one(j, t, h, sc, KT_Q8_0);
+}
+
+static void attn_group4_f16(const struct attn_job *j, int t0, int h, float *sc, size_t stride)
+{
+	tattn_group4(j, t0, h, sc, stride, KT_F16);
+}
+
+static void attn_group4_q8(const struct attn_job *j, int t0, int h, float *sc, size_t stride)
+{
+	tattn_group4(j, t0, h, sc, stride, KT_Q8_0);
+}
+
 static void attn_worker(void *ctx, int ith, int nth)
 {
 	const struct attn_job *j = ctx;
 	int total = j->n_tok * j->n_heads;
 	int per = (total + nth - 1) / nth;
 	int a = ith * per, b = a + per < total ? a + per : total;
-	int group_ok = j->kv->block_size == 16 && j->hd % 64 == 0;
+	enum kt_dtype dt = j->kv->dtype;
+	int group_ok = j->kv->block_size == 16 && j->hd % (dt == KT_F32 ? 64 : 16) == 0;
 	size_t stride = j->scratch_len / 4;
 	/* head-major: consecutive items are the rows of one head, which read
 	 * the same K/V blocks while they are still in cache */
@@ -604,13 +874,21 @@ static void attn_worker(void *ctx, int ith, int nth)
 		    j->rows[t + 1].block_table == j->rows[t].block_table &&
 		    j->rows[t + 2].block_table == j->rows[t].block_table &&
 		    j->rows[t + 3].block_table == j->rows[t].block_table) {
-			if (j->wide)
+			if (dt == KT_F16)
+				attn_group4_f16(j, t, h, j->scratch[ith], stride);
+			else if (dt == KT_Q8_0)
+				attn_group4_q8(j, t, h, j->scratch[ith], stride);
+			else if (j->wide)
 				attn_group4(j, t, h, j->scratch[ith], stride);
 			else
 				attn_group4_8(j, t, h, j->scratch[ith], stride);
 			i += 4;
 		} else {
-			if (j->wide)
+			if (dt == KT_F16)
+				attn_one_f16(j, t, h, j->scratch[ith]);
+			else if (dt == KT_Q8_0)
+				attn_one_q8(j, t, h, j->scratch[ith]);
+			else if (j->wide)
 				attn_one(j, t, h, j->scratch[ith]);
 			else
 				attn_one8(j, t, h, j->scratch[ith]);
@@ -849,6 +1127,7 @@ struct backend *backend_cpu_new(int n_threads)
 	/* sixteen-float attention where it is one register (the AVX-512
 	 * clone); the eight-float code elsewhere: the same results */
 	cb->attn_wide = cpu_has(CPU_AVX512F);
+	cb->be.kv_types = 1u << KT_F32 | 1u << KT_F16 | 1u << KT_Q8_0;
 	/* quantized weights are packed for 8-bit activations where the CPU
 	 * has AVX512-VNNI or AVX2; the packed form's results do not depend on
 	 * the kernel, so LLAMAD_NO_AVX512 / LLAMAD_NO_AVX2 keep packing and

@@ -159,7 +159,7 @@ void cu_attn_fill(struct attn_args *ap, float *out, const float *q, const struct
 	a.out = out;
 	a.part = part;
 	a.q = q;
-	a.base = kv->base;
+	a.base = (const float *)kv->base;
 	a.pos = b->pos;
 	a.row_tab = b->row_tab;
 	a.tiles = b->tiles;
@@ -305,7 +305,7 @@ void cu_attn_gather(cudaStream_t st, __half *kc, __half *vc, const struct kt_kv 
 		    const int32_t *tab, int P, int n_kv_heads, int hd)
 {
 	dim3 grid(P, n_kv_heads);
-	attn_gather_kernel<<<grid, 128, 0, st>>>(kc, vc, kv->base, tab, kv->n_layers, kv->block_size,
+	attn_gather_kernel<<<grid, 128, 0, st>>>(kc, vc, (const float *)kv->base, tab, kv->n_layers, kv->block_size,
 						 kv->kv_dim, layer, hd, P);
 }
 

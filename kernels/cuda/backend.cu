@@ -226,6 +226,7 @@ extern "C" struct backend *backend_cuda_new(int gpu, enum backend_wtype wtype, c
 	char name[48];
 	memcpy(name, prop.name, sizeof(name) - 1);
 	name[sizeof(name) - 1] = 0;
+	c->be.kv_types = 1u << KT_F32;  /* f16 / q8_0 K/V: not yet on the device */
 	snprintf(c->be.desc, sizeof(c->be.desc), "cuda, %s (sm_%d%d, %d SMs, %.1f GiB), %s weights",
 		 name, prop.major, prop.minor, prop.multiProcessorCount,
 		 prop.totalGlobalMem / 1073741824.0, wn[wtype]);

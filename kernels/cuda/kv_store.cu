@@ -28,7 +28,7 @@ void cu_kv_store(cudaStream_t st, const struct kt_kv *kv, int layer, const float
 		 const float *v, const struct cu_batch *b)
 {
 	if (b->n_tok > 0)
-		cu_launch_pdl(kv_store_kernel, dim3(b->n_tok), dim3(256), 0, st, kv->base, kv->n_layers,
+		cu_launch_pdl(kv_store_kernel, dim3(b->n_tok), dim3(256), 0, st, (float *)kv->base, kv->n_layers,
 			      kv->block_size, kv->kv_dim, layer, k, v, b->pos, b->row_tab, b->tables,
 			      b->tab_stride);
 }

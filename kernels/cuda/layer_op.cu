@@ -39,7 +39,7 @@ static struct cu_gemv_epi layer_epi(struct cu_backend *c, const struct kt_kv *kv
 				    const struct kt_layer *L)
 {
 	struct cu_gemv_epi e;
-	e.kv = kv->base;
+	e.kv = (float *)kv->base;
 	e.inv_freq = L->inv_freq;
 	e.pos = c->batch.pos;
 	e.row_tab = c->batch.row_tab;

@@ -314,7 +314,7 @@ static void check_embed(struct backend *cpu, struct backend *g, enum kt_dtype t)
 		b.rows[i].block_table = tab;
 		b.rows[i].pos = 0;
 	}
-	struct kt_kv kv = { NULL, 1, 16, 1, 64 };
+	struct kt_kv kv = { NULL, 1, 16, 1, 64, KT_F32, 0 };
 	float *ref = xmalloc((size_t)T * D * 4), *dy = dev(g, NULL, (size_t)T * D);
 	cpu->ops->embed(cpu, ref, &w, b.tok, T);
 	g->ops->batch_begin(g, &kv, b.tok, b.pos, b.rows, T);
@@ -347,7 +347,7 @@ static void check_rope(struct backend *cpu, struct backend *g, enum kt_rope_layo
 		b.rows[t].block_table = tab;
 		b.tok[t] = 1;
 	}
-	struct kt_kv kv = { NULL, 300, 16, 1, 64 };
+	struct kt_kv kv = { NULL, 300, 16, 1, 64, KT_F32, 0 };
 	float *dq = dev(g, q, nq), *dk = dev(g, k, nk), *dinv = dev(g, inv, hd / 2);
 	cpu->ops->rope(cpu, q, k, b.pos, T, nh, nkv, hd, inv, lay);
 	g->ops->batch_begin(g, &kv, b.tok, b.pos, b.rows, T);
@@ -374,7 +374,7 @@ static void check_attention(struct backend *cpu, struct backend *g, int nh, int 
 	}
 	size_t pool_f = kt_kv_block_bytes(&hp->kv) / 4 * NB;
 	for (size_t i = 0; i < pool_f; i++)
-		hp->kv.base[i] = frand();
+		((float *)hp->kv.base)[i] = frand();
 	g->ops->upload(g, gp->kv.base, hp->kv.base, pool_f * 4);
 	/* five sequences: histories 0, 15, 16, 700, 3000 */
 	int hist[5] = { 0, 15, 16, 700, 3000 };

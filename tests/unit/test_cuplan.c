@@ -251,9 +251,9 @@ static void epilogue(float *qo, const float *q, const float *k, const float *v, 
 			int ps = pos[t], slot = rows[t].pos % kv->block_size;
 			int32_t blk = rows[t].block_table[rows[t].pos / kv->block_size];
 			if (p.m == 2) {
-				kv->base[cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+				((float *)kv->base)[cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
 						     p.c0, slot)] = a;
-				kv->base[cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+				((float *)kv->base)[cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
 						     p.c0 + 1, slot)] = b;
 				continue;
 			}
@@ -263,9 +263,9 @@ static void epilogue(float *qo, const float *q, const float *k, const float *v, 
 				qo[(size_t)t * qr + p.c0] = o0;
 				qo[(size_t)t * qr + p.c0 + 1] = o1;
 			} else {
-				kv->base[cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+				((float *)kv->base)[cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
 						     p.c0, slot)] = o0;
-				kv->base[cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+				((float *)kv->base)[cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
 						     p.c0 + 1, slot)] = o1;
 			}
 		}
@@ -282,12 +282,12 @@ static void test_epilogue_matches_cpu(void **state)
 		for (int half = 0; half < 2; half++) {
 			int H = cfg[ci][0], KH = cfg[ci][1], hd = cfg[ci][2], T = 5, L = 3, layer = 1;
 			int bs = 16, nblocks = 6, qr = H * hd, kr = KH * hd;
-			struct kt_kv kv1 = { NULL, nblocks, bs, L, kr }, kv2 = kv1;
+			struct kt_kv kv1 = { NULL, nblocks, bs, L, kr, KT_F32, 0 }, kv2 = kv1;
 			size_t kvn = kt_kv_block_bytes(&kv1) * nblocks / 4;
 			kv1.base = malloc(kvn * 4);
 			kv2.base = malloc(kvn * 4);
 			for (size_t i = 0; i < kvn; i++)
-				kv1.base[i] = kv2.base[i] = rng_float(-1, 1);
+				((float *)kv1.base)[i] = ((float *)kv2.base)[i] = rng_float(-1, 1);
 			float *q = malloc((size_t)T * qr * 4), *k = malloc((size_t)T * kr * 4);
 			float *v = malloc((size_t)T * kr * 4), *qo = malloc((size_t)T * qr * 4);
 			float *inv = malloc((size_t)hd / 2 * 4);

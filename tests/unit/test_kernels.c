@@ -694,7 +694,7 @@ struct attn_cfg {
 static float *kv_span_addr(const struct kt_kv *kv, int b, int l, int which)
 {
 	size_t span = (size_t)kv->block_size * kv->kv_dim;
-	return kv->base + (((size_t)b * kv->n_layers + l) * 2 + which) * span;
+	return (float *)kv->base + (((size_t)b * kv->n_layers + l) * 2 + which) * span;
 }
 
 /* K row of (block, layer, row), gathered from the transposed span. */
@@ -708,7 +708,7 @@ static void k_row(const struct kt_kv *kv, int b, int l, int row, float *out)
 static void attn_case(const struct attn_cfg *cfg)
 {
 	int kvd = cfg->n_kv_heads * cfg->hd, qd = cfg->n_heads * cfg->hd;
-	struct kt_kv kv = { NULL, cfg->n_blocks, cfg->block_size, cfg->n_layers, kvd };
+	struct kt_kv kv = { NULL, cfg->n_blocks, cfg->block_size, cfg->n_layers, kvd, KT_F32, 0 };
 	size_t kv_floats = kt_kv_block_bytes(&kv) / sizeof(float) * cfg->n_blocks;
 	assert_int_equal(kt_kv_block_bytes(&kv),
 			 (size_t)cfg->n_layers * 2 * cfg->block_size * kvd * sizeof(float));
@@ -746,14 +746,18 @@ static void attn_case(const struct attn_cfg *cfg)
 		float *va = kv_span_addr(&kv, tab[p / bs], cfg->layer, 1) + (size_t)(p % bs) * kvd;
 		assert_ptr_equal(kt_kv_kt(&kv, tab[p / bs], cfg->layer),
 				 kv_span_addr(&kv, tab[p / bs], cfg->layer, 0));
-		assert_ptr_equal(va, kt_kv_v(&kv, tab[p / bs], cfg->layer, p % bs));
+		assert_ptr_equal(kv_span_addr(&kv, tab[p / bs], cfg->layer, 1),
+				 kt_kv_vspan(&kv, tab[p / bs], cfg->layer));
+		float vb[1024];
+		kt_kv_get_v(&kv, tab[p / bs], cfg->layer, p % bs, vb);
+		assert_memory_equal(vb, va, (size_t)kvd * sizeof(float));
 		assert_memory_equal(ka, k + (size_t)t * kvd, (size_t)kvd * sizeof(float));
 		assert_memory_equal(kb, ka, (size_t)kvd * sizeof(float));
 		assert_memory_equal(va, v + (size_t)t * kvd, (size_t)kvd * sizeof(float));
 	}
 	size_t written = 0;
 	for (size_t i = 0; i < kv_floats; i++)
-		written += !isnan(kv.base[i]);
+		written += !isnan(((float *)kv.base)[i]);
 	assert_int_equal(written, (size_t)T * kvd * 2);
 
 	float *out = xmalloc((size_t)T * qd * sizeof(float));
@@ -836,6 +840,100 @@ static void attn_case(const struct attn_cfg *cfg)
 	free(rows);
 	free(seq_of);
 	free(kv.base);
+}
+
+/*
+ * Typed K/V (f16, q8_0): kv_store converts each row once (the stored value
+ * within half a step of the input: f16 2^-11 relative, q8_0 half its
+ * group's scale), and attention over the typed store equals attention
+ * over an f32 store holding the same (dequantized) values, to fp32
+ * rounding; a row alone gives the bits it gives in the batch, and two
+ * threads those of one. Head dims 8, 16, 64 and 128 (q8_0 groups 8, 16,
+ * 32, 32), GQA, two sequences over out-of-order tables, partial last
+ * blocks, decode rows and groups of four.
+ */
+static void test_attention_typed(void **state)
+{
+	(void)state;
+	static const int hds[] = { 8, 16, 64, 128 };
+	static const enum kt_dtype dts[] = { KT_F16, KT_Q8_0 };
+	rng_seed(29);
+	for (size_t hi = 0; hi < N_ELEMS(hds); hi++)
+		for (size_t di = 0; di < N_ELEMS(dts); di++) {
+			int hd = hds[hi], NH = 8, NKV = 2, NL = 2, layer = 1, NB = 12;
+			int kvd = NKV * hd, qd = NH * hd;
+			/* seq 0: 37 positions over blocks {7, 1, 4}; seq 1: 21 over {0, 9} */
+			static const int32_t tab0[] = { 7, 1, 4 }, tab1[] = { 0, 9 };
+			const int n0 = 37, n1 = 21, T = n0 + n1;
+			struct kt_kv tk = { NULL, NB, 16, NL, kvd, dts[di], kt_kv_group_for(hd) };
+			struct kt_kv fk = { NULL, NB, 16, NL, kvd, KT_F32, 0 };
+			assert_true(kt_kv_dtype_ok(dts[di], hd));
+			tk.base = xmalloc(kt_kv_block_bytes(&tk) * NB);
+			fk.base = xmalloc(kt_kv_block_bytes(&fk) * NB);
+			memset(tk.base, 0, kt_kv_block_bytes(&tk) * NB);
+			memset(fk.base, 0, kt_kv_block_bytes(&fk) * NB);
+			float *k = xmalloc((size_t)T * kvd * sizeof(float));
+			float *v = xmalloc((size_t)T * kvd * sizeof(float));
+			float *q = xmalloc((size_t)T * qd * sizeof(float));
+			float *o1 = xmalloc((size_t)T * qd * sizeof(float));
+			float *o2 = xmalloc((size_t)T * qd * sizeof(float));
+			float *kr = xmalloc((size_t)kvd * sizeof(float));
+			float *vr = xmalloc((size_t)kvd * sizeof(float));
+			fill(k, (size_t)T * kvd, -3, 3);
+			fill(v, (size_t)T * kvd, -2, 2);
+			fill(q, (size_t)T * qd, -1, 1);
+			struct kt_attn_row *rows = xmalloc((size_t)T * sizeof(*rows));
+			for (int t = 0; t < T; t++)
+				rows[t] = t < n0 ? (struct kt_attn_row){ tab0, t }
+						 : (struct kt_attn_row){ tab1, t - n0 };
+			g_be1->ops->kv_store(g_be1, &tk, layer, k, v, rows, T);
+			for (int t = 0; t < T; t++) {
+				int32_t b = rows[t].block_table[rows[t].pos / 16];
+				int r = rows[t].pos % 16;
+				kt_kv_get_k(&tk, b, layer, r, kr);
+				kt_kv_get_v(&tk, b, layer, r, vr);
+				for (int pass = 0; pass < 2; pass++) {
+					const float *x = (pass ? v : k) + (size_t)t * kvd, *y = pass ? vr : kr;
+					for (int g0 = 0; g0 < kvd; g0 += tk.group) {
+						float amax = 0;
+						for (int c = g0; c < g0 + tk.group; c++)
+							amax = fmaxf(amax, fabsf(x[c]));
+						for (int c = g0; c < g0 + tk.group; c++) {
+							float tol = dts[di] == KT_F16 ? fabsf(x[c]) / 2048 + 1e-7f
+										: amax / 127 * 0.5f * 1.002f + 1e-6f;
+							CHECK_CLOSE(y[c], x[c], tol, "%s stored %s t %d c %d\n",
+								    kt_dtype_name(dts[di]), pass ? "v" : "k", t, c);
+						}
+					}
+				}
+				kt_kv_put(&fk, b, layer, r, kr, vr);
+			}
+			g_be1->ops->attention(g_be1, o1, q, &tk, layer, rows, T, NH, NKV, hd);
+			g_be1->ops->attention(g_be1, o2, q, &fk, layer, rows, T, NH, NKV, hd);
+			for (size_t i = 0; i < (size_t)T * qd; i++)
+				CHECK_CLOSE(o1[i], o2[i], 2e-5 * fabsf(o2[i]) + 2e-6,
+					    "%s hd %d: typed attention vs f32 of the same values, i %zu\n",
+					    kt_dtype_name(dts[di]), hd, i);
+			g_be2->ops->attention(g_be2, o2, q, &tk, layer, rows, T, NH, NKV, hd);
+			assert_memory_equal(o1, o2, (size_t)T * qd * sizeof(float));
+			for (int t = 0; t < T; t += 5) {
+				g_be1->ops->attention(g_be1, o2, q + (size_t)t * qd, &tk, layer, rows + t, 1,
+						      NH, NKV, hd);
+				if (memcmp(o2, o1 + (size_t)t * qd, (size_t)qd * sizeof(float)))
+					fail_msg("%s hd %d: row %d alone differs from the batch",
+						 kt_dtype_name(dts[di]), hd, t);
+			}
+			free(tk.base);
+			free(fk.base);
+			free(k);
+			free(v);
+			free(q);
+			free(o1);
+			free(o2);
+			free(kr);
+			free(vr);
+			free(rows);
+		}
 }
 
 /* Small blocks, table {5, 2, 7} (out of order), GQA 8/2, 11 positions so
@@ -1243,15 +1341,13 @@ static void test_kv_helpers(void **state)
 {
 	(void)state;
 	float base[4];
-	struct kt_kv kv = { base, 9, 16, 5, 32 };
+	struct kt_kv kv = { base, 9, 16, 5, 32, KT_F32, 0 };
 	assert_int_equal(kt_kv_block_bytes(&kv), (size_t)5 * 2 * 16 * 32 * 4);
 	for (int b = 0; b < 9; b++) {
 		assert_ptr_equal(kt_kv_block(&kv, b), kv_span_addr(&kv, b, 0, 0));
 		for (int l = 0; l < 5; l++) {
 			assert_ptr_equal(kt_kv_kt(&kv, b, l), kv_span_addr(&kv, b, l, 0));
-			for (int r = 0; r < 16; r += 5)
-				assert_ptr_equal(kt_kv_v(&kv, b, l, r),
-						 kv_span_addr(&kv, b, l, 1) + (size_t)r * 32);
+			assert_ptr_equal(kt_kv_vspan(&kv, b, l), kv_span_addr(&kv, b, l, 1));
 		}
 	}
 }
@@ -1293,6 +1389,7 @@ int main(void)
 		cmocka_unit_test(test_rope),
 		cmocka_unit_test(test_rope_layouts_equivalent),
 		cmocka_unit_test(test_attention_paged),
+		cmocka_unit_test(test_attention_typed),
 		cmocka_unit_test(test_attention_threads),
 		cmocka_unit_test(test_attention_row_groups),
 		cmocka_unit_test(test_silu_mul),
