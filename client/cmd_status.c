@@ -65,8 +65,9 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 		printf("state dir:    %s\n", s->state_dir && *s->state_dir ? s->state_dir
 							    : "none (sessions are not saved)");
 		printf("connections:  %u open\n", s->connections);
-		printf("kv cache:     %u of %u blocks free (%u tokens each), %s\n",
-		       s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens, kv);
+		printf("kv cache:     %u of %u blocks free (%u tokens each), %s%s%s\n",
+		       s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens, kv,
+		       s->kv_type && *s->kv_type ? " of " : "", s->kv_type ? s->kv_type : "");
 		printf("evicted K/V:  %s of %s host memory\n", ru, rt);
 		printf("weights:      %s\n", w);
 		if (s->has_rss_bytes)

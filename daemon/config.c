@@ -51,6 +51,7 @@ static const char *const level_names[] = { [LL_ERROR] = "error", [LL_WARN] = "wa
 static const char *const foreign_names[] = { "recompute", "refuse" };
 static const char *const device_names[] = { [BACKEND_AUTO] = "auto", [BACKEND_CPU] = "cpu",
 					    [BACKEND_CUDA] = "cuda" };
+static const char *const kvtype_names[] = { [KT_F32] = "f32", [KT_F16] = "f16", [KT_Q8_0] = "q8_0" };
 static const char *const wtype_names[] = { [BACKEND_W_F16] = "f16", [BACKEND_W_BF16] = "bf16",
 					   [BACKEND_W_F32] = "f32" };
 
@@ -80,6 +81,8 @@ static const struct key keys[] = {
 	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, 0, "group owning the socket" },
 	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 256 << 20, 0,
 	  "KV cache: bytes (suffix K, M, G) or N% of available memory" },
+	{ "kv_type", K_ENUM, O(kv_type), 0, 0, KT_F16, 0,
+	  "element type of the KV cache and of saved sessions: f16, q8_0 or f32", NAMES(kvtype_names) },
 	{ "ram_cache", K_BYTES, O(ram_cache), 0, 1e15, 256 << 20, 0,
 	  "host memory for K/V evicted from the cache (0: evict straight to disk)" },
 	{ "state_dir", K_STR, O(state_dir), 0, 0, 0, 0,

@@ -18,6 +18,7 @@ struct config {
 	unsigned socket_mode;
 	char *socket_group;
 	uint64_t kv_memory;      /* bytes of the KV block pool */
+	int kv_type;             /* enum kt_dtype: KT_F32, KT_F16 or KT_Q8_0 */
 	int max_sessions;
 	int max_session_tokens;  /* 0: the model's context */
 	uint32_t max_frame;

@@ -515,8 +515,20 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 		engine_free(e);
 		return NULL;
 	}
-	int kv_dim = model_kv_dim(&m->cfg);
-	size_t bb = (size_t)m->cfg.n_layers * 2 * KV_BLOCK_TOKENS * kv_dim * sizeof(float);
+	int kv_dim = model_kv_dim(&m->cfg), hd = m->cfg.head_dim;
+	enum kt_dtype kvt = (enum kt_dtype)cfg->kv_type;
+	if (!(e->be->kv_types & 1u << kvt) || !kt_kv_dtype_ok(kvt, hd)) {
+		enum kt_dtype alt = (e->be->kv_types & 1u << KT_F16) && kt_kv_dtype_ok(KT_F16, hd)
+					    ? KT_F16 : KT_F32;
+		log_msg(LL_WARN, "kv_type %s is not available %s: the KV cache is %s",
+			kt_dtype_name(kvt), !kt_kv_dtype_ok(kvt, hd) ? "for this head dimension"
+			: "on this backend", kt_dtype_name(alt));
+		kvt = alt;
+	}
+	struct kt_kv shape = { .block_size = KV_BLOCK_TOKENS, .n_layers = m->cfg.n_layers,
+			       .kv_dim = kv_dim, .dtype = kvt,
+			       .group = kvt == KT_Q8_0 ? kt_kv_group_for(hd) : 0 };
+	size_t bb = kt_kv_block_bytes(&shape);
 	uint64_t kv_bytes = cfg->kv_memory;
 	size_t dev_free, dev_total;
 	if (backend_mem_info(e->be, &dev_free, &dev_total) == 0) {
@@ -536,7 +548,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 		engine_free(e);
 		return NULL;
 	}
-	e->pool = kvpool_new_on(e->be, (int)nblocks, KV_BLOCK_TOKENS, m->cfg.n_layers, kv_dim);
+	e->pool = kvpool_new_typed(e->be, kvt, hd, (int)nblocks, KV_BLOCK_TOKENS, m->cfg.n_layers,
+				   kv_dim);
 	if (!e->pool || sess_table_init(&e->st, e->pool) != 0) {
 		cause_set(cause, "out of memory allocating %llu bytes of KV cache",
 			  (unsigned long long)kv_bytes);

@@ -594,6 +594,7 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, kv_blocks_free, (uint32_t)kvpool_n_free(e->pool));
 	PB_SET(&st, kv_block_tokens, (uint32_t)e->pool->kv.block_size);
 	PB_SET(&st, kv_bytes_total, (uint64_t)e->pool->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
+	st.kv_type = (char *)kt_dtype_name(e->pool->kv.dtype);
 	PB_SET(&st, weight_bytes, e->m->weight_bytes);
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;

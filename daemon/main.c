@@ -246,6 +246,7 @@ static int run_oneshot(struct args *a)
 	o->threads = cfg->threads;
 	o->device = cfg->device;
 	o->gpu_weights = cfg->gpu_weights;
+	o->kv_type = cfg->kv_type;
 	o->max_tokens = cfg->max_tokens;
 	o->sp.temperature = cfg->temperature;
 	o->sp.top_k = cfg->top_k;

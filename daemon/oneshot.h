@@ -21,6 +21,7 @@ struct oneshot_opts {
 	int threads;
 	int device;        /* enum backend_kind */
 	int gpu_weights;   /* enum backend_wtype */
+	int kv_type;       /* enum kt_dtype */
 	struct sampler_params sp;
 	const char **stops;
 	int n_stops;

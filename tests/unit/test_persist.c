@@ -249,8 +249,10 @@ static void forget(struct daemon *d)
 static void start_daemon(struct daemon *d, const char *tag, const char *model,
 			 const char *state_dir, ...)
 {
-	const char *extra[48];
-	int n = 0;
+	/* f32 K/V unless the caller says otherwise (a later flag wins): the
+	 * byte and block figures below are f32's */
+	const char *extra[48] = { "--kv-type", "f32" };
+	int n = 2;
 	va_list ap;
 	va_start(ap, state_dir);
 	for (const char *a; (a = va_arg(ap, const char *)) && n < 47;)
