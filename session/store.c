@@ -70,7 +70,6 @@ _Static_assert(sizeof(STORE_MAGIC) - 1 == 8, "store magic is 8 bytes");
 #define NO_TEXT    0xffffffffu      /* text_len of an absent text */
 /* start i32 + role u8 (+ end u8 from version 2) + text_len u32 */
 #define TURN_FIXED(version) ((version) >= 2 ? 10u : 9u)
-#define KV_DTYPE_F32 0
 #define IO_CHUNK   ((size_t)4 << 20) /* read/write buffer */
 /* Spans at least this large skip the buffer (KV blocks, long texts). */
 #define IO_DIRECT  (IO_CHUNK / 2)
@@ -182,7 +181,7 @@ static ssize_t pread_all(int fd, void *buf, size_t n, uint64_t off)
 struct hdr {
 	uint32_t version, header_bytes;
 	uint64_t fingerprint;
-	uint32_t kv_dtype, block_size, n_layers, kv_dim;
+	uint32_t kv_dtype, block_size, n_layers, kv_dim;  /* kv_dtype as in the file */
 	uint32_t n_tokens, n_cached, n_turns;
 	uint32_t uid, tmpl, policy, flags;
 	int64_t last_use_ms;
@@ -192,6 +191,7 @@ struct hdr {
 	uint64_t meta_sum;        /* version 2: XXH64 of the body before the K/V */
 	/* derived */
 	uint32_t n_blocks;        /* ceil(n_cached / block_size) */
+	struct kt_kv shape;       /* the file's KV shape and element type (no base) */
 	uint64_t block_bytes;     /* of the file's KV shape */
 	uint64_t kv_bytes;        /* n_blocks * block_bytes */
 };
@@ -299,8 +299,15 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 		snprintf(why, whycap, "uses unknown flags 0x%" PRIx32, h->flags);
 		return -EPROTO;
 	}
-	if (h->kv_dtype != KV_DTYPE_F32) {
-		snprintf(why, whycap, "KV element type %" PRIu32 " is not supported", h->kv_dtype);
+	/* kv_dtype: the element type in the low byte, q8_0's channels per
+	 * scale in the next (store.h) */
+	uint32_t kt = h->kv_dtype & 0xff, kg = h->kv_dtype >> 8;
+	int type_ok = (kt == KT_F32 || kt == KT_F16) ? kg == 0
+		      : kt == KT_Q8_0 && (kg == 8 || kg == 16 || kg == 32) &&
+			h->kv_dim % kg == 0 && h->block_size == 16;
+	if (!type_ok || (kt != KT_F32 && h->block_size != 16)) {
+		snprintf(why, whycap, "KV element type %" PRIu32 " (group %" PRIu32 ", block_size %"
+			 PRIu32 ") is not supported", kt, kg, h->block_size);
 		return -EPROTO;
 	}
 	/* id: NUL-terminated inside its field, NUL-padded, valid */
@@ -337,7 +344,10 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 	/* Sizes. The shape bounds keep block_bytes under 2^55; the product with
 	 * the block count may still overflow. */
 	h->n_blocks = (h->n_cached + h->block_size - 1) / h->block_size;
-	h->block_bytes = 2 * sizeof(float) * (uint64_t)h->block_size * h->n_layers * h->kv_dim;
+	h->shape = (struct kt_kv){ .block_size = (int)h->block_size, .n_layers = (int)h->n_layers,
+				   .kv_dim = (int)h->kv_dim, .dtype = (enum kt_dtype)kt,
+				   .group = (int)kg };
+	h->block_bytes = kt_kv_block_bytes(&h->shape);
 	uint64_t meta_min = 4 * (uint64_t)h->n_tokens +
 			    TURN_FIXED(h->version) * (uint64_t)h->n_turns + 8;
 	if (__builtin_mul_overflow((uint64_t)h->n_blocks, h->block_bytes, &h->kv_bytes) ||
@@ -491,7 +501,7 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 	}
 	memset(h, 0, sizeof(*h));
 	h->fingerprint = fingerprint;
-	h->kv_dtype = KV_DTYPE_F32;
+	h->kv_dtype = (uint32_t)kv->dtype | (uint32_t)(kv->dtype == KT_Q8_0 ? kv->group : 0) << 8;
 	h->block_size = (uint32_t)bs;
 	h->n_layers = (uint32_t)kv->n_layers;
 	h->kv_dim = (uint32_t)kv->kv_dim;
@@ -819,6 +829,38 @@ enum body_part {
 /* Parse the body (positioned just after the header) into L, taking pool
  * blocks for BODY_ALL, and verify the checksum. On error L holds what was
  * taken so far (the caller frees it). */
+/*
+ * The K/V of a file whose element type is not the pool's, block by block
+ * into the pool's blocks: each row read as fp32 from the file's layout and
+ * stored in the pool's type (kt_kv_put), as a kv_store of the same values
+ * would store it.
+ */
+static int read_converted(struct rd *r, const struct hdr *h, struct kvpool *pool,
+			  const int32_t *blocks)
+{
+	struct kt_kv src = h->shape, dst = pool->kv;
+	src.n_blocks = dst.n_blocks = 1;
+	src.base = malloc(h->block_bytes);
+	dst.base = malloc(kt_kv_block_bytes(&pool->kv));
+	float *k = malloc(2 * (size_t)h->kv_dim * sizeof(float)), *v = k ? k + h->kv_dim : NULL;
+	int rc = src.base && dst.base && k ? 0 : -ENOMEM;
+	for (uint32_t i = 0; i < h->n_blocks && !rc; i++) {
+		if ((rc = rd_get(r, src.base, h->block_bytes)))
+			break;
+		for (int l = 0; l < src.n_layers; l++)
+			for (int row = 0; row < src.block_size; row++) {
+				kt_kv_get_k(&src, 0, l, row, k);
+				kt_kv_get_v(&src, 0, l, row, v);
+				kt_kv_put(&dst, 0, l, row, k, v);
+			}
+		rc = kvpool_put_block(pool, blocks[i], dst.base);
+	}
+	free(src.base);
+	free(dst.base);
+	free(k);
+	return rc;
+}
+
 static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enum body_part part,
 		     struct loaded *L, const char **why)
 {
@@ -909,6 +951,8 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 			L->blocks[L->n_blocks++] = b;
 		}
 		int on_host = kvpool_host_block(pool, 0) != NULL;
+		if (h->shape.dtype != pool->kv.dtype || h->shape.group != pool->kv.group)
+			return read_converted(r, h, pool, L->blocks);
 		if (!on_host) {
 			void *bounce = malloc(h->block_bytes);
 			if (!bounce)
@@ -949,10 +993,11 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 	return 0;
 }
 
-/* Does the file's KV shape equal the pool's? */
+/* Does the file's KV shape equal the pool's? (The element type may differ:
+ * read_converted converts it.) */
 static int shape_matches(const struct hdr *h, const struct kvpool *pool)
 {
-	return h->kv_dtype == KV_DTYPE_F32 && h->block_size == (uint32_t)pool->kv.block_size &&
+	return h->block_size == (uint32_t)pool->kv.block_size &&
 	       h->n_layers == (uint32_t)pool->kv.n_layers &&
 	       h->kv_dim == (uint32_t)pool->kv.kv_dim;
 }

@@ -6,7 +6,10 @@
  * struct padding):
  *   header, fixed size STORE_HEADER_BYTES:
  *     magic "LLAMADS1" (8), version u32, header_bytes u32,
- *     fingerprint u64, kv_dtype u32 (0: f32), block_size u32, n_layers u32,
+ *     fingerprint u64, kv_dtype u32 (low byte the K/V element type: 0 f32,
+ *     1 f16, 3 q8_0; next byte q8_0's channels per scale, 8, 16 or 32; a
+ *     K/V type other than the pool's is converted when loaded), block_size
+ *     u32, n_layers u32,
  *     kv_dim u32, n_tokens u32, n_cached u32, n_turns u32, uid u32, tmpl u32,
  *     policy u32, flags u32 (0), last_use_ms i64, prefilled u64,
  *     generated u64, body_bytes u64, id (129 bytes, NUL-padded),
@@ -21,8 +24,8 @@
  *     system      len u32 (0xffffffff: none) + bytes
  *     next_system len u32 (same) + bytes
  *     kv          ceil(n_cached / block_size) blocks of kt_kv_block_bytes
- *                 each, in the session's block-table order (the KV layout of
- *                 kernels/backend.h)
+ *                 each (in the file's element type), in the session's
+ *                 block-table order (the KV layout of kernels/backend.h)
  * Writes go to a temporary file in the same folder, are fsynced, renamed
  * over the final name, and the folder is fsynced: a reader sees the old
  * file or the new one, never a torn one. Files are created mode 0600.

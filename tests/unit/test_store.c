@@ -989,6 +989,119 @@ static void test_kv_shape_mismatch(void **state)
 	free(p2);
 }
 
+/*
+ * K/V element types: a session saved from an f32, f16 or q8_0 pool is
+ * written in that type (the K/V part of the file 4, 2 or 1.25 bytes an
+ * element at kv_dim 8: one f16 scale per 8 codes) and loads into a pool of
+ * any of the three, converted: the loaded blocks hold exactly what storing
+ * the file's (dequantized) rows in the pool's type gives. A file whose
+ * type field names no type we know (bf16, a q8_0 group that does not
+ * divide kv_dim) is refused, naming it.
+ */
+static void test_kv_types(void **state)
+{
+	(void)state;
+	static const enum kt_dtype types[] = { KT_F32, KT_F16, KT_Q8_0 };
+	char *dir = tmpdir_new();
+	const int n_cached = 37, nb = (n_cached + BS - 1) / BS;
+	float k[KVD], v[KVD], k2[KVD], v2[KVD];
+	for (size_t si = 0; si < 3; si++)
+		for (size_t li = 0; li < 3; li++) {
+			struct env a, b;
+			memset(&a, 0, sizeof(a));
+			memset(&b, 0, sizeof(b));
+			a.pool = kvpool_new_typed(NULL, types[si], KVD, NB, BS, NL, KVD);
+			b.pool = kvpool_new_typed(NULL, types[li], KVD, NB, BS, NL, KVD);
+			assert_non_null(a.pool);
+			assert_non_null(b.pool);
+			/* rows past n_cached are saved and converted too: make them
+			 * zeros, not whatever the allocation held */
+			memset(a.pool->kv.base, 0, kt_kv_block_bytes(&a.pool->kv) * NB);
+			assert_int_equal(sess_table_init(&a.t, a.pool), 0);
+			assert_int_equal(sess_table_init(&b.t, b.pool), 0);
+			struct session *s = make_session(&a, 0, "typed", 40, 0, 0);
+			assert_int_equal(kvseq_prepare(a.pool, &s->kv, n_cached, 0), 0);
+			s->n_cached = n_cached;
+			for (int p = 0; p < n_cached; p++)
+				for (int l = 0; l < NL; l++) {
+					for (int c = 0; c < KVD; c++) {
+						k[c] = (float)((p * 31 + l * 7 + c * 13) % 97) / 9.0f - 5;
+						v[c] = (float)((p * 17 + l * 5 + c * 11) % 89) / 7.0f - 6;
+					}
+					kt_kv_put(&a.pool->kv, s->kv.blocks[p / BS], l, p % BS, k, v);
+				}
+			char *cause = NULL;
+			assert_int_equal(store_save(dir, s, a.pool, FP, &cause), 0);
+			char *path = store_path(dir, 0, "typed");
+			size_t len;
+			unsigned char *file = read_file(path, &len);
+			uint32_t dt = (uint32_t)file[24] | (uint32_t)file[25] << 8;
+			assert_int_equal(dt & 0xff, types[si]);
+			assert_int_equal(dt >> 8, types[si] == KT_Q8_0 ? 8 : 0);
+			size_t elem4 = types[si] == KT_F32 ? 16 : types[si] == KT_F16 ? 8 : 5;
+			uint64_t body = 0;
+			for (int i = 0; i < 8; i++)
+				body |= (uint64_t)file[OFF_BODY_BYTES + i] << (8 * i);
+			uint64_t kv_part = (uint64_t)nb * BS * NL * 2 * KVD * elem4 / 4;
+			assert_true(body > kv_part && body - kv_part < 4096);
+			free(file);
+
+			struct session *t = sess_create(&b.t, 0, "typed");
+			assert_int_equal(store_load(path, t, b.pool, FP, 0, &cause), 0);
+			assert_int_equal(t->n_cached, n_cached);
+			/* the expected blocks: a's rows stored in b's type */
+			struct kt_kv ref = b.pool->kv;
+			ref.n_blocks = 1;
+			ref.base = calloc(1, kt_kv_block_bytes(&ref));
+			assert_non_null(ref.base);
+			for (int i = 0; i < nb; i++) {
+				for (int l = 0; l < NL; l++)
+					for (int r = 0; r < BS; r++) {
+						kt_kv_get_k(&a.pool->kv, s->kv.blocks[i], l, r, k2);
+						kt_kv_get_v(&a.pool->kv, s->kv.blocks[i], l, r, v2);
+						kt_kv_put(&ref, 0, l, r, k2, v2);
+					}
+				assert_memory_equal(ref.base, kt_kv_block(&b.pool->kv, t->kv.blocks[i]),
+						    kt_kv_block_bytes(&ref));
+			}
+			free(ref.base);
+			sess_drop(&b.t, t);
+			sess_drop(&a.t, s);
+			assert_int_equal(store_remove(dir, 0, "typed"), 0);
+			free(path);
+			env_done(&a);
+			env_done(&b);
+		}
+	/* unknown types, a q8_0 group that does not divide kv_dim */
+	struct env e;
+	env_init(&e, NB, BS, NL, KVD);
+	struct session *s = make_session(&e, 0, "badtype", 40, 37, 0);
+	char *cause = NULL;
+	assert_int_equal(store_save(dir, s, e.pool, FP, &cause), 0);
+	char *path = store_path(dir, 0, "badtype");
+	size_t len;
+	unsigned char *orig = read_file(path, &len);
+	static const uint32_t bad[] = { 2, 4, 3 | 12 << 8, 3 | 16 << 8, 1 | 8 << 8, 0x10000 };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		unsigned char *f = malloc(len);
+		assert_non_null(f);
+		memcpy(f, orig, len);
+		for (int j = 0; j < 4; j++)
+			f[24 + j] = (unsigned char)(bad[i] >> (8 * j));
+		fix_header_sum(f);
+		write_file(path, f, len);
+		assert_int_equal(try_load(&e, path, 0, "badtype", FP, 1, &cause), -EPROTO);
+		assert_non_null(strstr(cause, "KV element type"));
+		free(cause);
+		free(f);
+	}
+	free(orig);
+	free(path);
+	sess_drop(&e.t, s);
+	env_done(&e);
+	tmpdir_free(dir);
+}
+
 static void test_owner_mismatch(void **state)
 {
 	struct fx *f = *state;
@@ -1239,6 +1352,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_version_and_magic, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_model, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_kv_shape_mismatch, setup_std, teardown),
+		cmocka_unit_test(test_kv_types),
 		cmocka_unit_test_setup_teardown(test_owner_mismatch, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_pool_full, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_save_errors, setup_env, teardown),
