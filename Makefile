@@ -154,7 +154,7 @@ TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # the unit tests of text/ alone, linked without the core library
 TEXT_TESTS := $(patsubst %,$(BUILD)/tests/%,test_tokenizer test_bpe test_chat test_stop)
-TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench \
+TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench $(BUILD)/llamad-kvq \
               $(BUILD)/llamad-bench-daemon $(BUILD)/llamad-gpucheck $(BUILD)/llamad-load
 
 # the installed programs (llamactl below, when client/ is there), then the
@@ -244,6 +244,9 @@ $(BUILD)/llamad-quantize: $(BUILD)/quantize/quantize.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(MODEL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-kvq: $(BUILD)/tests/bench/kv_quality.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-gpucheck: $(BUILD)/tests/gpu/check.o $(MODEL_LIBS)
