@@ -3,6 +3,7 @@
  *
  *   llamad-bench --model PATH [--tokenizer PATH] [--threads N]
  *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
+ *                [--kv-type f32|f16|q8_0]
  *   llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]
  *
  * --tokenize: tokenizer speed alone, on one thread: the load time, then
@@ -263,6 +264,7 @@ int main(int argc, char **argv)
 	const char *model_path = NULL, *tok_path = NULL;
 	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0;
 	const char *ppl_file = NULL, *tok_text = NULL;
+	enum kt_dtype kvt = KT_F32;
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "tokenizer", required_argument, NULL, 'k' },
@@ -273,6 +275,7 @@ int main(int argc, char **argv)
 		{ "no-bandwidth", no_argument, NULL, 'B' },
 		{ "perplexity", required_argument, NULL, 'P' },
 		{ "tokenize", required_argument, NULL, 'T' },
+		{ "kv-type", required_argument, NULL, 'K' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -288,9 +291,17 @@ int main(int argc, char **argv)
 		case 'B': skip_bw = 1; break;
 		case 'P': ppl_file = optarg; break;
 		case 'T': tok_text = optarg; break;
+		case 'K':
+			kvt = !strcmp(optarg, "f16") ? KT_F16 : !strcmp(optarg, "q8_0") ? KT_Q8_0 : KT_F32;
+			if (kvt == KT_F32 && strcmp(optarg, "f32")) {
+				fprintf(stderr, "llamad-bench: --kv-type f32, f16 or q8_0\n");
+				return 2;
+			}
+			break;
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
 			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
+			       "       [--kv-type f32|f16|q8_0]\n"
 			       "       llamad-bench --model PATH --perplexity TEXTFILE\n"
 			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n");
 			return 0;
@@ -324,7 +335,8 @@ int main(int argc, char **argv)
 	}
 	struct backend *be = backend_cpu_new(threads);
 	int total = n_prompt + n_decode;
-	struct kvpool *pool = kvpool_new((total + 15) / 16, 16, cf->n_layers, model_kv_dim(cf));
+	struct kvpool *pool = kvpool_new_typed(NULL, kvt, cf->head_dim, (total + 15) / 16, 16,
+					       cf->n_layers, model_kv_dim(cf));
 	struct fwd *f = fwd_new(m, be, n_prompt);
 	float *logits = malloc((size_t)cf->vocab * sizeof(float));
 	int32_t *toks = malloc((size_t)total * sizeof(int32_t));
@@ -359,11 +371,11 @@ int main(int argc, char **argv)
 	double roof = bw > 0 ? bw / (double)m->weight_bytes : 0;
 	printf("model=%s dtype=%s params=%.1fM threads=%d prompt=%d prefill_tok_s=%.1f "
 	       "decode=%d decode_tok_s=%.1f weight_MB=%.1f bw_GB_s=%.2f roof_tok_s=%.1f "
-	       "roof_pct=%.1f\n",
+	       "roof_pct=%.1f kv=%s\n",
 	       model_path, kt_dtype_name(m->wtype),
 	       model_params(m) / 1e6, be->n_threads,
 	       n_prompt, pf, n_decode, dec, m->weight_bytes / 1e6, bw / 1e9, roof,
-	       roof > 0 ? 100.0 * dec / roof : 0.0);
+	       roof > 0 ? 100.0 * dec / roof : 0.0, kt_dtype_name(kvt));
 	kvseq_release(pool, &seq);
 	free(toks);
 	free(logits);
