@@ -1077,7 +1077,8 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 	enum body_part part = load_kv ? BODY_ALL : history_only && h.version >= 2 ? BODY_META
 										  : BODY_HISTORY;
 	r.left = part == BODY_META ? h.body_bytes - h.kv_bytes : h.body_bytes;
-	r.buf = malloc(IO_CHUNK);
+	/* rd_get never buffers more than is left of the body */
+	r.buf = malloc(r.left && r.left < IO_CHUNK ? (size_t)r.left : IO_CHUNK);
 	r.st = XXH64_createState();
 	if (!r.buf || !r.st) {
 		rc = fail_errno(cause, -ENOMEM);
