@@ -1,10 +1,12 @@
 /*
  * tests/fuzz/fuzz_store.c — session files (session/store.c). The input is
  * a session file. It is loaded twice into an empty session of a small pool
- * (64 blocks of 16 positions, 2 layers, kv_dim 8): once as is, once with
- * its header and body checksums repaired so that the fuzzer reaches the
- * body parser; each load with allow_foreign 0 and 1, and the history alone
- * (store_load_history). The session is
+ * (64 blocks of 16 positions, 2 layers, kv_dim 8, head_dim 8): once as
+ * is, into the f32 pool, once with its header and body checksums repaired
+ * so that the fuzzer reaches the body parser, into an f32, f16 or q8_0
+ * pool (the input's last byte chooses: files of the other types are
+ * converted as they load); each load with allow_foreign 0 and 1, and the
+ * history alone (store_load_history). The session is
  * created with the (uid, id) the header names when that id is valid, so
  * that the load gets past the identity check. Then store_list reads a
  * folder holding the file under its proper name.
@@ -26,7 +28,7 @@
 #define OFF_CHECKSUM SF_CHECKSUM
 
 static char *dir, *listdir;
-static struct kvpool *pool;
+static struct kvpool *pools[3];  /* f32, f16, q8_0 */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -36,9 +38,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	listdir = fuzz_join(dir, "list");
 	if (mkdir(listdir, 0700) != 0)
 		abort();
-	pool = kvpool_new(64, 16, 2, 8);
-	if (!pool)
-		abort();
+	static const enum kt_dtype types[] = { KT_F32, KT_F16, KT_Q8_0 };
+	for (int i = 0; i < 3; i++)
+		if (!(pools[i] = kvpool_new_typed(NULL, types[i], 8, 64, 16, 2, 8)))
+			abort();
 	return 0;
 }
 
@@ -48,7 +51,7 @@ static void put_le64(uint8_t *p, uint64_t v)
 		p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static void load(const char *path, const char *id, uid_t uid, int foreign)
+static void load(struct kvpool *pool, const char *path, const char *id, uid_t uid, int foreign)
 {
 	struct sess_table t;
 	if (sess_table_init(&t, pool) != 0)
@@ -107,8 +110,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!path)
 		abort();
 	fuzz_write(path, data, size);
-	load(path, id, uid, 0);
-	load(path, id, uid, 1);
+	load(pools[0], path, id, uid, 0);
+	load(pools[0], path, id, uid, 1);
 
 	if (size >= STORE_HEADER_BYTES) {
 		uint8_t *fix = malloc(size);
@@ -124,8 +127,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 		fuzz_write(path, fix, size);
 		free(fix);
-		load(path, id, uid, 0);
-		load(path, id, uid, 1);
+		struct kvpool *p = pools[data[size - 1] % 3];
+		load(p, path, id, uid, 0);
+		load(p, path, id, uid, 1);
 	}
 	unlink(path);
 	free(path);

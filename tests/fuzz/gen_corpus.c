@@ -427,5 +427,36 @@ int main(int argc, char **argv)
 	}
 	sess_table_done(&t);
 	kvpool_free(pool);
+	/* the same session in f16 and q8_0 K/V (ids s1h, s1q) */
+	static const enum kt_dtype types[] = { KT_F16, KT_Q8_0 };
+	for (int ti = 0; ti < 2; ti++) {
+		pool = kvpool_new_typed(NULL, types[ti], 8, 64, 16, 2, 8);
+		if (!pool || sess_table_init(&t, pool) != 0)
+			abort();
+		s = sess_create(&t, 1000, ti ? "s1q" : "s1h");
+		if (!s || sess_append(s, tok, 12, CHAT_USER, "hi", 1) ||
+		    sess_append(s, tok + 12, 8, CHAT_ASSISTANT, NULL, 1) ||
+		    kvseq_prepare(pool, &s->kv, 18, 0) != 0)
+			abort();
+		s->tmpl = CHAT_TEMPLATE_LLAMA2;
+		s->policy = SESS_CTX_SHIFT;
+		memset(pool->kv.base, 0, kt_kv_block_bytes(&pool->kv) * 64);
+		float k[8], v[8];
+		for (int p = 0; p < 18; p++)
+			for (int l = 0; l < 2; l++) {
+				for (int c = 0; c < 8; c++) {
+					k[c] = sinf((float)(p * 8 + c + l));
+					v[c] = cosf((float)(p * 8 + c - l));
+				}
+				kt_kv_put(&pool->kv, s->kv.blocks[p / 16], l, p % 16, k, v);
+			}
+		s->n_cached = 18;
+		if (store_save(path, s, pool, 0x0123456789abcdefULL, &cause) != 0) {
+			fprintf(stderr, "%s\n", cause);
+			return 1;
+		}
+		sess_table_done(&t);
+		kvpool_free(pool);
+	}
 	return 0;
 }
