@@ -171,7 +171,7 @@ struct attn_job {
 	int n_tok, n_heads, n_kv_heads, hd;
 	float **scratch;
 	size_t scratch_len;      /* floats in each thread's scratch */
-	int wide;                /* sixteen-float code (attn_one, attn_group4) */
+	int wide;                /* sixteen-float code (attn_one) */
 };
 
 /* From here on (attention, SiLU) multiply-adds may fuse (FMA): the same
@@ -390,77 +390,6 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 }
 
 /*
- * Four rows t0..t0+3 of one sequence, head h, together: each K^T and V load
- * serves the four rows (a quarter of the cache traffic of attn_one), and the
- * four rows' sums are independent chains. Every row's scores, softmax and
- * output are computed with exactly the operations attn_one uses, so the
- * results are identical. Needs block size 16 and hd a multiple of 64.
- */
-#if defined(__x86_64__)
-__attribute__((target_clones("avx512f", "default")))
-#endif
-static void attn_group4(const struct attn_job *j, int t0, int h, float *scratch, size_t stride)
-{
-	const struct kt_kv *kv = j->kv;
-	int hd = j->hd;
-	int kvh = h / (j->n_heads / j->n_kv_heads);
-	const int32_t *tab = j->rows[t0].block_table;
-	const float *q[4];
-	float *out[4], *sc[4], inv[4];
-	int n[4], nmin = INT32_MAX, nmax = 0;
-	for (int r = 0; r < 4; r++) {
-		q[r] = j->q + ((size_t)(t0 + r) * j->n_heads + h) * hd;
-		out[r] = j->out + ((size_t)(t0 + r) * j->n_heads + h) * hd;
-		sc[r] = scratch + (size_t)r * stride;
-		n[r] = j->rows[t0 + r].pos + 1;
-		nmin = n[r] < nmin ? n[r] : nmin;
-		nmax = n[r] > nmax ? n[r] : nmax;
-	}
-	size_t hoff = (size_t)kvh * hd * 16;
-	int nb = (nmax + 15) / 16;
-	for (int b = 0; b < nb; b++) {
-		const float *kt = kv_kt32(kv, tab[b], j->layer) + hoff;
-		v16f a0 = { 0 }, a1 = { 0 }, a2 = { 0 }, a3 = { 0 };
-		for (int d = 0; d < hd; d++) {
-			v16f k = ld16(kt + (size_t)d * 16);
-			a0 += q[0][d] * k;
-			a1 += q[1][d] * k;
-			a2 += q[2][d] * k;
-			a3 += q[3][d] * k;
-		}
-		memcpy(sc[0] + b * 16, &a0, sizeof(a0));
-		memcpy(sc[1] + b * 16, &a1, sizeof(a1));
-		memcpy(sc[2] + b * 16, &a2, sizeof(a2));
-		memcpy(sc[3] + b * 16, &a3, sizeof(a3));
-	}
-	float scale = 1.0f / sqrtf((float)hd);
-	for (int r = 0; r < 4; r++)
-		inv[r] = softmax_row(sc[r], n[r], scale);
-	size_t kd = (size_t)kv->kv_dim;
-	for (int d0 = 0; d0 < hd; d0 += 64) {
-		size_t off = (size_t)kvh * hd + d0;
-		v16f acc[4][4] = { { { 0 } } };
-		for (int p = 0; p < nmax; p++) {
-			const float *v = kv_v32(kv, tab[p / 16], j->layer, p % 16) + off;
-			v16f v0 = ld16(v), v1 = ld16(v + 16), v2 = ld16(v + 32), v3 = ld16(v + 48);
-			(void)kd;
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				if (p >= nmin && p >= n[r])
-					continue;
-				float a = sc[r][p] * inv[r];
-				acc[r][0] += a * v0;
-				acc[r][1] += a * v1;
-				acc[r][2] += a * v2;
-				acc[r][3] += a * v3;
-			}
-		}
-		for (int r = 0; r < 4; r++)
-			memcpy(out[r] + d0, acc[r], sizeof(acc[r]));
-	}
-}
-
-/*
  * The same two functions in eight-float vectors, for CPUs without AVX-512
  * (and other targets): GCC lowers the sixteen-float vectors above to
  * memory round trips there (stories15M decode spent 28 % of its time in
@@ -548,66 +477,6 @@ static void attn_one8(const struct attn_job *j, int t, int h, float *sc)
 	}
 }
 
-static void attn_group4_8(const struct attn_job *j, int t0, int h, float *scratch, size_t stride)
-{
-	const struct kt_kv *kv = j->kv;
-	int hd = j->hd;
-	int kvh = h / (j->n_heads / j->n_kv_heads);
-	const int32_t *tab = j->rows[t0].block_table;
-	const float *q[4];
-	float *out[4], *sc[4], inv[4];
-	int n[4], nmin = INT32_MAX, nmax = 0;
-	for (int r = 0; r < 4; r++) {
-		q[r] = j->q + ((size_t)(t0 + r) * j->n_heads + h) * hd;
-		out[r] = j->out + ((size_t)(t0 + r) * j->n_heads + h) * hd;
-		sc[r] = scratch + (size_t)r * stride;
-		n[r] = j->rows[t0 + r].pos + 1;
-		nmin = n[r] < nmin ? n[r] : nmin;
-		nmax = n[r] > nmax ? n[r] : nmax;
-	}
-	size_t hoff = (size_t)kvh * hd * 16;
-	int nb = (nmax + 15) / 16;
-	for (int b = 0; b < nb; b++) {
-		const float *kt = kv_kt32(kv, tab[b], j->layer) + hoff;
-		v8f a[4][2] = { { { 0 } } };
-		for (int d = 0; d < hd; d++) {
-			v8f k0 = ld8(kt + (size_t)d * 16), k1 = ld8(kt + (size_t)d * 16 + 8);
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				a[r][0] += q[r][d] * k0;
-				a[r][1] += q[r][d] * k1;
-			}
-		}
-		for (int r = 0; r < 4; r++) {
-			st8(sc[r] + b * 16, a[r][0]);
-			st8(sc[r] + b * 16 + 8, a[r][1]);
-		}
-	}
-	float scale = 1.0f / sqrtf((float)hd);
-	for (int r = 0; r < 4; r++)
-		inv[r] = softmax_row(sc[r], n[r], scale);
-	for (int d0 = 0; d0 < hd; d0 += 16) {
-		size_t off = (size_t)kvh * hd + d0;
-		v8f acc[4][2] = { { { 0 } } };
-		for (int p = 0; p < nmax; p++) {
-			const float *v = kv_v32(kv, tab[p / 16], j->layer, p % 16) + off;
-			v8f v0 = ld8(v), v1 = ld8(v + 8);
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				if (p >= nmin && p >= n[r])
-					continue;
-				float a = sc[r][p] * inv[r];
-				acc[r][0] += a * v0;
-				acc[r][1] += a * v1;
-			}
-		}
-		for (int r = 0; r < 4; r++) {
-			st8(out[r] + d0, acc[r][0]);
-			st8(out[r] + d0 + 8, acc[r][1]);
-		}
-	}
-}
-
 /*
  * Attention over a typed store (f16, q8_0; kernels/backend.h), in
  * eight-float vectors: the stored elements are converted in the inner
@@ -660,240 +529,208 @@ static inline __attribute__((always_inline)) v8f tld8(const char *span, size_t i
 	return ldb8((const int8_t *)span + i);
 }
 
-/* Scores of one block of 16 positions for the head whose channels start at
- * c0: s[i] = q . k_i (q8_0: sum over groups of scale(g, i) * q . codes). */
-static inline __attribute__((always_inline)) void
-tblock_scores(float *s, const float *q, const char *kt, const struct kt_kv *kv, int c0, int hd,
-	      const int DT)
-{
-	v8f a0 = { 0 }, a1 = { 0 };
-	if (DT == KT_Q8_0) {
-		int G = kv->group;
-		const uint16_t *ks = (const uint16_t *)(kt + (size_t)16 * kv->kv_dim);
-		for (int g0 = 0; g0 < hd; g0 += G) {
-			v8f b0 = { 0 }, b1 = { 0 };
-			for (int d = g0; d < g0 + G; d++) {
-				b0 += q[d] * tld8(kt, (size_t)(c0 + d) * 16, DT);
-				b1 += q[d] * tld8(kt, (size_t)(c0 + d) * 16 + 8, DT);
-			}
-			const uint16_t *sg = ks + (size_t)((c0 + g0) / G) * 16;
-			a0 += b0 * ldh8(sg);
-			a1 += b1 * ldh8(sg + 8);
-		}
-	} else {
-		for (int d = 0; d < hd; d++) {
-			a0 += q[d] * tld8(kt, (size_t)(c0 + d) * 16, DT);
-			a1 += q[d] * tld8(kt, (size_t)(c0 + d) * 16 + 8, DT);
-		}
-	}
-	st8(s, a0);
-	st8(s + 8, a1);
-}
+/*
+ * A tile: up to ATTN_TILE query vectors that read the same K and V - the
+ * heads of one KV head (GQA) for one or more consecutive tokens of one
+ * sequence - attended together, so each K and V element loaded serves
+ * every vector of the tile (a 20-word turn after 1,500 tokens of the 1B
+ * shape reads each kv head's K/V once per 2 tokens instead of once per
+ * token and head). Eight-float vectors, any element type: each vector's
+ * scores, softmax and output are the same operations in the same order as
+ * the single-row code (a score: fused multiply-adds over d, per q8_0 group
+ * then times the scale; an output lane: over positions in order), so a
+ * row's result is the same bits whatever else shares its tile or call.
+ * Block size 16, head_dim a multiple of 8.
+ */
+#define ATTN_TILE 8
 
-/* The weight of position row i of a V span for channels [c, c+8): a, or
- * a times the row's scale of that group (q8_0). */
-static inline __attribute__((always_inline)) float
-tv_weight(float a, const char *vs, const struct kt_kv *kv, int i, int c, const int DT)
+static inline __attribute__((always_inline)) v8f kload8(const char *span, size_t i, const int DT)
 {
-	if (DT != KT_Q8_0)
-		return a;
-	int ng = kv->kv_dim / kv->group;
-	const uint16_t *sc = (const uint16_t *)(vs + (size_t)16 * kv->kv_dim);
-	return a * h2f(sc[(size_t)i * ng + c / kv->group]);
-}
-
-/* out[d0, d0+8*NV) = sum_p sc[p]*inv * V[p][c, c+8*NV) (c = kvh*hd + d0). */
-static inline __attribute__((always_inline)) void
-tv_accum(float *out, const float *sc, float inv, const struct kt_kv *kv, const int32_t *tab,
-	 int layer, int n, int c, const int NV, int d0, const int DT)
-{
-	size_t kd = (size_t)kv->kv_dim;
-	v8f acc[8] = { { 0 } };
-	for (int p0 = 0; p0 < n; p0 += 16) {
-		int m = n - p0 < 16 ? n - p0 : 16;
-		const char *vs = kt_kv_vspan(kv, tab[p0 / 16], layer);
-		for (int i = 0; i < m; i++) {
-			float a = sc[p0 + i] * inv;
-#pragma GCC unroll 8
-			for (int k = 0; k < NV; k++)
-				acc[k] += tv_weight(a, vs, kv, i, c + 8 * k, DT) *
-					  tld8(vs, (size_t)i * kd + c + 8 * k, DT);
-		}
-	}
-#pragma GCC unroll 8
-	for (int k = 0; k < NV; k++)
-		st8(out + d0 + 8 * k, acc[k]);
+	if (DT == KT_F32)
+		return ld8((const float *)span + i);
+	return tld8(span, i, DT);
 }
 
 static inline __attribute__((always_inline)) void
-tattn_one(const struct attn_job *j, int t, int h, float *sc, const int DT)
+attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scratch,
+	    size_t stride, const int DT)
 {
 	const struct kt_kv *kv = j->kv;
-	int hd = j->hd;
-	int kvh = h / (j->n_heads / j->n_kv_heads);
-	const float *q = j->q + ((size_t)t * j->n_heads + h) * hd;
-	float *out = j->out + ((size_t)t * j->n_heads + h) * hd;
-	const int32_t *tab = j->rows[t].block_table;
-	int n = j->rows[t].pos + 1;
-	int nb = (n + 15) / 16;
-	for (int b = 0; b < nb; b++)
-		tblock_scores(sc + b * 16, q, kt_kv_kt(kv, tab[b], j->layer), kv, kvh * hd, hd, DT);
-	float inv = softmax_row(sc, n, 1.0f / sqrtf((float)hd));
-	for (int d0 = 0; d0 < hd;) {
-		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
-		int c = kvh * hd + d0;
-		switch (nv) {
-		case 1: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 1, d0, DT); break;
-		case 2: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 2, d0, DT); break;
-		case 3: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 3, d0, DT); break;
-		case 4: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 4, d0, DT); break;
-		case 5: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 5, d0, DT); break;
-		case 6: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 6, d0, DT); break;
-		case 7: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 7, d0, DT); break;
-		default: tv_accum(out, sc, inv, kv, tab, j->layer, n, c, 8, d0, DT); break;
-		}
-		d0 += nv * 8;
-	}
-}
-
-/* Four rows of one sequence, one head, sharing every K and V load (as
- * attn_group4_8); each row's values are computed exactly as tattn_one
- * computes them. */
-static inline __attribute__((always_inline)) void
-tattn_group4(const struct attn_job *j, int t0, int h, float *scratch, size_t stride, const int DT)
-{
-	const struct kt_kv *kv = j->kv;
-	int hd = j->hd;
-	int kvh = h / (j->n_heads / j->n_kv_heads);
+	int hd = j->hd, R = nt * nh;
+	int kvh = h0 / (j->n_heads / j->n_kv_heads), c0 = kvh * hd;
 	const int32_t *tab = j->rows[t0].block_table;
-	const float *q[4];
-	float *out[4], *sc[4], inv[4];
-	int n[4], nmin = INT32_MAX, nmax = 0;
-	for (int r = 0; r < 4; r++) {
-		q[r] = j->q + ((size_t)(t0 + r) * j->n_heads + h) * hd;
-		out[r] = j->out + ((size_t)(t0 + r) * j->n_heads + h) * hd;
+	const float *q[ATTN_TILE];
+	float *out[ATTN_TILE], *sc[ATTN_TILE], inv[ATTN_TILE];
+	int n[ATTN_TILE], nmax = 0;
+	for (int r = 0; r < ATTN_TILE; r++) {
+		int rr = r < R ? r : R - 1;   /* spare lanes repeat the last row */
+		int t = t0 + rr / nh, h = h0 + rr % nh;
+		q[r] = j->q + ((size_t)t * j->n_heads + h) * hd;
+		out[r] = j->out + ((size_t)t * j->n_heads + h) * hd;
 		sc[r] = scratch + (size_t)r * stride;
-		n[r] = j->rows[t0 + r].pos + 1;
-		nmin = n[r] < nmin ? n[r] : nmin;
+		n[r] = j->rows[t].pos + 1;
 		nmax = n[r] > nmax ? n[r] : nmax;
 	}
-	int nb = (nmax + 15) / 16, c0 = kvh * hd;
+	int nb = (nmax + 15) / 16;
+	int G = DT == KT_Q8_0 ? kv->group : hd;
 	for (int b = 0; b < nb; b++) {
 		const char *kt = kt_kv_kt(kv, tab[b], j->layer);
-		v8f a[4][2] = { { { 0 } } };
-		int G = DT == KT_Q8_0 ? kv->group : hd;
 		const uint16_t *ks = (const uint16_t *)(kt + (size_t)16 * kv->kv_dim);
-		for (int g0 = 0; g0 < hd; g0 += G) {
-			v8f bb[4][2] = { { { 0 } } };
-			for (int d = g0; d < g0 + G; d++) {
-				v8f k0 = tld8(kt, (size_t)(c0 + d) * 16, DT);
-				v8f k1 = tld8(kt, (size_t)(c0 + d) * 16 + 8, DT);
-#pragma GCC unroll 4
-				for (int r = 0; r < 4; r++) {
-					bb[r][0] += q[r][d] * k0;
-					bb[r][1] += q[r][d] * k1;
+		for (int half = 0; half < 16; half += 8) {
+			v8f a[ATTN_TILE] = { { 0 } };
+			for (int g0 = 0; g0 < hd; g0 += G) {
+				/* q8_0: each code times its position's scale, the
+				 * value kt_kv_get_k gives */
+				v8f s = { 1, 1, 1, 1, 1, 1, 1, 1 };
+				if (DT == KT_Q8_0)
+					s = ldh8(ks + (size_t)((c0 + g0) / G) * 16 + half);
+				for (int d = g0; d < g0 + G; d++) {
+					v8f k = kload8(kt, (size_t)(c0 + d) * 16 + half, DT);
+					if (DT == KT_Q8_0)
+						k *= s;
+#pragma GCC unroll 8
+					for (int r = 0; r < ATTN_TILE; r++)
+						a[r] += q[r][d] * k;
 				}
 			}
-			if (DT == KT_Q8_0) {
-				const uint16_t *sg = ks + (size_t)((c0 + g0) / G) * 16;
-				v8f s0 = ldh8(sg), s1 = ldh8(sg + 8);
-				for (int r = 0; r < 4; r++) {
-					a[r][0] += bb[r][0] * s0;
-					a[r][1] += bb[r][1] * s1;
-				}
-			} else {
-				memcpy(a, bb, sizeof(a));
-			}
-		}
-		for (int r = 0; r < 4; r++) {
-			st8(sc[r] + b * 16, a[r][0]);
-			st8(sc[r] + b * 16 + 8, a[r][1]);
+			for (int r = 0; r < ATTN_TILE; r++)
+				st8(sc[r] + b * 16 + half, a[r]);
 		}
 	}
+	/* the weights sc * (1/sum), once per position (the single-row code
+	 * multiplies them as it goes: the same products); past a row's n
+	 * they are 0 and its lanes are not updated */
 	float scale = 1.0f / sqrtf((float)hd);
-	for (int r = 0; r < 4; r++)
+	int nmin = nmax;
+	for (int r = 0; r < R; r++) {
 		inv[r] = softmax_row(sc[r], n[r], scale);
+		for (int p = 0; p < n[r]; p++)
+			sc[r][p] *= inv[r];
+		nmin = n[r] < nmin ? n[r] : nmin;
+	}
 	size_t kd = (size_t)kv->kv_dim;
-	for (int d0 = 0; d0 < hd; d0 += 16) {
-		int c = c0 + d0;
-		v8f acc[4][2] = { { { 0 } } };
-		for (int p = 0; p < nmax; p++) {
-			const char *vs = kt_kv_vspan(kv, tab[p / 16], j->layer);
-			int i = p % 16;
-			v8f v0 = tld8(vs, (size_t)i * kd + c, DT), v1 = tld8(vs, (size_t)i * kd + c + 8, DT);
-#pragma GCC unroll 4
-			for (int r = 0; r < 4; r++) {
-				if (p >= nmin && p >= n[r])
-					continue;
-				float a = sc[r][p] * inv[r];
-				acc[r][0] += tv_weight(a, vs, kv, i, c, DT) * v0;
-				acc[r][1] += tv_weight(a, vs, kv, i, c + 8, DT) * v1;
+	int ng = kv->kv_dim / (DT == KT_Q8_0 ? kv->group : 1);
+	/* a block of V at a time, sixteen channels a pass over its rows (the
+	 * block stays in L1 across the passes; V is read once per tile), the
+	 * sums kept in vacc between blocks: each lane still adds positions in
+	 * order */
+	static _Thread_local float vacc[ATTN_TILE][512];
+	for (int r = 0; r < ATTN_TILE; r++)
+		memset(vacc[r], 0, (size_t)hd * sizeof(float));
+	for (int b = 0; b < nb; b++) {
+		const char *vs = kt_kv_vspan(kv, tab[b], j->layer);
+		const uint16_t *vsc = (const uint16_t *)(vs + (size_t)16 * kd);
+		int m = nmax - b * 16 < 16 ? nmax - b * 16 : 16;
+		for (int d0 = 0; d0 < hd; d0 += 16) {
+			int c = c0 + d0, two = hd - d0 >= 16;
+			v8f acc[ATTN_TILE][2];
+			for (int r = 0; r < ATTN_TILE; r++) {
+				acc[r][0] = ld8(vacc[r] + d0);
+				acc[r][1] = two ? ld8(vacc[r] + d0 + 8) : acc[r][0];
+			}
+			for (int i = 0; i < m; i++) {
+				int p = b * 16 + i;
+				v8f v0 = kload8(vs, (size_t)i * kd + c, DT);
+				v8f v1 = two ? kload8(vs, (size_t)i * kd + c + 8, DT) : v0;
+				if (DT == KT_Q8_0) {  /* scale * code: kt_kv_get_v's value */
+					v0 *= h2f(vsc[(size_t)i * ng + c / kv->group]);
+					v1 *= h2f(vsc[(size_t)i * ng + (c + 8 * two) / kv->group]);
+				}
+#pragma GCC unroll 8
+				for (int r = 0; r < ATTN_TILE; r++) {
+					if (p >= nmin && p >= n[r])
+						continue;
+					acc[r][0] += sc[r][p] * v0;
+					acc[r][1] += sc[r][p] * v1;
+				}
+			}
+			for (int r = 0; r < ATTN_TILE; r++) {
+				st8(vacc[r] + d0, acc[r][0]);
+				if (two)
+					st8(vacc[r] + d0 + 8, acc[r][1]);
 			}
 		}
-		for (int r = 0; r < 4; r++) {
-			st8(out[r] + d0, acc[r][0]);
-			st8(out[r] + d0 + 8, acc[r][1]);
+	}
+	for (int r = 0; r < R; r++)
+		memcpy(out[r], vacc[r], (size_t)hd * sizeof(float));
+}
+
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
+static void attn_tile_f32(const struct attn_job *j, int t0, int nt, int h0, int nh, float *s,
+			  size_t stride)
+{
+	attn_tile_t(j, t0, nt, h0, nh, s, stride, KT_F32);
+}
+
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
+static void attn_tile_f16(const struct attn_job *j, int t0, int nt, int h0, int nh, float *s,
+			  size_t stride)
+{
+	attn_tile_t(j, t0, nt, h0, nh, s, stride, KT_F16);
+}
+
+#if defined(__x86_64__)
+__attribute__((target_clones("arch=x86-64-v4", "default")))
+#endif
+static void attn_tile_q8(const struct attn_job *j, int t0, int nt, int h0, int nh, float *s,
+			 size_t stride)
+{
+	attn_tile_t(j, t0, nt, h0, nh, s, stride, KT_Q8_0);
+}
+
+/* Tiles: per kv head, its query heads in parts of up to ATTN_TILE, each
+ * part with as many consecutive tokens as fill the tile (a tile's tokens
+ * share one block table); item i of the n_kv_heads x parts x chunks. */
+static void attn_tiles(const struct attn_job *j, int ith, int nth)
+{
+	int G = j->n_heads / j->n_kv_heads;
+	int nh = G < ATTN_TILE ? G : ATTN_TILE, parts = (G + nh - 1) / nh;
+	int nt = ATTN_TILE / nh, chunks = (j->n_tok + nt - 1) / nt;
+	int total = j->n_kv_heads * parts * chunks;
+	int per = (total + nth - 1) / nth;
+	int a = ith * per, b = a + per < total ? a + per : total;
+	size_t stride = j->scratch_len / ATTN_TILE;
+	for (int i = a; i < b; i++) {
+		int chunk = i % chunks, part = i / chunks % parts, kvh = i / chunks / parts;
+		int h0 = kvh * G + part * nh, hn = G - part * nh < nh ? G - part * nh : nh;
+		int t1 = chunk * nt + nt < j->n_tok ? chunk * nt + nt : j->n_tok;
+		for (int t0 = chunk * nt; t0 < t1;) {
+			int te = t0 + 1;
+			while (te < t1 && j->rows[te].block_table == j->rows[t0].block_table)
+				te++;
+			switch (j->kv->dtype) {
+			case KT_F16: attn_tile_f16(j, t0, te - t0, h0, hn, j->scratch[ith], stride); break;
+			case KT_Q8_0: attn_tile_q8(j, t0, te - t0, h0, hn, j->scratch[ith], stride); break;
+			default: attn_tile_f32(j, t0, te - t0, h0, hn, j->scratch[ith], stride); break;
+			}
+			t0 = te;
 		}
 	}
-}
-
-static void attn_one_f16(const struct attn_job *j, int t, int h, float *sc)
-{
-	tattn_one(j, t, h, sc, KT_F16);
-}
-
-static void attn_one_q8(const struct attn_job *j, int t, int h, float *sc)
-{
-	tattn_one(j, t, h, sc, KT_Q8_0);
-}
-
-static void attn_group4_f16(const struct attn_job *j, int t0, int h, float *sc, size_t stride)
-{
-	tattn_group4(j, t0, h, sc, stride, KT_F16);
-}
-
-static void attn_group4_q8(const struct attn_job *j, int t0, int h, float *sc, size_t stride)
-{
-	tattn_group4(j, t0, h, sc, stride, KT_Q8_0);
 }
 
 static void attn_worker(void *ctx, int ith, int nth)
 {
 	const struct attn_job *j = ctx;
+	if (j->kv->block_size == 16 && j->hd % 8 == 0) {
+		attn_tiles(j, ith, nth);
+		return;
+	}
+	/* other shapes (f32 only: kt_kv_dtype_ok), one (token, head) at a
+	 * time, head-major: consecutive items are the rows of one head, which
+	 * read the same K/V blocks while they are still in cache */
 	int total = j->n_tok * j->n_heads;
 	int per = (total + nth - 1) / nth;
 	int a = ith * per, b = a + per < total ? a + per : total;
-	enum kt_dtype dt = j->kv->dtype;
-	int group_ok = j->kv->block_size == 16 && j->hd % (dt == KT_F32 ? 64 : 16) == 0;
-	size_t stride = j->scratch_len / 4;
-	/* head-major: consecutive items are the rows of one head, which read
-	 * the same K/V blocks while they are still in cache */
-	for (int i = a; i < b;) {
+	for (int i = a; i < b; i++) {
 		int t = i % j->n_tok, h = i / j->n_tok;
-		if (group_ok && i + 4 <= b && t + 4 <= j->n_tok &&
-		    j->rows[t + 1].block_table == j->rows[t].block_table &&
-		    j->rows[t + 2].block_table == j->rows[t].block_table &&
-		    j->rows[t + 3].block_table == j->rows[t].block_table) {
-			if (dt == KT_F16)
-				attn_group4_f16(j, t, h, j->scratch[ith], stride);
-			else if (dt == KT_Q8_0)
-				attn_group4_q8(j, t, h, j->scratch[ith], stride);
-			else if (j->wide)
-				attn_group4(j, t, h, j->scratch[ith], stride);
-			else
-				attn_group4_8(j, t, h, j->scratch[ith], stride);
-			i += 4;
-		} else {
-			if (dt == KT_F16)
-				attn_one_f16(j, t, h, j->scratch[ith]);
-			else if (dt == KT_Q8_0)
-				attn_one_q8(j, t, h, j->scratch[ith]);
-			else if (j->wide)
-				attn_one(j, t, h, j->scratch[ith]);
-			else
-				attn_one8(j, t, h, j->scratch[ith]);
-			i++;
-		}
+		if (j->wide)
+			attn_one(j, t, h, j->scratch[ith]);
+		else
+			attn_one8(j, t, h, j->scratch[ith]);
 	}
 }
 
@@ -926,7 +763,7 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 	}
 	/* fwd_new() reserved room for the model's context; a caller that goes
 	 * past it without reserving is a bug, not a run-time condition */
-	if (ensure_scratch(cb, 4 * (maxlen + 64)) != 0)
+	if (ensure_scratch(cb, ATTN_TILE * (maxlen + 64)) != 0)
 		abort();
 	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
 			      cb->scratch, cb->scratch_len, cb->attn_wide };
@@ -995,7 +832,7 @@ static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
 		return -ENOMEM;
 	/* scores are computed a whole block at a time: room for four rows'
 	 * scores, each up to a whole block past max_pos */
-	return ensure_scratch(cb, 4 * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
+	return ensure_scratch(cb, ATTN_TILE * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
 }
 
 static void cpu_free(struct backend *be)
