@@ -18,6 +18,7 @@
 #include "session/session.h"
 #include "text/chat.h"
 #include "util/cause.h"
+#include "util/mem.h"
 
 enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
 
@@ -199,20 +200,6 @@ static int parse_enum(const char *v, const char *const *names, int n)
 	return -1;
 }
 
-/* MemAvailable from /proc/meminfo, in bytes (0 if unknown). */
-static uint64_t mem_available(void)
-{
-	FILE *f = fopen("/proc/meminfo", "re");
-	char line[128];
-	unsigned long long kb = 0;
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return (uint64_t)kb * 1024;
-}
-
 static int parse_bytes(const char *v, uint64_t *out)
 {
 	size_t vl = strlen(v);
@@ -222,7 +209,7 @@ static int parse_bytes(const char *v, uint64_t *out)
 		double pct = strtod(v, &end);
 		if (errno || end != v + vl - 1 || !(pct > 0 && pct <= 100))
 			return -1;
-		*out = (uint64_t)(mem_available() * (pct / 100));
+		*out = (uint64_t)(mem_available(NULL) * (pct / 100));
 		return 0;
 	}
 	char *end;
