@@ -13,8 +13,8 @@ const struct command cmd_status_entry = {
 	.args = "",
 	.summary = "show the daemon's status",
 	.help =
-"Print the daemon's status: model, backend, uptime, sessions, KV cache,\n"
-"counters.\n",
+"Print the daemon's status: model, backend, uptime, sessions, KV cache (in\n"
+"blocks, bytes, tokens and contexts), counters.\n",
 	.run = cmd_status,
 };
 
@@ -65,9 +65,15 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 		printf("state dir:    %s\n", s->state_dir && *s->state_dir ? s->state_dir
 							    : "none (sessions are not saved)");
 		printf("connections:  %u open\n", s->connections);
-		printf("kv cache:     %u of %u blocks free (%u tokens each), %s%s%s\n",
-		       s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens, kv,
-		       s->kv_type && *s->kv_type ? " of " : "", s->kv_type ? s->kv_type : "");
+		/* what the pool holds, in tokens and in contexts of the session
+		 * limit: under one, a session cannot reach its context */
+		uint64_t kv_tokens = (uint64_t)s->kv_blocks_total * s->kv_block_tokens;
+		printf("kv cache:     %u of %u blocks free (%u tokens each), %s%s%s: %llu tokens, "
+		       "%.1f contexts%s\n", s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens,
+		       kv, s->kv_type && *s->kv_type ? " of " : "", s->kv_type ? s->kv_type : "",
+		       (unsigned long long)kv_tokens,
+		       s->context_length ? (double)kv_tokens / s->context_length : 0.0,
+		       s->context_length && kv_tokens < s->context_length ? " (less than one)" : "");
 		printf("evicted K/V:  %s of %s host memory\n", ru, rt);
 		printf("weights:      %s\n", w);
 		if (s->has_rss_bytes)
