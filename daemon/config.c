@@ -35,6 +35,8 @@ struct key {
 	/* run by config_apply when the value changes (NULL: the readers look
 	 * it up themselves) */
 	void (*apply)(const struct config *c);
+	int autov;           /* K_INT, K_BYTES: also takes "auto", stored as 0
+			      * (the reader sizes it), outside [min, max] */
 };
 
 /* the template names are text/chat.h's (the wire's), filled in once */
@@ -74,14 +76,16 @@ static const struct key keys[] = {
 	  "backend: auto (the GPU when one is usable), cpu or cuda", NAMES(device_names) },
 	{ "gpu_weights", K_ENUM, O(gpu_weights), 0, 0, BACKEND_W_F16, 0,
 	  "dtype on the GPU of the model file's f32 matrices: f16, bf16 or f32", NAMES(wtype_names) },
-	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 80, 0,
-	  "percent of the GPU memory free after the weights taken by the KV cache" },
+	{ "gpu_kv_share", K_INT, O(gpu_kv_share), 1, 95, 0, 0,
+	  "percent of the GPU memory free after the weights taken by the KV cache, or auto "
+	  "(the default: 4 contexts, at least 256M, at most 1/4 of it)", NULL, 0, NULL, 1 },
 	{ "threads", K_INT, O(threads), 0, 1024, 0, 0, "CPU worker threads (0: all cores)" },
 	{ "socket", K_STR, O(socket), 0, 0, 0, 0, "listening socket path" },
 	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0660, 0, "socket permissions, octal (0660)" },
 	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, 0, "group owning the socket" },
-	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 256 << 20, 0,
-	  "KV cache: bytes (suffix K, M, G) or N% of available memory" },
+	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 0, 0,
+	  "KV cache: bytes (suffix K, M, G), N% of available memory, or auto (the default: "
+	  "4 contexts, at least 256M, at most 1/4 of the available memory)", NULL, 0, NULL, 1 },
 	{ "kv_type", K_ENUM, O(kv_type), 0, 0, KT_F16, 0,
 	  "element type of the KV cache and of saved sessions: f16, q8_0 or f32", NAMES(kvtype_names) },
 	{ "ram_cache", K_BYTES, O(ram_cache), 0, 1e15, 256 << 20, 0,
@@ -262,6 +266,13 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		return 1;
 	void *p = (char *)c + k->off;
 	char *end;
+	if (k->autov && !strcmp(v, "auto")) {
+		if (k->type == K_BYTES)
+			*(uint64_t *)p = 0;
+		else
+			*(int *)p = 0;
+		return 0;
+	}
 	switch (k->type) {
 	case K_STR: {
 		if (!*v) {
@@ -282,8 +293,8 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		errno = 0;
 		long long x = strtoll(v, &end, 10);
 		if (errno || end == v || *end || x < k->min || x > k->max) {
-			snprintf(msg, sizeof(msg), "expected an integer from %.0f to %.0f",
-				 (double)k->min, (double)k->max);
+			snprintf(msg, sizeof(msg), "expected an integer from %.0f to %.0f%s",
+				 (double)k->min, (double)k->max, k->autov ? ", or auto" : "");
 			*why = msg;
 			return -EINVAL;
 		}
@@ -300,7 +311,8 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		human_size(hi, sizeof(hi), (double)k->max);
 		if (parse_bytes(v, &x)) {
 			snprintf(msg, sizeof(msg), "expected a size such as 512M, 4G or 25%% "
-				 "(of the available memory), from %s to %s", lo, hi);
+				 "(of the available memory), from %s to %s%s", lo, hi,
+				 k->autov ? ", or auto" : "");
 			*why = msg;
 			return -EINVAL;
 		}
@@ -441,6 +453,11 @@ void config_dump(const struct config *c, FILE *f)
 			continue;
 		}
 		fprintf(f, "%s = ", k->name);
+		if (k->autov && ((k->type == K_BYTES && !*(const uint64_t *)p) ||
+				 (k->type == K_INT && !*(const int *)p))) {
+			fprintf(f, "auto\n");
+			continue;
+		}
 		switch (k->type) {
 		case K_STR: fprintf(f, "%s", *(char *const *)p); break;
 		case K_INT: fprintf(f, "%d", *(const int *)p); break;

@@ -17,7 +17,7 @@ struct config {
 	char *socket;            /* NULL: $LLAMAD_SOCKET or the default */
 	unsigned socket_mode;
 	char *socket_group;
-	uint64_t kv_memory;      /* bytes of the KV block pool */
+	uint64_t kv_memory;      /* bytes of the KV block pool (0: auto, session/kvsize.h) */
 	int kv_type;             /* enum kt_dtype: KT_F32, KT_F16 or KT_Q8_0 */
 	int max_sessions;
 	int max_session_tokens;  /* 0: the model's context */
@@ -41,7 +41,7 @@ struct config {
 	int max_sessions_per_uid;/* 0: no quota */
 	int device;              /* enum backend_kind */
 	int gpu_weights;         /* enum backend_wtype */
-	int gpu_kv_share;        /* percent of free GPU memory for the KV pool */
+	int gpu_kv_share;        /* percent of free GPU memory for the KV pool (0: auto) */
 };
 
 /* Fill c with the defaults (every row of the key table carries its own;

@@ -26,8 +26,10 @@
 #include "daemon/engine_int.h"
 #include "daemon/log.h"
 #include "proto/frame.h"
+#include "session/kvsize.h"
 #include "util/cause.h"
 #include "util/clock.h"
+#include "util/mem.h"
 
 /* Send r as the reply of j's request (its id set here), unless j's client
  * has gone. */
@@ -466,6 +468,94 @@ static void report(void *ctx, int level, const char *msg)
 	log_msg(level, "%s", msg);
 }
 
+/* "1.5 GiB", "256 MiB", "640 KiB": n bytes for the log. */
+static const char *log_bytes(char *buf, size_t cap, uint64_t n)
+{
+	static const char *const units[] = { "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)n / 1024;
+	int u = 0;
+	while (v >= 1024 && u < 3) {
+		v /= 1024;
+		u++;
+	}
+	snprintf(buf, cap, v == (double)(uint64_t)v || v >= 100 ? "%.0f %s" : "%.1f %s", v,
+		 units[u]);
+	return buf;
+}
+
+/*
+ * The KV pool's size (*ks) for blocks of bb bytes: kv_memory on the CPU,
+ * gpu_kv_share of the device memory left after the weights on a GPU, or,
+ * when the setting is auto, session/kvsize.h's automatic size over that
+ * memory (host: util/mem.h's available memory, or LLAMAD_TEST_MEM_AVAILABLE
+ * bytes in tests). Logs what the pool holds, in tokens and in contexts of
+ * the session limit, and warns when that is under one context. 0, or
+ * -EINVAL with *cause when the pool would hold no block.
+ */
+static int size_pool(struct engine *e, uint64_t bb, struct kv_size *ks, char **cause)
+{
+	const struct config *cfg = &e->cfg;
+	int ctx = engine_session_limit(e);
+	char how[256], b1[32], b2[32], b3[32];
+	const char *knob = "kv_memory";
+	uint64_t mem = 0;        /* the memory an automatic size takes a share of */
+	uint64_t asked = 0;      /* the bytes a setting asks for */
+	int by_cgroup = 0;
+	size_t dev_free, dev_total;
+	if (!e->be->host_mem && backend_mem_info(e->be, &dev_free, &dev_total) == 0) {
+		knob = "gpu_kv_share";
+		log_msg(LL_INFO, "GPU memory: %s free of %s after the weights",
+			log_bytes(b1, sizeof(b1), dev_free), log_bytes(b2, sizeof(b2), dev_total));
+		if (cfg->gpu_kv_share > 0) {
+			asked = (uint64_t)dev_free / 100 * (uint64_t)cfg->gpu_kv_share;
+			kv_size_of(ks, asked, bb, KV_BLOCK_TOKENS, ctx);
+			snprintf(how, sizeof(how), "gpu_kv_share %d%% of the %s free: %s",
+				 cfg->gpu_kv_share, b1, log_bytes(b2, sizeof(b2), asked));
+		} else {
+			mem = dev_free;
+			kv_size_auto(ks, bb, KV_BLOCK_TOKENS, ctx, mem);
+			snprintf(how, sizeof(how), "gpu_kv_share auto: %d contexts, at least %s, at "
+				 "most 1/%d of the %s free", KV_AUTO_CONTEXTS,
+				 log_bytes(b2, sizeof(b2), KV_AUTO_MIN_BYTES), KV_AUTO_MEM_SHARE, b1);
+		}
+	} else if (cfg->kv_memory > 0) {
+		asked = cfg->kv_memory;
+		kv_size_of(ks, asked, bb, KV_BLOCK_TOKENS, ctx);
+		snprintf(how, sizeof(how), "kv_memory %s", log_bytes(b1, sizeof(b1), asked));
+	} else {
+		const char *fake = getenv("LLAMAD_TEST_MEM_AVAILABLE");
+		mem = fake && *fake ? strtoull(fake, NULL, 10) : mem_available(&by_cgroup);
+		kv_size_auto(ks, bb, KV_BLOCK_TOKENS, ctx, mem);
+		int n = snprintf(how, sizeof(how), "kv_memory auto: %d contexts, at least %s",
+				 KV_AUTO_CONTEXTS, log_bytes(b1, sizeof(b1), KV_AUTO_MIN_BYTES));
+		snprintf(how + n, sizeof(how) - (size_t)n, mem ? ", at most 1/%d of the %s available%s"
+			 : " (the available memory is unknown)", KV_AUTO_MEM_SHARE,
+			 log_bytes(b2, sizeof(b2), mem), by_cgroup ? " within the cgroup's limit" : "");
+	}
+	if (ks->blocks < 1) {
+		cause_set(cause, "a KV cache of %s (%s) holds no block of %s (%d tokens); raise %s",
+			  log_bytes(b3, sizeof(b3), asked), how, log_bytes(b1, sizeof(b1), bb),
+			  KV_BLOCK_TOKENS, knob);
+		return -EINVAL;
+	}
+	log_msg(LL_INFO, "KV cache: %s, %llu tokens (%llu blocks of %d), %.1f contexts of %d "
+		"tokens (%s)", log_bytes(b3, sizeof(b3), ks->bytes), (unsigned long long)ks->tokens,
+		(unsigned long long)ks->blocks, KV_BLOCK_TOKENS, ks->contexts, ctx, how);
+	if (ks->tokens < (uint64_t)ctx) {
+		uint64_t per_ctx = ((uint64_t)ctx + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS * bb;
+		char note[64] = "";
+		if (ks->by_memory)
+			snprintf(note, sizeof(note), "; auto takes at most 1/%d of the memory",
+				 KV_AUTO_MEM_SHARE);
+		log_msg(LL_WARN, "KV cache: it holds %llu tokens, less than one context of %d: a "
+			"session fails with \"the KV cache is full\" after about %llu tokens; %s %s "
+			"(one context takes %s%s) or lower max_session_tokens",
+			(unsigned long long)ks->tokens, ctx, (unsigned long long)ks->tokens,
+			ks->by_memory ? "set" : "raise", knob, log_bytes(b1, sizeof(b1), per_ctx), note);
+	}
+	return 0;
+}
+
 struct engine *engine_new(struct model *m, const struct config *cfg, char **cause)
 {
 	struct engine *e = calloc(1, sizeof(*e));
@@ -515,7 +605,9 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 		engine_free(e);
 		return NULL;
 	}
-	int kv_dim = model_kv_dim(&m->cfg), hd = m->cfg.head_dim;
+	/* the pool's shape and element type: every size below comes from its
+	 * block's bytes, so that the KV element type counts */
+	int hd = m->cfg.head_dim;
 	enum kt_dtype kvt = (enum kt_dtype)cfg->kv_type;
 	if (!(e->be->kv_types & 1u << kvt) || !kt_kv_dtype_ok(kvt, hd)) {
 		enum kt_dtype alt = (e->be->kv_types & 1u << KT_F16) && kt_kv_dtype_ok(KT_F16, hd)
@@ -526,33 +618,18 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 		kvt = alt;
 	}
 	struct kt_kv shape = { .block_size = KV_BLOCK_TOKENS, .n_layers = m->cfg.n_layers,
-			       .kv_dim = kv_dim, .dtype = kvt,
+			       .kv_dim = model_kv_dim(&m->cfg), .dtype = kvt,
 			       .group = kvt == KT_Q8_0 ? kt_kv_group_for(hd) : 0 };
-	size_t bb = kt_kv_block_bytes(&shape);
-	uint64_t kv_bytes = cfg->kv_memory;
-	size_t dev_free, dev_total;
-	if (backend_mem_info(e->be, &dev_free, &dev_total) == 0) {
-		kv_bytes = (uint64_t)dev_free / 100 * (uint64_t)cfg->gpu_kv_share;
-		log_msg(LL_INFO, "GPU memory: %.1f GiB free of %.1f GiB after the weights; "
-			"KV cache %.1f GiB (gpu_kv_share %d%%)", dev_free / 1073741824.0,
-			dev_total / 1073741824.0, kv_bytes / 1073741824.0, cfg->gpu_kv_share);
-	}
-	uint64_t nblocks = kv_bytes / bb;
-	if (nblocks > INT32_MAX)
-		nblocks = INT32_MAX;
-	if (nblocks < 1) {
-		cause_set(cause, "a KV cache of %llu bytes holds %llu blocks of %zu bytes; "
-			  "need at least one (raise %s)", (unsigned long long)kv_bytes,
-			  (unsigned long long)nblocks, bb,
-			  e->be->host_mem ? "kv_memory" : "gpu_kv_share");
+	struct kv_size ks;
+	if (size_pool(e, kt_kv_block_bytes(&shape), &ks, cause) != 0) {
 		engine_free(e);
 		return NULL;
 	}
-	e->pool = kvpool_new_typed(e->be, kvt, hd, (int)nblocks, KV_BLOCK_TOKENS, m->cfg.n_layers,
-				   kv_dim);
+	e->pool = kvpool_new_typed(e->be, kvt, hd, (int)ks.blocks, shape.block_size,
+				   shape.n_layers, shape.kv_dim);
 	if (!e->pool || sess_table_init(&e->st, e->pool) != 0) {
 		cause_set(cause, "out of memory allocating %llu bytes of KV cache",
-			  (unsigned long long)kv_bytes);
+			  (unsigned long long)ks.bytes);
 		engine_free(e);
 		return NULL;
 	}
