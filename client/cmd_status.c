@@ -93,8 +93,10 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 			       (unsigned long long)c->evictions_ram,
 			       (unsigned long long)c->evictions_disk,
 			       (unsigned long long)c->restores);
-			printf("state files:  %llu written, %llu failed\n",
-			       (unsigned long long)c->saves, (unsigned long long)c->save_errors);
+			printf("state files:  %llu written, %llu failed, %llu refused and set aside "
+			       "(NAME.corrupt)\n", (unsigned long long)c->saves,
+			       (unsigned long long)c->save_errors,
+			       (unsigned long long)c->files_set_aside);
 		}
 	}
 	cli_flush_stdout();

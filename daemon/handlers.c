@@ -567,6 +567,7 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&c, restores, n->restores);
 	PB_SET(&c, saves, n->saves);
 	PB_SET(&c, save_errors, n->save_errors);
+	PB_SET(&c, files_set_aside, n->set_aside);
 	pthread_mutex_lock(&e->mu);
 	PB_SET(&c, connections, e->conns_accepted);
 	int open = e->conns_open;

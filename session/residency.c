@@ -197,9 +197,28 @@ int res_set_dir(struct residency *r, const char *setting)
 	return 0;
 }
 
+/* store_list's reports: a temporary file removed, or a file it refused,
+ * which is moved aside (PATH.corrupt): a new session of the same name
+ * would otherwise overwrite it at its first save. */
 static void report_bad_file(void *ctx, const char *path, const char *reason)
 {
-	say(ctx, RES_WARN, "state file %s: %s", path, reason);
+	struct residency *r = ctx;
+	const char *slash = strrchr(path, '/');
+	if (store_is_temp_name(slash ? slash + 1 : path)) {
+		say(r, RES_WARN, "state file %s: %s", path, reason);
+		return;
+	}
+	char *aside = NULL;
+	int rc = store_set_aside(path, &aside);
+	if (rc == 0) {
+		r->n.set_aside++;
+		say(r, RES_WARN, "state file %s: %s; moved to %s, out of the way of a new session "
+		    "of that name", path, reason, aside);
+	} else {
+		say(r, RES_ERROR, "state file %s: %s; cannot move it aside (%s): a new session of "
+		    "that name will overwrite it", path, reason, strerror(-rc));
+	}
+	free(aside);
 }
 
 int res_list(struct residency *r, int max_sessions)
@@ -513,6 +532,7 @@ static int from_disk(struct residency *r, struct session *s, char **cause)
 			rc = store_load(path, s, r->pool, r->fingerprint, allow_foreign, &why);
 	}
 	free(path);
+	s->file_refused = rc == -EBADMSG || rc == -EPROTO;   /* a file replaced since: 0 */
 	if (rc) {
 		say_file(r, RES_WARN, "cannot restore session", s, "", why, rc);
 		if (rc == -ESTALE)
@@ -560,9 +580,28 @@ int res_ensure(struct residency *r, struct session *s, char **cause)
 	return s->loc == SESS_RAM ? from_ram(r, s, cause) : from_disk(r, s, cause);
 }
 
+/* A refused file of a session being dropped goes aside, not away. */
+static void drop_refused_file(struct residency *r, const struct session *s)
+{
+	char *path = store_path(r->dir, s->uid, s->id), *aside = NULL;
+	int rc = path ? store_set_aside(path, &aside) : -ENOMEM;
+	if (rc == 0) {
+		r->n.set_aside++;
+		say(r, RES_WARN, "session %s dropped: its state file %s, refused when read, moved "
+		    "to %s", s->id, path, aside);
+	} else if (rc != -ENOENT) {
+		say(r, RES_ERROR, "session %s dropped: cannot move its refused state file %s aside "
+		    "(%s); it stays", s->id, path ? path : "?", strerror(-rc));
+	}
+	free(aside);
+	free(path);
+}
+
 void res_drop(struct residency *r, struct session *s, int remove_file)
 {
-	if (remove_file && r->dir && store_remove(r->dir, s->uid, s->id) != 0)
+	if (remove_file && r->dir && s->file_refused)
+		drop_refused_file(r, s);
+	else if (remove_file && r->dir && store_remove(r->dir, s->uid, s->id) != 0)
 		say(r, RES_WARN, "session %s: cannot remove its state file", s->id);
 	ram_release(r, s);
 	sess_drop(r->st, s);
@@ -584,6 +623,7 @@ int res_history(struct residency *r, struct session *s, struct session *tmp,
 	char *why = NULL;
 	int rc = path ? store_load_history(path, tmp, &why) : -ENOENT;
 	free(path);
+	s->file_refused = rc == -EBADMSG || rc == -EPROTO;
 	if (rc) {
 		say_file(r, RES_WARN, "cannot read the history of session", s, "", why, rc);
 		cause_set(cause, "cannot read session '%s': %s", s->id,

@@ -34,6 +34,7 @@ typedef void (*res_report_fn)(void *ctx, int level, const char *msg);
 
 struct res_counters {
 	uint64_t evict_ram, evict_disk, restores, saves, save_errors;
+	uint64_t set_aside;      /* refused state files moved to NAME.corrupt */
 };
 
 struct residency {
@@ -92,7 +93,10 @@ int res_set_dir(struct residency *r, const char *setting);
 char *res_dir_of(const char *setting);
 /* Table stubs (SESS_DISK) for the readable files of the state directory,
  * up to max_sessions sessions in the table; unusable files are reported by
- * name. The number listed, or -errno if the folder cannot be read. */
+ * name with the reason and moved aside (store_set_aside: NAME.corrupt,
+ * counted in n.set_aside), so that a new session of the same name does not
+ * overwrite them. The number listed, or -errno if the folder cannot be
+ * read. */
 int res_list(struct residency *r, int max_sessions);
 
 /* Save session s into *out (counted, or its error reported and the first
@@ -138,7 +142,9 @@ int res_history(struct residency *r, struct session *s, struct session *tmp,
 		struct session **out, char **cause);
 
 /* Remove s from the table with all it holds (pool blocks, host K/V and its
- * accounting); with remove_file, also its state file. */
+ * accounting); with remove_file, also its state file, except one refused
+ * when read (s->file_refused: corrupt), which is moved aside instead
+ * (store_set_aside, reported and counted as res_list's). */
 void res_drop(struct residency *r, struct session *s, int remove_file);
 
 #endif

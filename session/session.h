@@ -69,6 +69,9 @@ struct session {
 	uint32_t disk_tokens; /* SESS_DISK: history length from the file header */
 	uint32_t disk_turns;  /* SESS_DISK: its turns, from the file header */
 	int save_failed;      /* the last save failed (logged once) */
+	int file_refused;     /* SESS_DISK: its state file was refused when read
+			       * (corrupt, unknown format): a drop moves it
+			       * aside (store_set_aside), never deletes it */
 	unsigned evict_scan;  /* eviction pass that found it unmovable */
 	struct session *hnext;
 };

@@ -1154,6 +1154,11 @@ static int has_suffix(const char *s, const char *suf)
 	return n > k && !strcmp(s + n - k, suf);
 }
 
+int store_is_temp_name(const char *name)
+{
+	return !strncmp(name, ".tmp-", 5);
+}
+
 static int entry_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct store_entry *)a)->path, ((const struct store_entry *)b)->path);
@@ -1229,7 +1234,7 @@ int store_list(const char *dir, struct store_entry **entries,
 			break;
 		}
 		const char *name = de->d_name;
-		int is_tmp = !strncmp(name, ".tmp-", 5);
+		int is_tmp = store_is_temp_name(name);
 		if (!is_tmp && !has_suffix(name, ".session"))
 			continue;
 		char *path;
@@ -1306,4 +1311,55 @@ int store_remove(const char *dir, uid_t uid, const char *id)
 		}
 	}
 	return rc;
+}
+
+/* ---- set aside ------------------------------------------------------------ */
+
+/* Rename from to `to` unless `to` exists: 0, -EEXIST or -errno. */
+static int rename_noreplace(const char *from, const char *to)
+{
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -errno;
+	/* a filesystem without RENAME_NOREPLACE: look first (the folder's
+	 * lock keeps other daemons out of it) */
+	struct stat st;
+	if (lstat(to, &st) == 0)
+		return -EEXIST;
+	return rename(from, to) == 0 ? 0 : -errno;
+}
+
+int store_set_aside(const char *path, char **aside)
+{
+	char *to = NULL;
+	int rc = -EEXIST;
+	for (int i = 0; i <= STORE_ASIDE_MAX && rc == -EEXIST; i++) {
+		free(to);
+		int n = i ? asprintf(&to, "%s" STORE_ASIDE_SUFFIX ".%d", path, i)
+			  : asprintf(&to, "%s" STORE_ASIDE_SUFFIX, path);
+		if (n < 0)
+			return -ENOMEM;
+		rc = rename_noreplace(path, to);
+	}
+	if (rc) {
+		free(to);
+		return rc;
+	}
+	/* the rename made durable, best effort, as store_remove */
+	char *dir = strdup(path), *slash = dir ? strrchr(dir, '/') : NULL;
+	if (slash) {
+		*(slash == dir ? slash + 1 : slash) = 0;
+		int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0) {
+			fsync(dfd);
+			close(dfd);
+		}
+	}
+	free(dir);
+	if (aside)
+		*aside = to;
+	else
+		free(to);
+	return 0;
 }

@@ -115,7 +115,8 @@ int store_load_history(const char *path, struct session *s, char **cause);
  * List dir's session files, reading headers only. *entries (malloc'd array,
  * free with store_entries_free) gets the valid ones; for each file that
  * cannot be used (bad header, truncated, name not matching its (uid, id),
- * not a regular file), report(ctx, path, reason) is called (may be NULL).
+ * not a regular file), report(ctx, path, reason) is called (may be NULL):
+ * the file stays (store_set_aside moves it out of the way).
  * Temporary files of interrupted writes (".tmp-*") are removed, whatever
  * their age, and reported: call it when no save into dir is running (at
  * startup). Entries are sorted by path. Other files are skipped. Returns the
@@ -123,11 +124,28 @@ int store_load_history(const char *path, struct session *s, char **cause);
  */
 int store_list(const char *dir, struct store_entry **entries,
 	       void (*report)(void *ctx, const char *path, const char *reason), void *ctx);
+/* 1 if the file name (no folder) is one of store_list's temporary files:
+ * its reports for them are removals, not refusals. */
+int store_is_temp_name(const char *name);
 void store_entries_free(struct store_entry *e, int n);
 
 /* Remove the file of (uid, id) if present (absent is 0); the folder is
  * synced, best effort. 0 or -errno (-EINVAL for an invalid id). */
 int store_remove(const char *dir, uid_t uid, const char *id);
+
+/* Files set aside: PATH.corrupt, else PATH.corrupt.1 ... .STORE_ASIDE_MAX.
+ * store_list never reads them (they do not end in ".session"). */
+#define STORE_ASIDE_SUFFIX ".corrupt"
+#define STORE_ASIDE_MAX 999
+/*
+ * Move the file at path (one store_list or store_load refused) out of the
+ * way of a new session of the same name, which would overwrite it: renamed
+ * to the first free name of PATH.corrupt, PATH.corrupt.1, ... (never over
+ * an existing file), the folder synced, best effort. 0 with *aside (may be
+ * NULL) the new path, malloc'd; or -errno: -EEXIST (every name taken),
+ * -ENOMEM, or the rename's (the file then stays where it was).
+ */
+int store_set_aside(const char *path, char **aside);
 
 /* Model fingerprint: XXH64 over the hyper-parameters and every weight byte
  * (see model/fingerprint.c). Declared here for the callers that compare. */

@@ -887,8 +887,7 @@ static void test_bad_files(void **state)
 	write_file(p_garbage, junk, sizeof(junk));
 	write_file(p_tiny, "LLAMA", 5);
 
-	start_daemon(&d, "d4", T.model, dir, NULL);
-	/* every bad file named in the log with its reason */
+	/* what each refused file holds, to find it whole after */
 	static const char *const why[][2] = {
 		{ "trunc", "truncated" },
 		{ "alias", "does not match" },
@@ -896,15 +895,41 @@ static void test_bad_files(void **state)
 		{ "garbage", "magic" },
 		{ "tiny", "truncated" },
 	};
-	for (size_t k = 0; k < sizeof(why) / sizeof(why[0]); k++) {
+	enum { N_REFUSED = sizeof(why) / sizeof(why[0]) };
+	char *bytes[N_REFUSED];
+	size_t n_bytes[N_REFUSED];
+	for (size_t k = 0; k < N_REFUSED; k++) {
 		char *p = state_file(dir, why[k][0]);
-		if (!log_line_has(&d, p, why[k][1], NULL)) {
+		bytes[k] = slurp(p, &n_bytes[k]);
+		assert_non_null(bytes[k]);
+		free(p);
+	}
+
+	start_daemon(&d, "d4", T.model, dir, NULL);
+	/* every bad file named in the log with its reason, and moved aside
+	 * (NAME.corrupt) as it was: a new session of that name would
+	 * overwrite it at its first save */
+	for (size_t k = 0; k < N_REFUSED; k++) {
+		char *p = state_file(dir, why[k][0]), aside[512];
+		snprintf(aside, sizeof(aside), "%s.corrupt", p);
+		if (!log_line_has(&d, p, why[k][1], "moved to", aside, NULL)) {
 			daemon_dump_log_tail(&d);
-			fail_msg("the log does not name %s with \"%s\"", p, why[k][1]);
+			fail_msg("the log does not name %s with \"%s\", moved to %s", p, why[k][1],
+				 aside);
 		}
+		size_t n;
+		char *got = slurp(aside, &n);
+		assert_non_null(got);
+		assert_int_equal(n, n_bytes[k]);
+		assert_memory_equal(got, bytes[k], n);
+		assert_false(exists(p));
+		free(got);
 		free(p);
 	}
 	c = cli_new(&d);
+	Llamad__Response *st = op_status(c);
+	assert_int_equal(st->status->counters->files_set_aside, N_REFUSED);
+	rfree(st);
 	Llamad__Response *l = op_list(c);
 	const char *listed[] = { "good1", "good2", "flip", "oov" };
 	const char *unlisted[] = { "trunc", "alias", "vers", "garbage", "tiny" };
@@ -951,9 +976,62 @@ static void test_bad_files(void **state)
 	/* the daemon is fine */
 	generate_ok(c, "good1", GREEDY(NULL, 5), &g, 0);
 	gen_free(&g);
+	/* a new session under a refused file's name is saved beside the file
+	 * set aside, which stays whole (before: the 264-byte file of a new
+	 * session replaced a 451,598-byte one) */
+	char aside[512];
+	snprintf(aside, sizeof(aside), "%s.corrupt", p_trunc);
+	make_raw(c, "trunc", "The little dog", 5);
+	must_save(c, "trunc", 0);
+	assert_true(exists(p_trunc));
+	size_t n_aside;
+	char *kept = slurp(aside, &n_aside);
+	assert_int_equal(n_aside, n_bytes[0]);
+	assert_memory_equal(kept, bytes[0], n_aside);
+	free(kept);
+	/* a file refused when it was read (the corrupt body): dropping its
+	 * session moves it aside too, it is not deleted */
+	size_t n_flip;
+	char *flip_bytes = slurp(p_flip, &n_flip);
+	must_drop(c, "flip");
+	assert_false(exists(p_flip));
+	snprintf(aside, sizeof(aside), "%s.corrupt", p_flip);
+	kept = slurp(aside, &n_aside);
+	assert_non_null(kept);
+	assert_int_equal(n_aside, n_flip);
+	assert_memory_equal(kept, flip_bytes, n_flip);
+	free(kept);
+	free(flip_bytes);
+	assert_true(log_line_has(&d, "session flip dropped", "refused when read", aside, NULL));
+	st = op_status(c);
+	assert_int_equal(st->status->counters->files_set_aside, N_REFUSED + 1);
+	rfree(st);
 	cli_free(c);
 	stop_daemon(&d);
 
+	/* the files set aside are never read again: no report, no session;
+	 * the same name refused once more goes to NAME.corrupt.1 */
+	write_file(p_tiny, "LLAMA", 5);
+	start_daemon(&d, "d4b", T.model, dir, NULL);
+	assert_false(log_line_has(&d, ".corrupt:", NULL));
+	char aside1[512];
+	snprintf(aside1, sizeof(aside1), "%s.corrupt.1", p_tiny);
+	assert_true(log_line_has(&d, p_tiny, "truncated", aside1, NULL));
+	assert_true(exists(aside1));
+	c = cli_new(&d);
+	l = op_list(c);
+	assert_int_equal(l->sessions->n_sessions, 4);   /* good1, good2, oov, trunc */
+	assert_non_null(list_find(l, "trunc"));
+	assert_null(list_find(l, "tiny"));
+	rfree(l);
+	st = op_status(c);
+	assert_int_equal(st->status->counters->files_set_aside, 1);
+	rfree(st);
+	cli_free(c);
+	stop_daemon(&d);
+
+	for (size_t k = 0; k < N_REFUSED; k++)
+		free(bytes[k]);
 	free(p_good1);
 	free(p_good2);
 	free(p_flip);

@@ -7,6 +7,7 @@
  * position, so a session that comes back from host memory or disk must
  * carry exactly its own K/V.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +35,7 @@ struct fx {
 	char dir[64];
 	int reports[4];          /* by level */
 	char last[512];
+	char last_at[4][512];    /* the last of each level */
 };
 
 static void on_report(void *ctx, int level, const char *msg)
@@ -41,6 +43,7 @@ static void on_report(void *ctx, int level, const char *msg)
 	struct fx *f = ctx;
 	f->reports[level]++;
 	snprintf(f->last, sizeof(f->last), "%s", msg);
+	snprintf(f->last_at[level], sizeof(f->last_at[level]), "%s", msg);
 }
 
 /* A fixture: a pool of n_blocks, ram_cache bytes of host memory, and a
@@ -68,11 +71,15 @@ static struct fx *fx_new(int n_blocks, size_t ram_cache, int with_dir)
 static void fx_free(struct fx *f)
 {
 	if (f->dir[0]) {
-		struct store_entry *ents = NULL;
-		int n = store_list(f->dir, &ents, NULL, NULL);
-		for (int i = 0; i < n; i++)
-			unlink(ents[i].path);
-		store_entries_free(ents, n);
+		DIR *d = opendir(f->dir);   /* state files, files set aside, the lock */
+		for (struct dirent *de; d && (de = readdir(d));) {
+			char p[400];
+			snprintf(p, sizeof(p), "%s/%s", f->dir, de->d_name);
+			if (de->d_name[0] != '.')
+				unlink(p);
+		}
+		if (d)
+			closedir(d);
 		rmdir(f->dir);
 	}
 	res_done(&f->r);
@@ -383,6 +390,137 @@ static void test_list_and_save_all(void **state)
 	fx_free(f);
 }
 
+/* Write n bytes of src's file (a session saved in f's folder) to dst. */
+static void copy_file_part(const char *src, const char *dst, long n)
+{
+	FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+	assert_non_null(in);
+	assert_non_null(out);
+	for (int c; n-- > 0 && (c = fgetc(in)) != EOF;)
+		fputc(c, out);
+	fclose(in);
+	fclose(out);
+}
+
+static long file_size(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return -1;
+	fseek(fp, 0, SEEK_END);
+	long n = ftell(fp);
+	fclose(fp);
+	return n;
+}
+
+/* A restart over refused files: each is moved to NAME.corrupt (then
+ * .corrupt.1, ...), reported and counted; temporary files are only
+ * removed; files set aside are never listed again. */
+static void test_list_sets_aside(void **state)
+{
+	(void)state;
+	struct fx *f = fx_new(8, 0, 1);
+	make(f, "a", 32, 1);
+	struct res_saved sv = { 0 };
+	res_save_all(&f->r, 0, 1, &sv);
+	char *pa = store_path(f->dir, 1000, "a"), *pt = store_path(f->dir, 1000, "t");
+	long size = file_size(pa);
+	assert_true(size > 300);
+	copy_file_part(pa, pt, size - 100);   /* "a"'s file, truncated, as "t" */
+	char tmp[400], aside[400], aside1[400];
+	snprintf(tmp, sizeof(tmp), "%s/.tmp-1000-a.session.1.0", f->dir);
+	copy_file_part(pa, tmp, 10);
+	close(f->r.lock_fd);   /* f's daemon ends */
+	f->r.has_lock = 0;
+
+	struct fx *g = fx_new(8, 0, 0);
+	assert_int_equal(res_set_dir(&g->r, f->dir), 0);
+	assert_int_equal(res_list(&g->r, 100), 1);   /* "a" */
+	assert_null(sess_get(&g->st, 1000, "t"));
+	assert_int_equal(g->r.n.set_aside, 1);
+	snprintf(aside, sizeof(aside), "%s%s", pt, STORE_ASIDE_SUFFIX);
+	assert_int_equal(file_size(aside), size - 100);   /* whole, as it was */
+	assert_int_equal(file_size(pt), -1);
+	assert_int_equal(file_size(tmp), -1);             /* removed, not kept */
+	assert_int_equal(g->reports[RES_WARN], 2);
+	assert_int_equal(g->reports[RES_ERROR], 0);
+	/* the same name refused again: .corrupt.1, the first one untouched */
+	copy_file_part(pa, pt, 10);
+	close(g->r.lock_fd);
+	g->r.has_lock = 0;
+	struct fx *h = fx_new(8, 0, 0);
+	assert_int_equal(res_set_dir(&h->r, f->dir), 0);
+	assert_int_equal(res_list(&h->r, 100), 1);
+	assert_int_equal(h->r.n.set_aside, 1);
+	assert_non_null(strstr(h->last_at[RES_WARN], "truncated"));
+	assert_non_null(strstr(h->last_at[RES_WARN], "moved to"));
+	snprintf(aside1, sizeof(aside1), "%s%s.1", pt, STORE_ASIDE_SUFFIX);
+	assert_non_null(strstr(h->last_at[RES_WARN], aside1));
+	assert_int_equal(file_size(aside1), 10);
+	assert_int_equal(file_size(aside), size - 100);
+	/* a new session "t" saved: the files set aside stay as they are */
+	struct session *t = make(h, "t", 16, 5);
+	memset(&sv, 0, sizeof(sv));
+	res_save_all(&h->r, 0, 1, &sv);
+	assert_int_equal(sv.n, 1);
+	assert_true(file_size(pt) > 0);
+	assert_int_equal(file_size(aside), size - 100);
+	assert_int_equal(file_size(aside1), 10);
+	(void)t;
+	/* and no later listing reads them */
+	close(h->r.lock_fd);
+	h->r.has_lock = 0;
+	struct fx *k = fx_new(8, 0, 0);
+	assert_int_equal(res_set_dir(&k->r, f->dir), 0);
+	assert_int_equal(res_list(&k->r, 100), 2);
+	assert_int_equal(k->r.n.set_aside, 0);
+	assert_int_equal(k->reports[RES_WARN], 0);
+	free(pa);
+	free(pt);
+	fx_free(k);
+	fx_free(h);
+	fx_free(g);
+	fx_free(f);
+}
+
+/* A file refused at a restore (corrupt body) stays; dropping its session
+ * moves it aside rather than deleting it. A sound file goes with its
+ * session. */
+static void test_drop_refused(void **state)
+{
+	(void)state;
+	struct fx *f = fx_new(4, 0, 1);
+	struct session *a = make(f, "a", 32, 1);
+	struct session *b = make(f, "b", 16, 2);
+	assert_int_equal(res_reserve(&f->r, 4, NULL), 0);
+	assert_int_equal(a->loc, SESS_DISK);
+	char *pa = store_path(f->dir, 1000, "a"), *pb = store_path(f->dir, 1000, "b");
+	FILE *fp = fopen(pa, "r+b");
+	assert_non_null(fp);
+	fseek(fp, 300, SEEK_SET);
+	fputc(0x5a ^ fgetc(fp), fp);
+	fclose(fp);
+	long size = file_size(pa);
+	char *cause = NULL;
+	assert_int_equal(res_ensure(&f->r, a, &cause), -EIO);
+	free(cause);
+	assert_true(a->file_refused);
+	assert_int_equal(file_size(pa), size);   /* stays for inspection */
+	res_drop(&f->r, a, 1);
+	char aside[400];
+	snprintf(aside, sizeof(aside), "%s%s", pa, STORE_ASIDE_SUFFIX);
+	assert_int_equal(file_size(aside), size);
+	assert_int_equal(file_size(pa), -1);
+	assert_int_equal(f->r.n.set_aside, 1);
+	assert_non_null(strstr(f->last_at[RES_WARN], "refused when read, moved to"));
+	res_drop(&f->r, b, 1);
+	assert_int_equal(file_size(pb), -1);
+	assert_int_equal(f->r.n.set_aside, 1);
+	free(pa);
+	free(pb);
+	fx_free(f);
+}
+
 /* Idle saving: only changed pool sessions idle long enough. */
 static void test_save_idle(void **state)
 {
@@ -432,6 +570,8 @@ int main(void)
 		cmocka_unit_test(test_ram_full_to_disk),
 		cmocka_unit_test(test_dirty_ram_stays),
 		cmocka_unit_test(test_unsaved_never_leaves),
+		cmocka_unit_test(test_list_sets_aside),
+		cmocka_unit_test(test_drop_refused),
 		cmocka_unit_test(test_restore_errors),
 		cmocka_unit_test(test_list_and_save_all),
 		cmocka_unit_test(test_save_idle),
