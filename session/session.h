@@ -68,7 +68,10 @@ struct session {
 	int ram_blocks;
 	uint32_t disk_tokens; /* SESS_DISK: history length from the file header */
 	uint32_t disk_turns;  /* SESS_DISK: its turns, from the file header */
-	int save_failed;      /* the last save failed (logged once) */
+	/* failed saves (residency.c): automatic ones wait save_wait_s, which
+	 * doubles, until save_retry_s (monotonic); all 0 once one works */
+	uint32_t save_fails;  /* saves failed since the last that worked */
+	double save_wait_s, save_retry_s;
 	int file_refused;     /* SESS_DISK: its state file was refused when read
 			       * (corrupt, unknown format): a drop moves it
 			       * aside (store_set_aside), never deletes it */

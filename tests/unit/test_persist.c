@@ -1217,6 +1217,125 @@ static void test_unusable_state_dir(void **state)
 	free(file);
 }
 
+/* Fill the file system of dir: a file "filler" in it, written until
+ * ENOSPC. Returns its path (malloc'd). */
+static char *fill_disk(const char *dir)
+{
+	char *p = path_join(dir, "filler");
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	static char chunk[4096];
+	while (write(fd, chunk, sizeof(chunk)) > 0)
+		;
+	assert_int_equal(errno, ENOSPC);
+	while (write(fd, chunk, 1) > 0)   /* the last bytes of a page */
+		;
+	close(fd);
+	return p;
+}
+
+static uint64_t save_errors(struct cli *c)
+{
+	Llamad__Response *s = op_status(c);
+	uint64_t n = s->status->counters->save_errors;
+	rfree(s);
+	return n;
+}
+
+/* Log lines holding every one of the strings (NULL ended). */
+static int log_lines_with(const struct daemon *d, const char *a, const char *b)
+{
+	size_t len;
+	char *text = slurp(d->log, &len);
+	int n = 0;
+	for (char *line = text, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl = 0;
+		n += strstr(line, a) && strstr(line, b);
+	}
+	free(text);
+	return n;
+}
+
+/*
+ * A full disk under a daemon whose pool is full of unsaved sessions: every
+ * request that needs blocks tries to evict them, and every idle scan to
+ * save them. Failed saves back off (0.1 s doubling to 30 s, per session),
+ * so for 10 s of such requests save_errors stays under 20 (before: each
+ * request tried each session, hundreds a second, a log line each); once
+ * space returns, the sessions are saved without a request.
+ */
+static void test_save_backoff(void **state)
+{
+	(void)state;
+	char *dir = tpath("full-fs");
+	assert_int_equal(mkdir(dir, 0700), 0);
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700") != 0) {
+		print_message("  skipped: cannot mount a tmpfs on %s: %s (needs root)\n", dir,
+			      strerror(errno));
+		rmdir(dir);
+		free(dir);
+		skip();
+	}
+	snprintf(T.mounted, sizeof(T.mounted), "%s", dir);
+	struct daemon d;
+	start_daemon(&d, "d6c", T.model, dir, "--kv-memory", "1M", "--ram-cache", "0",
+		     "--save-delay", "1", NULL);
+	char *filler = fill_disk(dir);
+	struct cli *c = cli_new(&d);
+	/* 395 tokens, 394 cached: 25 blocks each, 50 of the pool's 51 */
+	make_raw(c, "s1", PROMPT, 390);
+	make_raw(c, "s2", PROMPT, 390);
+	uint64_t before = save_errors(c);
+	/* 10 s of requests that need 3 blocks: each one fails, nothing can
+	 * leave the pool */
+	double t0 = now_ms();
+	int requests = 0;
+	while (now_ms() - t0 < 10000) {
+		must_open(c, "h", T_RAW, 0, NULL, 1);
+		struct gen g;
+		generate(c, "h", GREEDY("Once upon a time there was a little girl named Lily. She "
+					"loved to play outside in the park with her friends and "
+					"her dog.", 1), &g);
+		if (g.error != E_EXHAUSTED)
+			fail_msg("expected RESOURCE_EXHAUSTED, got %d: %s", g.error, g.msg);
+		gen_free(&g);
+		must_drop(c, "h");
+		requests++;
+	}
+	uint64_t errors = save_errors(c);
+	int lines = log_lines_with(&d, "cannot save session s", "No space left");
+	print_message("  %d requests in 10 s on a full disk: save_errors %llu (%llu before them), "
+		      "%d log lines\n", requests, (unsigned long long)errors,
+		      (unsigned long long)before, lines);
+	assert_true(requests > 20);
+	assert_true(errors >= 4);        /* it did try again */
+	assert_true(errors < 20);
+	assert_int_equal(lines, (int)errors);   /* one line a failure */
+	assert_true(log_line_has(&d, "cannot save session s1", "automatic saves wait", NULL));
+
+	/* space comes back: saved by the next try, without a request */
+	assert_int_equal(unlink(filler), 0);
+	double t1 = now_ms();
+	int saved = 0;
+	while (!saved && now_ms() - t1 < 40000) {
+		sleep_us(250 * 1000);
+		Llamad__Response *i1 = must_info(c, "s1"), *i2 = must_info(c, "s2");
+		saved = i1->session->saved && i2->session->saved;
+		rfree(i1);
+		rfree(i2);
+	}
+	print_message("  saved %.1f s after space returned\n", (now_ms() - t1) / 1000);
+	assert_true(saved);
+	assert_true(log_line_has(&d, "session s1 saved, after", "failed attempt", NULL));
+	expect_state_files(dir, "s1", "s2", NULL);
+	cli_free(c);
+	stop_daemon(&d);
+	free(filler);
+	free(dir);
+}
+
 /* ---- 7. more sessions than the pool holds ------------------------------------ */
 
 #define N_MANY 12
@@ -1681,6 +1800,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_foreign_model, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_full_state_dir, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_unusable_state_dir, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_save_backoff, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_more_sessions_than_pool, case_setup,
 						case_teardown),
 		cmocka_unit_test_setup_teardown(test_limits, case_setup, case_teardown),

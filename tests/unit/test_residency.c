@@ -300,15 +300,76 @@ static void test_unsaved_never_leaves(void **state)
 	assert_int_equal(res_reserve(&f->r, 1, NULL), -ENOBUFS);
 	assert_int_equal(a->loc, SESS_POOL);
 	assert_true(a->dirty);
-	assert_true(a->save_failed);
+	assert_int_equal(a->save_fails, 1);
 	assert_int_equal(f->r.n.save_errors, 2);
 	assert_true(f->reports[RES_ERROR] >= 2);
 	assert_non_null(strstr(f->last, "to evict it"));
 	assert_non_null(strstr(f->last, "state file /proc/llamad-no-such-dir/"));
+	assert_non_null(strstr(f->last, "automatic saves wait 0.1 s"));
 	free(f->r.dir);
 	f->r.dir = dir;
+	/* at once again: both still wait, nothing is written */
+	assert_int_equal(res_reserve(&f->r, 1, NULL), -ENOBUFS);
+	assert_int_equal(f->r.n.save_errors, 2);
+	assert_int_equal(f->r.n.saves, 0);
+	usleep(150 * 1000);   /* the first wait is 0.1 s */
 	assert_int_equal(res_reserve(&f->r, 1, NULL), 0);
 	assert_int_equal(a->loc, SESS_RAM);
+	assert_int_equal(a->save_fails, 0);
+	assert_non_null(strstr(f->last_at[RES_INFO], "session a saved, after 1 failed attempt"));
+	fx_free(f);
+}
+
+/* The wait after failed saves: 0.1 s doubling to 30 s, per session, one
+ * report per failure; nothing is tried while it runs; a save that works
+ * ends it. */
+static void test_save_backoff(void **state)
+{
+	(void)state;
+	struct fx *f = fx_new(4, 0, 1);
+	struct session *a = make(f, "a", 32, 1);
+	struct session *b = make(f, "b", 32, 2);
+	char *dir = f->r.dir;
+	f->r.dir = strdup("/proc/llamad-no-such-dir");
+	double want = 0.1;
+	for (int i = 0; i < 12; i++) {
+		a->save_retry_s = b->save_retry_s = 0;   /* their waits are over */
+		int errors = f->reports[RES_ERROR];
+		assert_int_equal(res_reserve(&f->r, 1, NULL), -ENOBUFS);
+		assert_int_equal(f->r.n.save_errors, 2 * (uint64_t)(i + 1));
+		assert_int_equal(f->reports[RES_ERROR], errors + 2);   /* one line each */
+		assert_int_equal(a->save_fails, i + 1);
+		assert_true(a->save_wait_s > want * 0.999 && a->save_wait_s < want * 1.001);
+		want = want * 2 < 30 ? want * 2 : 30;
+	}
+	assert_true(a->save_wait_s == 30);
+	assert_true(b->save_wait_s == 30);
+	/* while they wait, evictions and idle saves write nothing, say nothing */
+	int errors = f->reports[RES_ERROR];
+	for (int i = 0; i < 1000; i++) {
+		assert_int_equal(res_reserve(&f->r, 1, NULL), -ENOBUFS);
+		res_save_idle(&f->r, INT64_MAX);
+	}
+	assert_int_equal(f->r.n.save_errors, 24);
+	assert_int_equal(f->reports[RES_ERROR], errors);
+	/* a Save request tries all the same, and its failure lengthens nothing
+	 * past the bound */
+	struct res_saved sv = { 0 };
+	res_save_all(&f->r, 0, 1, &sv);
+	assert_int_equal(sv.errors, 2);
+	free(sv.first_error);
+	assert_int_equal(f->r.n.save_errors, 26);
+	assert_true(a->save_wait_s == 30);
+	/* the disk is back: a Save works and ends the waits */
+	free(f->r.dir);
+	f->r.dir = dir;
+	memset(&sv, 0, sizeof(sv));
+	res_save_all(&f->r, 0, 1, &sv);
+	assert_int_equal(sv.n, 2);
+	assert_int_equal(a->save_fails, 0);
+	assert_true(a->save_wait_s == 0 && a->save_retry_s == 0);
+	assert_false(b->dirty);
+	assert_non_null(strstr(f->last_at[RES_INFO], "saved, after 13 failed attempts"));
 	fx_free(f);
 }
 
@@ -570,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_ram_full_to_disk),
 		cmocka_unit_test(test_dirty_ram_stays),
 		cmocka_unit_test(test_unsaved_never_leaves),
+		cmocka_unit_test(test_save_backoff),
 		cmocka_unit_test(test_list_sets_aside),
 		cmocka_unit_test(test_drop_refused),
 		cmocka_unit_test(test_restore_errors),
