@@ -126,6 +126,9 @@ oneshot=$("$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS
 echo "$oneshot $ctl" | awk '{ os = $1 / ($2 / 1000); ctl = $3 / ($4 / 1000);
     printf "bench=protocol oneshot_tok_s=%.1f llamactl_tok_s=%.1f ratio=%.2f\n", os, ctl, ctl / os }' | tee -a "$log"
 
+# ---- K/V element types: accuracy, memory, speed (tests/bench/kv_types.sh) ---
+BUILD=$BUILD MODELS=$MODELS THREADS=$THREADS sh tests/bench/kv_types.sh | tee -a "$log"
+
 # ---- idle connections must not slow the active ones (target: 80%) ----------
 echo "== daemon: stories260K, 64 generating connections without / with 1,000 idle ones"
 idle_missed=0
