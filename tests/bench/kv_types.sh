@@ -9,7 +9,8 @@
 #     context (llamad-bench), the turn benchmark (20 words after 1,500
 #     tokens against the same turn on an empty session), and a 1,000-token
 #     session saved, then restored + a turn after a restart (file bytes a
-#     token, restore + turn against re-prefilling).
+#     token, restore + turn against re-prefilling), beside llama.cpp's
+#     llama-server slot file of a 1,000-token prompt (tests/bench/llamacpp.sh).
 # Env: BUILD, MODELS, THREADS (default all cores), KVB_SKIP_1B=1 (only the
 # stories260K accuracy line; no 1B shape is generated).
 set -e
@@ -30,6 +31,10 @@ if [ ! -f "$g" ]; then
     "$BUILD/llamad-quantize" --model "$OUT/llama3-1B-bf16" --type q8_0 --out "$g" >/dev/null
 fi
 "$BUILD/llamad-kvq" --model "$g" --threads "$THREADS" --windows 1 --window 256 --greedy 64
+# llama.cpp's slot file (llama-server /slots?action=save) of a 1,000-token
+# prompt of the same file, K/V in its default f16 (skipped without llama.cpp)
+PROMPT_TOKENS=1000 REPS=1 BUILD=$BUILD THREADS=$THREADS sh tests/bench/llamacpp.sh --no-tokenize \
+    --model "$g" | grep 'slot_file_bytes\|not available' || true
 
 sock=$BUILD/bench-kv.sock
 state=$BUILD/bench-kv-state

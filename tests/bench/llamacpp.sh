@@ -41,7 +41,8 @@
 #    (prefill_tok_s, decode_tok_s) plus impl= and cpu= (the ggml CPU variant).
 #
 # Env: BUILD (build), MODELS (../shared/models), THREADS (0 = all cores),
-# REPS (3), CC (cc). Exit status: 0, or the benchmark tool's on a real
+# REPS (3), PROMPT_TOKENS (128: the prefill, and the tokens whose state
+# is saved as a llama-server slot file: slot_file_bytes), CC (cc). Exit status: 0, or the benchmark tool's on a real
 # failure (a model llama.cpp cannot load, ...).
 set -u
 BUILD=${BUILD:-build}
@@ -156,6 +157,7 @@ if [ "$do_tok" = 1 ]; then
         --text "$text" --reps "$REPS" || rc=$?
 fi
 for m in ${models:-$MODELS/stories260K.gguf}; do
-    "$bin" --libdir "$cache/lib" --model "$m" --threads "$THREADS" --reps "$REPS" || rc=$?
+    "$bin" --libdir "$cache/lib" --model "$m" --threads "$THREADS" --reps "$REPS" \
+        --prompt-tokens "${PROMPT_TOKENS:-128}" || rc=$?
 done
 exit $rc

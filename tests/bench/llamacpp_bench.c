@@ -37,6 +37,7 @@
 #include <string.h>
 #include <getopt.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "llama.h"
 #include "ggml-backend.h"
@@ -254,14 +255,29 @@ static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decod
 		best_pf = t1 - t0 < best_pf ? t1 - t0 : best_pf;
 		best_dec = t3 - t2 < best_dec ? t3 - t2 : best_dec;
 	}
+	/* the prompt's state as llama-server's /slots?action=save writes it
+	 * (llama_state_seq_save_file: header, tokens, K/V in the context's
+	 * default types, f16) */
+	size_t slot = 0;
+	llama_memory_clear(mem, false);
+	if (!llama_decode(ctx, llama_batch_get_one(toks, n_prompt))) {
+		char path[] = "/tmp/llamacpp-slot.XXXXXX";
+		int fd = mkstemp(path);
+		if (fd >= 0) {
+			close(fd);
+			slot = llama_state_seq_save_file(ctx, path, 0, toks, (size_t)n_prompt);
+			unlink(path);
+		}
+	}
 	/* all_params / size_MB: every tensor (llama_model_n_params/_size),
 	 * embedding included — not llamad-bench's params / weight_MB, which
 	 * count only what one token reads */
 	printf("model=%s dtype=%s all_params=%.1fM threads=%d prompt=%d prefill_tok_s=%.1f "
-	       "decode=%d decode_tok_s=%.1f size_MB=%.1f impl=llama.cpp-%s cpu=%s\n",
+	       "decode=%d decode_tok_s=%.1f size_MB=%.1f impl=llama.cpp-%s cpu=%s "
+	       "slot_file_bytes=%zu slot_bytes_per_token=%.0f\n",
 	       gguf, ftype_name(model), llama_model_n_params(model) / 1e6, threads, n_prompt,
 	       n_prompt / best_pf, n_decode, n_decode / best_dec, llama_model_size(model) / 1e6,
-	       llama_version(), cpu_variant);
+	       llama_version(), cpu_variant, slot, (double)slot / n_prompt);
 	free(toks);
 	llama_free(ctx);
 	if (tp_free)
