@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/integration/fair_share.sh — one user cannot take the whole KV cache
 # (or session table) from the others by default. A daemon with a small
-# pool (--kv-memory 6M: 307 blocks of 16 tokens on stories260K), nowhere
+# pool (--kv-memory 6M of f32 K/V: 307 blocks of 16 tokens on stories260K), nowhere
 # to evict to (--ram-cache 0, no state directory), the defaults otherwise:
 #   - uid 65534 fills sessions of ~467 tokens (30 blocks each): five fit
 #     in its half of the pool (max_kv_share_per_uid 50: 153 blocks), the
@@ -18,7 +18,8 @@ MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 uid_test_frame
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" --socket "$SOCK" \
-    --socket-mode 0666 --state-dir none --kv-memory 6M --ram-cache 0 --log-level warning \
+    --socket-mode 0666 --state-dir none --kv-memory 6M --kv-type f32 --ram-cache 0 \
+    --log-level warning \
     2>"$dir/llamad.log" &
 pid=$!
 wait_socket "$SOCK" "$pid" "$dir/llamad.log" 30

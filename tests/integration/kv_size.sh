@@ -8,7 +8,9 @@
 # stories110M-shaped daemon with --kv-memory 16M held 224 of its 1024
 # tokens without a word). llamactl status says the same. The larger
 # context is a one-layer stories110M shape (6 KiB of K/V a token, 1024
-# tokens) from llamad-genmodel.
+# tokens in f32) from llamad-genmodel. The daemons run with f32 K/V (the
+# figures below are f32's) but for one in the default f16, which holds
+# twice the tokens in the same bytes.
 # Env: BUILD, MODELS.
 # shellcheck disable=SC2086  # $S260, $S110: the words of the model options
 BUILD=${BUILD:-build}
@@ -27,7 +29,8 @@ S110="--model $dir/s110"
 run() {
     name=$1; shift
     # shellcheck disable=SC2068  # the words of the options
-    "$BUILD/llamad" $@ --socket "$dir/s" --state-dir none --threads 1 2>"$dir/$name.log" &
+    "$BUILD/llamad" --kv-type f32 $@ --socket "$dir/s" --state-dir none --threads 1 \
+        2>"$dir/$name.log" &
     pid=$!
     wait_socket "$dir/s" "$pid" "$dir/$name.log" 60
     "$CTL" --socket "$dir/s" status >"$dir/$name.status" 2>&1 || bad "$name: status failed"
@@ -71,6 +74,9 @@ if has k16 "KV cache: 15.9 MiB, 2720 tokens (170 blocks of 16), 2.7 contexts of 
    ! has k16 "warning"; then
     ok "kv_memory 16M: 2.7 contexts, no warning"
 else bad "k16: $(cat "$dir/k16.log")"; fi
+run k16h $S110 --kv-memory 16M --kv-type f16
+has k16h "KV cache: 16.0 MiB, 5456 tokens (341 blocks of 16), 5.3 contexts of 1024 tokens" &&
+    ok "kv_memory 16M in f16 K/V: twice the tokens" || bad "k16h: $(cat "$dir/k16h.log")"
 
 # --print-config says auto; "auto" is a value of its own
 "$BUILD/llamad" $S260 --print-config 2>&1 | grep -qx "kv_memory = auto" &&
