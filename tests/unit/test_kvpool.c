@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "session/kvpool.h"
 
@@ -414,6 +416,52 @@ static void test_prepare_enospc(void **state)
 	kvpool_free(p);
 }
 
+/* Resident pages of [p, p + n) (mincore). */
+static size_t resident(const void *p, size_t n)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), np = (n + pg - 1) / pg, r = 0;
+	unsigned char *v = malloc(np);
+	assert_non_null(v);
+	assert_int_equal(mincore((void *)p, n, v), 0);
+	for (size_t i = 0; i < np; i++)
+		r += v[i] & 1;
+	free(v);
+	return r;
+}
+
+/*
+ * kvpool_release_free gives back the pages of free blocks, the pages two
+ * free blocks share included: an f16 block of stories260K's shape (5
+ * layers, kv_dim 32) is 10,240 bytes, 2.5 pages, and a page under a block
+ * in use stays.
+ */
+static void test_release_shared_pages(void **state)
+{
+	(void)state;
+	struct kvpool *p = kvpool_new_typed(NULL, KT_F16, 8, 16, 16, 5, 32);
+	assert_non_null(p);
+	size_t bb = kt_kv_block_bytes(&p->kv), all = bb * 16;
+	assert_int_equal(bb, 10240);
+	int32_t b[16];
+	for (int i = 0; i < 16; i++) {
+		b[i] = kvpool_alloc(p);
+		memset(kt_kv_block(&p->kv, b[i]), 1, bb);
+	}
+	assert_true(resident(p->kv.base, all) >= all / (size_t)sysconf(_SC_PAGESIZE));
+	for (int i = 0; i < 16; i++)
+		if (b[i] != 5)
+			kvpool_unref(p, b[i]);
+	kvpool_release_free(p);
+	/* block 5 (bytes 51,200-61,440: pages 12-15 on 4 KiB pages) stays */
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+	size_t lo = 5 * bb / pg, hi = (6 * bb + pg - 1) / pg;
+	assert_int_equal(resident(p->kv.base, all), hi - lo);
+	kvpool_unref(p, 5);
+	kvpool_release_free(p);
+	assert_int_equal(resident(p->kv.base, all), 0);
+	kvpool_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -425,6 +473,7 @@ int main(void)
 		cmocka_unit_test(test_fork_at_boundary),
 		cmocka_unit_test(test_truncate_release),
 		cmocka_unit_test(test_prepare_enospc),
+		cmocka_unit_test(test_release_shared_pages),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
