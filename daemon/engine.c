@@ -135,6 +135,8 @@ static void after_logits(struct engine *e, struct job *j)
 		int keep = turn_last_user(s);
 		if (keep < 0 || keep > j->keep_turn)
 			keep = j->keep_turn;
+		if (keep >= s->n_turns)   /* the turn it continues */
+			keep = s->n_turns - 1;
 		struct turn_env te = engine_turns(e);
 		int before = s->n_turns;
 		int rc = turn_make_room(&te, s, 1, keep);

@@ -46,22 +46,37 @@ static struct chat_ctx history_of(const struct turn_env *te, const struct sessio
 	return history_upto(te, s, s->n_turns);
 }
 
+/* The end of turn i of s: the index after its last token. */
+static int turn_end(const struct session *s, int i)
+{
+	return i + 1 < s->n_turns ? s->turns[i + 1].start : s->n_tokens;
+}
+
+/* The ids a turn (role, text; its ids now old[0, n_old)) takes as the
+ * first turn after s's kept head, there at turn `at` (its history s's
+ * turns [0, at)): n > 0 with *ids malloc'd, 0 if it stays as it is, or
+ * -errno. */
+static int encode_at(const struct turn_env *te, const struct session *s, int at, int role,
+		     const char *text, const int32_t *old, int n_old, int32_t **ids)
+{
+	struct chat_ctx c = history_upto(te, s, at);
+	*ids = NULL;
+	if (at == 0)
+		return chat_encode_first_turn(te->m->tok, &c, (enum chat_role)role, text, old, n_old,
+					      ids);
+	if (text)  /* llama3: a user or system turn after the kept ones */
+		return chat_encode_turn(te->m->tok, &c, (enum chat_role)role, text, ids);
+	return 0;
+}
+
 /* Give turn idx of s (the first one after a shift, or the first after the
  * kept system turns) what a turn there has: 0 or -errno. */
 static int renew_turn(const struct turn_env *te, struct session *s, int idx)
 {
 	struct sess_turn *t = &s->turns[idx];
-	int a = t->start, b = idx + 1 < s->n_turns ? s->turns[idx + 1].start : s->n_tokens;
-	struct chat_ctx c = history_upto(te, s, idx);
 	int32_t *ids = NULL;
-	int n;
-	if (idx == 0)
-		n = chat_encode_first_turn(te->m->tok, &c, (enum chat_role)t->role, t->text,
-					   s->tokens + a, b - a, &ids);
-	else if (t->text)  /* llama3: a user or system turn after the kept ones */
-		n = chat_encode_turn(te->m->tok, &c, (enum chat_role)t->role, t->text, &ids);
-	else
-		return 0;
+	int n = encode_at(te, s, idx, t->role, t->text, s->tokens + t->start,
+			  turn_end(s, idx) - t->start, &ids);
 	if (n <= 0)
 		return n;
 	int rc = sess_replace_turn(te->st, s, idx, ids, n);
@@ -69,52 +84,87 @@ static int renew_turn(const struct turn_env *te, struct session *s, int idx)
 	return rc;
 }
 
-/* The turns a shift may remove first: [*first, *end), the first exchange
- * after the leading system turns (llama3; llama2 keeps its system prompt
- * outside the turns), up to the next user turn (llama3: or system turn);
- * raw sessions: the first turn. */
-static void first_exchange(const struct session *s, int *first, int *end)
+/* The first turn a shift may drop: after llama3's leading system turns
+ * (llama2 keeps its system prompt outside the turns), else 0. */
+static int first_droppable(const struct session *s)
 {
-	const struct chat_rules *r = chat_rules(s->tmpl);
 	int a = 0;
-	if (r->shift_keeps_system)
+	if (chat_rules(s->tmpl)->shift_keeps_system)
 		while (a < s->n_turns && s->turns[a].role == CHAT_SYSTEM)
 			a++;
+	return a;
+}
+
+/* The end of the exchange that starts at turn a: the next turn that
+ * begins one (a user turn; llama3: or a system turn; raw: any), or
+ * s->n_turns. */
+static int exchange_end(const struct session *s, int a)
+{
+	unsigned starts = chat_rules(s->tmpl)->exchange_starts;
 	int k = a + 1;
-	while (k < s->n_turns && !(r->exchange_starts & 1u << s->turns[k].role))
+	while (k < s->n_turns && !(starts & 1u << s->turns[k].role))
 		k++;
+	return k;
+}
+
+/* The turns a shift may drop before turn keep_from: [*first, return),
+ * whole exchanges from the first droppable turn. */
+static int droppable(const struct session *s, int keep_from, int *first)
+{
+	int a = first_droppable(s), end = a;
+	for (int k; end < s->n_turns && (k = exchange_end(s, end)) <= keep_from;)
+		end = k;
 	*first = a;
-	*end = k;
+	return end;
+}
+
+/* Drop the oldest exchange of s if it ends at or before turn keep_from
+ * and give the turn that then comes first after the kept head what a turn
+ * there has. Returns the turns dropped (> 0), 0 if none may go, or
+ * -errno. */
+static int drop_oldest(const struct turn_env *te, struct session *s, int keep_from)
+{
+	int a = first_droppable(s);
+	if (a >= s->n_turns)
+		return 0;
+	int k = exchange_end(s, a);
+	if (k > keep_from)
+		return 0;
+	int rc = sess_remove_turns(te->st, s, a, k - a);
+	if (rc == 0 && a < s->n_turns)
+		rc = renew_turn(te, s, a);
+	return rc ? rc : k - a;
 }
 
 int turn_make_room(const struct turn_env *te, struct session *s, int need, int keep_from)
 {
-	int limit = te->limit;
-	if (s->n_tokens + need <= limit)
-		return 0;
-	if (s->policy != SESS_CTX_SHIFT)
-		return -EMSGSIZE;
-	int removed = 0, a = 0;
-	for (int guard = 0; guard < 4; guard++) {
-		while (s->n_tokens + need > limit) {
-			int k;
-			first_exchange(s, &a, &k);
-			if (k > keep_from || k >= s->n_turns)
-				return -EMSGSIZE;
-			if (sess_remove_turns(te->st, s, a, k - a) != 0)
-				return -EMSGSIZE;
-			keep_from -= k - a;
-			removed = 1;
-		}
-		if (!removed || a >= s->n_turns)
-			return 0;
-		if (renew_turn(te, s, a) != 0)
+	while (s->n_tokens + need > te->limit) {
+		if (s->policy != SESS_CTX_SHIFT)
 			return -EMSGSIZE;
-		if (s->n_tokens + need <= limit)
-			return 0;
-		removed = 0;
+		int rc = drop_oldest(te, s, keep_from);
+		if (rc <= 0)
+			return rc == -ENOMEM ? rc : -EMSGSIZE;
+		keep_from -= rc;
 	}
-	return -EMSGSIZE;
+	return 0;
+}
+
+/* The fewest tokens s can hold with a new turn (role, text; ids[0, n) as
+ * it joins s now) after a shift that keeps turns from keep_from on:
+ * every droppable exchange gone and, when nothing stays between the kept
+ * head and the new turn, the new turn encoded as the first there. A count,
+ * or -errno. */
+static int least_tokens(const struct turn_env *te, const struct session *s, int keep_from,
+			int role, const char *text, const int32_t *ids, int n)
+{
+	int a, end = droppable(s, keep_from, &a);
+	int head = a < s->n_turns ? s->turns[a].start : s->n_tokens;
+	if (end < s->n_turns)  /* turns that stay between the head and the new turn */
+		return s->n_tokens - (s->turns[end].start - head) + n;
+	int32_t *first = NULL;
+	int m = a < s->n_turns ? encode_at(te, s, a, role, text, ids, n, &first) : 0;
+	free(first);
+	return m < 0 ? m : head + (m > 0 ? m : n);
 }
 
 /* The client's message for the turn error n (-errno), into msg (cap). */
@@ -128,27 +178,52 @@ static void turn_error(const struct turn_env *te, const struct session *s, int n
 		snprintf(msg, cap, "%s", n == -ENOMEM ? "out of memory" : "cannot tokenize the text");
 }
 
-/* Append ids (n) as a turn of role with text, making room first. */
+/* Append ids (n) as a turn of role with text under s's policy, making
+ * room first: the turns before turn keep_from (s->n_turns: all) may go.
+ * Returns the tokens the turn holds, or -errno with msg. */
 static int add_ids(const struct turn_env *te, struct session *s, int32_t *ids, int n, int role,
-		   const char *text, char *msg, size_t cap)
+		   const char *text, int keep_from, char *msg, size_t cap)
 {
-	if (turn_make_room(te, s, n, s->n_turns) != 0) {
-		if (n > te->limit || s->policy == SESS_CTX_SHIFT)
-			snprintf(msg, cap, "the turn needs %d tokens, more than the %d-token context "
-				 "holds with the turns it must keep; send a shorter text", n, te->limit);
-		else
+	int limit = te->limit;
+	if (s->n_tokens + n > limit) {  /* could it fit at all? */
+		int least = s->policy == SESS_CTX_SHIFT
+				    ? least_tokens(te, s, keep_from, role, text, ids, n) : n;
+		if (least < 0) {
+			turn_error(te, s, least, msg, cap);
+			return least == -ENOTSUP ? -EINVAL : least;
+		}
+		if (least > limit) {
+			int kept = least - n;
+			if (kept > 1)
+				snprintf(msg, cap, "the turn needs %d tokens and the system prompt "
+					 "before it %d: more than the %d-token context holds; send a "
+					 "shorter text", n, kept, limit);
+			else
+				snprintf(msg, cap, "the turn needs %d tokens, more than the %d-token "
+					 "context holds; send a shorter text", least, limit);
+			return -EMSGSIZE;
+		}
+		if (s->policy != SESS_CTX_SHIFT) {
 			snprintf(msg, cap, "the turn needs %d tokens; the session holds %d of its "
 				 "%d-token context (its context policy is error: reopen it with "
-				 "context policy shift, llamactl chat --context-policy shift, to drop "
-				 "the oldest turns instead, or rewind or drop it)",
-				 n, s->n_tokens, te->limit);
-		return -EMSGSIZE;
+				 "context policy shift, llamactl chat --context-policy shift, to "
+				 "drop the oldest turns instead, or rewind or drop it)",
+				 n, s->n_tokens, limit);
+			return -EMSGSIZE;
+		}
 	}
 	if (sess_append(s, ids, n, role, text, 1) != 0) {
 		snprintf(msg, cap, "out of memory");
 		return -ENOMEM;
 	}
-	return n;
+	int rc = turn_make_room(te, s, 0, keep_from < s->n_turns - 1 ? keep_from : s->n_turns - 1);
+	if (rc) {  /* least_tokens said it fits: out of memory re-encoding a turn */
+		sess_rewind(te->st, s);
+		snprintf(msg, cap, "%s", rc == -ENOMEM ? "out of memory" : "the turn does not fit "
+			 "the context with the turns it must keep; send a shorter text");
+		return rc;
+	}
+	return s->n_tokens - s->turns[s->n_turns - 1].start;
 }
 
 int turn_append(const struct turn_env *te, struct session *s, int role, const char *text,
@@ -173,7 +248,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 		return 0;
 	}
 	int stored = role == CHAT_RAW || chat_rules(s->tmpl)->turns_are_raw ? CHAT_RAW : role;
-	n = add_ids(te, s, ids, n, stored, text, msg, cap);
+	n = add_ids(te, s, ids, n, stored, text, s->n_turns, msg, cap);
 	free(ids);
 	if (n >= 0 && role == CHAT_USER && s->next_system) {
 		free(s->next_system);
@@ -194,7 +269,7 @@ int turn_generation(const struct turn_env *te, struct session *s, char *msg, siz
 	}
 	/* llama3's prompt opens the answer's turn; BOS alone is a raw turn */
 	int role = chat_rules(s->tmpl)->prompt_opens_answer ? CHAT_ASSISTANT : CHAT_RAW;
-	n = add_ids(te, s, ids, n, role, NULL, msg, cap);
+	n = add_ids(te, s, ids, n, role, NULL, s->n_turns > 0 ? s->n_turns - 1 : 0, msg, cap);
 	free(ids);
 	return n < 0 ? n : role == CHAT_ASSISTANT;
 }

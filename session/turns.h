@@ -1,8 +1,14 @@
 /*
  * session/turns.h — a session's turns under its template: a client's turn
  * joins the history (text/chat.c says which tokens it takes), and a full
- * session makes room under its context policy (shift: drop whole exchanges
- * from the front and give the new first turn what a first turn has).
+ * session makes room under its context policy.
+ *
+ * Under shift what stays is the system prompt (llama2's, folded into the
+ * first turn; llama3's leading system turns) and the turn being added;
+ * the exchanges before it go, oldest first, the most recent one included,
+ * and the turn that then comes first is given what a first turn has (BOS
+ * and the system prompt). Whatever moves loses its cache: the kept tokens
+ * after the first removed one are prefilled again at their new positions.
  */
 #ifndef LLAMAD_SESSION_TURNS_H
 #define LLAMAD_SESSION_TURNS_H
@@ -22,11 +28,12 @@ struct turn_env {
 /*
  * Make room in s for `need` more tokens under its policy, never removing
  * turn keep_from or a later one. Shift drops whole exchanges from the
- * front: a user turn and the turns after it up to the next user turn
- * (llama3: or system turn); llama3 keeps the leading system turns. The
- * turn that then follows what was kept is encoded again as a turn there
- * (BOS and the system prompt when it is the first). 0, or -EMSGSIZE if
- * they cannot fit.
+ * front, oldest first: a user turn and the turns after it up to the next
+ * user turn (llama3: or system turn; raw: one turn); llama3 keeps the
+ * leading system turns. The turn that then follows what was kept is
+ * encoded again as a turn there (BOS and the system prompt when it is the
+ * first). 0, -EMSGSIZE if they cannot fit (policy error: whenever s is
+ * full), or -ENOMEM.
  */
 int turn_make_room(const struct turn_env *te, struct session *s, int need, int keep_from);
 
@@ -34,8 +41,10 @@ int turn_make_room(const struct turn_env *te, struct session *s, int need, int k
  * Append a client's turn (role: enum chat_role; text NUL-terminated) to s.
  * A llama2 system turn adds no tokens: it sets the system prompt (of the
  * first user turn, or of the next one once a user turn exists); a llama3
- * one is a turn of its own. Returns the number of tokens added (>= 0), or
- * -EMSGSIZE (the context cannot hold
+ * one is a turn of its own. Under shift a turn that does not fit makes room
+ * (turn_make_room: every earlier exchange may go), unless it could not fit
+ * with the system prompt alone; then nothing changes. Returns the number
+ * of tokens the turn holds (>= 0), or -EMSGSIZE (the context cannot hold
  * it), -ENOMEM, -EINVAL (the model's vocabulary lacks the template's
  * control tokens: a session saved under another model), -EPROTO (the
  * tokenizer failed), with a one-line message for the client in msg
@@ -48,7 +57,8 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
  * Before a generation on s: add what its template needs in front of the
  * answer (text/chat.c, chat_encode_generation): BOS in an empty session;
  * llama3, the generation prompt unless the last turn is a user turn (which
- * ends with it), an open answer or a raw turn. Returns 1 if an assistant
+ * ends with it), an open answer or a raw turn; under shift the turns
+ * before the last one may go to make room. Returns 1 if an assistant
  * turn was opened (the generated tokens belong to it), 0 if not, or
  * -EMSGSIZE, -ENOMEM, -EINVAL (as turn_append), -EPROTO with a message in
  * msg (cap).

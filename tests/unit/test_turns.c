@@ -189,6 +189,93 @@ static void test_context_shift(void **state)
 	assert_dialog(f, s, last, 2);
 }
 
+/* policy shift, the new rule: what a new turn must keep is the system
+ * prompt; every exchange before it may go, the most recent one included
+ * (an answer that filled the context must not end the conversation). */
+static void test_shift_drops_the_last_exchange(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = dialog_session(f, "last", SESS_CTX_SHIFT, 5);
+	const struct chat_msg left[] = { dialog[0], dialog[5] };
+	int32_t *want = NULL;
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 2, &want);
+	free(want);
+	f->te.limit = nw;  /* room for the system prompt and the new turn only */
+	add(f, s, CHAT_USER, dialog[5].text);
+	assert_int_equal(s->n_turns, 1);
+	assert_dialog(f, s, left, 2);
+	/* a session whose one exchange fills the context: the next turn
+	 * replaces it (before, it was refused: "the turns it must keep") */
+	s = dialog_session(f, "full", SESS_CTX_SHIFT, 3);
+	f->te.limit = s->n_tokens;
+	const struct chat_msg then[] = { dialog[0], { CHAT_USER, "More?" } };
+	nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, then, 2, &want);
+	free(want);
+	assert_true(nw <= s->n_tokens);
+	add(f, s, CHAT_USER, then[1].text);
+	assert_int_equal(s->n_turns, 1);
+	assert_dialog(f, s, then, 2);
+	/* the turn the room was made for holds what its first-turn encoding
+	 * holds, and turn_append says so */
+	s = dialog_session(f, "count", SESS_CTX_SHIFT, 3);
+	f->te.limit = s->n_tokens;
+	char msg[200];
+	int n = turn_append(&f->te, s, CHAT_USER, "More?", msg, sizeof(msg));
+	assert_int_equal(n, s->n_tokens);
+}
+
+/* policy shift: a turn that could not fit even with the system prompt
+ * alone is refused, and nothing of the session goes. */
+static void test_shift_refuses_what_never_fits(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = dialog_session(f, "never", SESS_CTX_SHIFT, 5);
+	int n = s->n_tokens, turns = s->n_turns;
+	int32_t *before = malloc((size_t)n * sizeof(int32_t));
+	assert_non_null(before);
+	memcpy(before, s->tokens, (size_t)n * sizeof(int32_t));
+	const struct chat_msg left[] = { dialog[0], dialog[5] };
+	int32_t *want = NULL;
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 2, &want);
+	free(want);
+	f->te.limit = nw - 1;
+	char msg[256];
+	assert_int_equal(turn_append(&f->te, s, CHAT_USER, dialog[5].text, msg, sizeof(msg)),
+			 -EMSGSIZE);
+	assert_non_null(strstr(msg, "and the system prompt before it"));
+	assert_non_null(strstr(msg, "send a shorter text"));
+	assert_int_equal(s->n_tokens, n);
+	assert_int_equal(s->n_turns, turns);
+	assert_memory_equal(s->tokens, before, (size_t)n * sizeof(int32_t));
+	/* without a system prompt: the turn alone is too long */
+	struct session *o = fresh(f, "never-nosys", CHAT_TEMPLATE_LLAMA2, SESS_CTX_SHIFT);
+	add(f, o, CHAT_USER, dialog[1].text);
+	f->te.limit = o->n_tokens + 2;
+	assert_int_equal(turn_append(&f->te, o, CHAT_USER, "a text of many more words than two",
+				     msg, sizeof(msg)), -EMSGSIZE);
+	assert_non_null(strstr(msg, "more than the"));
+	assert_null(strstr(msg, "system prompt"));
+	assert_int_equal(o->n_turns, 1);
+	free(before);
+}
+
+/* raw under shift: every earlier turn may go; the new turn gets BOS. */
+static void test_raw_shift_new_turn(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "rn", CHAT_TEMPLATE_RAW, SESS_CTX_SHIFT);
+	add(f, s, CHAT_USER, "Once upon a time");
+	add(f, s, CHAT_USER, " there was a dog");
+	int32_t *ids = NULL;
+	int n = tok_encode(f->m.tok, "The end", 7, 1, &ids);
+	f->te.limit = n;
+	add(f, s, CHAT_USER, "The end");
+	assert_int_equal(s->n_turns, 1);
+	assert_int_equal(s->n_tokens, n);
+	assert_memory_equal(s->tokens, ids, (size_t)n * sizeof(int32_t));
+	free(ids);
+}
+
 /* A llama3 session under a model without the Llama 3 vocabulary (one
  * saved under another model): refused, saying why; nothing added. */
 static void test_llama3_needs_its_vocabulary(void **state)
@@ -373,6 +460,42 @@ static void test_l3_shift(void **state)
 	assert_l3(f, s, left, 2);
 }
 
+/* The new rule under llama3: the leading system turns stay, the last
+ * exchange goes (a cut-short answer's <|eot_id|> with it), the new turn
+ * is encoded where it now stands. */
+static void test_l3_shift_new_turn(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "l3n", CHAT_TEMPLATE_LLAMA3, SESS_CTX_SHIFT);
+	add(f, s, CHAT_SYSTEM, l3_dialog[0].text);
+	add(f, s, CHAT_USER, l3_dialog[1].text);
+	int32_t *ids = NULL;
+	int k = tok_encode(f->m.tok, "Seven", 5, 0, &ids);
+	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
+	free(ids);
+	f->te.limit = s->n_tokens;
+	add(f, s, CHAT_USER, l3_dialog[3].text);
+	const struct chat_msg left[] = { l3_dialog[0], l3_dialog[3] };
+	assert_int_equal(s->n_turns, 2);
+	assert_l3(f, s, left, 2);
+	/* the generation prompt after a finished answer: the exchange it
+	 * follows stays, the ones before it go */
+	struct session *g = fresh(f, "l3g", CHAT_TEMPLATE_LLAMA3, SESS_CTX_SHIFT);
+	for (int i = 0; i < 5; i++)
+		add(f, g, l3_dialog[i].role, l3_dialog[i].text);
+	f->te.limit = g->n_tokens + 3;  /* the prompt takes 4 */
+	char msg[200];
+	assert_int_equal(turn_generation(&f->te, g, msg, sizeof(msg)), 1);
+	assert_int_equal(g->n_turns, 4);
+	assert_int_equal(g->turns[1].role, CHAT_USER);
+	const struct chat_msg kept[] = { l3_dialog[0], l3_dialog[3], l3_dialog[4] };
+	int32_t *want = NULL;
+	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, kept, 3, &want);
+	assert_int_equal(g->n_tokens, nw);   /* the dialog ends with the prompt */
+	assert_memory_equal(g->tokens, want, (size_t)nw * sizeof(int32_t));
+	free(want);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -380,12 +503,16 @@ int main(void)
 		cmocka_unit_test(test_context_error),
 		cmocka_unit_test(test_context_shift),
 		cmocka_unit_test(test_raw_shift),
+		cmocka_unit_test(test_shift_drops_the_last_exchange),
+		cmocka_unit_test(test_shift_refuses_what_never_fits),
+		cmocka_unit_test(test_raw_shift_new_turn),
 		cmocka_unit_test(test_llama3_needs_its_vocabulary),
 	};
 	const struct CMUnitTest l3_tests[] = {
 		cmocka_unit_test(test_l3_append),
 		cmocka_unit_test(test_l3_generation),
 		cmocka_unit_test(test_l3_shift),
+		cmocka_unit_test(test_l3_shift_new_turn),
 	};
 	int failed = cmocka_run_group_tests(tests, setup, teardown);
 	return failed + cmocka_run_group_tests(l3_tests, l3_setup, teardown);
