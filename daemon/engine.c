@@ -131,16 +131,14 @@ static void after_logits(struct engine *e, struct job *j)
 		j->t_first = clock_mono_s();
 	int32_t next = gen_sample(&j->gen, j->logits, s->tokens, s->n_tokens);
 	if (s->n_tokens + 1 > engine_session_limit(e)) {
-		/* never this generation's own turns, nor the question it answers */
-		int keep = turn_last_user(s);
-		if (keep < 0 || keep > j->keep_turn)
-			keep = j->keep_turn;
-		if (keep >= s->n_turns)   /* the turn it continues */
-			keep = s->n_turns - 1;
+		/* shift: earlier exchanges go, then the answer slides (never the
+		 * question it answers, nor what must stay before it) */
 		struct turn_env te = engine_turns(e);
-		int before = s->n_turns;
-		int rc = turn_make_room(&te, s, 1, keep);
-		j->keep_turn -= before - s->n_turns;  /* turns before it went */
+		int rc = turn_slide(&te, s, &j->keep_turn, j->answer_turn);
+		if (rc == -ENOMEM) {
+			fail_job(e, j, rc, "out of memory");
+			return;
+		}
 		if (rc != 0) {
 			finish_generate(e, j, GEN_CONTEXT_FULL);
 			return;

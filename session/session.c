@@ -168,6 +168,8 @@ struct session *sess_fork(struct sess_table *t, struct session *src, uid_t uid,
 		s->tmpl = src->tmpl;
 		s->policy = src->policy;
 		s->last_use_ms = src->last_use_ms;
+		s->shift_turns = src->shift_turns;
+		s->shift_tokens = src->shift_tokens;
 	}
 	if (fail) {
 		sess_drop(t, s);
@@ -189,6 +191,7 @@ int sess_append(struct session *s, const int32_t *ids, int n, int role,
 		s->turns[s->n_turns].role = (uint8_t)role;
 		s->turns[s->n_turns].end = 0;
 		s->turns[s->n_turns].text = copy;
+		s->turns[s->n_turns].slid = 0;
 		s->n_turns++;
 	}
 	if (n > 0)
@@ -231,6 +234,23 @@ int sess_remove_turns(struct sess_table *t, struct session *s, int first, int co
 	s->n_turns -= count;
 	for (int i = first; i < s->n_turns; i++)
 		s->turns[i].start -= b - a;
+	sess_uncache(t, s, a);
+	return 0;
+}
+
+int sess_remove_tokens(struct sess_table *t, struct session *s, int idx, int from, int count)
+{
+	if (idx < 0 || idx >= s->n_turns || from < 0 || count <= 0)
+		return -EINVAL;
+	int a = s->turns[idx].start + from;
+	int end = idx + 1 < s->n_turns ? s->turns[idx + 1].start : s->n_tokens;
+	if (a + count > end)
+		return -EINVAL;
+	memmove(s->tokens + a, s->tokens + a + count,
+		(size_t)(s->n_tokens - a - count) * sizeof(int32_t));
+	s->n_tokens -= count;
+	for (int i = idx + 1; i < s->n_turns; i++)
+		s->turns[i].start -= count;
 	sess_uncache(t, s, a);
 	return 0;
 }

@@ -36,6 +36,9 @@ struct sess_turn {
 			       * wire's StopReason, 1..5); 0: not ended, or not
 			       * generated */
 	char *text;           /* the client's text (NULL for generated answers) */
+	int slid;             /* an answer that outgrew the context (policy shift):
+			       * its first tokens that slid out, gone from the
+			       * history (not in the state file) */
 };
 
 struct session {
@@ -54,6 +57,11 @@ struct session {
 	int64_t last_use_ms;
 	uint64_t prefilled;   /* tokens run through the model, ever */
 	uint64_t generated;
+	/* context shifts (turns.c), ever, for transcripts: turns dropped whole
+	 * and the tokens removed (theirs and answers' slid ones); kept while
+	 * the daemon runs, not in the state file */
+	uint32_t shift_turns;
+	uint64_t shift_tokens;
 	int busy;             /* a job (append or generate) runs on it */
 	int ephemeral;
 	uint64_t owner_conn;  /* connection that opened an ephemeral session */
@@ -127,6 +135,11 @@ void sess_uncache(struct sess_table *t, struct session *s, int n);
  * down. The cache from the first removed token on is forgotten (positions
  * change). 0, or -EINVAL for a bad range. */
 int sess_remove_turns(struct sess_table *t, struct session *s, int first, int count);
+/* Remove count tokens of turn idx from its from-th on (the turn and the
+ * later ones stay, shorter and moved down). The cache from the first
+ * removed token on is forgotten. 0, or -EINVAL for a range outside the
+ * turn. */
+int sess_remove_tokens(struct sess_table *t, struct session *s, int idx, int from, int count);
 /* Replace the tokens of turn idx with ids (n); later turns move. The cache
  * from that turn on is forgotten. 0, -EINVAL or -ENOMEM (nothing changed). */
 int sess_replace_turn(struct sess_table *t, struct session *s, int idx,

@@ -52,6 +52,12 @@ static int turn_end(const struct session *s, int i)
 	return i + 1 < s->n_turns ? s->turns[i + 1].start : s->n_tokens;
 }
 
+/* The tokens of turns [a, b) of s. */
+static int span(const struct session *s, int a, int b)
+{
+	return a < b ? turn_end(s, b - 1) - s->turns[a].start : 0;
+}
+
 /* The ids a turn (role, text; its ids now old[0, n_old)) takes as the
  * first turn after s's kept head, there at turn `at` (its history s's
  * turns [0, at)): n > 0 with *ids malloc'd, 0 if it stays as it is, or
@@ -130,9 +136,14 @@ static int drop_oldest(const struct turn_env *te, struct session *s, int keep_fr
 	int k = exchange_end(s, a);
 	if (k > keep_from)
 		return 0;
+	int n = s->n_tokens;
 	int rc = sess_remove_turns(te->st, s, a, k - a);
-	if (rc == 0 && a < s->n_turns)
-		rc = renew_turn(te, s, a);
+	if (rc)
+		return rc;
+	rc = a < s->n_turns ? renew_turn(te, s, a) : 0;
+	/* counted net: the system prompt a renewed first turn takes on moved */
+	s->shift_turns += (uint32_t)(k - a);
+	s->shift_tokens += (uint64_t)(n > s->n_tokens ? n - s->n_tokens : 0);
 	return rc ? rc : k - a;
 }
 
@@ -149,6 +160,104 @@ int turn_make_room(const struct turn_env *te, struct session *s, int need, int k
 	return 0;
 }
 
+/* Where the own tokens of turn i of s start in it, if it is an answer the
+ * model generated (after BOS and the template's framing), else -1. */
+static int answer_body(const struct turn_env *te, const struct session *s, int i)
+{
+	const struct sess_turn *t = &s->turns[i];
+	if (t->role != CHAT_ASSISTANT || t->text)
+		return -1;
+	return chat_answer_start(te->m->tok, s->tmpl, s->tokens + t->start, turn_end(s, i) - t->start);
+}
+
+/* Tokens of the generated answers from turn `from` on that may slide out. */
+static int slidable(const struct turn_env *te, const struct session *s, int from)
+{
+	int n = 0;
+	for (int i = from < 0 ? 0 : from; i < s->n_turns; i++) {
+		int b = answer_body(te, s, i);
+		if (b >= 0)
+			n += turn_end(s, i) - s->turns[i].start - b;
+	}
+	return n;
+}
+
+/* Slide out up to `want` of the oldest tokens of the generated answers
+ * from turn `from` on (their framing stays; an answer slid whole goes
+ * whole unless it is the last turn and answer_open); turns going before
+ * *keep move it. Returns the tokens removed, or -errno. */
+static int slide_answers(const struct turn_env *te, struct session *s, int from, int want,
+			 int *keep, int answer_open)
+{
+	int removed = 0;
+	for (int i = from < 0 ? 0 : from; i < s->n_turns && removed < want;) {
+		int b = answer_body(te, s, i), len = turn_end(s, i) - s->turns[i].start;
+		if (b < 0 || b == len) {
+			i++;
+			continue;
+		}
+		int d = len - b < want - removed ? len - b : want - removed;
+		if (d == len - b && !(answer_open && i == s->n_turns - 1)) {
+			int rc = sess_remove_turns(te->st, s, i, 1);
+			if (rc)
+				return rc;
+			s->shift_turns++;
+			s->shift_tokens += (uint64_t)len;
+			if (i < *keep)
+				(*keep)--;
+			removed += len;
+			continue;
+		}
+		int rc = sess_remove_tokens(te->st, s, i, b, d);
+		if (rc)
+			return rc;
+		s->turns[i].slid += d;
+		s->shift_tokens += (uint64_t)d;
+		removed += d;
+		i++;
+	}
+	return removed;
+}
+
+int turn_slide(const struct turn_env *te, struct session *s, int *keep, int answer_open)
+{
+	int limit = te->limit;
+	if (s->n_tokens + 1 <= limit)
+		return 0;
+	if (s->policy != SESS_CTX_SHIFT)
+		return -EMSGSIZE;
+	/* the turns that stay whole: from the question answered (the last user
+	 * turn) or the generation's first turn, whichever comes first */
+	int q = turn_last_user(s);
+	if (q < 0 || q > *keep)
+		q = *keep;
+	if (q >= s->n_turns)   /* a continuation: the turn it continues */
+		q = s->n_turns - 1;
+	/* what no shift removes, and the room to make: half of what it leaves */
+	int a, end = droppable(s, q, &a);
+	int fixed = s->n_tokens - span(s, a, end) - slidable(te, s, q);
+	int room = (limit - fixed) / 2;
+	if (room < 1)
+		room = 1;
+	/* the oldest exchanges first */
+	while (s->n_tokens + room > limit) {
+		int rc = drop_oldest(te, s, q);
+		if (rc < 0)
+			return rc;
+		if (rc == 0)
+			break;
+		q -= rc;
+		*keep -= rc;
+	}
+	if (s->n_tokens + 1 <= limit)
+		return 0;
+	/* then the oldest tokens the answers after the question generated */
+	int rc = slide_answers(te, s, q, s->n_tokens + room - limit, keep, answer_open);
+	if (rc < 0)
+		return rc;
+	return s->n_tokens + 1 <= limit ? 0 : -EMSGSIZE;
+}
+
 /* The fewest tokens s can hold with a new turn (role, text; ids[0, n) as
  * it joins s now) after a shift that keeps turns from keep_from on:
  * every droppable exchange gone and, when nothing stays between the kept
@@ -160,7 +269,7 @@ static int least_tokens(const struct turn_env *te, const struct session *s, int 
 	int a, end = droppable(s, keep_from, &a);
 	int head = a < s->n_turns ? s->turns[a].start : s->n_tokens;
 	if (end < s->n_turns)  /* turns that stay between the head and the new turn */
-		return s->n_tokens - (s->turns[end].start - head) + n;
+		return s->n_tokens - span(s, a, end) + n;
 	int32_t *first = NULL;
 	int m = a < s->n_turns ? encode_at(te, s, a, role, text, ids, n, &first) : 0;
 	free(first);

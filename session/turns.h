@@ -7,8 +7,12 @@
  * first turn; llama3's leading system turns) and the turn being added;
  * the exchanges before it go, oldest first, the most recent one included,
  * and the turn that then comes first is given what a first turn has (BOS
- * and the system prompt). Whatever moves loses its cache: the kept tokens
- * after the first removed one are prefilled again at their new positions.
+ * and the system prompt). An answer that fills the context while it is
+ * generated slides the window instead of stopping (turn_slide). Every
+ * removal is counted in the session (shift_turns, shift_tokens; a turn's
+ * slid). Whatever moves loses its cache: the kept tokens after the first
+ * removed one are prefilled again at their new positions (not rotated:
+ * docs/PERF.md, "Context shift").
  */
 #ifndef LLAMAD_SESSION_TURNS_H
 #define LLAMAD_SESSION_TURNS_H
@@ -36,6 +40,23 @@ struct turn_env {
  * full), or -ENOMEM.
  */
 int turn_make_room(const struct turn_env *te, struct session *s, int need, int keep_from);
+
+/*
+ * Room for one more token of the answer being generated in s, when s is
+ * full. *keep is the generation's first turn (its prompt's, else its
+ * answer's; updated as turns before it go); answer_open: s's last turn is
+ * the answer being generated (else its first token opens it). Under
+ * shift, the turns before both *keep and the last user turn go, oldest
+ * first, and then the oldest tokens of the answers generated after them,
+ * this one's included (the template's framing at the start of each
+ * answer stays; an earlier answer slid whole goes whole), until half of
+ * what the kept turns leave of the context is free: the next shift comes
+ * that many tokens later, so re-prefilling what moved costs about one
+ * token per token generated. 0 if there was room or room was made,
+ * -EMSGSIZE (policy error, or the turns that must stay fill the context),
+ * -ENOMEM.
+ */
+int turn_slide(const struct turn_env *te, struct session *s, int *keep, int answer_open);
 
 /*
  * Append a client's turn (role: enum chat_role; text NUL-terminated) to s.

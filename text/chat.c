@@ -124,6 +124,15 @@ int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum c
 	return row(c->tmpl)->encode_first_turn(t, c, role, text, old, n_old, ids);
 }
 
+int chat_answer_start(const struct tok *t, int tmpl, const int32_t *ids, int n)
+{
+	const struct chat_tmpl *r = row(tmpl);
+	int s = r->answer_start ? r->answer_start(t, ids, n) : 0;
+	while (s < n && tok_is_control(t, ids[s]))
+		s++;
+	return s;
+}
+
 int chat_answer_text(const struct tok *t, int tmpl, const int32_t *ids, int n, char **text)
 {
 	const struct chat_tmpl *r = row(tmpl);

@@ -215,6 +215,13 @@ int chat_encode_first_turn(const struct tok *t, const struct chat_ctx *c, enum c
 			   const char *text, const int32_t *old, int n_old, int32_t **ids);
 
 /*
+ * Where an answer's own tokens start in the ids of its turn (ids[0, n)):
+ * after BOS and, llama3, the assistant header and its "\n\n" when the turn
+ * opens with them (the template's framing a context shift keeps when it
+ * slides the answer). 0..n.
+ */
+int chat_answer_start(const struct tok *t, int tmpl, const int32_t *ids, int n);
+/*
  * The text of an answer the model generated, from the tokens of its turn
  * (ids[0, n)), as a Generate streamed it: the template's framing in front
  * (BOS; llama3, the assistant header and its "\n\n") skipped, control

@@ -1242,7 +1242,8 @@ static void test_context_shift(void **state)
 	must_drop(c, "shift");
 
 	/* raw turns under shift: a generation that outgrows the context drops
-	 * the turns before its own prompt, never the prompt */
+	 * the turns before its own prompt, never the prompt, then slides its
+	 * own oldest tokens out and goes on to max_tokens */
 	must_open(c, "shift-raw", T_RAW, P_SHIFT, NULL, 0);
 	for (int k = 0; k < 2; k++)
 		rfree(expect_body(op_append(c, "shift-raw", LLAMAD__ROLE__ROLE_RAW,
@@ -1252,14 +1253,16 @@ static void test_context_shift(void **state)
 	generate(c, "shift-raw", (struct genopt){ " Lily and Ben", LLAMAD__ROLE__ROLE_RAW, 700, 0.0f,
 						  -1 }, &g);
 	assert_int_equal(g.error, 0);
-	assert_int_equal(g.reason, LLAMAD__STOP_REASON__STOP_CONTEXT_FULL);
-	assert_true(g.generated > 400);
+	assert_int_equal(g.reason, LLAMAD__STOP_REASON__STOP_MAX_TOKENS);
+	assert_int_equal(g.generated, 700);
+	assert_true(g.session_tokens <= CTX);
 	Llamad__Response *r = expect_body(op_transcript(c, "shift-raw", -1, 0, 0),
 					  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
 	const Llamad__Transcript *t = r->transcript;
 	assert_int_equal(t->turns, 2);   /* the earlier turns went; its prompt stayed */
 	assert_string_equal(t->items[0]->text, " Lily and Ben");
 	assert_true(t->items[1]->generated);
+	assert_true(t->items[1]->tokens < 700);   /* its start slid out */
 	rfree(r);
 	gen_free(&g);
 	must_drop(c, "shift-raw");

@@ -276,6 +276,111 @@ static void test_raw_shift_new_turn(void **state)
 	free(ids);
 }
 
+/* n token ids of an answer "generated": ids 1000, 1001, ... */
+static void generated(struct session *s, int n, int new_turn)
+{
+	for (int i = 0; i < n; i++) {
+		int32_t id = 1000 + i;
+		assert_int_equal(sess_append(s, &id, 1, CHAT_ASSISTANT, NULL, new_turn && i == 0), 0);
+	}
+}
+
+/* An answer that fills the context while it is generated: the exchanges
+ * before its question go first, whole, and are counted. */
+static void test_slide_drops_exchanges_first(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = dialog_session(f, "sl1", SESS_CTX_SHIFT, 6);
+	generated(s, 10, 1);
+	int q = s->turns[4].start, n = s->n_tokens;
+	int before = q - s->turns[0].start;  /* the two exchanges before the question */
+	int32_t *u = NULL;
+	int nu = chat_encode_user_turn(f->m.tok, dialog[0].text, dialog[5].text, &u);
+	int moved = nu - (s->turns[5].start - q);   /* the system prompt moves to it */
+	f->te.limit = n;
+	int keep = 4;
+	assert_int_equal(turn_slide(&f->te, s, &keep, 1), 0);
+	assert_int_equal(keep, 0);
+	assert_int_equal(s->n_turns, 2);
+	assert_int_equal(s->shift_turns, 4);
+	assert_int_equal(s->shift_tokens, (uint64_t)(before - moved));
+	assert_int_equal(s->turns[1].slid, 0);
+	/* what is left is the question (with the system prompt) and the answer */
+	assert_int_equal(s->turns[1].start, nu);
+	assert_memory_equal(s->tokens, u, (size_t)nu * sizeof(int32_t));
+	assert_int_equal(s->tokens[nu], 1000);
+	assert_int_equal(s->n_tokens, nu + 10);
+	free(u);
+}
+
+/* The answer alone fills the context: its oldest tokens slide out, half of
+ * what the question leaves is free after, the question stays whole. */
+static void test_slide_the_answer(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "sl2", CHAT_TEMPLATE_LLAMA2, SESS_CTX_SHIFT);
+	add(f, s, CHAT_USER, "Tell me a story.");
+	int q = s->n_tokens;
+	generated(s, 100, 1);
+	f->te.limit = s->n_tokens;
+	int keep = 0;
+	assert_int_equal(turn_slide(&f->te, s, &keep, 1), 0);
+	int room = 100 / 2;
+	assert_int_equal(s->n_tokens, f->te.limit - room);
+	assert_int_equal(s->n_turns, 2);
+	assert_int_equal(s->turns[1].start, q);
+	assert_int_equal(s->turns[1].slid, room);
+	assert_int_equal(s->tokens[q], 1000 + room);      /* the newer half stays */
+	assert_int_equal(s->tokens[s->n_tokens - 1], 1099);
+	assert_int_equal(s->shift_turns, 0);
+	assert_int_equal(s->shift_tokens, (uint64_t)room);
+	assert_true(s->n_cached <= q);                   /* the rest is prefilled again */
+	/* and again, as the answer grows */
+	generated(s, room, 0);
+	assert_int_equal(turn_slide(&f->te, s, &keep, 1), 0);
+	assert_int_equal(s->turns[1].slid, 2 * room);
+	/* policy error: nothing moves */
+	s->policy = SESS_CTX_ERROR;
+	generated(s, room, 0);
+	int n = s->n_tokens;
+	assert_int_equal(turn_slide(&f->te, s, &keep, 1), -EMSGSIZE);
+	assert_int_equal(s->n_tokens, n);
+	/* the question alone fills the context: nothing can slide */
+	struct session *o = fresh(f, "sl3", CHAT_TEMPLATE_LLAMA2, SESS_CTX_SHIFT);
+	add(f, o, CHAT_USER, "Tell me a story.");
+	f->te.limit = o->n_tokens;
+	keep = 0;
+	assert_int_equal(turn_slide(&f->te, o, &keep, 0), -EMSGSIZE);
+	assert_int_equal(o->n_tokens, f->te.limit);
+}
+
+/* A continuation (no prompt; the answer not yet open): the answer it
+ * continues slides; one slid whole goes whole. */
+static void test_slide_continuation(void **state)
+{
+	struct fx *f = *state;
+	struct session *s = fresh(f, "sl4", CHAT_TEMPLATE_LLAMA2, SESS_CTX_SHIFT);
+	add(f, s, CHAT_USER, "Tell me a story.");
+	int q = s->n_tokens;
+	generated(s, 40, 1);
+	generated(s, 2, 1);   /* an earlier continuation, short */
+	f->te.limit = s->n_tokens;
+	int keep = s->n_turns;   /* the next answer's turn */
+	assert_int_equal(turn_slide(&f->te, s, &keep, 0), 0);
+	assert_int_equal(s->n_turns, 3);
+	assert_int_equal(s->turns[1].slid, 21);
+	assert_int_equal(s->tokens[q], 1021);
+	assert_int_equal(keep, 3);
+	/* the first answer slid whole goes whole; the last turn stays */
+	f->te.limit = s->n_tokens - 19;
+	assert_int_equal(turn_slide(&f->te, s, &keep, 0), 0);
+	assert_int_equal(s->n_turns, 2);
+	assert_int_equal(keep, 2);
+	assert_int_equal(s->shift_turns, 1);
+	assert_int_equal(s->turns[1].start, q);
+	assert_true(s->n_tokens < f->te.limit);
+}
+
 /* A llama3 session under a model without the Llama 3 vocabulary (one
  * saved under another model): refused, saying why; nothing added. */
 static void test_llama3_needs_its_vocabulary(void **state)
@@ -496,6 +601,28 @@ static void test_l3_shift_new_turn(void **state)
 	free(want);
 }
 
+/* llama3: an answer the generation prompt opened keeps its header when it
+ * slides. */
+static void test_l3_slide_keeps_the_header(void **state)
+{
+	struct fx *f = *state;
+	char msg[200];
+	struct session *s = fresh(f, "l3sl", CHAT_TEMPLATE_LLAMA3, SESS_CTX_SHIFT);
+	add(f, s, CHAT_SYSTEM, l3_dialog[0].text);
+	assert_int_equal(turn_generation(&f->te, s, msg, sizeof(msg)), 1);
+	int a = s->turns[1].start, head = s->n_tokens - a;
+	assert_int_equal(head, 4);
+	generated(s, 60, 0);
+	f->te.limit = s->n_tokens;
+	int keep = 1;
+	assert_int_equal(turn_slide(&f->te, s, &keep, 1), 0);
+	const int32_t prompt[] = { 128006, 78191, 128007, 271 };
+	assert_memory_equal(s->tokens + a, prompt, sizeof(prompt));
+	assert_int_equal(s->tokens[a + 4], 1000 + 30);
+	assert_int_equal(s->turns[1].slid, 30);
+	assert_int_equal(s->n_turns, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -506,6 +633,9 @@ int main(void)
 		cmocka_unit_test(test_shift_drops_the_last_exchange),
 		cmocka_unit_test(test_shift_refuses_what_never_fits),
 		cmocka_unit_test(test_raw_shift_new_turn),
+		cmocka_unit_test(test_slide_drops_exchanges_first),
+		cmocka_unit_test(test_slide_the_answer),
+		cmocka_unit_test(test_slide_continuation),
 		cmocka_unit_test(test_llama3_needs_its_vocabulary),
 	};
 	const struct CMUnitTest l3_tests[] = {
@@ -513,6 +643,7 @@ int main(void)
 		cmocka_unit_test(test_l3_generation),
 		cmocka_unit_test(test_l3_shift),
 		cmocka_unit_test(test_l3_shift_new_turn),
+		cmocka_unit_test(test_l3_slide_keeps_the_header),
 	};
 	int failed = cmocka_run_group_tests(tests, setup, teardown);
 	return failed + cmocka_run_group_tests(l3_tests, l3_setup, teardown);
