@@ -33,6 +33,10 @@ static const struct rule rules[] = {
 	{ &llamad__token_event__descriptor, "text", PBJ_EMPTY_UNSET, NULL },
 	{ &llamad__done__descriptor, "prefill_ms", PBJ_ROUND3, NULL },
 	{ &llamad__done__descriptor, "generate_ms", PBJ_ROUND3, NULL },
+	/* what a shift removed: absent from a daemon that does not say */
+	{ &llamad__done__descriptor, "dropped_turns", PBJ_OMIT_UNSET, NULL },
+	{ &llamad__done__descriptor, "dropped_tokens", PBJ_OMIT_UNSET, NULL },
+	{ &llamad__done__descriptor, "slid_tokens", PBJ_OMIT_UNSET, NULL },
 	/* what an open or an append said: only when it said it, at the end */
 	{ &llamad__session_info__descriptor, "created", PBJ_OMIT_UNSET, "file_bytes" },
 	{ &llamad__session_info__descriptor, "tokens_added", PBJ_OMIT_UNSET, "created" },

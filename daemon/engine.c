@@ -88,6 +88,12 @@ static void finish_generate(struct engine *e, struct job *j, int why)
 	PB_SET(&d, session_tokens, (uint32_t)j->s->n_tokens);
 	if (why == GEN_STOP_STRING)
 		d.stop = (char *)gen_stop_string(&j->gen);
+	/* what a context shift removed meanwhile (always said: a client tells
+	 * a daemon that does not by the field's absence) */
+	PB_SET(&d, dropped_turns, s->shift_turns - j->shift_turns0);
+	PB_SET(&d, dropped_tokens, (uint32_t)(s->shift_tokens - j->shift_tokens0));
+	PB_SET(&d, slid_tokens, j->answer_turn && s->n_turns > 0 ?
+				(uint32_t)s->turns[s->n_turns - 1].slid : 0);
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
 	r.body_case = LLAMAD__RESPONSE__BODY_DONE;
 	r.done = &d;

@@ -49,6 +49,8 @@ struct job {
 	int keep_turn;           /* generate: its first turn (the prompt's, else
 				  * the answer's): a context shift keeps it */
 	int gen_ok;              /* generate: gen set up */
+	uint32_t shift_turns0;   /* generate: its session's shift counters when */
+	uint64_t shift_tokens0;  /* it began (Done says what the request added) */
 	struct gen gen;
 	char *text;              /* text released this step, for the token event */
 	size_t n_text, cap_text;

@@ -249,6 +249,8 @@ static int on_generate(struct engine *e, struct req *rq)
 		return fail(rq, -ENOMEM, "out of memory");
 	}
 	j->gen_ok = 1;
+	j->shift_turns0 = s->shift_turns;   /* the prompt's shift counts too */
+	j->shift_tokens0 = s->shift_tokens;
 	j->keep_turn = s->n_turns;
 	if (g->prompt && *g->prompt) {  /* an empty prompt is no prompt */
 		int n = add_turn(e, rq, g->has_role, (int)g->role, g->prompt);
@@ -938,6 +940,9 @@ static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id, const str
 			PB_SET(&d, prompt_tokens, 0);
 			PB_SET(&d, generated_tokens, 0);
 			PB_SET(&d, session_tokens, ws ? sess_length(ws) : 0);
+			PB_SET(&d, dropped_turns, 0);
+			PB_SET(&d, dropped_tokens, 0);
+			PB_SET(&d, slid_tokens, 0);
 			Llamad__Response r = response(LLAMAD__RESPONSE__BODY_DONE);
 			PB_SET(&r, id, rid);
 			r.done = &d;

@@ -191,6 +191,8 @@ struct gen {
 	char msg[256];
 	int reason;
 	uint32_t prompt_tokens, generated, session_tokens;
+	int has_dropped;         /* Done said what a shift removed */
+	uint32_t dropped_turns, dropped_tokens, slid_tokens;
 };
 
 static inline void gen_free(struct gen *g)
@@ -224,6 +226,11 @@ static inline int gen_take(struct gen *g, Llamad__Response *r)
 		g->prompt_tokens = r->done->prompt_tokens;
 		g->generated = r->done->generated_tokens;
 		g->session_tokens = r->done->session_tokens;
+		g->has_dropped = r->done->has_dropped_turns && r->done->has_dropped_tokens &&
+				 r->done->has_slid_tokens;
+		g->dropped_turns = r->done->dropped_turns;
+		g->dropped_tokens = r->done->dropped_tokens;
+		g->slid_tokens = r->done->slid_tokens;
 	} else if (r->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
 		g->error = r->error->code;
 		snprintf(g->msg, sizeof(g->msg), "%s", r->error->message ? r->error->message : "");

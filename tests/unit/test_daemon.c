@@ -1220,7 +1220,7 @@ static void test_context_shift(void **state)
 {
 	struct cli *c = *state;
 	must_open(c, "shift", T_LLAMA2, P_SHIFT, NULL, 0);
-	uint32_t added = 0;
+	uint32_t added = 0, dropped = 0;
 	for (int k = 0; k < 3; k++) {
 		struct gen g;
 		generate(c, "shift", GREEDY("Tell me a story about a cat.", 200), &g);
@@ -1229,9 +1229,16 @@ static void test_context_shift(void **state)
 		assert_true(g.reason == LLAMAD__STOP_REASON__STOP_MAX_TOKENS ||
 			    g.reason == LLAMAD__STOP_REASON__STOP_EOS);
 		assert_true(g.session_tokens <= CTX);
+		/* Done says what the shift removed: nothing on the first turn */
+		assert_true(g.has_dropped);
+		if (k == 0)
+			assert_int_equal(g.dropped_turns + g.dropped_tokens + g.slid_tokens, 0);
+		assert_true(g.dropped_tokens >= g.slid_tokens);
+		dropped += g.dropped_turns;
 		added += g.prompt_tokens + g.generated;
 		gen_free(&g);
 	}
+	assert_true(dropped >= 2);   /* whole exchanges: a user turn and its answer */
 	Llamad__Response *i = must_info(c, "shift");
 	print_message("shift: %u tokens went in, the session holds %u in %u turns\n", added,
 		      i->session->tokens, i->session->turns);
@@ -1256,6 +1263,11 @@ static void test_context_shift(void **state)
 	assert_int_equal(g.reason, LLAMAD__STOP_REASON__STOP_MAX_TOKENS);
 	assert_int_equal(g.generated, 700);
 	assert_true(g.session_tokens <= CTX);
+	/* the turns before its prompt went (the two appends), then its own
+	 * first tokens slid out */
+	assert_int_equal(g.dropped_turns, 2);
+	assert_true(g.slid_tokens > 0 && g.slid_tokens < 700);
+	assert_true(g.dropped_tokens > g.slid_tokens);
 	Llamad__Response *r = expect_body(op_transcript(c, "shift-raw", -1, 0, 0),
 					  LLAMAD__RESPONSE__BODY_TRANSCRIPT);
 	const Llamad__Transcript *t = r->transcript;
