@@ -427,7 +427,10 @@ Llamad__Response *cli_open_session(struct cli *cli, const char *session,
 	Llamad__Response *r = cli_call_any(cli, &req);
 	if (errors_ok && r->body_case == LLAMAD__RESPONSE__BODY_ERROR)
 		return r;
-	return cli_expect(r, LLAMAD__RESPONSE__BODY_SESSION);
+	cli_expect(r, LLAMAD__RESPONSE__BODY_SESSION);
+	if (r->session && r->session->has_context_policy)
+		cli->policy = (int)r->session->context_policy;
+	return r;
 }
 
 Llamad__Response *cli_open_chat(struct cli *cli, const char *session, struct open_opts o)
@@ -458,10 +461,36 @@ Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg)
 	cli_usage_error(cli, "--context-policy: '%s' is not shift or error", arg);
 }
 
-void cli_note_shift(FILE *f, bool color, uint32_t kept)
+bool cli_note_shift(FILE *f, bool color, const Llamad__Done *d)
+{
+	if (!d->has_dropped_turns || !d->has_dropped_tokens || !d->has_slid_tokens)
+		return false;
+	uint32_t slid = d->slid_tokens <= d->dropped_tokens ? d->slid_tokens : d->dropped_tokens;
+	uint32_t turn_tokens = d->dropped_tokens - slid;
+	if (d->dropped_turns == 0 && slid == 0)
+		return true;
+	fprintf(f, "%s[the context was full: ", color ? "\033[2m" : "");
+	if (d->dropped_turns)
+		fprintf(f, "the oldest turns were dropped (%u turn%s, %u token%s)%s",
+			d->dropped_turns, d->dropped_turns == 1 ? "" : "s", turn_tokens,
+			turn_tokens == 1 ? "" : "s", slid ? " and " : " to make room");
+	if (slid)
+		fprintf(f, "the answer's first %u token%s slid out to make room", slid,
+			slid == 1 ? "" : "s");
+	fprintf(f, "]%s\n", color ? "\033[0m" : "");
+	return true;
+}
+
+void cli_note_shift_kept(FILE *f, bool color, uint32_t kept)
 {
 	fprintf(f, "%s[the context was full: the oldest turns were dropped to make room; "
 		"%u turns kept]%s\n", color ? "\033[2m" : "", kept, color ? "\033[0m" : "");
+}
+
+void cli_note_max_tokens(FILE *f, bool color, uint32_t n)
+{
+	fprintf(f, "%s[the answer stopped at max_tokens (%u token%s); -n raises it]%s\n",
+		color ? "\033[2m" : "", n, n == 1 ? "" : "s", color ? "\033[0m" : "");
 }
 
 void cli_cancel_session(struct cli *cli, const char *session)
@@ -626,8 +655,18 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 			d->prompt_tokens, d->prefill_ms, ps, d->generated_tokens,
 			d->generate_ms, gs, cli_reason_name(reason), d->session_tokens);
 	} else if (reason == LLAMAD__STOP_REASON__STOP_CONTEXT_FULL) {
-		fprintf(stderr, "llamactl: the session's context is full; the answer was cut "
-			"(--context-policy shift lets the oldest turns make room)\n");
+		if (cli->policy == LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT)
+			fprintf(stderr, "llamactl: the answer was cut: what the session must keep "
+				"(its system prompt and the question) fills its context (%u tokens); "
+				"a shorter question or system prompt leaves room\n",
+				d->session_tokens);
+		else if (cli->policy == LLAMAD__CONTEXT_POLICY__CONTEXT_ERROR)
+			fprintf(stderr, "llamactl: the answer was cut: the session's context is full "
+				"and its context policy is error (--context-policy shift lets the "
+				"oldest turns make room)\n");
+		else
+			fprintf(stderr, "llamactl: the session's context is full; the answer was cut "
+				"(--context-policy shift lets the oldest turns make room)\n");
 	}
 }
 

@@ -87,6 +87,9 @@ struct cli {
 	int n_candidates;
 	bool json;
 	bool verbose;
+	/* the context policy of the session last opened (its SessionInfo;
+	 * 0: not known), for what a cut answer says */
+	int policy;
 	struct conn conn;
 };
 
@@ -257,10 +260,16 @@ Llamad__ContextPolicy cli_parse_policy(const struct cli *cli, const char *arg);
  * connection; exits 1 on a daemon error (no such session). */
 void cli_cancel_session(struct cli *cli, const char *session);
 
-/* The one line that says a context shift happened (the daemon dropped a
- * session's oldest turns to make room; `kept` turns remain), dim when
- * color; every command that notices one prints this. */
-void cli_note_shift(FILE *f, bool color, uint32_t kept);
+/* The one line that says a context shift happened during a generation,
+ * from its Done (dropped_turns, dropped_tokens, slid_tokens): the oldest
+ * turns dropped, the answer's first tokens slid out; dim when color;
+ * nothing when nothing was removed. Returns false if d does not say (an
+ * older daemon's Done): then cli_note_shift_kept, from a comparison of
+ * turn counts, is what can be said. */
+bool cli_note_shift(FILE *f, bool color, const Llamad__Done *d);
+/* The line for an older daemon: the session has `kept` turns, fewer than
+ * before the generation. */
+void cli_note_shift_kept(FILE *f, bool color, uint32_t kept);
 
 /* Drop a session; exits 1 on failure unless quiet (then errors are
  * ignored, transport failures still exit). */
@@ -305,8 +314,12 @@ void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *r
 void gen_result_done(struct gen_result *res);
 
 /* With --verbose, print a Done reply's counts and timings on stderr; always
- * note a context-full stop there. */
+ * say there why an answer was cut by the context: the session's policy is
+ * error (cli->policy), or what a shift must keep fills the context. */
 void cli_report_done(const struct cli *cli, const Llamad__Done *d);
+/* The line that says an answer stopped at max_tokens (`n` tokens), dim
+ * when color (chat: the answer looks cut). */
+void cli_note_max_tokens(FILE *f, bool color, uint32_t n);
 
 /* Finish a generation that ended with its Done: with --json the line
  * {"event":"done", "session", "text" (all of it), Done's fields} (session

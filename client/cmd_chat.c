@@ -56,8 +56,9 @@ const struct command cmd_chat_entry = {
 "  -s, --session NAME      the session\n"
 "      --context-policy P  when the session is full: shift (default for a\n"
 "                          session chat creates: the oldest turns make room,\n"
-"                          the system prompt stays) or error; given, it also\n"
-"                          changes an existing session's\n"
+"                          the system prompt stays, a long answer slides on;\n"
+"                          a dim line says what went) or error; given, it\n"
+"                          also changes an existing session's\n"
 "      --recap N           on entering a session that has turns, print the\n"
 "                          last N of them (default 4; 0: none)\n"
 "      --system TEXT       system prompt of a new session\n"
@@ -85,6 +86,8 @@ struct chat {
 	bool fresh;                 /* this chat created the session and has added
 				     * nothing to it yet (dropped at the end if so) */
 	uint32_t turns;             /* the session's turns, as last seen */
+	bool turns_known;           /* turns is up to date (an older daemon's
+				     * shift note compares with it) */
 };
 
 /* The prompt (an editor_prompt_fn): the session's name, green on a colour
@@ -197,18 +200,25 @@ static Llamad__Response *info_call(struct chat *c, bool quiet)
 	return r;
 }
 
-/* After an answer (a user turn before it when with_prompt): if the session
- * has fewer turns than before it plus that turn, the context was full and
- * the daemon dropped the oldest ones (policy shift): say so, once, dim. */
-static void note_shift(struct chat *c, bool with_prompt)
+/* After an answer (its Done d; a user turn before it when with_prompt):
+ * if a context shift removed turns, or the answer's own first tokens, say
+ * so, once, dim. Done says it; an older daemon's does not, and then the
+ * session's turns are counted (GetInfo): fewer than before plus that turn
+ * means the daemon dropped the oldest ones. */
+static void note_shift(struct chat *c, bool with_prompt, const Llamad__Done *d)
 {
+	if (cli_note_shift(stderr, c->color, d)) {
+		c->turns_known = false;   /* not needed: Done will say it again */
+		return;
+	}
 	Llamad__Response *r = info_call(c, true);
 	if (!r)
 		return;
 	uint32_t now = r->session->turns, before = c->turns + (with_prompt ? 1 : 0);
-	if (now < before)
-		cli_note_shift(stderr, c->color, now);
+	if (c->turns_known && now < before)
+		cli_note_shift_kept(stderr, c->color, now);
 	c->turns = now;
+	c->turns_known = true;
 	llamad__response__free_unpacked(r, NULL);
 }
 
@@ -251,7 +261,7 @@ static void chat_generate(struct chat *c, const char *prompt)
 	cli_flush_stdout();
 	if (t->body_case == LLAMAD__RESPONSE__BODY_DONE) {
 		c->fresh = false;
-		note_shift(c, prompt != NULL);
+		note_shift(c, prompt != NULL, t->done);
 	}
 	if (t->body_case == LLAMAD__RESPONSE__BODY_ERROR) {
 		if (t->error && t->error->has_code &&
@@ -263,6 +273,9 @@ static void chat_generate(struct chat *c, const char *prompt)
 		if (t->done->has_reason && t->done->reason == LLAMAD__STOP_REASON__STOP_CANCELLED)
 			fprintf(stderr, "[cancelled]\n");
 		cli_report_done(cli, t->done);
+		if (!cli->verbose && !cli->json &&
+		    t->done->reason == LLAMAD__STOP_REASON__STOP_MAX_TOKENS)
+			cli_note_max_tokens(stderr, c->color, t->done->generated_tokens);
 	}
 	gen_result_done(&res);
 }
@@ -430,8 +443,10 @@ static bool slash(struct chat *c, char *line)
 		if (r) {
 			c->last_is_system = true;
 			c->fresh = false;
-			if (r->session)
+			if (r->session) {
 				c->turns = r->session->turns;
+				c->turns_known = true;
+			}
 			if (r->session && r->session->has_tokens_added &&
 			    r->session->tokens_added > 0)
 				fprintf(stderr, "system turn added (%u tokens)\n",
@@ -530,9 +545,12 @@ static int chat_once(struct chat *c, char *text)
 		gen_result_done(&res);
 		return EXIT_DAEMON;
 	}
-	cli_expect(res.term, LLAMAD__RESPONSE__BODY_DONE);
+	Llamad__Done d = *cli_expect(res.term, LLAMAD__RESPONSE__BODY_DONE)->done;
+	d.stop = NULL;   /* the counts outlive res; its strings do not */
 	int rc = cli_gen_finish(cli, c->ephemeral ? NULL : c->session, &res);
-	note_shift(c, true);
+	note_shift(c, true, &d);
+	if (!cli->verbose && !cli->json && d.reason == LLAMAD__STOP_REASON__STOP_MAX_TOKENS)
+		cli_note_max_tokens(stderr, c->color, d.generated_tokens);
 	return rc;
 }
 
@@ -624,6 +642,7 @@ static int cmd_chat(struct cli *cli, int argc, char **argv)
 	const Llamad__SessionInfo *s = r->session;
 	c.fresh = s && s->has_created && s->created && !c.ephemeral;
 	c.turns = s ? s->turns : 0;
+	c.turns_known = s != NULL;
 	if (s && s->has_created && !s->created) {
 		if (system && (!s->system || strcmp(s->system, system) != 0))
 			fprintf(stderr, "llamactl: session %s exists; --system ignored "

@@ -22,8 +22,9 @@ const struct command cmd_generate_entry = {
 "      --raw               PROMPT is raw text, not a user turn; a session this\n"
 "                          creates uses the raw template (no chat format)\n"
 "      --context-policy P  when the session is full: error (the default of the\n"
-"                          daemon's, usually) or shift (drop the oldest turns);\n"
-"                          applies to an existing session too\n"
+"                          daemon's, usually) or shift (drop the oldest turns;\n"
+"                          a long answer slides on; a line on stderr says\n"
+"                          what went); applies to an existing session too\n"
 "\n"
 CLI_SAMPLER_HELP
 "\n"
@@ -113,6 +114,10 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 		gen_result_done(&res);
 		return EXIT_DAEMON;
 	}
-	cli_expect(t, LLAMAD__RESPONSE__BODY_DONE);
-	return cli_gen_finish(cli, session == eph ? NULL : session, &res);
+	Llamad__Done d = *cli_expect(t, LLAMAD__RESPONSE__BODY_DONE)->done;
+	d.stop = NULL;   /* the counts outlive res; its strings do not */
+	int rc = cli_gen_finish(cli, session == eph ? NULL : session, &res);
+	if (!cli->json)
+		cli_note_shift(stderr, false, &d);
+	return rc;
 }

@@ -55,7 +55,12 @@ INFO = {
     b"odd": s(1, "odd") + u(2, 7) + u(7, -5) + u(8, 7) + u(9, 9) + s(14, "a\tb\x01c\x7f")
             + u(18, 0) + u(19, 3) + u(20, 9) + u(22, 1234),
     b"empty": b"",
+    # after the answer: fewer turns than at the open (OPEN_TURNS) plus one
+    b"shift-old": s(1, "shift-old") + u(10, 4),
+    b"shift-new": s(1, "shift-new") + u(10, 4),
 }
+# The turns an OpenSession reply says the session has, by session.
+OPEN_TURNS = {b"shift-old": 6, b"shift-new": 6}
 
 # A Generate's replies, by session: TokenEvents then the terminal reply
 GENERATE = {
@@ -71,6 +76,11 @@ GENERATE = {
             (DONE, u(1, 5) + d(4, 1.0005) + d(5, 12345.6789) + s(7, "\n"))],
     # an unknown reason
     b"g4": [(DONE, u(1, 42))],
+    # a context shift: an older daemon's Done (no dropped_* fields), and
+    # this one's (2 turns and 30 tokens dropped, 10 of them the answer's)
+    b"shift-old": [(TOKEN, s(1, "x") + packed(2, [7])), (DONE, u(1, 2) + u(3, 1))],
+    b"shift-new": [(TOKEN, s(1, "x") + packed(2, [7])),
+                   (DONE, u(1, 2) + u(3, 1) + u(8, 2) + u(9, 30) + u(10, 10))],
     # errors: a server error, and a code llamactl does not know without a message
     b"e1": [(ERROR, u(1, 101) + s(2, "boom"))],
     b"e2": [(ERROR, u(1, 42))],
@@ -98,7 +108,8 @@ def answer(op, m):
         return [(HELLO, u(1, 1) + s(2, "fake") + s(3, "no model") + u(4, 65536)
                  + u(5, 512))]
     if op == OP_OPEN:
-        return [(SESSION, s(1, name) + u(18, 1))]
+        turns = OPEN_TURNS.get(name)
+        return [(SESSION, s(1, name) + (u(10, turns) if turns else b"") + u(18, 1))]
     if op == OP_GENERATE:
         return GENERATE.get(name, [(DONE, b"")])
     if op == OP_INFO:
