@@ -738,6 +738,16 @@ Llamad__Response *cli_transcript(struct cli *cli, const char *session, uint32_t 
 	}
 }
 
+void cli_print_dropped(FILE *f, const Llamad__Transcript *t)
+{
+	if (!t->dropped_turns)
+		return;   /* an answer's slid tokens alone: its turn says so */
+	fprintf(f, "[context shift: %u earlier turn%s dropped to make room; %llu token%s "
+		"removed in all, answers' slid-out starts included]\n", t->dropped_turns,
+		t->dropped_turns == 1 ? "" : "s", (unsigned long long)t->dropped_tokens,
+		t->dropped_tokens == 1 ? "" : "s");
+}
+
 void cli_print_turn(FILE *f, const Llamad__Turn *u)
 {
 	fprintf(f, "[%u] %s (%u token%s", u->index, cli_role_name(u->role), u->tokens,
@@ -746,6 +756,9 @@ void cli_print_turn(FILE *f, const Llamad__Turn *u)
 		fprintf(f, ", ended: %s", cli_reason_name(u->stop_reason));
 	if (u->truncated)
 		fputs(", cut to fit one reply", f);
+	if (u->has_slid_tokens && u->slid_tokens)
+		fprintf(f, ", its first %u token%s slid out of the context", u->slid_tokens,
+			u->slid_tokens == 1 ? "" : "s");
 	fputs(")\n", f);
 	const char *t = u->text ? u->text : "";
 	size_t n = strlen(t);

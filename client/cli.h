@@ -346,9 +346,15 @@ struct transcript_cb {
 Llamad__Response *cli_transcript(struct cli *cli, const char *session, uint32_t from,
 				 uint32_t last, bool ids, const struct transcript_cb *cb);
 
-/* A turn for people, on f: a line "[INDEX] ROLE (N tokens[, ended: WHY])"
- * then its text and an empty line. */
+/* A turn for people, on f: a line "[INDEX] ROLE (N tokens[, ended: WHY][,
+ * its first K tokens slid out of the context])" then its text and an
+ * empty line. */
 void cli_print_turn(FILE *f, const Llamad__Turn *u);
+/* The line that says what context shifts removed from a transcript's
+ * session ("[context shift: N earlier turns dropped to make room; M tokens
+ * removed in all, ...]"), when they dropped turns (an answer that only
+ * slid says so on its own line, cli_print_turn). */
+void cli_print_dropped(FILE *f, const Llamad__Transcript *t);
 
 /* v bytes for people, into buf (n bytes): "512 B", "1.5 MiB". */
 void cli_human_bytes(char *buf, size_t n, uint64_t v);

@@ -317,6 +317,7 @@ static void print_info_line(FILE *f, const Llamad__SessionInfo *s)
 static void recap_head(void *ctx, const Llamad__Transcript *t)
 {
 	(void)ctx;
+	cli_print_dropped(stdout, t);
 	if (t->first > 0)
 		printf("(%u earlier turn%s)\n", t->first, t->first == 1 ? "" : "s");
 }

@@ -103,6 +103,7 @@ static void show_head(void *ctx, const Llamad__Transcript *t)
 		       t->location == LLAMAD__LOCATION__LOCATION_DISK ? ", on disk" : "");
 		if (t->system && *t->system)
 			printf("system prompt: %s\n", t->system);
+		cli_print_dropped(stdout, t);
 		if (t->first > 0)
 			printf("(%u earlier turn%s not shown)\n", t->first, t->first == 1 ? "" : "s");
 		putchar('\n');

@@ -47,6 +47,10 @@ static const struct rule rules[] = {
 	{ &llamad__turn__descriptor, "text", PBJ_EMPTY_UNSET, NULL },
 	{ &llamad__turn__descriptor, "stop_reason", PBJ_NULL_UNSET, NULL },
 	{ &llamad__turn__descriptor, "token_ids", PBJ_OMIT_UNSET, "truncated" },
+	/* what a shift removed: only when something was (or said) */
+	{ &llamad__turn__descriptor, "slid_tokens", PBJ_OMIT_UNSET, NULL },
+	{ &llamad__transcript__descriptor, "dropped_turns", PBJ_OMIT_UNSET, NULL },
+	{ &llamad__transcript__descriptor, "dropped_tokens", PBJ_OMIT_UNSET, NULL },
 	{ &llamad__status__descriptor, "uptime_s", PBJ_ROUND3, NULL },
 	{ &llamad__status__descriptor, "chat_template", 0, "state_dir" },
 	{ &llamad__status__descriptor, "sessions_in_ram", 0, "chat_template" },

@@ -672,6 +672,9 @@ static int fill_turn(struct engine *e, const struct session *h, int i, int with_
 	if (st->end) {
 		PB_SET(t, stop_reason, (Llamad__StopReason)st->end);
 	}
+	if (st->slid > 0) {
+		PB_SET(t, slid_tokens, (uint32_t)st->slid);
+	}
 	if (st->text) {
 		t->text = st->text;
 	} else if (chat_answer_text(e->m->tok, h->tmpl, h->tokens + a, b - a, own) < 0) {
@@ -727,6 +730,8 @@ static int on_transcript(struct engine *e, struct req *rq)
 	PB_SET(&tr, template_, (Llamad__Template)h->tmpl);
 	PB_SET(&tr, location, (Llamad__Location)rq->s->loc);
 	PB_SET(&tr, busy, rq->s->busy);
+	PB_SET(&tr, dropped_turns, rq->s->shift_turns);   /* kept while the daemon runs */
+	PB_SET(&tr, dropped_tokens, rq->s->shift_tokens);
 	tr.system = h->system;
 	/* the reply fits a frame of max_frame bytes: room for the Response
 	 * around it, then turns while they fit (at least one, cut if it must) */

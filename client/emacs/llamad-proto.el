@@ -75,11 +75,12 @@
     (Turn
      (1 :index uint32) (2 :role enum) (3 :text string) (4 :tokens uint32)
      (5 :start uint32) (6 :generated bool) (7 :stop-reason enum)
-     (8 :token-ids uint32 packed) (9 :truncated bool))
+     (8 :token-ids uint32 packed) (9 :truncated bool) (10 :slid-tokens uint32))
     (Transcript
      (1 :session string) (2 :turns uint32) (3 :first uint32) (4 :next uint32)
      (5 :items Turn repeated) (6 :system string) (7 :template enum)
-     (8 :location enum) (9 :busy bool))
+     (8 :location enum) (9 :busy bool) (10 :dropped-turns uint32)
+     (11 :dropped-tokens uint64))
     (TokenEvent (1 :text string) (2 :tokens uint32 packed))
     (Done
      (1 :reason enum) (2 :prompt-tokens uint32) (3 :generated-tokens uint32)

@@ -5,6 +5,8 @@
 #    max_tokens, and five more turns are answered, each dropping what came
 #    before it; every answer says on stderr what went (from Done) and
 #    that it stopped at max_tokens; the session stays within the context;
+#    the transcript says what went (the earlier turns dropped, the first
+#    answer's slid-out tokens);
 #  - the cut-answer messages name the real cause: policy error, or what a
 #    shift must keep filling the context; a turn too long for the context
 #    is refused with a clear error and the daemon goes on serving;
@@ -36,6 +38,11 @@ if [ "$rc" -eq 0 ] && [ "$(wc -c <"$dir/a0")" -gt 1000 ] &&
 else
     bad "first answer: rc $rc, $(wc -c <"$dir/a0") bytes, stderr: $(cat "$dir/e0"); $(cat "$dir/s0")"
 fi
+ctl show long --transcript >"$dir/t0"
+if grep -q "^\[1\] assistant ([0-9]* tokens, ended: max_tokens, its first [0-9]* tokens slid out of the context)$" "$dir/t0" &&
+   ! grep -q "earlier turn" "$dir/t0"; then
+    ok "the transcript says how many of the answer's first tokens slid out"
+else bad "transcript after the first answer: $(head -5 "$dir/t0")"; fi
 i=0; answered=0
 while [ "$i" -lt 5 ]; do
     i=$((i + 1))
@@ -52,6 +59,10 @@ if [ "$answered" -eq 5 ] && [ "$(field "$dir/s5" tokens)" -le 512 ] &&
 else
     bad "$answered of 5 more turns answered and said: $(cat "$dir"/e[1-5]); $(cat "$dir/s5")"
 fi
+ctl show long --transcript >"$dir/t5"
+grep -q "^\[context shift: 10 earlier turns dropped to make room; [0-9]* tokens removed in all" "$dir/t5" &&
+    ok "the transcript says what context shifts dropped (10 earlier turns)" ||
+    bad "transcript after five more turns: $(head -3 "$dir/t5")"
 # the JSON done object carries what the shift removed
 echo "The end?" | ctl --json chat --session long --temperature 0 -n 300 >"$dir/j6" 2>"$dir/je6"
 if [ "$(field "$dir/j6" dropped_turns)" -eq 2 ] && [ "$(field "$dir/j6" dropped_tokens)" -gt 0 ] &&

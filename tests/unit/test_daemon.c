@@ -1275,6 +1275,14 @@ static void test_context_shift(void **state)
 	assert_string_equal(t->items[0]->text, " Lily and Ben");
 	assert_true(t->items[1]->generated);
 	assert_true(t->items[1]->tokens < 700);   /* its start slid out */
+	/* the transcript says what went: the turns, the answer's first tokens */
+	assert_true(t->has_dropped_turns && t->has_dropped_tokens);
+	assert_int_equal(t->dropped_turns, 2);
+	assert_int_equal(t->dropped_tokens, g.dropped_tokens);
+	assert_false(t->items[0]->has_slid_tokens);
+	assert_true(t->items[1]->has_slid_tokens);
+	assert_int_equal(t->items[1]->slid_tokens, g.slid_tokens);
+	assert_int_equal(t->items[1]->tokens + g.slid_tokens, 700);
 	rfree(r);
 	gen_free(&g);
 	must_drop(c, "shift-raw");

@@ -83,11 +83,13 @@ local defs = {
     { 1, 'index', 'uint32' }, { 2, 'role', 'enum' }, { 3, 'text', 'string' }, { 4, 'tokens', 'uint32' },
     { 5, 'start', 'uint32' }, { 6, 'generated', 'bool' }, { 7, 'stop_reason', 'enum' },
     { 8, 'token_ids', 'uint32', 'repeated' }, { 9, 'truncated', 'bool' },
+    { 10, 'slid_tokens', 'uint32' },
   },
   Transcript = {
     { 1, 'session', 'string' }, { 2, 'turns', 'uint32' }, { 3, 'first', 'uint32' },
     { 4, 'next', 'uint32' }, { 5, 'items', 'Turn', 'repeated' }, { 6, 'system', 'string' },
     { 7, 'template', 'enum' }, { 8, 'location', 'enum' }, { 9, 'busy', 'bool' },
+    { 10, 'dropped_turns', 'uint32' }, { 11, 'dropped_tokens', 'uint64' },
   },
   Ok = {},
   Response = {
