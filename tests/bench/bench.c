@@ -5,6 +5,11 @@
  *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
  *                [--kv-type f32|f16|q8_0]
  *   llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]
+ *   llamad-bench --model PATH --shift [--window N] [--keep N] [--shifts N]
+ *                [--seed S] [--threads N] [--reps N] [--kv-type T]
+ *
+ * --shift: a context shift, re-prefill against re-rotation of the kept
+ * tokens, time and accuracy (tests/bench/shift.c).
  *
  * --tokenize: tokenizer speed alone, on one thread: the load time, then
  * tok_encode of the whole file (no BOS) and tok_decode of its ids, best of
@@ -32,6 +37,7 @@
 #include "kernels/cpu/threadpool.h"
 #include "model/forward.h"
 #include "session/kvpool.h"
+#include "tests/bench/shift.h"
 
 static double now_s(void)
 {
@@ -265,6 +271,8 @@ int main(int argc, char **argv)
 	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0;
 	const char *ppl_file = NULL, *tok_text = NULL;
 	enum kt_dtype kvt = KT_F32;
+	int shift = 0;
+	struct shift_opts so = { .keep = 16, .shifts = 4, .seed = 1 };
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "tokenizer", required_argument, NULL, 'k' },
@@ -276,6 +284,11 @@ int main(int argc, char **argv)
 		{ "perplexity", required_argument, NULL, 'P' },
 		{ "tokenize", required_argument, NULL, 'T' },
 		{ "kv-type", required_argument, NULL, 'K' },
+		{ "shift", no_argument, NULL, 'S' },
+		{ "window", required_argument, NULL, 'W' },
+		{ "keep", required_argument, NULL, 'L' },
+		{ "shifts", required_argument, NULL, 'N' },
+		{ "seed", required_argument, NULL, 'E' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -298,12 +311,19 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'S': shift = 1; break;
+		case 'W': so.window = atoi(optarg); break;
+		case 'L': so.keep = atoi(optarg); break;
+		case 'N': so.shifts = atoi(optarg); break;
+		case 'E': so.seed = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
 			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
 			       "       [--kv-type f32|f16|q8_0]\n"
 			       "       llamad-bench --model PATH --perplexity TEXTFILE\n"
-			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n");
+			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n"
+			       "       llamad-bench --model PATH --shift [--window N] [--keep N]\n"
+			       "       [--shifts N] [--seed S] [--threads N] [--reps N]\n");
 			return 0;
 		default:
 			return 2;
@@ -325,6 +345,14 @@ int main(int argc, char **argv)
 	const struct model_config *cf = &m->cfg;
 	if (ppl_file)
 		return perplexity(m, ppl_file, threads);
+	if (shift) {
+		so.threads = threads;
+		so.reps = reps;
+		so.kv_type = kvt;
+		int rc = shift_bench(m, &so);
+		model_free(m);
+		return rc;
+	}
 	if (n_prompt + n_decode > cf->max_ctx) {
 		n_decode = cf->max_ctx - n_prompt;
 		if (n_decode < 1) {
