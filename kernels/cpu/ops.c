@@ -655,32 +655,22 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 		memcpy(out[r], vacc[r], (size_t)hd * sizeof(float));
 }
 
+/* attn_tile_t for one element type, built for x86-64-v4 (AVX-512 with VL:
+ * 32 vector registers for the tile's accumulators) and the baseline. */
 #if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
+#define ATTN_TILE_CLONES __attribute__((target_clones("arch=x86-64-v4", "default")))
+#else
+#define ATTN_TILE_CLONES
 #endif
-static void attn_tile_f32(const struct attn_job *j, int t0, int nt, int h0, int nh, float *s,
-			  size_t stride)
-{
-	attn_tile_t(j, t0, nt, h0, nh, s, stride, KT_F32);
-}
-
-#if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
-#endif
-static void attn_tile_f16(const struct attn_job *j, int t0, int nt, int h0, int nh, float *s,
-			  size_t stride)
-{
-	attn_tile_t(j, t0, nt, h0, nh, s, stride, KT_F16);
-}
-
-#if defined(__x86_64__)
-__attribute__((target_clones("arch=x86-64-v4", "default")))
-#endif
-static void attn_tile_q8(const struct attn_job *j, int t0, int nt, int h0, int nh, float *s,
-			 size_t stride)
-{
-	attn_tile_t(j, t0, nt, h0, nh, s, stride, KT_Q8_0);
-}
+#define ATTN_TILE_FN(name, DT)                                                              \
+	ATTN_TILE_CLONES static void name(const struct attn_job *j, int t0, int nt, int h0,  \
+					  int nh, float *s, size_t stride)                     \
+	{                                                                                   \
+		attn_tile_t(j, t0, nt, h0, nh, s, stride, DT);                              \
+	}
+ATTN_TILE_FN(attn_tile_f32, KT_F32)
+ATTN_TILE_FN(attn_tile_f16, KT_F16)
+ATTN_TILE_FN(attn_tile_q8, KT_Q8_0)
 
 /* Tiles: per kv head, its query heads in parts of up to ATTN_TILE, each
  * part with as many consecutive tokens as fill the tile (a tile's tokens

@@ -39,21 +39,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/backend.h"
 #include "model/forward.h"
 #include "session/kvpool.h"
 #include "tests/bench/shift.h"
+#include "util/clock.h"
 
 #define MAX_PHASES 16
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* One KV cache of the comparison. */
 struct cache {
@@ -218,15 +211,15 @@ static int timing(struct model *m, struct fwd *f, const struct shift_opts *o, in
 	int tail = window - keep - discard;
 	double pre = 1e30, rot = 1e30, dec = 1e30;
 	for (int r = 0; r < o->reps; r++) {
-		double t0 = now_s();
+		double t0 = clock_mono_s();
 		cache_run(&c, f, toks, keep, keep + tail);   /* the tail at its new place */
-		double t1 = now_s();
+		double t1 = clock_mono_s();
 		if (rotate_move(&c, m, keep + discard, window, discard))
 			break;
-		double t2 = now_s();
+		double t2 = clock_mono_s();
 		for (int i = 0; i < 8; i++)   /* decode after the shift */
 			cache_run(&c, f, toks, keep + tail + i, keep + tail + i + 1);
-		double t3 = now_s();
+		double t3 = clock_mono_s();
 		pre = fmin(pre, t1 - t0);
 		rot = fmin(rot, t2 - t1);
 		dec = fmin(dec, (t3 - t2) / 8);
