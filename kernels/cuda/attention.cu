@@ -14,30 +14,37 @@
  *  - tile (prefill and mixed batches): up to CU_QT consecutive rows of one
  *    sequence per (tile, head); each KV block is loaded into shared memory
  *    once and used by every row of the tile.
+ *
+ * Each kernel is instantiated per element type of the pool (kv->dtype:
+ * f32, f16, q8_0; attn.cuh): a typed store's elements are widened as they
+ * are loaded (into registers, or the tile's shared memory), and the GEMM
+ * form gathers its f16 copies from the typed store. The f16 and q8_0
+ * instantiations have never run on a GPU (written 2026-12-03 without one).
  */
 #include "kernels/cuda/attn.cuh"
 
 #define TT 128 /* threads per tile block */
 
-template <int CPL>
+template <int CPL, int DT>
 __global__ void __launch_bounds__(AW * 32) attn_decode_kernel(struct attn_args a)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
 	extern __shared__ float sm[];
-	attn_decode_unit<CPL>(a, blockIdx.x / a.n_heads, blockIdx.x % a.n_heads, blockIdx.y, sm);
+	attn_decode_unit<CPL, DT>(a, blockIdx.x / a.n_heads, blockIdx.x % a.n_heads, blockIdx.y, sm);
 }
 
-template <int NKMAX>
+template <int NKMAX, int DT>
 __global__ void __launch_bounds__(AW * 32) attn_decode16_kernel(struct attn_args a)
 {
 	cu_pdl_wait();
 	cu_pdl_trigger();
 	extern __shared__ float sm[];
-	attn_decode16_unit<NKMAX, 1>(a, blockIdx.x / a.n_heads, blockIdx.x % a.n_heads, blockIdx.y, sm);
+	attn_decode16_unit<NKMAX, 1, DT>(a, blockIdx.x / a.n_heads, blockIdx.x % a.n_heads, blockIdx.y,
+					 sm);
 }
 
-template <int CPT>
+template <int CPT, int DT>
 __global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
 {
 	extern __shared__ float sm[];
@@ -69,11 +76,19 @@ __global__ void __launch_bounds__(TT) attn_tile_kernel(struct attn_args a)
 	for (int bi = s; bi < nblk; bi += a.n_split) {
 		__syncthreads();
 		int32_t b = tab[bi];
-		const float *kt = k_block(a, b, kvh), *vb = v_block(a, b, kvh);
-		for (int e = tid; e < hd * bs; e += TT)
-			Ks[e] = kt[e];
-		for (int e = tid; e < hd * bs; e += TT)
-			Vs[e] = vb[(size_t)(e / hd) * a.kv_dim + e % hd];
+		if (DT == KT_F32) {
+			const float *kt = k_block(a, b, kvh), *vb = v_block(a, b, kvh);
+			for (int e = tid; e < hd * bs; e += TT)
+				Ks[e] = kt[e];
+			for (int e = tid; e < hd * bs; e += TT)
+				Vs[e] = vb[(size_t)(e / hd) * a.kv_dim + e % hd];
+		} else {
+			const kv_blk<DT> kb(a, b, kvh);
+			for (int e = tid; e < hd * bs; e += TT)
+				Ks[e] = kb.kat(a, e / bs, e % bs);
+			for (int e = tid; e < hd * bs; e += TT)
+				Vs[e] = kb.vat(a, e / hd, e % hd);
+		}
 		__syncthreads();
 		for (int e = tid; e < CU_QT * bs; e += TT) {
 			int qi = e / bs, ki = e % bs;
@@ -151,6 +166,21 @@ static void allow_smem(K kernel, size_t bytes)
 		cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+/* The pool's fields of a: layer `layer` of kv, heads of hd channels. */
+static void attn_kv(struct attn_args &a, const struct kt_kv *kv, int layer, int hd)
+{
+	a.base = kv->base;
+	a.hd = hd;
+	a.bs = kv->block_size;
+	a.n_layers = kv->n_layers;
+	a.kv_dim = kv->kv_dim;
+	a.layer = layer;
+	a.kv_dt = kv->dtype;
+	a.kv_gsh = 0;
+	while (kv->dtype == KT_Q8_0 && (2 << a.kv_gsh) <= kv->group)
+		a.kv_gsh++;
+}
+
 void cu_attn_fill(struct attn_args *ap, float *out, const float *q, const struct kt_kv *kv,
 		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
 		  float *part)
@@ -159,7 +189,6 @@ void cu_attn_fill(struct attn_args *ap, float *out, const float *q, const struct
 	a.out = out;
 	a.part = part;
 	a.q = q;
-	a.base = (const float *)kv->base;
 	a.pos = b->pos;
 	a.row_tab = b->row_tab;
 	a.tiles = b->tiles;
@@ -167,13 +196,52 @@ void cu_attn_fill(struct attn_args *ap, float *out, const float *q, const struct
 	a.tab_stride = b->tab_stride;
 	a.n_heads = n_heads;
 	a.group = n_heads / n_kv_heads;
-	a.hd = hd;
-	a.bs = kv->block_size;
-	a.n_layers = kv->n_layers;
-	a.kv_dim = kv->kv_dim;
-	a.layer = layer;
+	attn_kv(a, kv, layer, hd);
 	a.scale = 1.0f / sqrtf((float)hd);
 	a.n_split = 1;
+}
+
+/* The kernels of a's batch for element type DT. */
+template <int DT>
+static void attention_dt(cudaStream_t st, struct attn_args &a, const struct cu_batch *b,
+			 float *out, float *part, int n_heads, int hd, int n_sm)
+{
+	if (b->single_rows) {
+		a.n_split = cu_attn_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
+		dim3 grid(b->n_tok * n_heads, a.n_split);
+		size_t smem = cu_attn_decode_smem(hd);
+		if (a.bs == 16 && hd % 8 == 0 && hd <= 128) {
+			if (hd <= 32)
+				cu_launch_pdl(attn_decode16_kernel<4, DT>, grid, dim3(AW * 32), smem, st, a);
+			else if (hd <= 64)
+				cu_launch_pdl(attn_decode16_kernel<8, DT>, grid, dim3(AW * 32), smem, st, a);
+			else
+				cu_launch_pdl(attn_decode16_kernel<16, DT>, grid, dim3(AW * 32), smem, st, a);
+		} else if (hd <= 32)
+			cu_launch_pdl(attn_decode_kernel<1, DT>, grid, dim3(AW * 32), smem, st, a);
+		else if (hd <= 64)
+			cu_launch_pdl(attn_decode_kernel<2, DT>, grid, dim3(AW * 32), smem, st, a);
+		else if (hd <= 128)
+			cu_launch_pdl(attn_decode_kernel<4, DT>, grid, dim3(AW * 32), smem, st, a);
+		else
+			cu_launch_pdl(attn_decode_kernel<8, DT>, grid, dim3(AW * 32), smem, st, a);
+	} else {
+		a.n_split = cu_attn_split(b->n_tiles, n_heads, hd, b->n_tok, n_sm);
+		dim3 grid(b->n_tiles, n_heads, a.n_split);
+		int bs = a.bs;
+		size_t smem = (CU_QT * (hd + 1) + 2 * hd * bs + CU_QT * (bs + 1) + 3 * CU_QT) *
+			      sizeof(float);
+		if (hd <= TT) {
+			allow_smem(attn_tile_kernel<1, DT>, smem);
+			attn_tile_kernel<1, DT><<<grid, TT, smem, st>>>(a);
+		} else {
+			allow_smem(attn_tile_kernel<2, DT>, smem);
+			attn_tile_kernel<2, DT><<<grid, TT, smem, st>>>(a);
+		}
+	}
+	if (a.n_split > 1)
+		cu_launch_pdl(attn_combine_kernel, dim3(b->n_tok * n_heads), dim3(128), 0, st, out,
+			      (const float *)part, hd, a.n_split);
 }
 
 void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_kv *kv,
@@ -184,42 +252,12 @@ void cu_attention(cudaStream_t st, float *out, const float *q, const struct kt_k
 		return;
 	struct attn_args a;
 	cu_attn_fill(&a, out, q, kv, layer, b, n_heads, n_kv_heads, hd, part);
-	if (b->single_rows) {
-		a.n_split = cu_attn_split(b->n_tok, n_heads, hd, b->n_tok, n_sm);
-		dim3 grid(b->n_tok * n_heads, a.n_split);
-		size_t smem = cu_attn_decode_smem(hd);
-		if (a.bs == 16 && hd % 8 == 0 && hd <= 128) {
-			if (hd <= 32)
-				cu_launch_pdl(attn_decode16_kernel<4>, grid, dim3(AW * 32), smem, st, a);
-			else if (hd <= 64)
-				cu_launch_pdl(attn_decode16_kernel<8>, grid, dim3(AW * 32), smem, st, a);
-			else
-				cu_launch_pdl(attn_decode16_kernel<16>, grid, dim3(AW * 32), smem, st, a);
-		} else if (hd <= 32)
-			cu_launch_pdl(attn_decode_kernel<1>, grid, dim3(AW * 32), smem, st, a);
-		else if (hd <= 64)
-			cu_launch_pdl(attn_decode_kernel<2>, grid, dim3(AW * 32), smem, st, a);
-		else if (hd <= 128)
-			cu_launch_pdl(attn_decode_kernel<4>, grid, dim3(AW * 32), smem, st, a);
-		else
-			cu_launch_pdl(attn_decode_kernel<8>, grid, dim3(AW * 32), smem, st, a);
-	} else {
-		a.n_split = cu_attn_split(b->n_tiles, n_heads, hd, b->n_tok, n_sm);
-		dim3 grid(b->n_tiles, n_heads, a.n_split);
-		int bs = a.bs;
-		size_t smem = (CU_QT * (hd + 1) + 2 * hd * bs + CU_QT * (bs + 1) + 3 * CU_QT) *
-			      sizeof(float);
-		if (hd <= TT) {
-			allow_smem(attn_tile_kernel<1>, smem);
-			attn_tile_kernel<1><<<grid, TT, smem, st>>>(a);
-		} else {
-			allow_smem(attn_tile_kernel<2>, smem);
-			attn_tile_kernel<2><<<grid, TT, smem, st>>>(a);
-		}
-	}
-	if (a.n_split > 1)
-		cu_launch_pdl(attn_combine_kernel, dim3(b->n_tok * n_heads), dim3(128), 0, st, out,
-			      (const float *)part, hd, a.n_split);
+	if (kv->dtype == KT_F16)
+		attention_dt<KT_F16>(st, a, b, out, part, n_heads, hd, n_sm);
+	else if (kv->dtype == KT_Q8_0)
+		attention_dt<KT_Q8_0>(st, a, b, out, part, n_heads, hd, n_sm);
+	else
+		attention_dt<KT_F32>(st, a, b, out, part, n_heads, hd, n_sm);
 }
 
 /*
@@ -244,6 +282,27 @@ static __global__ void attn_gather_kernel(__half *kc, __half *vc, const float *b
 	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
 		kc[o + c] = __float2half_rn(kt[(size_t)c * bs + r]);
 		vc[o + c] = __float2half_rn(vr[c]);
+	}
+}
+
+/* The same from a typed store (a): f16 elements copied as they are, q8_0
+ * values (code times scale, exact in fp32) rounded to f16. */
+template <int DT>
+static __global__ void attn_gather_typed_kernel(__half *kc, __half *vc, struct attn_args a,
+						const int32_t *tab, int P)
+{
+	int p = blockIdx.x, kvh = blockIdx.y, hd = a.hd;
+	int r = p % a.bs;
+	const kv_blk<DT> kb(a, tab[p / a.bs], kvh);
+	size_t o = ((size_t)kvh * P + p) * hd;
+	for (int c = threadIdx.x; c < hd; c += blockDim.x) {
+		if (DT == KT_F16) {
+			kc[o + c] = ((const __half *)kb.k)[(size_t)(kb.ch0 + c) * a.bs + r];
+			vc[o + c] = ((const __half *)kb.v)[(size_t)r * a.kv_dim + kb.ch0 + c];
+		} else {
+			kc[o + c] = __float2half_rn(kb.kat(a, c, r));
+			vc[o + c] = __float2half_rn(kb.vat(a, r, c));
+		}
 	}
 }
 
@@ -305,6 +364,16 @@ void cu_attn_gather(cudaStream_t st, __half *kc, __half *vc, const struct kt_kv 
 		    const int32_t *tab, int P, int n_kv_heads, int hd)
 {
 	dim3 grid(P, n_kv_heads);
+	if (kv->dtype == KT_F16 || kv->dtype == KT_Q8_0) {
+		struct attn_args a;
+		memset(&a, 0, sizeof(a));
+		attn_kv(a, kv, layer, hd);
+		if (kv->dtype == KT_F16)
+			attn_gather_typed_kernel<KT_F16><<<grid, 128, 0, st>>>(kc, vc, a, tab, P);
+		else
+			attn_gather_typed_kernel<KT_Q8_0><<<grid, 128, 0, st>>>(kc, vc, a, tab, P);
+		return;
+	}
 	attn_gather_kernel<<<grid, 128, 0, st>>>(kc, vc, (const float *)kv->base, tab, kv->n_layers, kv->block_size,
 						 kv->kv_dim, layer, hd, P);
 }

@@ -6,8 +6,8 @@
  * are fp32 on the device; weights are f16/bf16/f32, repacked Q8_0/Q4_0
  * (quants first, then one f16 scale per 32 weights) or K-quants in the
  * file's own super-blocks (decoded by kq.h); the KV pool keeps the
- * CPU backend's layout (kernels/backend.h) so blocks move between them
- * byte for byte.
+ * CPU backend's layout in each element type (kernels/backend.h: f32, f16,
+ * q8_0) so blocks move between them byte for byte.
  */
 #ifndef LLAMAD_KERNELS_CUDA_CUDA_CUH
 #define LLAMAD_KERNELS_CUDA_CUDA_CUH
@@ -133,11 +133,14 @@ void cu_attn_scatter(cudaStream_t st, float *out, const float *oc, int t0, int n
 /* The arguments of the attention kernels (attention.cu, attn.cuh). */
 struct attn_args {
 	float *out, *part;
-	const float *q, *base;
+	const float *q;
+	const void *base;  /* the KV pool, elements of kv_dt */
 	const int *pos, *row_tab, *tiles;
 	const int32_t *tables;
 	int tab_stride, n_heads, group, hd, bs, n_layers, kv_dim, layer, n_split;
 	float scale;
+	int kv_dt;         /* the pool's element type (KT_F32, KT_F16, KT_Q8_0) */
+	int kv_gsh;        /* q8_0: log2 of its channels per scale (kv->group) */
 };
 /* Fill a for the staged batch b (n_split for decode rows). */
 void cu_attn_fill(struct attn_args *a, float *out, const float *q, const struct kt_kv *kv,

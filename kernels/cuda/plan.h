@@ -50,6 +50,7 @@ extern "C" {
 #endif
 
 #ifdef __CUDACC__
+#include <cuda_fp16.h>
 #define CU_FN static __host__ __device__ __forceinline__
 #else
 #define CU_FN static inline
@@ -281,7 +282,8 @@ CU_FN void cu_rope_rot(float a, float b, float c, float s, float *o0, float *o1)
 	*o1 = a * s + b * c;
 }
 
-/* Offsets (floats from the pool's base) of K channel ch / V channel ch of
+/* Offsets (elements from the pool's base: floats, or f16 values, whose
+ * store has the same element layout) of K channel ch / V channel ch of
  * (block, layer, row r): K is stored transposed per (block, layer),
  * [kv_dim][bs], V row-major [bs][kv_dim] after it (kernels/backend.h). */
 CU_FN size_t cu_kv_k_off(int32_t block, int n_layers, int layer, int bs, int kv_dim, int ch,
@@ -296,6 +298,99 @@ CU_FN size_t cu_kv_v_off(int32_t block, int n_layers, int layer, int bs, int kv_
 {
 	size_t span = (size_t)bs * kv_dim;
 	return (((size_t)block * n_layers + layer) * 2 + 1) * span + (size_t)r * kv_dim + ch;
+}
+
+/* ---- the typed KV store (kernels/backend.h: kv->dtype f32, f16, q8_0) ----
+ *
+ * Byte offsets that hold for every element type, and the conversions of
+ * the CPU's kt_kv_put (kernels/convert.c) written once for the kernels and
+ * the CPU test: compiled for the device they use the CUDA intrinsics that
+ * round the same way (__float2half_rn: to nearest even; rintf: ties to
+ * even; IEEE division, no fast-math), compiled as C the CPU's own
+ * functions, so test_cuplan checks the arithmetic around them and
+ * llamad-gpucheck the bytes a GPU writes. Written 2026-12-03 without a GPU:
+ * the device side has never run. */
+
+/* Bytes of one K or V span of (block, layer) (kt_kv_span_bytes): bs x
+ * kv_dim elements, then for q8_0 the f16 scales, bs x kv_dim / group. */
+CU_FN size_t cu_kv_span_bytes(int dt, int bs, int kv_dim, int group)
+{
+	size_t n = (size_t)bs * kv_dim;
+	if (dt == KT_Q8_0)
+		return n + (size_t)bs * (size_t)(kv_dim / group) * 2;
+	return n * (dt == KT_F16 ? 2 : 4);
+}
+
+/* Byte offset from the pool's base of the K (which 0) or V (which 1) span
+ * of (block, layer), spans of span bytes. */
+CU_FN size_t cu_kv_span_off(int32_t block, int n_layers, int layer, int which, size_t span)
+{
+	return (((size_t)block * n_layers + layer) * 2 + which) * span;
+}
+
+/* q8_0: index among a span's scales (after its bs x kv_dim codes) of the
+ * scale of group g at row r: K's channel-major as its codes, V's row-major. */
+CU_FN size_t cu_kv_k_scale(int bs, int g, int r)
+{
+	return (size_t)g * bs + r;
+}
+
+CU_FN size_t cu_kv_v_scale(int kv_dim, int group, int g, int r)
+{
+	return (size_t)r * (kv_dim / group) + g;
+}
+
+/* f16 bits of f rounded to nearest even, as kt_f32_to_f16 (overflow to
+ * infinity; a NaN becomes the quiet NaN 0x7e00 with f's sign, which the
+ * device's conversion would not give by itself). */
+CU_FN uint16_t cu_f16_bits(float f)
+{
+#ifdef __CUDA_ARCH__
+	if (f != f)
+		return (uint16_t)((__float_as_uint(f) >> 16 & 0x8000u) | 0x7e00u);
+	return __half_as_ushort(__float2half_rn(f));
+#else
+	return kt_f32_to_f16(f);
+#endif
+}
+
+/* The value of f16 bits h (exact). */
+CU_FN float cu_f16_val(uint16_t h)
+{
+#ifdef __CUDA_ARCH__
+	return __half2float(__ushort_as_half(h));
+#else
+	return kt_f16_to_f32(h);
+#endif
+}
+
+/* q8_0 K/V, one group of channels of one row (kt_kv_q8_group): amax folds
+ * in |x| skipping NaN (the group's largest magnitude, from 0; fold partial
+ * maxima the same way, in any order); the scale's f16 bits are those of
+ * amax / 127; the codes are taken against the stored scale, with inv its
+ * correctly rounded inverse (0 for a zero scale): round-to-nearest-even
+ * of x * inv, clamped to +-127, 0 for a NaN. */
+CU_FN float cu_kv_amax(float amax, float x)
+{
+	float a = fabsf(x);
+	return a > amax ? a : amax;
+}
+
+CU_FN uint16_t cu_kv_q8_scale(float amax)
+{
+	return cu_f16_bits(amax / 127.0f);
+}
+
+CU_FN float cu_kv_q8_inv(uint16_t scale)
+{
+	float d = cu_f16_val(scale);
+	return d != 0 ? 1.0f / d : 0.0f;
+}
+
+CU_FN int8_t cu_kv_q8_code(float x, float inv)
+{
+	float r = rintf(x * inv);
+	return (int8_t)(r != r ? 0 : r > 127 ? 127 : r < -127 ? -127 : r);
 }
 
 /* The 8-bit form of one activation given its block's largest magnitude

@@ -12,6 +12,13 @@
  *     applied to product rows equals the CPU's rope + kv_store, for both
  *     pair layouts and GQA; every q/k/v row belongs to exactly one job;
  *     split-K parts tile the blocks; the 8-bit activation formula
+ *   - the typed KV store (f16, q8_0): span sizes and offsets as
+ *     kernels/convert.c's, the q8_0 group arithmetic as kt_kv_q8_group
+ *     (ties, zeros, NaN, infinities, overflowing and subnormal scales), and
+ *     kv_store.cu's kernel, written out in C over those helpers, giving the
+ *     CPU backend's bytes. The conversions themselves run here as the
+ *     CPU's functions: that the device's intrinsics give the same bytes is
+ *     llamad-gpucheck's to show
  *   - LLAMAD_CUDA_KERNELS specs
  */
 #include <errno.h>
@@ -233,6 +240,54 @@ static void test_qkv_pairs_cover(void **state)
 }
 
 /*
+ * kv_store.cu's typed kernel (f16, q8_0) written out in C over the same
+ * helpers of plan.h: each row's K and V into its slot; q8_0 a warp's 32
+ * channels at a time, each group's largest magnitude folded from its
+ * lanes' (in lane order here, in a shuffle tree there: a maximum, the same
+ * in any order), codes against the stored scale, the scale stored by the
+ * group's first lane.
+ */
+static void kv_store_sim(const struct kt_kv *kv, int layer, const float *k, const float *v,
+			 const struct kt_attn_row *rows, int n_tok)
+{
+	int bs = kv->block_size, kd = kv->kv_dim, G = kv->group, dt = kv->dtype;
+	for (int t = 0; t < n_tok; t++) {
+		int p = rows[t].pos, r = p % bs;
+		int32_t b = rows[t].block_table[p / bs];
+		size_t span = cu_kv_span_bytes(dt, bs, kd, G);
+		char *ks = (char *)kv->base + cu_kv_span_off(b, kv->n_layers, layer, 0, span), *vs = ks + span;
+		const float *kr = k + (size_t)t * kd, *vr = v + (size_t)t * kd;
+		if (dt == KT_F16) {
+			for (int c = 0; c < kd; c++) {
+				((uint16_t *)ks)[(size_t)c * bs + r] = cu_f16_bits(kr[c]);
+				((uint16_t *)vs)[(size_t)r * kd + c] = cu_f16_bits(vr[c]);
+			}
+			continue;
+		}
+		uint16_t *ksc = (uint16_t *)(ks + (size_t)bs * kd), *vsc = (uint16_t *)(vs + (size_t)bs * kd);
+		for (int c0 = 0; c0 < kd; c0 += 32)
+			for (int l0 = 0; l0 < 32; l0 += G) {
+				float ax = 0.f, ay = 0.f;
+				for (int l = l0; l < l0 + G; l++) {
+					int c = c0 + l, in = c < kd;
+					ax = cu_kv_amax(ax, cu_kv_amax(0.f, in ? kr[c] : 0.f));
+					ay = cu_kv_amax(ay, cu_kv_amax(0.f, in ? vr[c] : 0.f));
+				}
+				if (c0 + l0 >= kd)
+					continue;
+				uint16_t dk = cu_kv_q8_scale(ax), dv = cu_kv_q8_scale(ay);
+				for (int l = l0; l < l0 + G; l++) {
+					int c = c0 + l;
+					((int8_t *)ks)[(size_t)c * bs + r] = cu_kv_q8_code(kr[c], cu_kv_q8_inv(dk));
+					((int8_t *)vs)[(size_t)r * kd + c] = cu_kv_q8_code(vr[c], cu_kv_q8_inv(dv));
+				}
+				ksc[cu_kv_k_scale(bs, (c0 + l0) / G, r)] = dk;
+				vsc[cu_kv_v_scale(kd, G, (c0 + l0) / G, r)] = dv;
+			}
+	}
+}
+
+/*
  * The fused epilogue, as the kernel computes it (job_store in gemv.cuh),
  * from the products q, k, v of n_tok rows: q rotated in place into qo, k
  * rotated and v stored in the KV pool at each row's slot.
@@ -328,6 +383,138 @@ static void test_epilogue_matches_cpu(void **state)
 	backend_free(be);
 }
 
+/* Spans of the typed store where kernels/convert.c puts them, for every
+ * element type, head dimension and (block, layer). */
+static void test_kv_layout_typed(void **state)
+{
+	(void)state;
+	const enum kt_dtype kvt[3] = { KT_F32, KT_F16, KT_Q8_0 };
+	const int hds[5] = { 8, 16, 48, 64, 128 };
+	for (int ti = 0; ti < 3; ti++)
+		for (int hi = 0; hi < 5; hi++)
+			for (int kh = 1; kh <= 3; kh++) {
+				int hd = hds[hi], G = kvt[ti] == KT_Q8_0 ? kt_kv_group_for(hd) : 0;
+				struct kt_kv kv = { (void *)(uintptr_t)0x10000, 7, 16, 3, kh * hd, kvt[ti], G };
+				size_t span = cu_kv_span_bytes(kv.dtype, kv.block_size, kv.kv_dim, G);
+				assert_int_equal(span, kt_kv_span_bytes(&kv));
+				for (int b = 0; b < kv.n_blocks; b++)
+					for (int l = 0; l < kv.n_layers; l++) {
+						char *base = kv.base;
+						assert_ptr_equal(base + cu_kv_span_off(b, 3, l, 0, span),
+								 kt_kv_kt(&kv, b, l));
+						assert_ptr_equal(base + cu_kv_span_off(b, 3, l, 1, span),
+								 kt_kv_vspan(&kv, b, l));
+					}
+			}
+}
+
+/* One q8_0 group through plan.h's helpers, as kv_store.cu takes it. */
+static uint16_t q8_group_sim(const float *x, int8_t *codes, int n)
+{
+	float amax = 0.f;
+	for (int i = 0; i < n; i++)
+		amax = cu_kv_amax(amax, x[i]);
+	uint16_t d = cu_kv_q8_scale(amax);
+	float inv = cu_kv_q8_inv(d);
+	for (int i = 0; i < n; i++)
+		codes[i] = cu_kv_q8_code(x[i], inv);
+	return d;
+}
+
+/* The q8_0 group arithmetic of the kernels = kt_kv_q8_group, bit for bit:
+ * random groups of 8, 16 and 32 at scales from subnormal f16 scales to
+ * ones that overflow f16, exact halves (ties to even), zeros, NaN and
+ * infinities. */
+static void test_kv_q8_group(void **state)
+{
+	(void)state;
+	rng_seed(4242);
+	const float scales[7] = { 1e-9f, 3e-6f, 1e-3f, 1.f, 300.f, 6e6f, 1e30f };
+	for (int rep = 0; rep < 6000; rep++) {
+		int n = 8 << (rep % 3);
+		float x[32], sc = scales[rep / 3 % 7];
+		for (int i = 0; i < n; i++)
+			x[i] = rng_float(-sc, sc);
+		switch (rep % 11) {
+		case 0: /* ties: amax 127 gives scale 1, codes of exact halves */
+			for (int i = 0; i < n; i++)
+				x[i] = (float)((int)(rng_u64() % 254) - 127) + 0.5f;
+			x[0] = 127.f;
+			break;
+		case 1: memset(x, 0, sizeof(x)); break;
+		case 2: x[rep % n] = NAN; break;
+		case 3: x[rep % n] = rep & 1 ? INFINITY : -INFINITY; break;
+		case 4: x[rep % n] = -0.f; x[(rep + 1) % n] = -sc; break;
+		default: break;
+		}
+		int8_t c1[32], c2[32];
+		uint16_t d1 = kt_kv_q8_group(x, c1, n), d2 = q8_group_sim(x, c2, n);
+		if (d1 != d2 || memcmp(c1, c2, (size_t)n))
+			fail_msg("rep %d (n %d, scale %g): scale %04x vs %04x or codes differ", rep, n,
+				 (double)sc, d1, d2);
+	}
+	/* the rounding itself */
+	assert_int_equal(cu_kv_q8_code(2.5f, 1.f), 2);
+	assert_int_equal(cu_kv_q8_code(-3.5f, 1.f), -4);
+	assert_int_equal(cu_kv_q8_code(300.f, 1.f), 127);
+	assert_int_equal(cu_kv_q8_code(-300.f, 1.f), -127);
+	assert_int_equal(cu_kv_q8_code(NAN, 1.f), 0);
+	assert_int_equal(cu_kv_q8_inv(0), 0);
+	assert_int_equal(cu_f16_bits(NAN), 0x7e00);
+	assert_int_equal(cu_f16_bits(-NAN), 0xfe00);
+	assert_int_equal(cu_f16_bits(65520.f), 0x7c00);
+	assert_int_equal(cu_f16_bits(65519.f), 0x7bff);
+}
+
+/* kv_store.cu's typed kernel (in C, kv_store_sim) writes the bytes the
+ * CPU backend's kv_store writes: f16 and q8_0, head dims 8 to 128, GQA
+ * widths, rows at scattered slots, values spanning many binades with
+ * zeros, a NaN and an infinity. */
+static void test_kv_store_typed(void **state)
+{
+	(void)state;
+	rng_seed(515);
+	struct backend *be = backend_cpu_new(1);
+	assert_non_null(be);
+	const int hds[4] = { 8, 48, 64, 128 };
+	for (int ti = 0; ti < 2; ti++)
+		for (int hi = 0; hi < 4; hi++)
+			for (int kh = 1; kh <= 3; kh++) {
+				enum kt_dtype dt = ti ? KT_Q8_0 : KT_F16;
+				int hd = hds[hi], kd = kh * hd, T = 6, nb = 5;
+				struct kt_kv kv1 = { NULL, nb, 16, 2, kd, dt, ti ? kt_kv_group_for(hd) : 0 };
+				struct kt_kv kv2 = kv1;
+				size_t bytes = kt_kv_block_bytes(&kv1) * nb;
+				kv1.base = malloc(bytes);
+				kv2.base = malloc(bytes);
+				for (size_t i = 0; i < bytes; i++)
+					((uint8_t *)kv1.base)[i] = ((uint8_t *)kv2.base)[i] = (uint8_t)rng_u64();
+				float *k = malloc((size_t)T * kd * 4), *v = malloc((size_t)T * kd * 4);
+				for (int i = 0; i < T * kd; i++) {
+					float m = ldexpf(1.f, (int)(rng_u64() % 40) - 24);
+					k[i] = rng_float(-m, m);
+					v[i] = rng_float(-m, m) * 3.f;
+				}
+				for (int c = 0; c < kd; c++)
+					k[(size_t)2 * kd + c] = 0.f;      /* a zero row */
+				k[(size_t)3 * kd + kd / 2] = NAN;
+				v[(size_t)4 * kd + 1] = INFINITY;
+				int32_t tab_a[3] = { 4, 0, 2 }, tab_b[2] = { 3, 1 };
+				struct kt_attn_row rows[6] = { { tab_a, 0 }, { tab_a, 17 }, { tab_a, 47 },
+							      { tab_b, 5 }, { tab_b, 16 }, { tab_b, 31 } };
+				be->ops->kv_store(be, &kv1, 1, k, v, rows, T);
+				kv_store_sim(&kv2, 1, k, v, rows, T);
+				if (memcmp(kv1.base, kv2.base, bytes))
+					fail_msg("%s hd %d x %d: the kernel's bytes differ from the CPU's",
+						 kt_dtype_name(dt), hd, kh);
+				free(kv1.base);
+				free(kv2.base);
+				free(k);
+				free(v);
+			}
+	backend_free(be);
+}
+
 /* Split-K parts tile [0, nb) in order; the part count stays in range. */
 static void test_splitk_parts(void **state)
 {
@@ -420,6 +607,9 @@ int main(void)
 		cmocka_unit_test(test_plans_llama3),
 		cmocka_unit_test(test_qkv_pairs_cover),
 		cmocka_unit_test(test_epilogue_matches_cpu),
+		cmocka_unit_test(test_kv_layout_typed),
+		cmocka_unit_test(test_kv_q8_group),
+		cmocka_unit_test(test_kv_store_typed),
 		cmocka_unit_test(test_splitk_parts),
 		cmocka_unit_test(test_qx_block),
 		cmocka_unit_test(test_cand_spec),
