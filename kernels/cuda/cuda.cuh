@@ -53,13 +53,17 @@ struct cu_run {
  * n_tok <= CU_GEMV_MAX rows. */
 void cu_gemv(cudaStream_t st, float *y, const float *x, const struct kt_weight *w, int n_tok);
 /* The epilogue of the fused q/k/v product (MODE 3): q rotated into y[0],
- * k rotated and v stored into the KV pool at each row's slot. */
+ * k rotated and v stored into the KV pool at each row's slot (f32, or f16
+ * rounded to nearest even); for a q8_0 pool, whose scale of a group of
+ * channels no single warp sees, k rotated and v into y[1] and y[2] as rows,
+ * for cu_kv_store to quantize. */
 struct cu_gemv_epi {
-	float *kv;                /* the pool's base */
+	void *kv;                 /* the pool's base */
 	const float *inv_freq;
 	const int *pos, *row_tab;
 	const int32_t *tables;
 	int tab_stride, n_layers, bs, kv_dim, layer, hd, half;
+	int kv_dt;                /* the pool's element type */
 };
 
 /* The fused forms (one dtype, n_tok <= CU_GEMV_MAX): mode 0, up to three

@@ -334,6 +334,17 @@ __device__ __forceinline__ int job_setup(const struct cu_gemv_job &j, int g, str
 	return wr < j.rows[wk];
 }
 
+/* Store value x at element i of the fused epilogue's KV pool, in its
+ * element type: f32 as it is, f16 rounded as the CPU's kt_kv_put (never
+ * run on a GPU: written 2026-12-03 without one). */
+__device__ __forceinline__ void epi_kv_put(const struct cu_gemv_epi &e, size_t i, float x)
+{
+	if (e.kv_dt == KT_F16)
+		((uint16_t *)e.kv)[i] = cu_f16_bits(x);
+	else
+		((float *)e.kv)[i] = x;
+}
+
 /* The epilogue of a job (every lane holds the sums; lane 0 stores). */
 template <int NT, int MODE, int NWR>
 __device__ __forceinline__ void job_store(const struct cu_gemv_job &j, const struct gemv_rows &r,
@@ -347,22 +358,30 @@ __device__ __forceinline__ void job_store(const struct cu_gemv_job &j, const str
 			const struct cu_gemv_epi &e = j.e;
 			float a = acc[0][t], b = acc[NWR - 1][t];
 			int p = e.pos[t];
-			int32_t blk = r.wk ? e.tables[(size_t)e.row_tab[t] * e.tab_stride + p / e.bs] : 0;
+			/* q, and k / v of a q8_0 pool: rows of y (kv_store follows) */
+			int rows_out = r.wk == 0 || e.kv_dt == KT_Q8_0;
+			int32_t blk = rows_out ? 0 : e.tables[(size_t)e.row_tab[t] * e.tab_stride + p / e.bs];
 			int slot = p % e.bs;
 			if (r.wk == 2) {
-				e.kv[cu_kv_v_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col, slot)] = a;
-				e.kv[cu_kv_v_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col + 1, slot)] = b;
+				if (rows_out) {
+					float *y = j.y[2] + (size_t)t * j.rows[2] + r.col;
+					y[0] = a;
+					y[1] = b;
+					continue;
+				}
+				epi_kv_put(e, cu_kv_v_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col, slot), a);
+				epi_kv_put(e, cu_kv_v_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col + 1, slot), b);
 				continue;
 			}
 			float ang = (float)p * e.inv_freq[r.fi], o0, o1;
 			cu_rope_rot(a, b, cosf(ang), sinf(ang), &o0, &o1);
-			if (r.wk == 0) {
-				float *q = j.y[0] + (size_t)t * j.rows[0] + r.col;
+			if (rows_out) {
+				float *q = j.y[r.wk] + (size_t)t * j.rows[r.wk] + r.col;
 				q[0] = o0;
 				q[1] = o1;
 			} else {
-				e.kv[cu_kv_k_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col, slot)] = o0;
-				e.kv[cu_kv_k_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col + 1, slot)] = o1;
+				epi_kv_put(e, cu_kv_k_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col, slot), o0);
+				epi_kv_put(e, cu_kv_k_off(blk, e.n_layers, e.layer, e.bs, e.kv_dim, r.col + 1, slot), o1);
 			}
 			continue;
 		}

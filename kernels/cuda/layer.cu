@@ -3,7 +3,9 @@
  * of a batch-1 decode step as one cooperative kernel, its phases separated
  * by grid-wide barriers instead of kernel boundaries:
  *   1. RMSNorm of x (every block computes it for itself), q/k/v, RoPE, the
- *      KV store (gemv.cuh's fused q/k/v jobs)
+ *      KV store (gemv.cuh's fused q/k/v jobs; an f32 or f16 pool: q8_0's
+ *      scales need a group's channels, which no warp has, so a q8_0 pool's
+ *      layers run fused, plan.c)
  *   2. attention: (head, split) units of attn.cuh's decode kernel (the
  *      general one: the 16-position kernel's 64 registers of K and V per
  *      lane spilled at the 128 registers that keep 4 blocks per SM)
@@ -93,7 +95,11 @@ __global__ void __launch_bounds__(CU_PW * 32, 4) layer_kernel(struct cu_layer_ar
 	/* 2, 3: attention, the splits merged */
 	float *smf = (float *)sm4;
 	for (int u = blockIdx.x; u < a.at.n_heads * a.at.n_split; u += gridDim.x) {
-		attn_decode_unit<4>(a.at, 0, u % a.at.n_heads, u / a.at.n_heads, smf);
+		/* an f32 or f16 pool (q8_0 runs fused: plan.c) */
+		if (a.at.kv_dt == KT_F16)
+			attn_decode_unit<4, KT_F16>(a.at, 0, u % a.at.n_heads, u / a.at.n_heads, smf);
+		else
+			attn_decode_unit<4>(a.at, 0, u % a.at.n_heads, u / a.at.n_heads, smf);
 		__syncthreads();
 	}
 	if (a.at.n_split > 1) {

@@ -39,7 +39,8 @@ static struct cu_gemv_epi layer_epi(struct cu_backend *c, const struct kt_kv *kv
 				    const struct kt_layer *L)
 {
 	struct cu_gemv_epi e;
-	e.kv = (float *)kv->base;
+	e.kv = kv->base;
+	e.kv_dt = kv->dtype;
 	e.inv_freq = L->inv_freq;
 	e.pos = c->batch.pos;
 	e.row_tab = c->batch.row_tab;
@@ -113,7 +114,7 @@ int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 		 F % 32 == 0;
 	struct cu_shape sh = { D, L->n_heads, L->n_kv_heads, hd, F, n_tok,
 			       c->batch.single_rows ? n_tok : c->batch.n_tiles, c->batch.single_rows,
-			       dt, qx, c->n_sm, 0, 0 };
+			       dt, qx, c->n_sm, 0, 0, kv->dtype };
 	/* (its attention unit takes a position a lane: blocks of <= 32) */
 	if (c->cand[dt] == CU_CAND_PERSIST && n_tok == 1 && sh.single_rows &&
 	    kv->block_size <= 32)
@@ -159,6 +160,9 @@ int cu_op_layer(struct backend *be, const struct kt_kv *kv, int layer,
 				qkv_ops(c, kv, layer, L, b, n_tok, !norm);
 			break;
 		}
+		case CU_K_KV_STORE:  /* after a q/k/v step that left K and V as rows (q8_0) */
+			cu_kv_store(st, kv, layer, b->k, b->v, &c->batch);
+			break;
 		case CU_K_ATTN:  /* launches its combine step too */
 			cu_attention(st, b->att, b->q, kv, layer, &c->batch, L->n_heads, L->n_kv_heads, hd,
 				     c->part, c->n_sm);

@@ -117,12 +117,22 @@ static double actbytes(const struct cu_shape *sh, int cols, int rows)
 	return 4.0 * sh->n_tok * (cols + rows);
 }
 
+/* bytes of one K or V element of the shape's pool (q8_0: its code and its
+ * share of a scale) */
+static double kv_elem_bytes(const struct cu_shape *sh)
+{
+	int g = kt_kv_group_for(sh->hd);
+	if (sh->kv_dt == KT_Q8_0)
+		return 1.0 + 2.0 / (g > 0 ? g : 1);
+	return sh->kv_dt == KT_F16 ? 2.0 : 4.0;
+}
+
 static void attention(struct cu_plan *p, const struct cu_shape *sh)
 {
 	int kv_dim = sh->n_kv_heads * sh->hd;
 	int units = sh->single_rows ? sh->n_tok : sh->n_tiles;
 	int split = cu_attn_split(units, sh->n_heads, sh->hd, sh->n_tok, sh->n_sm);
-	double kvb = 2.0 * 4 * (double)sh->ctx * kv_dim * sh->n_tok;
+	double kvb = 2.0 * kv_elem_bytes(sh) * (double)sh->ctx * kv_dim * sh->n_tok;
 	struct cu_step *s = add(p, CU_K_ATTN, 0, (unsigned)(units * (sh->single_rows ? sh->n_heads : 1)),
 				128, kvb + 4.0 * sh->n_tok * sh->n_heads * sh->hd);
 	if (!sh->single_rows)
@@ -224,10 +234,13 @@ static void fused_qkv(struct cu_plan *p, const struct cu_shape *sh)
 		norm_ops(p, sh, 0);
 	/* a warp per rotation pair: half as many warps as rows; from xb (the
 	 * norm did not fit) x is read from global memory */
-	struct cu_step *s = add(p, nf ? CU_K_NORM_QKV_ROPE_KV : CU_K_QKV_ROPE_KV, 0,
+	int rows = sh->kv_dt == KT_Q8_0;  /* k and v as rows, stored next */
+	struct cu_step *s = add(p, nf ? CU_K_NORM_QKV_ROPE_KV : CU_K_QKV_ROPE_KV, rows,
 				cdiv((size_t)(qd + 2 * kv) / 2, CU_GW), CU_GW * 32,
 				wbytes(sh, qd + 2 * kv, D) + actbytes(sh, D, qd + 2 * kv));
 	s->smem = nf ? stage_bytes(sh, D) : 0;
+	if (rows)
+		add(p, CU_K_KV_STORE, 0, (unsigned)sh->n_tok, 256, 8.0 * sh->n_tok * kv);
 }
 
 static void fused_ffn_in(struct cu_plan *p, const struct cu_shape *sh)
@@ -259,8 +272,10 @@ size_t cu_plan_persist_smem(const struct cu_shape *sh)
 
 static int plan_persist(struct cu_plan *p, const struct cu_shape *sh)
 {
-	/* (its attention unit takes head_dim <= 128: 4 channels a lane) */
+	/* (its attention unit takes head_dim <= 128: 4 channels a lane; with
+	 * a q8_0 pool its q/k/v phase could not quantize a group: plan.h) */
 	if (sh->n_tok != 1 || !sh->single_rows || sh->persist_blocks <= 0 || sh->hd > 128 ||
+	    sh->kv_dt == KT_Q8_0 ||
 	    cu_plan_persist_smem(sh) > CU_SMEM_PERSIST || sh->dim % 32 || sh->ffn % 32 ||
 	    (sh->n_heads * sh->hd) % 32)
 		return 0;

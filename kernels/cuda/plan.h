@@ -23,8 +23,12 @@
  *               of x, the last block of a row group summing the partials in
  *               a fixed order
  * A candidate that does not apply to a shape (splitk on f16, persistent
- * for 2 rows) plans as fused; every candidate falls back to the ops one at
- * a time (cuBLAS and all) above CU_GEMV_MAX rows or for mixed dtypes.
+ * for 2 rows or a q8_0 KV pool) plans as fused; every candidate falls back
+ * to the ops one at a time (cuBLAS and all) above CU_GEMV_MAX rows or for
+ * mixed dtypes. With a q8_0 KV pool the fused q/k/v product leaves k and v
+ * as rows (arg 1: a group's scale needs channels other warps compute) and
+ * a kv_store step quantizes them; f32 and f16 pools take them in the
+ * epilogue.
  *
  * Written 2026-12-02 without a GPU: the fused, persistent and splitk kernels
  * have never run on one (tests/gpu/run.sh checks each against the CPU before
@@ -134,6 +138,7 @@ struct cu_shape {
 	int n_sm;
 	int persist_blocks;  /* resident blocks of the persistent kernel (0: none) */
 	int ctx;             /* positions a row attends (bytes estimate only) */
+	enum kt_dtype kv_dt; /* the KV pool's element type (KT_F32: 0) */
 };
 
 struct cu_step {

@@ -10,15 +10,17 @@
  *   - the device helpers compiled as C, bit for bit against the CPU
  *     backend: the fused q/k/v epilogue (RoPE pairs, rotation, KV slots)
  *     applied to product rows equals the CPU's rope + kv_store, for both
- *     pair layouts and GQA; every q/k/v row belongs to exactly one job;
- *     split-K parts tile the blocks; the 8-bit activation formula
+ *     pair layouts and GQA, into f32, f16 and q8_0 pools; every q/k/v row
+ *     belongs to exactly one job; split-K parts tile the blocks; the 8-bit
+ *     activation formula
  *   - the typed KV store (f16, q8_0): span sizes and offsets as
  *     kernels/convert.c's, the q8_0 group arithmetic as kt_kv_q8_group
  *     (ties, zeros, NaN, infinities, overflowing and subnormal scales), and
  *     kv_store.cu's kernel, written out in C over those helpers, giving the
- *     CPU backend's bytes. The conversions themselves run here as the
- *     CPU's functions: that the device's intrinsics give the same bytes is
- *     llamad-gpucheck's to show
+ *     CPU backend's bytes; the plans of a typed pool (q8_0: a kv_store step
+ *     after the fused q/k/v, persistent planned as fused). The conversions
+ *     themselves run here as the CPU's functions: that the device's
+ *     intrinsics give the same bytes is llamad-gpucheck's to show
  *   - LLAMAD_CUDA_KERNELS specs
  */
 #include <errno.h>
@@ -287,16 +289,27 @@ static void kv_store_sim(const struct kt_kv *kv, int layer, const float *k, cons
 	}
 }
 
+/* The epilogue's store of x at element i of an f32 or f16 pool
+ * (epi_kv_put in gemv.cuh). */
+static void epi_put(const struct kt_kv *kv, size_t i, float x)
+{
+	if (kv->dtype == KT_F16)
+		((uint16_t *)kv->base)[i] = cu_f16_bits(x);
+	else
+		((float *)kv->base)[i] = x;
+}
+
 /*
  * The fused epilogue, as the kernel computes it (job_store in gemv.cuh),
  * from the products q, k, v of n_tok rows: q rotated in place into qo, k
- * rotated and v stored in the KV pool at each row's slot.
+ * rotated and v stored in the KV pool at each row's slot; for a q8_0 pool
+ * k rotated and v as rows (into kq, vq), then the kv_store step.
  */
 static void epilogue(float *qo, const float *q, const float *k, const float *v, int n_tok,
 		     int H, int KH, int hd, int half, const int *pos, const struct kt_attn_row *rows,
-		     const float *inv_freq, const struct kt_kv *kv, int layer)
+		     const float *inv_freq, const struct kt_kv *kv, int layer, float *kq, float *vq)
 {
-	int qr = H * hd, kr = KH * hd;
+	int qr = H * hd, kr = KH * hd, as_rows = kv->dtype == KT_Q8_0;
 	struct cu_pair p;
 	for (int g = 0; cu_qkv_pair(g, qr, kr, kr, hd, half, &p); g++)
 		for (int t = 0; t < n_tok; t++) {
@@ -306,10 +319,15 @@ static void epilogue(float *qo, const float *q, const float *k, const float *v, 
 			int ps = pos[t], slot = rows[t].pos % kv->block_size;
 			int32_t blk = rows[t].block_table[rows[t].pos / kv->block_size];
 			if (p.m == 2) {
-				((float *)kv->base)[cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
-						     p.c0, slot)] = a;
-				((float *)kv->base)[cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
-						     p.c0 + 1, slot)] = b;
+				if (as_rows) {
+					vq[(size_t)t * kr + p.c0] = a;
+					vq[(size_t)t * kr + p.c0 + 1] = b;
+					continue;
+				}
+				epi_put(kv, cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+							p.c0, slot), a);
+				epi_put(kv, cu_kv_v_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+							p.c0 + 1, slot), b);
 				continue;
 			}
 			float ang = (float)ps * inv_freq[p.fi], o0, o1;
@@ -317,13 +335,18 @@ static void epilogue(float *qo, const float *q, const float *k, const float *v, 
 			if (p.m == 0) {
 				qo[(size_t)t * qr + p.c0] = o0;
 				qo[(size_t)t * qr + p.c0 + 1] = o1;
+			} else if (as_rows) {
+				kq[(size_t)t * kr + p.c0] = o0;
+				kq[(size_t)t * kr + p.c0 + 1] = o1;
 			} else {
-				((float *)kv->base)[cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
-						     p.c0, slot)] = o0;
-				((float *)kv->base)[cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
-						     p.c0 + 1, slot)] = o1;
+				epi_put(kv, cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+							p.c0, slot), o0);
+				epi_put(kv, cu_kv_k_off(blk, kv->n_layers, layer, kv->block_size, kv->kv_dim,
+							p.c0 + 1, slot), o1);
 			}
 		}
+	if (as_rows)
+		kv_store_sim(kv, layer, kq, vq, rows, n_tok);
 }
 
 static void test_epilogue_matches_cpu(void **state)
@@ -332,54 +355,63 @@ static void test_epilogue_matches_cpu(void **state)
 	rng_seed(1717);
 	struct backend *be = backend_cpu_new(1);
 	assert_non_null(be);
-	const int cfg[][3] = { { 4, 4, 16 }, { 8, 2, 32 }, { 6, 3, 64 } };
-	for (size_t ci = 0; ci < sizeof(cfg) / sizeof(cfg[0]); ci++)
-		for (int half = 0; half < 2; half++) {
-			int H = cfg[ci][0], KH = cfg[ci][1], hd = cfg[ci][2], T = 5, L = 3, layer = 1;
-			int bs = 16, nblocks = 6, qr = H * hd, kr = KH * hd;
-			struct kt_kv kv1 = { NULL, nblocks, bs, L, kr, KT_F32, 0 }, kv2 = kv1;
-			size_t kvn = kt_kv_block_bytes(&kv1) * nblocks / 4;
-			kv1.base = malloc(kvn * 4);
-			kv2.base = malloc(kvn * 4);
-			for (size_t i = 0; i < kvn; i++)
-				((float *)kv1.base)[i] = ((float *)kv2.base)[i] = rng_float(-1, 1);
-			float *q = malloc((size_t)T * qr * 4), *k = malloc((size_t)T * kr * 4);
-			float *v = malloc((size_t)T * kr * 4), *qo = malloc((size_t)T * qr * 4);
-			float *inv = malloc((size_t)hd / 2 * 4);
-			for (int i = 0; i < T * qr; i++)
-				q[i] = rng_float(-2, 2);
-			for (int i = 0; i < T * kr; i++) {
-				k[i] = rng_float(-2, 2);
-				v[i] = rng_float(-2, 2);
+	const int cfg[][3] = { { 4, 4, 16 }, { 8, 2, 32 }, { 6, 3, 64 }, { 4, 2, 8 } };
+	const enum kt_dtype kvt[3] = { KT_F32, KT_F16, KT_Q8_0 };
+	for (int ti = 0; ti < 3; ti++)
+		for (size_t ci = 0; ci < sizeof(cfg) / sizeof(cfg[0]); ci++)
+			for (int half = 0; half < 2; half++) {
+				int H = cfg[ci][0], KH = cfg[ci][1], hd = cfg[ci][2], T = 5, L = 3, layer = 1;
+				int bs = 16, nblocks = 6, qr = H * hd, kr = KH * hd;
+				struct kt_kv kv1 = { NULL, nblocks, bs, L, kr, kvt[ti],
+						     kvt[ti] == KT_Q8_0 ? kt_kv_group_for(hd) : 0 }, kv2 = kv1;
+				/* the pools' bytes alike, whatever they are */
+				size_t kvn = kt_kv_block_bytes(&kv1) * nblocks;
+				kv1.base = malloc(kvn);
+				kv2.base = malloc(kvn);
+				for (size_t i = 0; i < kvn; i++)
+					((uint8_t *)kv1.base)[i] = ((uint8_t *)kv2.base)[i] = (uint8_t)rng_u64();
+				float *q = malloc((size_t)T * qr * 4), *k = malloc((size_t)T * kr * 4);
+				float *v = malloc((size_t)T * kr * 4), *qo = malloc((size_t)T * qr * 4);
+				float *kq = malloc((size_t)T * kr * 4), *vq = malloc((size_t)T * kr * 4);
+				float *inv = malloc((size_t)hd / 2 * 4);
+				for (int i = 0; i < T * qr; i++)
+					q[i] = rng_float(-2, 2);
+				for (int i = 0; i < T * kr; i++) {
+					k[i] = rng_float(-2, 2);
+					v[i] = rng_float(-2, 2);
+				}
+				for (int i = 0; i < hd / 2; i++)
+					inv[i] = powf(10000.f, -2.f * i / hd);
+				/* two sequences: rows at scattered positions and blocks */
+				int32_t tab_a[4] = { 5, 2, 0, 3 }, tab_b[2] = { 1, 4 };
+				struct kt_attn_row rows[5] = { { tab_a, 7 }, { tab_a, 16 }, { tab_a, 63 },
+							      { tab_b, 0 }, { tab_b, 31 } };
+				int pos[5];
+				for (int t = 0; t < T; t++)
+					pos[t] = rows[t].pos;
+				for (int i = 0; i < T * qr; i++)
+					qo[i] = NAN;
+				epilogue(qo, q, k, v, T, H, KH, hd, half, pos, rows, inv, &kv2, layer, kq, vq);
+				/* the CPU backend: rope in place, then kv_store */
+				be->ops->rope(be, q, k, pos, T, H, KH, hd, inv,
+					      half ? KT_ROPE_HALF : KT_ROPE_INTERLEAVED);
+				be->ops->kv_store(be, &kv1, layer, k, v, rows, T);
+				if (memcmp(q, qo, (size_t)T * qr * 4))
+					fail_msg("%s cfg %zu half %d: rotated q differs from the CPU rope",
+						 kt_dtype_name(kvt[ti]), ci, half);
+				if (memcmp(kv1.base, kv2.base, kvn))
+					fail_msg("%s cfg %zu half %d: KV pool differs from the CPU kv_store",
+						 kt_dtype_name(kvt[ti]), ci, half);
+				free(kv1.base);
+				free(kv2.base);
+				free(q);
+				free(k);
+				free(v);
+				free(qo);
+				free(kq);
+				free(vq);
+				free(inv);
 			}
-			for (int i = 0; i < hd / 2; i++)
-				inv[i] = powf(10000.f, -2.f * i / hd);
-			/* two sequences: rows at scattered positions and blocks */
-			int32_t tab_a[4] = { 5, 2, 0, 3 }, tab_b[2] = { 1, 4 };
-			struct kt_attn_row rows[5] = { { tab_a, 7 }, { tab_a, 16 }, { tab_a, 63 },
-						      { tab_b, 0 }, { tab_b, 31 } };
-			int pos[5];
-			for (int t = 0; t < T; t++)
-				pos[t] = rows[t].pos;
-			for (int i = 0; i < T * qr; i++)
-				qo[i] = NAN;
-			epilogue(qo, q, k, v, T, H, KH, hd, half, pos, rows, inv, &kv2, layer);
-			/* the CPU backend: rope in place, then kv_store */
-			be->ops->rope(be, q, k, pos, T, H, KH, hd, inv,
-				      half ? KT_ROPE_HALF : KT_ROPE_INTERLEAVED);
-			be->ops->kv_store(be, &kv1, layer, k, v, rows, T);
-			if (memcmp(q, qo, (size_t)T * qr * 4))
-				fail_msg("cfg %zu half %d: rotated q differs from the CPU rope", ci, half);
-			if (memcmp(kv1.base, kv2.base, kvn * 4))
-				fail_msg("cfg %zu half %d: KV pool differs from the CPU kv_store", ci, half);
-			free(kv1.base);
-			free(kv2.base);
-			free(q);
-			free(k);
-			free(v);
-			free(qo);
-			free(inv);
-		}
 	backend_free(be);
 }
 
@@ -515,6 +547,64 @@ static void test_kv_store_typed(void **state)
 	backend_free(be);
 }
 
+/* Plans over a typed pool: f16 as f32 (its K/V bytes halved); q8_0 a
+ * kv_store step after the fused q/k/v (which leaves k and v as rows, arg
+ * 1), persistent planned as fused, base unchanged. */
+static void test_plans_kv_types(void **state)
+{
+	(void)state;
+	const enum kt_dtype dts[4] = { KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K };
+	const int toks[2] = { 1, 8 };
+	for (int d = 0; d < 4; d++)
+		for (int ni = 0; ni < 2; ni++)
+			for (int c = 0; c < CU_N_CAND; c++) {
+				struct cu_shape s = shape(4096, 32, 8, 14336, dts[d], toks[ni]);
+				s.ctx = 4096;
+				struct cu_plan p32, p16, p8;
+				assert_int_equal(cu_plan_layer((enum cu_cand)c, &s, &p32), 0);
+				s.kv_dt = KT_F16;
+				assert_int_equal(cu_plan_layer((enum cu_cand)c, &s, &p16), 0);
+				s.kv_dt = KT_Q8_0;
+				assert_int_equal(cu_plan_layer((enum cu_cand)c, &s, &p8), 0);
+				show("llama3-8B kv q8_0", &s, (enum cu_cand)c, &p8);
+				assert_int_equal(p16.cand, p32.cand);
+				assert_int_equal(p16.n, p32.n);
+				for (int i = 0; i < p32.n; i++) {
+					assert_int_equal(p16.s[i].kind, p32.s[i].kind);
+					assert_int_equal(p16.s[i].arg, p32.s[i].arg);
+					if (p32.s[i].kind == CU_K_ATTN || p32.s[i].kind == CU_K_LAYER)
+						assert_true(p16.s[i].bytes < p32.s[i].bytes);
+					else
+						assert_true(p16.s[i].bytes == p32.s[i].bytes);
+				}
+				/* q8_0 against the f32 plan of the candidate it runs */
+				struct cu_plan ref;
+				s.kv_dt = KT_F32;
+				assert_int_equal(cu_plan_layer(p8.cand, &s, &ref), 0);
+				assert_int_equal(p8.cand, c == CU_CAND_PERSIST ? CU_CAND_FUSED : p32.cand);
+				if (p8.cand == CU_CAND_BASE) {
+					assert_int_equal(p8.n, ref.n);
+					continue;
+				}
+				assert_int_equal(p8.n, ref.n + 1);
+				int j = 0;
+				for (int i = 0; i < p8.n; i++) {
+					int qkv = p8.s[i].kind == CU_K_NORM_QKV_ROPE_KV ||
+						  p8.s[i].kind == CU_K_QKV_ROPE_KV;
+					if (i > 0 && (p8.s[i - 1].kind == CU_K_NORM_QKV_ROPE_KV ||
+						      p8.s[i - 1].kind == CU_K_QKV_ROPE_KV)) {
+						assert_int_equal(p8.s[i].kind, CU_K_KV_STORE);
+						assert_int_equal(p8.s[i].grid[0], toks[ni]);
+						continue;
+					}
+					assert_int_equal(p8.s[i].kind, ref.s[j].kind);
+					assert_int_equal(p8.s[i].arg, qkv ? 1 : ref.s[j].arg);
+					j++;
+				}
+				assert_int_equal(count_kind(&p8, CU_K_KV_STORE), 1);
+			}
+}
+
 /* Split-K parts tile [0, nb) in order; the part count stays in range. */
 static void test_splitk_parts(void **state)
 {
@@ -610,6 +700,7 @@ int main(void)
 		cmocka_unit_test(test_kv_layout_typed),
 		cmocka_unit_test(test_kv_q8_group),
 		cmocka_unit_test(test_kv_store_typed),
+		cmocka_unit_test(test_plans_kv_types),
 		cmocka_unit_test(test_splitk_parts),
 		cmocka_unit_test(test_qx_block),
 		cmocka_unit_test(test_cand_spec),
