@@ -47,7 +47,8 @@ struct cublas_fns {
 struct cu_graph {
 	const void *owner;
 	int key;
-	const float *kv_base;
+	const void *kv_base;      /* the pool it was recorded with: base, element */
+	int kv_dt, kv_group;      /* type and q8_0 group (its kernels depend on them) */
 	cudaGraphExec_t exec;
 };
 
@@ -70,7 +71,8 @@ struct cu_backend {
 	void *att;                /* scratch of the GEMM form of attention */
 	size_t att_bytes;
 	const int32_t *h_tok;     /* the host arrays of the staged batch */
-	const float *kv_base;
+	const void *kv_base;      /* its KV pool: base, element type, q8_0 group */
+	int kv_dt, kv_group;
 	/* scratch */
 	void *xh;                 /* activations as f16 / bf16 for cuBLAS */
 	size_t xh_bytes;

@@ -1,6 +1,7 @@
 /*
  * kernels/cuda/graph.cu — CUDA graphs: the work of a step recorded once per
- * (owner, key) and replayed while it reads the same KV pool; a recording
+ * (owner, key) and replayed while it reads the same KV pool (base, element
+ * type and q8_0 group: the kernels recorded are the type's); a recording
  * that fails turns graphs off for the backend.
  */
 #include <stdlib.h>
@@ -32,7 +33,9 @@ int cu_graph_replay(struct backend *be, const void *owner, int key)
 	struct cu_graph *g = find_graph(c, owner, key);
 	if (!g)
 		return 0;
-	if (g->kv_base != c->kv_base) {  /* another pool: record again */
+	if (g->kv_base != c->kv_base || g->kv_dt != c->kv_dt || g->kv_group != c->kv_group) {
+		/* another pool (or one of another type at the same address): the
+		 * recorded kernels and offsets are not its own; record again */
 		cudaGraphExecDestroy(g->exec);
 		*g = c->graphs[--c->n_graphs];
 		return 0;
@@ -90,6 +93,8 @@ int cu_graph_record_end(struct backend *be, const void *owner, int key)
 	g->owner = owner;
 	g->key = key;
 	g->kv_base = c->kv_base;
+	g->kv_dt = c->kv_dt;
+	g->kv_group = c->kv_group;
 	g->exec = exec;
 	return ck(c, cudaGraphLaunch(exec, c->stream), "graph launch") ? -1 : 0;
 }

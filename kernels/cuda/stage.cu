@@ -111,7 +111,9 @@ int cu_batch_begin(struct backend *be, const struct kt_kv *kv, const int32_t *to
 	c->batch.n_tiles = n_tiles;
 	c->batch.single_rows = single;
 	c->h_tok = tok;
-	c->kv_base = (const float *)kv->base;
+	c->kv_base = kv->base;
+	c->kv_dt = kv->dtype;
+	c->kv_group = kv->group;
 	size_t ints = (size_t)6 * cap + (size_t)n_tab * S;
 	if (ck(c, cudaMemcpyAsync(c->d_stage, h, ints * 4, cudaMemcpyHostToDevice, c->stream),
 	       "staging") ||
