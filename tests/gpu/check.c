@@ -2,13 +2,17 @@
  * tests/gpu/check.c — llamad-gpucheck: the CUDA backend against the CPU
  * backend, and its benchmarks.
  *
- *   llamad-gpucheck ops       every op on random inputs, CUDA vs CPU
+ *   llamad-gpucheck ops       every op on random inputs, CUDA vs CPU (kv_store
+ *                             and attention with K/V in f32, f16, q8_0: the
+ *                             typed stores' bytes equal to the CPU's)
  *   llamad-gpucheck logits    a 2-layer model of 7B width (random weights):
  *                             prefill and decode logits, CUDA vs CPU
  *   llamad-gpucheck cands     every layer candidate (base, fused, persistent,
  *                             splitk: kernels/cuda/plan.h) x f16 / Q8_0 /
  *                             Q4_0 / Q4_K on a 2-layer GQA model of 7B width:
- *                             logits of batch 1, 3, 5 and 8 rows vs CPU
+ *                             logits of batch 1, 3, 5 and 8 rows vs CPU;
+ *                             f16 / Q8_0 weights also with K/V in f16 and
+ *                             q8_0 (logits and the stored K/V vs CPU)
  *   llamad-gpucheck prof      a few matrix-vector products, for ncu
  *   llamad-gpucheck bench [--quick]
  *                             7B shape (random weights): copy bandwidth, GEMM
@@ -361,21 +365,51 @@ static void check_rope(struct backend *cpu, struct backend *g, enum kt_rope_layo
 	free(q); free(k); free(gq); free(gk);
 }
 
+/* Where two byte ranges first differ, or -1. */
+static long first_diff(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+	for (size_t i = 0; i < n; i++)
+		if (x[i] != y[i])
+			return (long)i;
+	return -1;
+}
+
 /* kv_store + attention over a pool with random content and shuffled block
- * tables: a decode batch (one row per sequence) and a mixed prefill batch. */
-static void check_attention(struct backend *cpu, struct backend *g, int nh, int nkv, int hd)
+ * tables: a decode batch (one row per sequence) and a mixed prefill batch,
+ * K/V of element type kvt (f32; f16 and q8_0 stored and attended in that
+ * type: the device's stored bytes must be the CPU's). */
+static void check_attention(struct backend *cpu, struct backend *g, int nh, int nkv, int hd,
+			    enum kt_dtype kvt)
 {
 	const int NB = 640, BS = 16, L = 2, layer = 1;
 	int kvd = nkv * hd;
-	struct kvpool *hp = kvpool_new(NB, BS, L, kvd), *gp = kvpool_new_on(g, NB, BS, L, kvd);
+	struct kvpool *hp = kvpool_new_typed(NULL, kvt, hd, NB, BS, L, kvd);
+	struct kvpool *gp = kvpool_new_typed(g, kvt, hd, NB, BS, L, kvd);
 	if (!hp || !gp) {
 		fprintf(stderr, "pool allocation failed\n");
 		exit(1);
 	}
-	size_t pool_f = kt_kv_block_bytes(&hp->kv) / 4 * NB;
-	for (size_t i = 0; i < pool_f; i++)
-		((float *)hp->kv.base)[i] = frand();
-	g->ops->upload(g, gp->kv.base, hp->kv.base, pool_f * 4);
+	size_t pool_b = kt_kv_block_bytes(&hp->kv) * NB;
+	if (kvt == KT_F32) {
+		for (size_t i = 0; i < pool_b / 4; i++)
+			((float *)hp->kv.base)[i] = frand();
+	} else {
+		/* every row a stored row of random values */
+		float *k = xmalloc((size_t)kvd * 4), *v = xmalloc((size_t)kvd * 4);
+		for (int b = 0; b < NB; b++)
+			for (int l = 0; l < L; l++)
+				for (int r = 0; r < BS; r++) {
+					for (int c = 0; c < kvd; c++) {
+						k[c] = frand();
+						v[c] = frand();
+					}
+					kt_kv_put(&hp->kv, b, l, r, k, v);
+				}
+		free(k);
+		free(v);
+	}
+	g->ops->upload(g, gp->kv.base, hp->kv.base, pool_b);
 	/* five sequences: histories 0, 15, 16, 700, 3000 */
 	int hist[5] = { 0, 15, 16, 700, 3000 };
 	int32_t *perm = xmalloc(NB * sizeof(int32_t));
@@ -425,13 +459,27 @@ static void check_attention(struct backend *cpu, struct backend *g, int nh, int 
 		g->ops->kv_store(g, &gp->kv, layer, dk, dv, b.rows, b.T);
 		g->ops->attention(g, dout, dq, &gp->kv, layer, b.rows, b.T, nh, nkv, hd);
 		float *got = back(g, dout, nq);
-		char name[96];
-		snprintf(name, sizeof(name), "attention %s T=%d heads %d/%d hd %d",
-			 pass_name[pass], b.T, nh, nkv, hd);
+		char name[96], kn[16] = "";
+		if (kvt != KT_F32)
+			snprintf(kn, sizeof(kn), " kv %s", kt_dtype_name(kvt));
+		snprintf(name, sizeof(name), "attention %s T=%d heads %d/%d hd %d%s",
+			 pass_name[pass], b.T, nh, nkv, hd, kn);
 		report(name, rel_err(got, ref, nq), pass_tol[pass]);
-		float *gpool = back(g, gp->kv.base, pool_f);
-		snprintf(name, sizeof(name), "kv_store %s T=%d (whole pool)", pass_name[pass], b.T);
-		report(name, memcmp(gpool, hp->kv.base, pool_f * 4) ? 1.0 : 0.0, 0);
+		unsigned char *gpool = xmalloc(pool_b);
+		if (g->ops->download(g, gpool, gp->kv.base, pool_b) != 0) {
+			fprintf(stderr, "download failed\n");
+			exit(1);
+		}
+		long at = first_diff(gpool, hp->kv.base, pool_b);
+		if (kvt == KT_F32)
+			snprintf(name, sizeof(name), "kv_store %s T=%d (whole pool)", pass_name[pass], b.T);
+		else
+			snprintf(name, sizeof(name), "kv_store %s T=%d hd %d%s bytes", pass_name[pass], b.T,
+				 hd, kn);
+		if (at >= 0)
+			printf("     (first differing byte %ld of %zu: block %ld, +%ld)\n", at, pool_b,
+			       at / (long)kt_kv_block_bytes(&hp->kv), at % (long)kt_kv_block_bytes(&hp->kv));
+		report(name, at >= 0 ? 1.0 : 0.0, 0);
 		float *bufs[] = { dq, dk, dv, dout };
 		for (int i = 0; i < 4; i++)
 			g->ops->mem_free(g, bufs[i]);
@@ -459,10 +507,15 @@ static int run_ops(struct backend *cpu, struct backend *g16, struct backend *g32
 	enum kt_dtype et[] = { KT_F32, KT_F16, KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q5_K, KT_Q6_K };
 	for (int i = 0; i < 7; i++)
 		check_embed(cpu, g32, et[i]);
-	check_attention(cpu, g16, 32, 8, 128);
-	check_attention(cpu, g16, 12, 12, 64);
-	check_attention(cpu, g16, 8, 4, 8);
-	check_attention(cpu, g16, 6, 6, 48);
+	/* K/V in f32, f16 and q8_0 (q8_0 groups of 32, 16 for hd 48, 8 for
+	 * hd 8): the same tolerances, the stored bytes the CPU's */
+	const enum kt_dtype kvts[3] = { KT_F32, KT_F16, KT_Q8_0 };
+	for (int i = 0; i < 3; i++) {
+		check_attention(cpu, g16, 32, 8, 128, kvts[i]);
+		check_attention(cpu, g16, 12, 12, 64, kvts[i]);
+		check_attention(cpu, g16, 8, 4, 8, kvts[i]);
+		check_attention(cpu, g16, 6, 6, 48, kvts[i]);
+	}
 	/* 8-bit activations (the default for Q8_0 / Q4_0 at <= 8 rows): the
 	 * activation rounding, ~0.4% per value, dominates */
 	const double q8act = 1e-2;
@@ -694,20 +747,125 @@ static int cand_drive(struct fwd *f, struct kvpool *p, int V, float *out)
 	return rc;
 }
 
-/* Candidate cand against the CPU's logits ref (cand_drive on the CPU): the
- * worst error over the steps. */
+/* The pool of cand_drive: 64 blocks of 16 for 2 layers of kv_dim 1024 (head
+ * dim 128) in element type kvt on be (NULL: host memory), zeroed so that
+ * the slots a drive leaves unwritten compare equal. */
+static struct kvpool *cand_pool(struct backend *be, enum kt_dtype kvt)
+{
+	struct kvpool *p = kvpool_new_typed(be, kvt, 128, 64, 16, 2, 1024);
+	if (!p)
+		return NULL;
+	size_t bytes = kt_kv_block_bytes(&p->kv) * 64;
+	void *z = calloc(1, bytes);
+	int rc = !z ? -1 : be ? be->ops->upload(be, p->kv.base, z, bytes) : (memset(p->kv.base, 0, bytes), 0);
+	free(z);
+	if (rc) {
+		kvpool_free(p);
+		return NULL;
+	}
+	return p;
+}
+
+/* Every K and V value of pools a (host) and b (device) as fp32, over the
+ * blocks a drive handed out: ||b - a|| / ||a||. */
+static double pool_err(const struct kvpool *a, const struct kvpool *b)
+{
+	const struct kt_kv *kv = &a->kv;
+	size_t bb = kt_kv_block_bytes(kv);
+	struct kt_kv one = *kv;
+	one.n_blocks = 1;
+	one.base = xmalloc(bb);
+	float *x = xmalloc((size_t)kv->kv_dim * 4), *y = xmalloc((size_t)kv->kv_dim * 4);
+	double num = 0, den = 0;
+	for (int blk = 0; blk < kv->n_blocks; blk++) {
+		if (!a->touched[blk])
+			continue;
+		if (kvpool_get_block(b, blk, one.base)) {
+			num = INFINITY;
+			break;
+		}
+		for (int l = 0; l < kv->n_layers; l++)
+			for (int r = 0; r < kv->block_size; r++)
+				for (int w = 0; w < 2; w++) {
+					(w ? kt_kv_get_v : kt_kv_get_k)(kv, blk, l, r, x);
+					(w ? kt_kv_get_v : kt_kv_get_k)(&one, 0, l, r, y);
+					for (int c = 0; c < kv->kv_dim; c++) {
+						double d = (double)y[c] - x[c];
+						num += isfinite(y[c]) ? d * d : INFINITY;
+						den += (double)x[c] * x[c];
+					}
+				}
+	}
+	free(one.base);
+	free(x);
+	free(y);
+	return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/*
+ * The bytes of layer 0 of every block a drive handed out in the device's
+ * typed pool p against kt_kv_put of the values an f32 run of the same
+ * candidate stored (f32: its pool copied to the host). Layer 0's K and V
+ * come from the tokens alone, not from attention, so both runs computed
+ * the same fp32 values with the same kernels and only the store differs:
+ * the device's conversions are checked bit for bit through the layer
+ * path. 0, or 1 + the first block that differs.
+ */
+static int layer0_bytes(const struct kvpool *f32, const struct kvpool *p)
+{
+	struct kt_kv got = p->kv, want = p->kv;
+	got.n_blocks = want.n_blocks = 1;
+	size_t bb = kt_kv_block_bytes(&got), span = kt_kv_span_bytes(&got);
+	got.base = xmalloc(bb);
+	want.base = xmalloc(bb);
+	float *k = xmalloc((size_t)got.kv_dim * 4), *v = xmalloc((size_t)got.kv_dim * 4);
+	int bad = 0;
+	for (int b = 0; b < p->kv.n_blocks && !bad; b++) {
+		if (!p->touched[b])
+			continue;
+		if (kvpool_get_block(p, b, got.base)) {
+			bad = 1 + b;
+			break;
+		}
+		for (int r = 0; r < got.block_size; r++) {
+			kt_kv_get_k(&f32->kv, b, 0, r, k);
+			kt_kv_get_v(&f32->kv, b, 0, r, v);
+			kt_kv_put(&want, 0, 0, r, k, v);
+		}
+		/* layer 0's K and V spans lead the block */
+		if (memcmp(got.base, want.base, 2 * span))
+			bad = 1 + b;
+	}
+	free(got.base);
+	free(want.base);
+	free(k);
+	free(v);
+	return bad;
+}
+
+/*
+ * Candidate cand against the CPU's logits ref (cand_drive on the CPU): the
+ * worst error over the steps. K/V in element type kvt (the pool zeroed
+ * first); f32 with keep: the device pool copied into keep (host, f32)
+ * after the drive. A typed pool: also the K/V the candidate stored against
+ * the CPU's (ref_pool, after its drive), as fp32 values, within the same
+ * tolerance; with keep (an f32 run of the candidate this one plans as),
+ * layer 0's bytes (layer0_bytes).
+ */
 static int run_cand(struct rmodel *r, const float *ref, const char *cand, enum kt_dtype t,
-		    double tol)
+		    double tol, enum kt_dtype kvt, const struct kvpool *ref_pool,
+		    struct kvpool *keep)
 {
 	const struct model *m = &r->m;
 	int V = m->cfg.vocab;
 	struct backend *g = cand_backend(cand);
 	struct fwd *f = g ? fwd_new(m, g, 64) : NULL;
-	struct kvpool *p = g ? kvpool_new_on(g, 64, 16, 2, 1024) : NULL;
+	struct kvpool *p = g ? cand_pool(g, kvt) : NULL;
 	float *got = xmalloc((size_t)CAND_ROWS * V * 4);
 	char name[128];
-	snprintf(name, sizeof(name), "cand %s %s%s", cand, kt_dtype_name(t),
-		 m->cfg.rope_layout == KT_ROPE_HALF ? " half-rope" : "");
+	snprintf(name, sizeof(name), "cand %s %s%s%s%s", cand, kt_dtype_name(t),
+		 m->cfg.rope_layout == KT_ROPE_HALF ? " half-rope" : "",
+		 kvt == KT_F32 ? "" : " kv ", kvt == KT_F32 ? "" : kt_dtype_name(kvt));
 	double worst = f && p && !cand_drive(f, p, V, got) && !g->failed ? 0 : INFINITY;
 	size_t off = 0;
 	for (int k = 0; k < CAND_STEPS && isfinite(worst); k++) {
@@ -717,11 +875,32 @@ static int run_cand(struct rmodel *r, const float *ref, const char *cand, enum k
 		off += n;
 	}
 	report(name, worst, tol);
+	double kv_worst = 0;
+	if (ref_pool) {
+		kv_worst = isfinite(worst) ? pool_err(ref_pool, p) : INFINITY;
+		snprintf(name, sizeof(name), "cand %s %s: stored K/V %s vs CPU", cand, kt_dtype_name(t),
+			 kt_dtype_name(kvt));
+		report(name, kv_worst, tol);
+	}
+	if (keep && kvt == KT_F32) {
+		for (int b = 0; b < 64 && isfinite(worst); b++)
+			if (kvpool_get_block(p, b, kvpool_host_block(keep, b)))
+				worst = INFINITY;
+	} else if (keep) {
+		int at = isfinite(worst) ? layer0_bytes(keep, p) : -1;
+		snprintf(name, sizeof(name), "cand %s %s: layer 0 K/V %s bytes", cand, kt_dtype_name(t),
+			 kt_dtype_name(kvt));
+		if (at > 0)
+			printf("     (block %d differs from the f32 run's values stored on the host)\n",
+			       at - 1);
+		report(name, at ? 1.0 : 0.0, 0);
+		kv_worst = at ? INFINITY : kv_worst;
+	}
 	free(got);
 	fwd_free(f);
 	kvpool_free(p);
 	backend_free(g);
-	return worst <= tol ? 0 : -1;
+	return worst <= tol && kv_worst <= tol ? 0 : -1;
 }
 
 /* Every candidate x dtype; "cands: CAND DTYPE ok|FAIL" lines for run.sh. */
@@ -738,6 +917,14 @@ static void run_cands(struct backend *cpu)
 		struct rmodel *r = rmodel_new(4096, 2, 32, 8, 11008, 32000, 512, dts[d], 1);
 		int V = r->m.cfg.vocab, fail[CU_N_CAND] = { 0 };
 		float *ref = xmalloc((size_t)CAND_ROWS * V * 4);
+		/* the typed runs below: each candidate's f32 run's K/V (host) */
+		int typed = dts[d] == KT_F16 || dts[d] == KT_Q8_0;
+		struct kvpool *keep[CU_N_CAND] = { NULL };
+		for (int c = 0; c < CU_N_CAND && typed; c++)
+			if (!(keep[c] = cand_pool(NULL, KT_F32))) {
+				fprintf(stderr, "cands: out of memory\n");
+				exit(1);
+			}
 		/* f16 also with the rotate-half RoPE layout */
 		for (int half = 0; half < (d == 0 ? 2 : 1); half++) {
 			r->m.cfg.rope_layout = half ? KT_ROPE_HALF : KT_ROPE_INTERLEAVED;
@@ -750,11 +937,40 @@ static void run_cands(struct backend *cpu)
 			fwd_free(fc);
 			kvpool_free(pc);
 			for (int c = 0; c < CU_N_CAND; c++)
-				fail[c] |= run_cand(r, ref, cu_cand_name((enum cu_cand)c), dts[d], tols[d]);
+				fail[c] |= run_cand(r, ref, cu_cand_name((enum cu_cand)c), dts[d], tols[d],
+						    KT_F32, NULL, half ? NULL : keep[c]);
 		}
 		for (int c = 0; c < CU_N_CAND; c++)
 			printf("cands: %s %s %s\n", cu_cand_name((enum cu_cand)c), kt_dtype_name(dts[d]),
 			       fail[c] ? "FAIL" : "ok");
+		/* K/V in f16 and q8_0 (f16 weights, and Q8_0 ones with their 8-bit
+		 * products and split-K): the CPU's typed store and attention are
+		 * the reference, same tolerance, and layer 0's bytes are those of
+		 * the f32 run's values converted on the host (with a q8_0 pool
+		 * persistent plans as fused: fused's run); apart from the lines
+		 * above, which pick the winners (the CUDA backend offers typed K/V
+		 * only with LLAMAD_CUDA_KV_TYPED=1) */
+		r->m.cfg.rope_layout = KT_ROPE_INTERLEAVED;
+		for (int ki = 0; ki < 2 && typed; ki++) {
+			enum kt_dtype kvt = ki ? KT_Q8_0 : KT_F16;
+			struct fwd *fc = fwd_new(&r->m, cpu, 64);
+			struct kvpool *pc = cand_pool(NULL, kvt);
+			if (!fc || !pc || cand_drive(fc, pc, V, ref)) {
+				fprintf(stderr, "cands: the CPU reference (kv %s) failed\n", kt_dtype_name(kvt));
+				exit(1);
+			}
+			fwd_free(fc);
+			for (int c = 0; c < CU_N_CAND; c++) {
+				int as = c == CU_CAND_PERSIST && kvt == KT_Q8_0 ? CU_CAND_FUSED : c;
+				int bad = run_cand(r, ref, cu_cand_name((enum cu_cand)c), dts[d], tols[d], kvt, pc,
+						   keep[as]);
+				printf("cands-kv: %s %s %s %s\n", cu_cand_name((enum cu_cand)c),
+				       kt_dtype_name(dts[d]), kt_dtype_name(kvt), bad ? "FAIL" : "ok");
+			}
+			kvpool_free(pc);
+		}
+		for (int c = 0; c < CU_N_CAND; c++)
+			kvpool_free(keep[c]);
 		free(ref);
 		rmodel_free(r);
 	}

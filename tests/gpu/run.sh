@@ -4,7 +4,8 @@
 # bundle the shared libraries and model files it needs).
 #
 #   1. versions and nvidia-smi
-#   2. every CUDA op against the CPU op on random inputs (llamad-gpucheck ops)
+#   2. every CUDA op against the CPU op on random inputs (llamad-gpucheck ops;
+#      kv_store and attention with K/V in f32, f16 and q8_0 too)
 #   3. stories260K greedy golden on the CUDA backend (one-shot and through
 #      the daemon + llamactl), f32 device weights; f16 weights reported
 #   4. logits of a 2-layer model of 7B width, CUDA vs CPU (gpucheck logits);
@@ -15,7 +16,8 @@
 #      take the GPU (tests/integration/device.sh)
 #   6. the layer candidates (base, fused, persistent, splitk:
 #      kernels/cuda/plan.h) x f16 / Q8_0 / Q4_0 / Q4_K against the CPU, batch
-#      1, 3, 5 and 8 rows (gpucheck cands)
+#      1, 3, 5 and 8 rows (gpucheck cands; f16 / Q8_0 also over f16 and q8_0
+#      K/V: "cands-kv:" lines, apart from the winners)
 #   7. benchmarks, 7B shape (gpucheck bench): every candidate x dtype
 # Full logs go to LOGDIR (default gpu-logs); one short table is printed last:
 # decode tok/s and % of the copy-bandwidth roof per candidate x dtype, and
