@@ -86,7 +86,7 @@ js() { _n=$1; shift; golden --sort "$_n" --socket "$sock" --json "$@"; }
 start() {
     "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
         --socket "$sock" --state-dir "$dir/state" --log-level warning --device cpu \
-        --threads 1 --kv-memory 16M --ram-cache 16M --save-delay 86400 \
+        --threads 1 --kv-memory 16M --kv-type f32 --ram-cache 16M --save-delay 86400 \
         --max-frame 65536 --max-text 32768 2>>"$dir/log" &
     pid=$!
     wait_socket "$sock" "$pid" "$dir/log"
