@@ -615,8 +615,13 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 	 * sums kept in vacc between blocks: each lane still adds positions in
 	 * order */
 	static _Thread_local float vacc[ATTN_TILE][512];
+	/* plain loops, not memset/memcpy calls: the kernels are not built
+	 * for ThreadSanitizer and the pool's atomics are invisible to it, so
+	 * an intercepted libc call writing rows that another worker wrote in
+	 * an earlier call reads to it as a race */
 	for (int r = 0; r < ATTN_TILE; r++)
-		memset(vacc[r], 0, (size_t)hd * sizeof(float));
+		for (int d = 0; d < hd; d++)
+			vacc[r][d] = 0;
 	for (int b = 0; b < nb; b++) {
 		const char *vs = kt_kv_vspan(kv, tab[b], j->layer);
 		const uint16_t *vsc = (const uint16_t *)(vs + (size_t)16 * kd);
@@ -652,7 +657,8 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 		}
 	}
 	for (int r = 0; r < R; r++)
-		memcpy(out[r], vacc[r], (size_t)hd * sizeof(float));
+		for (int d = 0; d < hd; d += 8)
+			st8(out[r] + d, ld8(vacc[r] + d));
 }
 
 /* attn_tile_t for one element type, built for x86-64-v4 (AVX-512 with VL:
