@@ -614,15 +614,11 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	/* the pool's shape and element type: every size below comes from its
 	 * block's bytes, so that the KV element type counts */
 	int hd = m->cfg.head_dim;
-	enum kt_dtype kvt = (enum kt_dtype)cfg->kv_type;
-	if (!(e->be->kv_types & 1u << kvt) || !kt_kv_dtype_ok(kvt, hd)) {
-		enum kt_dtype alt = (e->be->kv_types & 1u << KT_F16) && kt_kv_dtype_ok(KT_F16, hd)
-					    ? KT_F16 : KT_F32;
+	const char *why;
+	enum kt_dtype kvt = backend_kv_type(e->be, (enum kt_dtype)cfg->kv_type, hd, &why);
+	if (why)
 		log_msg(LL_WARN, "kv_type %s is not available %s: the KV cache is %s",
-			kt_dtype_name(kvt), !kt_kv_dtype_ok(kvt, hd) ? "for this head dimension"
-			: "on this backend", kt_dtype_name(alt));
-		kvt = alt;
-	}
+			kt_dtype_name((enum kt_dtype)cfg->kv_type), why, kt_dtype_name(kvt));
 	struct kt_kv shape = { .block_size = KV_BLOCK_TOKENS, .n_layers = m->cfg.n_layers,
 			       .kv_dim = model_kv_dim(&m->cfg), .dtype = kvt,
 			       .group = kvt == KT_Q8_0 ? kt_kv_group_for(hd) : 0 };

@@ -78,13 +78,12 @@ int oneshot_run(struct model *m, const struct oneshot_opts *o, FILE *out)
 		fprintf(stderr, "llamad: backend %s%s%s%s\n", be->desc, note ? " (GPU not used: " : "",
 			note ? note : "", note ? ")" : "");
 	free(note);
-	enum kt_dtype kvt = (enum kt_dtype)o->kv_type;
-	if (be && (!(be->kv_types & 1u << kvt) || !kt_kv_dtype_ok(kvt, c->head_dim))) {
-		fprintf(stderr, "llamad: kv_type %s is not available %s: using f32\n",
-			kt_dtype_name(kvt), kt_kv_dtype_ok(kvt, c->head_dim) ? "on this backend"
-			: "for this head dimension");
-		kvt = KT_F32;
-	}
+	const char *kv_why = NULL;
+	enum kt_dtype kvt = be ? backend_kv_type(be, (enum kt_dtype)o->kv_type, c->head_dim, &kv_why)
+			       : KT_F32;
+	if (kv_why)
+		fprintf(stderr, "llamad: kv_type %s is not available %s: using %s\n",
+			kt_dtype_name((enum kt_dtype)o->kv_type), kv_why, kt_dtype_name(kvt));
 	struct kvpool *pool = kvpool_new_typed(be, kvt, c->head_dim,
 					       (total + KV_BLOCK_TOKENS - 1) / KV_BLOCK_TOKENS,
 					       KV_BLOCK_TOKENS, c->n_layers, model_kv_dim(c));

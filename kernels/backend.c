@@ -68,3 +68,13 @@ void backend_free(struct backend *be)
 	if (be)
 		be->ops->free(be);
 }
+
+enum kt_dtype backend_kv_type(const struct backend *be, enum kt_dtype want, int hd,
+			      const char **why)
+{
+	*why = NULL;
+	if ((be->kv_types & 1u << want) && kt_kv_dtype_ok(want, hd))
+		return want;
+	*why = kt_kv_dtype_ok(want, hd) ? "on this backend" : "for this head dimension";
+	return (be->kv_types & 1u << KT_F16) && kt_kv_dtype_ok(KT_F16, hd) ? KT_F16 : KT_F32;
+}

@@ -364,6 +364,13 @@ struct backend_opts {
 	enum backend_wtype wtype;
 };
 
+/* The KV element type be can hold for heads of hd channels: want, or when
+ * it cannot (not in be->kv_types, or kt_kv_dtype_ok fails) f16, else f32,
+ * with *why set to the reason ("on this backend", "for this head
+ * dimension"); *why NULL when want is kept. */
+enum kt_dtype backend_kv_type(const struct backend *be, enum kt_dtype want, int hd,
+			      const char **why);
+
 /* Create the backend opts asks for. NULL with *cause (malloc'd) when the
  * CUDA backend was asked for and no usable GPU is there (or the build has
  * no CUDA backend), or on ENOMEM. When BACKEND_AUTO falls back to the CPU,
