@@ -52,6 +52,7 @@ static const char *const policy_names[] = { [SESS_CTX_ERROR] = "error", [SESS_CT
 static const char *const level_names[] = { [LL_ERROR] = "error", [LL_WARN] = "warning",
 					   [LL_INFO] = "info", [LL_DEBUG] = "debug" };
 static const char *const foreign_names[] = { "recompute", "refuse" };
+static const char *const onoff_names[] = { "off", "on" };
 static const char *const device_names[] = { [BACKEND_AUTO] = "auto", [BACKEND_CPU] = "cpu",
 					    [BACKEND_CUDA] = "cuda" };
 static const char *const kvtype_names[] = { [KT_F32] = "f32", [KT_F16] = "f16", [KT_Q8_0] = "q8_0" };
@@ -95,6 +96,8 @@ static const struct key keys[] = {
 	{ "save_delay", K_INT, O(save_delay), 0, 86400, 5, 1, "seconds idle before a changed session is saved" },
 	{ "foreign_cache", K_ENUM, O(foreign_cache), 0, 0, 0, 1,
 	  "sessions saved under another model: recompute or refuse", NAMES(foreign_names) },
+	{ "prefix_sharing", K_ENUM, O(prefix_sharing), 0, 0, 1, 1,
+	  "sessions of one owner that begin alike share those blocks: on or off", NAMES(onoff_names) },
 	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 256, 1, "sessions per user other than root (0: no quota)" },
 	{ "max_kv_share_per_uid", K_INT, O(max_kv_share_per_uid), 1, 100, 50, 1, "percent of the KV cache one user other than root may hold (100: no limit)" },
 	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1024, 1, "most sessions held at once" },

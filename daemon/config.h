@@ -37,6 +37,7 @@ struct config {
 	char *state_dir;         /* NULL: the default; "none": no persistence */
 	int save_delay;          /* seconds idle before a changed session is saved */
 	int foreign_cache;       /* 0: recompute from the tokens, 1: refuse */
+	int prefix_sharing;      /* 1: sessions of one owner share common prefixes */
 	uint64_t ram_cache;      /* bytes of host memory for evicted K/V */
 	int max_sessions_per_uid;/* 0: no quota */
 	int device;              /* enum backend_kind */

@@ -23,6 +23,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
 #include "daemon/engine_int.h"
 #include "daemon/log.h"
 #include "proto/frame.h"
@@ -82,6 +84,7 @@ static void finish_generate(struct engine *e, struct job *j, int why)
 	Llamad__Done d = LLAMAD__DONE__INIT;
 	PB_SET(&d, reason, stop_reasons[why]);
 	PB_SET(&d, prompt_tokens, (uint32_t)j->prompt_tokens);
+	PB_SET(&d, shared_tokens, (uint32_t)j->shared_tokens);
 	PB_SET(&d, generated_tokens, (uint32_t)j->gen.generated);
 	PB_SET(&d, prefill_ms, ((j->t_first > 0 ? j->t_first : t) - j->t0) * 1e3);
 	PB_SET(&d, generate_ms, j->t_first > 0 ? (t - j->t_first) * 1e3 : 0);
@@ -173,12 +176,6 @@ static void after_logits(struct engine *e, struct job *j)
 		finish_generate(e, j, why);
 }
 
-static void count_pool_blocks(struct session *s, void *ctx)
-{
-	if (s->loc == SESS_POOL)
-		*(int *)ctx += s->kv.n_blocks;
-}
-
 /* s may grow to `tokens` cached tokens only within its owner's share of the
  * KV pool (max_kv_share_per_uid; root has no limit): the owner's other idle
  * sessions leave the pool first. 0, or -EDQUOT with the share in *share. */
@@ -190,8 +187,8 @@ static int within_share(struct engine *e, struct session *s, int tokens, int *sh
 	if (pct >= 100 || s->uid == 0 || need <= 0)
 		return 0;
 	for (;;) {
-		int held = 0;
-		sess_foreach(&e->st, s->uid, count_pool_blocks, &held);
+		/* blocks its sessions share count once */
+		int held = sess_uid_blocks(&e->st, s->uid);
 		if (held + need <= *share)
 			return 0;
 		if (!res_evict_one_of(&e->res, s, s->uid))
@@ -256,6 +253,10 @@ static void step(struct engine *e)
 		for (int k = 0; k < n_order[pass] && budget > 0; k++) {
 			struct job *j = order[pass][k];
 			struct session *s = j->s;
+			/* whole blocks another session of its owner holds */
+			int hit = sess_share_prefix(&e->st, s);
+			if (j->kind == JOB_GENERATE && j->t_first == 0)
+				j->shared_tokens += hit;
 			int pending = s->n_tokens - s->n_cached;
 			int want = j->kind == JOB_APPEND ? pending - 1 : pending;
 			int take = want < budget ? want : budget;
@@ -313,6 +314,7 @@ static void step(struct engine *e)
 		struct fwd_seq *q = &e->seqs[i];
 		struct session *s = j->s;
 		s->n_cached += q->n_tokens;
+		sess_name_blocks(&e->st, s);
 		s->prefilled += (uint64_t)q->n_tokens;
 		e->n_prefilled += (uint64_t)q->n_tokens;
 		if (j->kind == JOB_GENERATE && j->t_first == 0)
@@ -422,6 +424,7 @@ static void *engine_main(void *arg)
 			new_tmpl = e->cfg.tmpl != e->pending_cfg.tmpl;
 			e->cfg = e->pending_cfg;
 			e->res.refuse_foreign = e->cfg.foreign_cache;
+			e->st.share = e->cfg.prefix_sharing;
 			e->have_pending_cfg = 0;
 		}
 		pthread_mutex_unlock(&e->mu);
@@ -645,6 +648,12 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	}
 	res_init(&e->res, &e->st, m->fingerprint, e->ctx, m->cfg.vocab, cfg->ram_cache, report, e);
 	e->res.refuse_foreign = cfg->foreign_cache;
+	{
+		/* block names: this model, this KV type and layout */
+		uint64_t v[4] = { m->fingerprint, (uint64_t)e->pool->kv.dtype,
+				  (uint64_t)e->pool->kv.group, (uint64_t)e->pool->kv.block_size };
+		sess_set_sharing(&e->st, cfg->prefix_sharing, XXH64(v, sizeof(v), 0));
+	}
 	int rc = res_set_dir(&e->res, cfg->state_dir);
 	if (rc == -EBUSY) {
 		char *d = res_dir_of(cfg->state_dir);

@@ -45,6 +45,7 @@ struct job {
 	int cancelled;           /* 1: Cancel, 2: client gone */
 	int tokens_added;        /* append: the turn's tokens */
 	int prompt_tokens;       /* tokens prefilled by this request */
+	int shared_tokens;       /* prompt tokens other sessions' blocks held */
 	int answer_turn;         /* generate: assistant turn opened */
 	int keep_turn;           /* generate: its first turn (the prompt's, else
 				  * the answer's): a context shift keeps it */

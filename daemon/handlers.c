@@ -564,6 +564,7 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&c, generated_tokens, e->n_generated);
 	PB_SET(&c, forward_passes, e->n_forward);
 	PB_SET(&c, cow_copies, e->pool->cow_copies);
+	PB_SET(&c, prefix_hit_tokens, e->st.prefix_hit_tokens);
 	PB_SET(&c, evictions_ram, n->evict_ram);
 	PB_SET(&c, evictions_disk, n->evict_disk);
 	PB_SET(&c, restores, n->restores);
@@ -598,6 +599,8 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, kv_block_tokens, (uint32_t)e->pool->kv.block_size);
 	PB_SET(&st, kv_bytes_total, (uint64_t)e->pool->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
 	st.kv_type = (char *)kt_dtype_name(e->pool->kv.dtype);
+	PB_SET(&st, kv_blocks_cached, (uint32_t)kvpool_n_cached(e->pool));
+	PB_SET(&st, prefix_sharing, e->st.share != 0);
 	PB_SET(&st, weight_bytes, e->m->weight_bytes);
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;

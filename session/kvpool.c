@@ -38,16 +38,33 @@ struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int hea
 		size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 		p->kv.base = aligned_alloc(pg, (bytes + pg - 1) & ~(pg - 1));
 	}
-	p->refs = calloc((size_t)n_blocks, sizeof(int32_t));
-	p->touched = calloc((size_t)n_blocks, 1);
-	p->free_list = malloc((size_t)n_blocks * sizeof(int32_t));
-	if (!p->kv.base || !p->refs || !p->free_list || !p->touched) {
+	size_t n = (size_t)n_blocks;
+	p->refs = calloc(n, sizeof(int32_t));
+	p->touched = calloc(n, 1);
+	p->free_list = malloc(n * sizeof(int32_t));
+	p->name = calloc(n, sizeof(uint64_t));
+	p->parent = calloc(n, sizeof(uint64_t));
+	p->owner = calloc(n, sizeof(uint32_t));
+	p->tok = calloc(n * (size_t)block_size, sizeof(int32_t));
+	p->lru_prev = malloc(n * sizeof(int32_t));
+	p->lru_next = malloc(n * sizeof(int32_t));
+	p->mark = calloc(n, sizeof(uint32_t));
+	/* at most half full: short probe runs */
+	uint32_t slots = 16;
+	while (slots < 2 * n)
+		slots *= 2;
+	p->index = malloc(slots * sizeof(int32_t));
+	p->index_mask = slots - 1;
+	if (!p->kv.base || !p->refs || !p->free_list || !p->touched || !p->name || !p->parent ||
+	    !p->owner || !p->tok || !p->lru_prev || !p->lru_next || !p->mark || !p->index) {
 		kvpool_free(p);
 		return NULL;
 	}
+	memset(p->index, 0xff, slots * sizeof(int32_t));
 	for (int i = 0; i < n_blocks; i++)
 		p->free_list[i] = n_blocks - 1 - i;  /* block 0 is taken first */
-	p->n_free = n_blocks;
+	p->n_free = p->n_plain = n_blocks;
+	p->lru_head = p->lru_tail = -1;
 	return p;
 }
 
@@ -73,14 +90,114 @@ void kvpool_free(struct kvpool *p)
 	free(p->refs);
 	free(p->touched);
 	free(p->free_list);
+	free(p->name);
+	free(p->parent);
+	free(p->owner);
+	free(p->tok);
+	free(p->index);
+	free(p->lru_prev);
+	free(p->lru_next);
+	free(p->mark);
 	free(p);
+}
+
+/* ---- names ------------------------------------------------------------ */
+
+static uint32_t slot_of(const struct kvpool *p, uint64_t name)
+{
+	return (uint32_t)(name ^ (name >> 32)) & p->index_mask;
+}
+
+static void lru_remove(struct kvpool *p, int32_t b)
+{
+	int32_t pr = p->lru_prev[b], nx = p->lru_next[b];
+	if (pr >= 0)
+		p->lru_next[pr] = nx;
+	else
+		p->lru_head = nx;
+	if (nx >= 0)
+		p->lru_prev[nx] = pr;
+	else
+		p->lru_tail = pr;
+	p->n_lru--;
+}
+
+static void lru_push(struct kvpool *p, int32_t b)
+{
+	p->lru_prev[b] = p->lru_tail;
+	p->lru_next[b] = -1;
+	if (p->lru_tail >= 0)
+		p->lru_next[p->lru_tail] = b;
+	else
+		p->lru_head = b;
+	p->lru_tail = b;
+	p->n_lru++;
+}
+
+void kvpool_name(struct kvpool *p, int32_t b, uint64_t name, uint64_t parent, uint32_t owner,
+		 const int32_t *tokens)
+{
+	int bs = p->kv.block_size;
+	uint32_t i = slot_of(p, name);
+	while (p->index[i] >= 0)
+		i = (i + 1) & p->index_mask;
+	p->index[i] = b;
+	p->name[b] = name;
+	p->parent[b] = parent;
+	p->owner[b] = owner;
+	memcpy(p->tok + (size_t)b * (size_t)bs, tokens, (size_t)bs * sizeof(int32_t));
+}
+
+void kvpool_unname(struct kvpool *p, int32_t b)
+{
+	if (!p->name[b])
+		return;
+	uint32_t i = slot_of(p, p->name[b]);
+	while (p->index[i] != b)
+		i = (i + 1) & p->index_mask;
+	/* backward-shift deletion: move later entries of the run into the hole
+	 * when their home slot does not lie (cyclically) between hole and them */
+	for (uint32_t j = i;;) {
+		p->index[i] = -1;
+		for (;;) {
+			j = (j + 1) & p->index_mask;
+			if (p->index[j] < 0)
+				goto done;
+			uint32_t home = slot_of(p, p->name[p->index[j]]);
+			if (((j - home) & p->index_mask) >= ((j - i) & p->index_mask))
+				break;
+		}
+		p->index[i] = p->index[j];
+		i = j;
+	}
+done:
+	p->name[b] = 0;
+	if (p->refs[b] == 0) {  /* a free named block becomes a plain free one */
+		lru_remove(p, b);
+		p->free_list[p->n_plain++] = b;
+	}
+}
+
+int32_t kvpool_lookup(const struct kvpool *p, uint64_t name, uint64_t parent, uint32_t owner,
+		      const int32_t *tokens)
+{
+	int bs = p->kv.block_size;
+	if (!name)
+		return -1;
+	for (uint32_t i = slot_of(p, name); p->index[i] >= 0; i = (i + 1) & p->index_mask) {
+		int32_t b = p->index[i];
+		if (p->name[b] == name && p->parent[b] == parent && p->owner[b] == owner &&
+		    !memcmp(p->tok + (size_t)b * (size_t)bs, tokens, (size_t)bs * sizeof(int32_t)))
+			return b;
+	}
+	return -1;
 }
 
 /* Are blocks [lo, hi] all free (those past the pool: its page padding)? */
 static int range_free(const struct kvpool *p, uintptr_t lo, intptr_t hi)
 {
 	for (intptr_t i = (intptr_t)lo; i <= hi; i++)
-		if (i < p->kv.n_blocks && p->refs[i] != 0)
+		if (i < p->kv.n_blocks && (p->refs[i] != 0 || p->name[i]))
 			return 0;
 	return 1;
 }
@@ -90,7 +207,7 @@ size_t kvpool_release_free(struct kvpool *p)
 	if (p->be)
 		return 0;
 	size_t bb = kt_kv_block_bytes(&p->kv), page = (size_t)sysconf(_SC_PAGESIZE), done = 0;
-	for (int i = 0; i < p->n_free; i++) {
+	for (int i = 0; i < p->n_plain; i++) {  /* named free blocks keep their bytes */
 		int32_t b = p->free_list[i];
 		if (!p->touched[b])
 			continue;
@@ -142,7 +259,12 @@ int32_t kvpool_alloc(struct kvpool *p)
 {
 	if (p->n_free == 0)
 		return -ENOSPC;
-	int32_t b = p->free_list[--p->n_free];
+	if (p->n_plain == 0) {  /* the least recently freed named block */
+		p->names_dropped++;
+		kvpool_unname(p, p->lru_head);
+	}
+	int32_t b = p->free_list[--p->n_plain];
+	p->n_free--;
 	p->refs[b] = 1;
 	p->touched[b] = 1;
 	return b;
@@ -150,13 +272,21 @@ int32_t kvpool_alloc(struct kvpool *p)
 
 void kvpool_ref(struct kvpool *p, int32_t b)
 {
-	p->refs[b]++;
+	if (p->refs[b]++ == 0) {  /* a free named block (kvpool_lookup) */
+		lru_remove(p, b);
+		p->n_free--;
+	}
 }
 
 void kvpool_unref(struct kvpool *p, int32_t b)
 {
-	if (--p->refs[b] == 0)
-		p->free_list[p->n_free++] = b;
+	if (--p->refs[b] != 0)
+		return;
+	if (p->name[b])
+		lru_push(p, b);
+	else
+		p->free_list[p->n_plain++] = b;
+	p->n_free++;
 }
 
 static int seq_grow(struct kvseq *s, int n)
@@ -183,8 +313,10 @@ int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from)
 	size_t bb = kt_kv_block_bytes(&p->kv);
 	for (int i = first_w; i < s->n_blocks && i < need; i++) {
 		int32_t old = s->blocks[i];
-		if (p->refs[old] <= 1)
+		if (p->refs[old] <= 1) {
+			kvpool_unname(p, old);  /* its content changes */
 			continue;
+		}
 		int32_t nb = kvpool_alloc(p);
 		if (p->be) {
 			if (p->be->ops->copy(p->be, kt_kv_block(&p->kv, nb),
@@ -213,6 +345,19 @@ int kvseq_fork(struct kvpool *p, struct kvseq *dst, const struct kvseq *src)
 		kvpool_ref(p, src->blocks[i]);
 	}
 	dst->n_blocks = src->n_blocks;
+	return 0;
+}
+
+int kvseq_attach(struct kvpool *p, struct kvseq *s, int i, int32_t b)
+{
+	if (i == s->n_blocks && seq_grow(s, i + 1) != 0)
+		return -ENOMEM;
+	kvpool_ref(p, b);
+	if (i < s->n_blocks)
+		kvpool_unref(p, s->blocks[i]);
+	else
+		s->n_blocks++;
+	s->blocks[i] = b;
 	return 0;
 }
 

@@ -5,6 +5,17 @@
  * kt_kv). Blocks are refcounted: a fork shares all of a sequence's blocks,
  * and a shared block is copied only when a sequence is about to write into it
  * (copy-on-write), so forking copies no KV.
+ *
+ * Blocks can also carry a name (prefix sharing, session/session.c): a full
+ * block's content named by a hash chain (the previous block's name and its
+ * tokens, the first seeded by owner, template, model and KV type). The pool
+ * keeps an index name -> block and, per named block, what the name was made
+ * of (parent name, owner, tokens), which every lookup compares: a block is
+ * only ever found by the owner and the exact token prefix that made it. A
+ * named block whose last reference goes stays reusable (kvpool_lookup finds
+ * it) on a least-recently-freed list; it counts as free, and
+ * kvpool_alloc takes it, forgetting the name, only when no unnamed block is
+ * left. A block about to be written (kvseq_prepare) loses its name.
  */
 #ifndef LLAMAD_SESSION_KVPOOL_H
 #define LLAMAD_SESSION_KVPOOL_H
@@ -24,6 +35,20 @@ struct kvpool {
 	int n_free;
 	uint64_t cow_copies;  /* blocks copied by copy-on-write */
 	uint8_t *touched;     /* (n_blocks) handed out since the last release */
+	int n_plain;          /* free_list entries (free blocks without a name) */
+	/* names (prefix sharing) */
+	uint64_t *name;       /* (n_blocks) 0: none */
+	uint64_t *parent;     /* (n_blocks) the name of the block before (or the seed) */
+	uint32_t *owner;      /* (n_blocks) uid */
+	int32_t *tok;         /* (n_blocks x block_size) the tokens it holds */
+	int32_t *index;       /* open addressing over names: block id or -1 */
+	uint32_t index_mask;
+	int32_t *lru_prev, *lru_next;  /* free named blocks, oldest first */
+	int32_t lru_head, lru_tail;
+	int n_lru;
+	uint64_t names_dropped;  /* free named blocks taken for other use */
+	uint32_t *mark;       /* (n_blocks) scratch of kvpool_mark_epoch */
+	uint32_t mark_epoch;
 };
 
 /* A sequence's block table: blocks[i] holds positions [i*bs, (i+1)*bs). */
@@ -62,8 +87,41 @@ void kvpool_unref(struct kvpool *p, int32_t b);
 /* Give the pages of free blocks used since the last call back to the
  * system (host pools; a no-op on a device). Returns the bytes released. */
 size_t kvpool_release_free(struct kvpool *p);
-/* Blocks not in use. */
+/* Blocks not in use (free named blocks included: they are taken when
+ * needed). */
 static inline int kvpool_n_free(const struct kvpool *p) { return p->n_free; }
+/* Free blocks that still hold a named prefix. */
+static inline int kvpool_n_cached(const struct kvpool *p) { return p->n_lru; }
+
+/* Name block b (full, written, unnamed, and no other block of that name):
+ * `name` made from `parent` and its block_size tokens, for owner. */
+void kvpool_name(struct kvpool *p, int32_t b, uint64_t name, uint64_t parent, uint32_t owner,
+		 const int32_t *tokens);
+/* Forget b's name (a no-op if it has none). A free named block becomes
+ * an ordinary free one. */
+void kvpool_unname(struct kvpool *p, int32_t b);
+/* The block named `name` made from exactly parent, owner and tokens, or -1.
+ * Takes no reference (kvseq_attach does). */
+int32_t kvpool_lookup(const struct kvpool *p, uint64_t name, uint64_t parent, uint32_t owner,
+		      const int32_t *tokens);
+/* A new epoch for kvpool_mark: 0 on the first call after 2^32 - 1. */
+static inline uint32_t kvpool_mark_epoch(struct kvpool *p)
+{
+	if (++p->mark_epoch == 0) {
+		for (int i = 0; i < p->kv.n_blocks; i++)
+			p->mark[i] = 0;
+		p->mark_epoch = 1;
+	}
+	return p->mark_epoch;
+}
+/* 1 the first time b is marked in the current epoch, then 0. */
+static inline int kvpool_mark(struct kvpool *p, int32_t b)
+{
+	if (p->mark[b] == p->mark_epoch)
+		return 0;
+	p->mark[b] = p->mark_epoch;
+	return 1;
+}
 
 /* Make seq cover positions [0, n_pos) and make every block that holds a
  * position >= write_from exclusively owned (copying shared ones). On -ENOSPC
@@ -71,6 +129,10 @@ static inline int kvpool_n_free(const struct kvpool *p) { return p->n_free; }
 int kvseq_prepare(struct kvpool *p, struct kvseq *s, int n_pos, int write_from);
 /* Share all of src's blocks with dst (dst must be empty). */
 int kvseq_fork(struct kvpool *p, struct kvseq *dst, const struct kvseq *src);
+/* Make block b (any block: free named ones leave the free list) the i-th
+ * of s, i <= s->n_blocks, taking a reference; a block s held there is
+ * released. 0 or -ENOMEM. */
+int kvseq_attach(struct kvpool *p, struct kvseq *s, int i, int32_t b);
 /* Keep only the blocks covering [0, n_pos); release the rest. */
 void kvseq_truncate(struct kvpool *p, struct kvseq *s, int n_pos);
 /* Release every block and the table itself. */

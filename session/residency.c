@@ -613,7 +613,11 @@ int res_ensure(struct residency *r, struct session *s, char **cause)
 	*cause = NULL;
 	if (s->loc == SESS_POOL)
 		return 0;
-	return s->loc == SESS_RAM ? from_ram(r, s, cause) : from_disk(r, s, cause);
+	int rc = s->loc == SESS_RAM ? from_ram(r, s, cause) : from_disk(r, s, cause);
+	if (rc == 0)  /* its blocks are shareable again (or given up for ones
+		       * already named so) */
+		sess_name_blocks(r->st, s);
+	return rc;
 }
 
 /* A refused file of a session being dropped goes aside, not away. */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "proto/limits.h"
 #include "session/session.h"
 #include "util/grow.h"
@@ -40,10 +42,13 @@ void sess_clear_history(struct sess_table *t, struct session *s)
 	free(s->tokens);
 	free(s->system);
 	free(s->next_system);
+	free(s->chain);
 	s->turns = NULL;
 	s->tokens = NULL;
+	s->chain = NULL;
 	s->system = s->next_system = NULL;
 	s->n_turns = s->turns_cap = s->n_tokens = s->cap = s->n_cached = 0;
+	s->chain_n = s->chain_cap = 0;
 }
 
 static void sess_free(struct sess_table *t, struct session *s)
@@ -202,6 +207,10 @@ int sess_append(struct session *s, const int32_t *ids, int n, int role,
 
 void sess_uncache(struct sess_table *t, struct session *s, int n)
 {
+	/* every caller changes the tokens from n on: the chain ends before */
+	int whole = n / t->pool->kv.block_size;
+	if (s->chain_n > whole)
+		s->chain_n = whole;
 	if (n < s->n_cached)
 		s->n_cached = n;
 	kvseq_truncate(t->pool, &s->kv, s->n_cached);
@@ -272,6 +281,105 @@ int sess_replace_turn(struct sess_table *t, struct session *s, int idx,
 		s->turns[i].start += delta;
 	sess_uncache(t, s, a);
 	return 0;
+}
+
+/* ---- prefix sharing ------------------------------------------------- */
+
+void sess_set_sharing(struct sess_table *t, int on, uint64_t base)
+{
+	t->share = on;
+	t->name_base = base;
+}
+
+uint64_t sess_chain_seed(const struct sess_table *t, const struct session *s)
+{
+	uint64_t v[3] = { t->name_base, (uint64_t)s->uid, (uint64_t)(uint32_t)s->tmpl };
+	return XXH64(v, sizeof(v), 0x6c6c616d61642d70ull);  /* "llamad-p" */
+}
+
+/* Extend s's chain over its first n whole blocks. 0 or -ENOMEM. */
+static int chain_upto(struct sess_table *t, struct session *s, int n)
+{
+	int bs = t->pool->kv.block_size;
+	uint64_t seed = sess_chain_seed(t, s);
+	if (seed != s->chain_seed) {  /* another owner or template (a fork) */
+		s->chain_seed = seed;
+		s->chain_n = 0;
+	}
+	if (n <= s->chain_n)
+		return 0;
+	size_t cap = (size_t)s->chain_cap;
+	if (grow(&s->chain, &cap, (size_t)n, sizeof(uint64_t), 16) != 0)
+		return -ENOMEM;
+	s->chain_cap = (int)cap;
+	for (int i = s->chain_n; i < n; i++) {
+		uint64_t h = XXH64(s->tokens + (size_t)i * (size_t)bs, (size_t)bs * sizeof(int32_t),
+				   i ? s->chain[i - 1] : seed);
+		s->chain[i] = h ? h : 1;  /* 0 means no name */
+	}
+	s->chain_n = n;
+	return 0;
+}
+
+uint64_t sess_block_name(struct sess_table *t, struct session *s, int i)
+{
+	return chain_upto(t, s, i + 1) == 0 ? s->chain[i] : 0;
+}
+
+int sess_share_prefix(struct sess_table *t, struct session *s)
+{
+	struct kvpool *p = t->pool;
+	int bs = p->kv.block_size, got = 0;
+	if (!t->share || s->n_cached % bs)
+		return 0;
+	for (int i = s->n_cached / bs; (i + 1) * bs <= s->n_tokens - 1 && i <= s->kv.n_blocks;
+	     i++) {
+		if (chain_upto(t, s, i + 1) != 0)
+			break;
+		uint64_t parent = i ? s->chain[i - 1] : s->chain_seed;
+		int32_t b = kvpool_lookup(p, s->chain[i], parent, (uint32_t)s->uid,
+					  s->tokens + (size_t)i * (size_t)bs);
+		if (b < 0 || kvseq_attach(p, &s->kv, i, b) != 0)
+			break;
+		s->n_cached += bs;
+		got += bs;
+	}
+	t->prefix_hit_tokens += (uint64_t)got;
+	return got;
+}
+
+void sess_name_blocks(struct sess_table *t, struct session *s)
+{
+	struct kvpool *p = t->pool;
+	int bs = p->kv.block_size;
+	int n = s->n_cached / bs;
+	if (!t->share || n > s->kv.n_blocks || chain_upto(t, s, n) != 0)
+		return;
+	for (int i = 0; i < n; i++) {
+		int32_t b = s->kv.blocks[i];
+		if (p->name[b])
+			continue;  /* named (by s, or under another seed: a fork) */
+		uint64_t parent = i ? s->chain[i - 1] : s->chain_seed;
+		const int32_t *tok = s->tokens + (size_t)i * (size_t)bs;
+		int32_t same = kvpool_lookup(p, s->chain[i], parent, (uint32_t)s->uid, tok);
+		if (same < 0)
+			kvpool_name(p, b, s->chain[i], parent, (uint32_t)s->uid, tok);
+		else if (p->refs[b] == 1)
+			kvseq_attach(p, &s->kv, i, same);  /* cannot fail: i < n_blocks */
+	}
+}
+
+int sess_uid_blocks(struct sess_table *t, uid_t uid)
+{
+	struct kvpool *p = t->pool;
+	int n = 0;
+	kvpool_mark_epoch(p);
+	for (int b = 0; b < t->n_buckets; b++)
+		for (struct session *s = t->buckets[b]; s; s = s->hnext)
+			if (s->uid == uid && s->loc == SESS_POOL)
+				for (int i = 0; i < s->kv.n_blocks; i++)
+					n += kvpool_mark(p, s->kv.blocks[i]);
+	return n;
 }
 
 int sess_shared_blocks(const struct sess_table *t, const struct session *s)

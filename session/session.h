@@ -84,6 +84,11 @@ struct session {
 			       * (corrupt, unknown format): a drop moves it
 			       * aside (store_set_aside), never deletes it */
 	unsigned evict_scan;  /* eviction pass that found it unmovable */
+	/* prefix sharing: the names of the first chain_n full blocks of its
+	 * tokens (cached or not), under chain_seed (owner, template, model) */
+	uint64_t *chain;
+	int chain_n, chain_cap;
+	uint64_t chain_seed;
 	struct session *hnext;
 };
 
@@ -92,6 +97,12 @@ struct sess_table {
 	int n_buckets;
 	int count;
 	struct kvpool *pool;
+	/* prefix sharing (sess_share_prefix, sess_name_blocks): on or off, what
+	 * every chain's seed starts from (model fingerprint, KV type), and
+	 * the cached tokens sessions took from other sessions' blocks */
+	int share;
+	uint64_t name_base;
+	uint64_t prefix_hit_tokens;
 };
 
 /* 1 if id is 1..128 chars of [A-Za-z0-9._:-]. */
@@ -144,6 +155,35 @@ int sess_remove_tokens(struct sess_table *t, struct session *s, int idx, int fro
  * from that turn on is forgotten. 0, -EINVAL or -ENOMEM (nothing changed). */
 int sess_replace_turn(struct sess_table *t, struct session *s, int idx,
 		      const int32_t *ids, int n);
+
+/*
+ * Prefix sharing. A full block of a session's tokens is named by a chain:
+ * name(i) = XXH64(its tokens, seed = name(i-1)), name(-1) the session's
+ * seed (t->name_base, owner uid, template). Positions are implicit: block i
+ * holds positions [i*bs, (i+1)*bs).
+ *
+ * Turn sharing on (1) or off (0) for what comes next; base identifies the
+ * model and the KV type (blocks of another never match).
+ */
+void sess_set_sharing(struct sess_table *t, int on, uint64_t base);
+/* Before s is prefilled: while its next pending block is whole, is not the
+ * one holding its last token (whose logits a generation needs), and the
+ * pool holds a block of that name made by the same owner from the same
+ * tokens, take it (shared, copy-on-write) and count it cached. Only from
+ * a block boundary. Returns the tokens so taken (0 when sharing is off). */
+int sess_share_prefix(struct sess_table *t, struct session *s);
+/* After s's cache grew: name its full cached blocks that have no name yet;
+ * a block whose name another block already has is given up for that one
+ * (when s alone held it). */
+void sess_name_blocks(struct sess_table *t, struct session *s);
+/* The name of s's block i (i < n_tokens / block_size), computing the chain
+ * as far as needed; 0 on ENOMEM. */
+uint64_t sess_block_name(struct sess_table *t, struct session *s, int i);
+/* The chain's seed for s (what block 0's name is made from). */
+uint64_t sess_chain_seed(const struct sess_table *t, const struct session *s);
+/* Distinct pool blocks held by uid's sessions in the pool (a block several
+ * of them share counts once). */
+int sess_uid_blocks(struct sess_table *t, uid_t uid);
 
 /* Blocks of s that other sessions share. */
 int sess_shared_blocks(const struct sess_table *t, const struct session *s);
