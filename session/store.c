@@ -23,6 +23,7 @@
 
 #include "session/store.h"
 #include "util/cause.h"
+#include "util/le.h"
 
 /* Header field offsets (store.h lists the fields in this order). */
 enum {
@@ -73,25 +74,6 @@ _Static_assert(sizeof(STORE_MAGIC) - 1 == 8, "store magic is 8 bytes");
 #define IO_CHUNK   ((size_t)4 << 20) /* read/write buffer */
 /* Spans at least this large skip the buffer (KV blocks, long texts). */
 #define IO_DIRECT  (IO_CHUNK / 2)
-
-/* ---- little-endian fields --------------------------------------------- */
-
-static void put_le(unsigned char *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint64_t get_le(const unsigned char *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < n; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint32_t get_u32(const unsigned char *p) { return (uint32_t)get_le(p, 4); }
-static uint64_t get_u64(const unsigned char *p) { return get_le(p, 8); }
 
 /* ---- messages ----------------------------------------------------------- */
 
