@@ -75,6 +75,7 @@ void res_done(struct residency *r)
 		sess_foreach(r->st, 0, release_one, r);
 	free(r->dir);
 	r->dir = NULL;
+	blk_refs_free(&r->blocks);
 	if (r->has_lock)
 		close(r->lock_fd);   /* the flock goes with it */
 	r->has_lock = 0;
@@ -221,6 +222,59 @@ static void report_bad_file(void *ctx, const char *path, const char *reason)
 	free(aside);
 }
 
+/* blk_collect's reports. */
+static void report_block(void *ctx, const char *name, const char *reason)
+{
+	struct residency *r = ctx;
+	say(r, strstr(reason, "cannot") ? RES_WARN : RES_DEBUG, "block file %s/" BLK_DIR "/%s: %s",
+	    r->dir, name, reason);
+}
+
+/* Count the shared blocks s's state file (at path) refers to. A file whose
+ * names cannot be read is refused when it is restored; its blocks may go. */
+static void count_file_refs(struct residency *r, struct session *s, const char *path)
+{
+	char *why = NULL;
+	uint64_t *refs = NULL;
+	int n = 0;
+	if (store_read_refs(path, s->uid, s->id, &refs, &n, &why) != 0) {
+		say(r, RES_WARN, "state file %s: %s", path, why ? why : "cannot be read");
+		free(why);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		if (blk_refs_inc(&r->blocks, (uint32_t)s->uid, refs[i]) != 0)
+			r->refs_lost = 1;
+	s->file_refs = refs;
+	s->n_file_refs = n;
+}
+
+/* s's state file now refers to refs (n; taken: malloc'd or NULL): count
+ * them, and remove the block files of the names it no longer refers to that
+ * no other state file does. */
+static void set_file_refs(struct residency *r, struct session *s, uint64_t *refs, int n)
+{
+	size_t file = BLK_HEADER_BYTES + 4 * (size_t)r->pool->kv.block_size + block_bytes(r);
+	for (int i = 0; i < n; i++) {
+		if (blk_refs_inc(&r->blocks, (uint32_t)s->uid, refs[i]) != 0) {
+			r->refs_lost = 1;
+			continue;
+		}
+		struct blk_ref *e = blk_refs_get(&r->blocks, (uint32_t)s->uid, refs[i]);
+		if (e && !e->bytes)
+			blk_refs_set_bytes(&r->blocks, e, file);
+	}
+	for (int i = 0; i < s->n_file_refs; i++) {
+		int left = blk_refs_dec(&r->blocks, (uint32_t)s->uid, s->file_refs[i]);
+		if (left == 0 && !r->refs_lost &&
+		    blk_remove(r->dir, (uint32_t)s->uid, s->file_refs[i]) == 0)
+			r->n.blocks_removed++;
+	}
+	free(s->file_refs);
+	s->file_refs = refs;
+	s->n_file_refs = n;
+}
+
 int res_list(struct residency *r, int max_sessions)
 {
 	struct store_entry *ents = NULL;
@@ -253,11 +307,24 @@ int res_list(struct residency *r, int max_sessions)
 		s->foreign = ents[i].fingerprint != r->fingerprint;
 		foreign += s->foreign;
 		listed++;
+		if (ents[i].n_refs)
+			count_file_refs(r, s, ents[i].path);
 	}
 	if (listed > 0)
 		say(r, RES_INFO, "%d saved session%s in %s%s", listed, listed == 1 ? "" : "s",
 		    r->dir, foreign ? " (some saved under another model)" : "");
 	store_entries_free(ents, n);
+	int gone = r->refs_lost ? 0 : blk_collect(r->dir, &r->blocks, report_block, r);
+	if (gone > 0) {
+		r->n.blocks_removed += (uint64_t)gone;
+		say(r, RES_INFO, "removed %d shared block file%s no saved session refers to", gone,
+		    gone == 1 ? "" : "s");
+	} else if (gone < 0 && gone != -ENOENT) {
+		say(r, RES_WARN, "cannot read the blocks folder of %s: %s", r->dir, strerror(-gone));
+	}
+	if (r->blocks.n)
+		say(r, RES_INFO, "%zu shared block file%s, %llu bytes", r->blocks.n,
+		    r->blocks.n == 1 ? "" : "s", (unsigned long long)r->blocks.bytes);
 	return listed;
 }
 
@@ -291,8 +358,23 @@ static int res_save(struct residency *r, struct session *s, char **cause)
 {
 	if (!r->dir || s->ephemeral || s->loc != SESS_POOL)
 		return 1;
-	int rc = store_save(r->dir, s, r->pool, r->fingerprint, cause);
+	/* with sharing on, its full cached blocks go to block files, written
+	 * once for every state file of the owner that begins with them */
+	int n_refs = r->st->share ? s->n_cached / r->pool->kv.block_size : 0;
+	if (n_refs > s->kv.n_blocks || (n_refs && !sess_block_name(r->st, s, n_refs - 1)))
+		n_refs = 0;  /* out of memory for the names: all inline */
+	uint64_t *refs = n_refs ? malloc((size_t)n_refs * sizeof(uint64_t)) : NULL;
+	if (n_refs && !refs)
+		n_refs = 0;
+	if (n_refs)
+		memcpy(refs, s->chain, (size_t)n_refs * sizeof(uint64_t));
+	struct store_chain ch = { .seed = s->chain_seed, .names = refs, .n = n_refs };
+	int written = 0;
+	int rc = n_refs ? store_save_shared(r->dir, s, r->pool, r->fingerprint, &ch, &written, cause)
+			: store_save(r->dir, s, r->pool, r->fingerprint, cause);
+	r->n.blocks_written += (uint64_t)written;
 	if (rc) {
+		free(refs);  /* new block files nothing refers to: the next start's */
 		r->n.save_errors++;
 		s->save_wait_s = !s->save_fails ? SAVE_RETRY_MIN_S
 			: s->save_wait_s * 2 < SAVE_RETRY_MAX_S ? s->save_wait_s * 2 : SAVE_RETRY_MAX_S;
@@ -304,6 +386,7 @@ static int res_save(struct residency *r, struct session *s, char **cause)
 	struct stat st;
 	s->file_bytes = p && stat(p, &st) == 0 ? (uint64_t)st.st_size : 0;
 	free(p);
+	set_file_refs(r, s, refs, n_refs);
 	s->dirty = 0;
 	s->foreign = 0;
 	if (s->save_fails)
@@ -553,20 +636,45 @@ static int from_ram(struct residency *r, struct session *s, char **cause)
 	return 0;
 }
 
+/* A block file s's state file (path) refers to was refused (or is
+ * missing): s was restored without its K/V, which is recomputed from its
+ * tokens. A refused file is moved aside, so that the next save of a
+ * session with that block writes it again. */
+static void refuse_block(struct residency *r, struct session *s, const char *path,
+			 const struct store_note *note)
+{
+	char fname[64], *bpath = NULL, *aside = NULL;
+	blk_file_name(fname, sizeof(fname), note->bad_uid, note->bad_name);
+	r->n.blocks_refused++;
+	int moved = asprintf(&bpath, "%s/" BLK_DIR "/%s", r->dir, fname) >= 0 &&
+		    store_set_aside(bpath, &aside) == 0;
+	say(r, RES_WARN, "session %s: state file %s: %s; its cache is recomputed from its "
+	    "tokens%s%s", s->id, path ? path : "?", note->bad_why,
+	    moved ? "; the block file was moved to " : "", moved ? aside : "");
+	free(aside);
+	free(bpath);
+}
+
 static int from_disk(struct residency *r, struct session *s, char **cause)
 {
 	char *path = store_path(r->dir, s->uid, s->id);
 	char *why = NULL;
 	int allow_foreign = !r->refuse_foreign;
-	int rc = path ? store_load(path, s, r->pool, r->fingerprint, allow_foreign, &why) : -ENOMEM;
+	struct store_note note = { 0 };
+	int rc = path ? store_load_ex(path, s, r->pool, r->fingerprint, allow_foreign, &note, &why)
+		      : -ENOMEM;
 	if (rc == -ENOSPC) {
 		free(why);
 		why = NULL;
 		int bs = r->pool->kv.block_size;
 		int need = (int)((s->disk_tokens + (uint32_t)bs - 1) / (uint32_t)bs);
 		if (res_reserve(r, need, s) == 0)
-			rc = store_load(path, s, r->pool, r->fingerprint, allow_foreign, &why);
+			rc = store_load_ex(path, s, r->pool, r->fingerprint, allow_foreign, &note,
+					   &why);
 	}
+	free(note.refs);  /* counted when listed or saved */
+	if (note.bad_block)
+		refuse_block(r, s, path, &note);
 	free(path);
 	s->file_refused = rc == -EBADMSG || rc == -EPROTO;   /* a file replaced since: 0 */
 	if (rc) {
@@ -643,6 +751,8 @@ void res_drop(struct residency *r, struct session *s, int remove_file)
 		drop_refused_file(r, s);
 	else if (remove_file && r->dir && store_remove(r->dir, s->uid, s->id) != 0)
 		say(r, RES_WARN, "session %s: cannot remove its state file", s->id);
+	else if (remove_file && r->dir)
+		set_file_refs(r, s, NULL, 0);  /* its file is gone */
 	ram_release(r, s);
 	sess_drop(r->st, s);
 }

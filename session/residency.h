@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "session/blocks.h"
 #include "session/session.h"
 
 /* Levels of reports (the values of daemon/log.h's LL_*). */
@@ -35,6 +36,10 @@ typedef void (*res_report_fn)(void *ctx, int level, const char *msg);
 struct res_counters {
 	uint64_t evict_ram, evict_disk, restores, saves, save_errors;
 	uint64_t set_aside;      /* refused state files moved to NAME.corrupt */
+	uint64_t blocks_written; /* shared block files written */
+	uint64_t blocks_removed; /* shared block files removed: no state file left
+				  * refers to them */
+	uint64_t blocks_refused; /* block files refused when read (set aside) */
 };
 
 struct residency {
@@ -52,6 +57,11 @@ struct residency {
 	size_t ram_used;         /* bytes of evicted K/V in host memory */
 	unsigned scan;           /* current eviction pass */
 	struct res_counters n;
+	/* shared block files (blocks.h): how many state files refer to each;
+	 * one whose count reaches 0 is removed. refs_lost: a count could not
+	 * be kept (out of memory): nothing is removed until the next start */
+	struct blk_refs blocks;
+	int refs_lost;
 	res_report_fn report;
 	void *report_ctx;
 };
@@ -95,8 +105,10 @@ char *res_dir_of(const char *setting);
  * up to max_sessions sessions in the table; unusable files are reported by
  * name with the reason and moved aside (store_set_aside: NAME.corrupt,
  * counted in n.set_aside), so that a new session of the same name does not
- * overwrite them. The number listed, or -errno if the folder cannot be
- * read. */
+ * overwrite them. Then the shared block files no listed state file refers
+ * to are removed (left by a crash between a block's write and its state
+ * file's, or by sessions whose files are gone). The number listed, or
+ * -errno if the folder cannot be read. */
 int res_list(struct residency *r, int max_sessions);
 
 /* Save session s into *out (counted, or its error reported and the first

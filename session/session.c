@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "proto/limits.h"
+#include "session/blocks.h"
 #include "session/session.h"
 #include "util/grow.h"
 
@@ -54,6 +55,7 @@ void sess_clear_history(struct sess_table *t, struct session *s)
 static void sess_free(struct sess_table *t, struct session *s)
 {
 	sess_clear_history(t, s);
+	free(s->file_refs);
 	free(s);
 }
 
@@ -313,9 +315,8 @@ static int chain_upto(struct sess_table *t, struct session *s, int n)
 		return -ENOMEM;
 	s->chain_cap = (int)cap;
 	for (int i = s->chain_n; i < n; i++) {
-		uint64_t h = XXH64(s->tokens + (size_t)i * (size_t)bs, (size_t)bs * sizeof(int32_t),
-				   i ? s->chain[i - 1] : seed);
-		s->chain[i] = h ? h : 1;  /* 0 means no name */
+		s->chain[i] = blk_name(i ? s->chain[i - 1] : seed, s->tokens + (size_t)i * (size_t)bs,
+				       bs);
 	}
 	s->chain_n = n;
 	return 0;

@@ -89,6 +89,9 @@ struct session {
 	uint64_t *chain;
 	int chain_n, chain_cap;
 	uint64_t chain_seed;
+	/* the shared blocks its state file refers to (residency.c) */
+	uint64_t *file_refs;
+	int n_file_refs;
 	struct session *hnext;
 };
 

@@ -12,6 +12,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 
 #include <xxhash.h>
 
+#include "session/blocks.h"
 #include "session/store.h"
 #include "util/cause.h"
 #include "util/le.h"
@@ -41,7 +43,7 @@ enum {
 	H_UID = 52,
 	H_TMPL = 56,
 	H_POLICY = 60,
-	H_FLAGS = 64,
+	H_FLAGS = 64,                            /* version 3: n_refs */
 	H_LAST_USE_MS = 68,
 	H_PREFILLED = 76,
 	H_GENERATED = 84,
@@ -171,18 +173,19 @@ struct hdr {
 	char id[SESSION_ID_MAX + 1];
 	uint64_t checksum;
 	uint64_t meta_sum;        /* version 2: XXH64 of the body before the K/V */
+	uint32_t n_refs;          /* version 3: full blocks kept as block files */
 	/* derived */
 	uint32_t n_blocks;        /* ceil(n_cached / block_size) */
 	struct kt_kv shape;       /* the file's KV shape and element type (no base) */
 	uint64_t block_bytes;     /* of the file's KV shape */
-	uint64_t kv_bytes;        /* n_blocks * block_bytes */
+	uint64_t kv_bytes;        /* (n_blocks - n_refs) * block_bytes: inline */
 };
 
 static void hdr_build(unsigned char b[STORE_HEADER_BYTES], const struct hdr *h)
 {
 	memset(b, 0, STORE_HEADER_BYTES);
 	memcpy(b + H_MAGIC, STORE_MAGIC, 8);
-	put_le(b + H_VERSION, STORE_VERSION, 4);
+	put_le(b + H_VERSION, h->version, 4);
 	put_le(b + H_HEADER_BYTES, STORE_HEADER_BYTES, 4);
 	put_le(b + H_FINGERPRINT, h->fingerprint, 8);
 	put_le(b + H_KV_DTYPE, h->kv_dtype, 4);
@@ -195,7 +198,7 @@ static void hdr_build(unsigned char b[STORE_HEADER_BYTES], const struct hdr *h)
 	put_le(b + H_UID, h->uid, 4);
 	put_le(b + H_TMPL, h->tmpl, 4);
 	put_le(b + H_POLICY, h->policy, 4);
-	put_le(b + H_FLAGS, h->flags, 4);
+	put_le(b + H_FLAGS, h->version >= 3 ? h->n_refs : h->flags, 4);
 	put_le(b + H_LAST_USE_MS, (uint64_t)h->last_use_ms, 8);
 	put_le(b + H_PREFILLED, h->prefilled, 8);
 	put_le(b + H_GENERATED, h->generated, 8);
@@ -265,7 +268,8 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 	h->uid = get_u32(b + H_UID);
 	h->tmpl = get_u32(b + H_TMPL);
 	h->policy = get_u32(b + H_POLICY);
-	h->flags = get_u32(b + H_FLAGS);
+	h->flags = h->version >= 3 ? 0 : get_u32(b + H_FLAGS);
+	h->n_refs = h->version >= 3 ? get_u32(b + H_FLAGS) : 0;
 	h->last_use_ms = (int64_t)get_u64(b + H_LAST_USE_MS);
 	h->prefilled = get_u64(b + H_PREFILLED);
 	h->generated = get_u64(b + H_GENERATED);
@@ -326,13 +330,20 @@ static int hdr_parse(const unsigned char *b, size_t got, uint64_t file_bytes, st
 	/* Sizes. The shape bounds keep block_bytes under 2^55; the product with
 	 * the block count may still overflow. */
 	h->n_blocks = (h->n_cached + h->block_size - 1) / h->block_size;
+	if (h->n_refs > h->n_cached / h->block_size) {
+		snprintf(why, whycap, "corrupt header (%" PRIu32 " shared blocks of %" PRIu32
+			 " cached tokens)", h->n_refs, h->n_cached);
+		return -EBADMSG;
+	}
 	h->shape = (struct kt_kv){ .block_size = (int)h->block_size, .n_layers = (int)h->n_layers,
 				   .kv_dim = (int)h->kv_dim, .dtype = (enum kt_dtype)kt,
 				   .group = (int)kg };
 	h->block_bytes = kt_kv_block_bytes(&h->shape);
 	uint64_t meta_min = 4 * (uint64_t)h->n_tokens +
-			    TURN_FIXED(h->version) * (uint64_t)h->n_turns + 8;
-	if (__builtin_mul_overflow((uint64_t)h->n_blocks, h->block_bytes, &h->kv_bytes) ||
+			    TURN_FIXED(h->version) * (uint64_t)h->n_turns + 8 +
+			    (h->version >= 3 ? 8 + 8 * (uint64_t)h->n_refs : 0);
+	if (__builtin_mul_overflow((uint64_t)(h->n_blocks - h->n_refs), h->block_bytes,
+				   &h->kv_bytes) ||
 	    h->body_bytes < h->kv_bytes || h->body_bytes - h->kv_bytes < meta_min ||
 	    h->body_bytes > UINT64_MAX - STORE_HEADER_BYTES) {
 		snprintf(why, whycap, "corrupt header (body of %" PRIu64 " bytes cannot hold %" PRIu32
@@ -422,8 +433,9 @@ static int text_ok(const char *t)
  * (s->n_cached, or 0 for the history alone), and that a reader would accept
  * the result; fill the header fields (not the checksum). 0 or -EINVAL /
  * -E2BIG with a reason in why. */
-static int save_check(const struct session *s, int n_cached, const struct kvpool *pool,
-		      uint64_t fingerprint, struct hdr *h, char *why, size_t whycap)
+static int save_check(const struct session *s, int n_cached, int n_refs,
+		      const struct kvpool *pool, uint64_t fingerprint, struct hdr *h, char *why,
+		      size_t whycap)
 {
 	const struct kt_kv *kv = &pool->kv;
 	if (s->n_tokens < 0 || (uint64_t)s->n_tokens > MAX_TOKENS || s->n_turns < 0 ||
@@ -466,10 +478,17 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 			return -E2BIG;
 		}
 		prev = t->start;
-		meta += TURN_FIXED(STORE_VERSION) - 4 + text_bytes(t->text);
+		meta += TURN_FIXED(2) - 4 + text_bytes(t->text);
 	}
 	int bs = kv->block_size;
 	int n_blocks = (n_cached + bs - 1) / bs;
+	if (n_refs < 0 || n_refs > n_cached / bs) {
+		snprintf(why, whycap, "cannot save: %d shared blocks of %d cached tokens", n_refs,
+			 n_cached);
+		return -EINVAL;
+	}
+	if (n_refs)  /* the seed and the names */
+		meta += 8 + 8 * (uint64_t)n_refs;
 	if (n_blocks > s->kv.n_blocks) {
 		snprintf(why, whycap, "cannot save: %d cached positions but %d blocks",
 			 n_cached, s->kv.n_blocks);
@@ -482,6 +501,8 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 		}
 	}
 	memset(h, 0, sizeof(*h));
+	h->version = n_refs ? 3 : 2;  /* a file without shared blocks stays version 2 */
+	h->n_refs = (uint32_t)n_refs;
 	h->fingerprint = fingerprint;
 	h->kv_dtype = (uint32_t)kv->dtype | (uint32_t)(kv->dtype == KT_Q8_0 ? kv->group : 0) << 8;
 	h->block_size = (uint32_t)bs;
@@ -499,7 +520,7 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 	memcpy(h->id, s->id, strlen(s->id) + 1);
 	h->n_blocks = (uint32_t)n_blocks;
 	h->block_bytes = kt_kv_block_bytes(kv);
-	h->kv_bytes = (uint64_t)n_blocks * h->block_bytes;
+	h->kv_bytes = (uint64_t)(n_blocks - n_refs) * h->block_bytes;
 	h->body_bytes = meta + h->kv_bytes;
 	return 0;
 }
@@ -507,7 +528,7 @@ static int save_check(const struct session *s, int n_cached, const struct kvpool
 /* Write the body of s (store.h) through w; h->meta_sum gets the hash of
  * what comes before the K/V. */
 static int write_body(struct wr *w, const struct session *s, const struct kvpool *pool,
-		      struct hdr *h)
+		      const struct store_chain *ch, struct hdr *h)
 {
 	int rc = 0;
 	/* tokens: through a small staging array (little-endian whatever the host) */
@@ -531,23 +552,33 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 		rc = wr_text(w, s->system);
 	if (!rc)
 		rc = wr_text(w, s->next_system);
+	if (h->n_refs) {  /* version 3: the chain's seed and the shared blocks' names */
+		unsigned char nb[8];
+		put_le(nb, ch->seed, 8);
+		rc = rc ? rc : wr_put(w, nb, 8);
+		for (uint32_t i = 0; i < h->n_refs && !rc; i++) {
+			put_le(nb, ch->names[i], 8);
+			rc = wr_put(w, nb, 8);
+		}
+	}
 	h->meta_sum = XXH64_digest(w->st);  /* the bytes so far: all but the K/V */
 	/* KV, straight from a host pool (runs of consecutive block ids in one
-	 * write), or a block at a time through host memory from a device */
+	 * write), or a block at a time through host memory from a device; the
+	 * shared blocks are in their block files */
 	const int32_t *bl = s->kv.blocks;
 	int on_host = kvpool_host_block(pool, 0) != NULL;
 	if (!on_host && h->n_blocks && !rc) {
 		void *bounce = malloc(h->block_bytes);
 		if (!bounce)
 			return -ENOMEM;
-		for (uint32_t i = 0; i < h->n_blocks && !rc; i++) {
+		for (uint32_t i = h->n_refs; i < h->n_blocks && !rc; i++) {
 			rc = kvpool_get_block(pool, bl[i], bounce);
 			if (!rc)
 				rc = wr_put(w, bounce, h->block_bytes);
 		}
 		free(bounce);
 	}
-	for (uint32_t i = 0, j; on_host && i < h->n_blocks && !rc; i = j) {
+	for (uint32_t i = h->n_refs, j; on_host && i < h->n_blocks && !rc; i = j) {
 		for (j = i + 1; j < h->n_blocks && bl[j] == bl[j - 1] + 1; j++)
 			;
 		rc = wr_put(w, kt_kv_block(&pool->kv, bl[i]), (size_t)(j - i) * h->block_bytes);
@@ -557,8 +588,67 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 	return rc;
 }
 
+/*
+ * The block files of s's first ch->n full blocks (blocks.h), those not
+ * there yet, then the blocks folder synced: before the state file that
+ * refers to them. *written counts new files. 0 or -errno with *cause.
+ */
+static int write_blocks(const char *dir, const struct session *s, const struct kvpool *pool,
+			const struct store_chain *ch, uint64_t fingerprint, int *written,
+			uint8_t *fresh, char **cause)
+{
+	int bdfd = blk_open_dir(dir, 1);
+	if (bdfd < 0)
+		return fail(cause, bdfd, "cannot open the blocks folder: %s", strerror(-bdfd));
+	int bs = pool->kv.block_size, rc = 0;
+	size_t bb = kt_kv_block_bytes(&pool->kv);
+	void *bounce = kvpool_host_block(pool, 0) ? NULL : malloc(bb);
+	if (!kvpool_host_block(pool, 0) && !bounce)
+		rc = -ENOMEM;
+	for (int i = 0; i < ch->n && !rc; i++) {
+		int32_t b = s->kv.blocks[i];
+		const void *kv = kvpool_host_block(pool, b);
+		if (!kv) {
+			rc = kvpool_get_block(pool, b, bounce);
+			kv = bounce;
+		}
+		struct blk_meta m = { .name = ch->names[i], .parent = i ? ch->names[i - 1] : ch->seed,
+				      .fingerprint = fingerprint, .uid = (uint32_t)s->uid };
+		uint64_t bytes;
+		if (!rc)
+			rc = blk_write(bdfd, &m, s->tokens + (size_t)i * (size_t)bs, kv, &pool->kv,
+				       &bytes, cause);
+		if (rc == 1) {
+			(*written)++;
+			fresh[i] = 1;
+			rc = 0;
+		}
+	}
+	if (!rc && *written && (rc = blk_sync(bdfd)) != 0)
+		fail(cause, rc, "cannot sync the blocks folder: %s", strerror(-rc));
+	if (rc && !(cause && *cause))
+		fail_errno(cause, rc);
+	free(bounce);
+	close(bdfd);
+	/* LLAMAD_TEST_KILL_BETWEEN_WRITES: die here, after new block files and
+	 * before the state file (for the test of a crash between the two) */
+	if (!rc && *written && getenv("LLAMAD_TEST_KILL_BETWEEN_WRITES"))
+		raise(SIGKILL);
+	return rc;
+}
+
+/* Remove the block files a failed save wrote (fresh[i]). */
+static void forget_blocks(const char *dir, const struct session *s, const struct store_chain *ch,
+			  const uint8_t *fresh)
+{
+	for (int i = 0; i < ch->n; i++)
+		if (fresh[i])
+			blk_remove(dir, (uint32_t)s->uid, ch->names[i]);
+}
+
 static int save_file(const char *dir, const struct session *s, int n_cached,
-		     const struct kvpool *pool, uint64_t fingerprint, char **cause)
+		     const struct store_chain *ch, const struct kvpool *pool, uint64_t fingerprint,
+		     int *written, char **cause)
 {
 	if (cause)
 		*cause = NULL;
@@ -568,9 +658,23 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 				       : -ENOMEM;
 	struct hdr h;
 	char why[256];
-	int rc = save_check(s, n_cached, pool, fingerprint, &h, why, sizeof(why));
+	int n_refs = ch ? ch->n : 0;
+	int rc = save_check(s, n_cached, n_refs, pool, fingerprint, &h, why, sizeof(why));
 	if (rc) {
 		fail(cause, rc, "%s", why);
+		free(path);
+		return rc;
+	}
+	/* the block files this save writes: nothing refers to them until the
+	 * state file is renamed into place, and a failed save removes them */
+	uint8_t *fresh = n_refs ? calloc((size_t)n_refs, 1) : NULL;
+	if (n_refs && !fresh) {
+		free(path);
+		return fail_errno(cause, -ENOMEM);
+	}
+	if (n_refs && (rc = write_blocks(dir, s, pool, ch, fingerprint, written, fresh, cause))) {
+		forget_blocks(dir, s, ch, fresh);
+		free(fresh);
 		free(path);
 		return rc;
 	}
@@ -622,7 +726,7 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 		rc = -errno;
 		goto out;
 	}
-	rc = write_body(&w, s, pool, &h);
+	rc = write_body(&w, s, pool, ch, &h);
 	if (rc)
 		goto out;
 	/* The header last: it carries the body checksum. */
@@ -657,8 +761,12 @@ out:
 		fail_errno(cause, rc);
 	if (fd >= 0)
 		close(fd);
-	if (rc && tmp[0])
+	if (rc && tmp[0]) {
 		unlinkat(dfd, tmp, 0);
+		if (n_refs)
+			forget_blocks(dir, s, ch, fresh);
+	}
+	free(fresh);
 	close(dfd);
 	XXH64_freeState(w.st);
 	free(w.buf);
@@ -669,13 +777,21 @@ out:
 int store_save(const char *dir, const struct session *s, const struct kvpool *pool,
 	       uint64_t fingerprint, char **cause)
 {
-	return save_file(dir, s, s->n_cached, pool, fingerprint, cause);
+	return save_file(dir, s, s->n_cached, NULL, pool, fingerprint, NULL, cause);
+}
+
+int store_save_shared(const char *dir, const struct session *s, const struct kvpool *pool,
+		      uint64_t fingerprint, const struct store_chain *ch, int *written,
+		      char **cause)
+{
+	*written = 0;
+	return save_file(dir, s, s->n_cached, ch, pool, fingerprint, written, cause);
 }
 
 int store_save_history(const char *dir, const struct session *s, const struct kvpool *pool,
 		       uint64_t fingerprint, char **cause)
 {
-	return save_file(dir, s, 0, pool, fingerprint, cause);
+	return save_file(dir, s, 0, NULL, pool, fingerprint, NULL, cause);
 }
 
 /* ---- load --------------------------------------------------------------- */
@@ -744,6 +860,15 @@ struct loaded {
 	char *system, *next_system;
 	int32_t *blocks;
 	int n_blocks;           /* blocks taken from the pool so far */
+	uint64_t seed;          /* version 3: the chain's seed and the shared */
+	uint64_t *refs;         /* blocks' names (h->n_refs) */
+};
+
+/* Where a version 3 file's shared blocks come from. */
+struct load_ctx {
+	const char *path;       /* the state file's: its folder holds blocks/ */
+	uint64_t fingerprint;
+	struct store_note *note;  /* a refused block file is said here */
 };
 
 static void loaded_free(struct loaded *L, struct kvpool *pool)
@@ -755,8 +880,10 @@ static void loaded_free(struct loaded *L, struct kvpool *pool)
 	free(L->system);
 	free(L->next_system);
 	for (int i = 0; i < L->n_blocks; i++)
-		kvpool_unref(pool, L->blocks[i]);
+		if (L->blocks[i] >= 0)
+			kvpool_unref(pool, L->blocks[i]);
 	free(L->blocks);
+	free(L->refs);
 	memset(L, 0, sizeof(*L));
 }
 
@@ -818,33 +945,86 @@ enum body_part {
  * would store it.
  */
 static int read_converted(struct rd *r, const struct hdr *h, struct kvpool *pool,
-			  const int32_t *blocks)
+			  const int32_t *blocks, uint32_t n)
 {
-	struct kt_kv src = h->shape, dst = pool->kv;
-	src.n_blocks = dst.n_blocks = 1;
-	src.base = malloc(h->block_bytes);
-	dst.base = malloc(kt_kv_block_bytes(&pool->kv));
-	float *k = malloc(2 * (size_t)h->kv_dim * sizeof(float)), *v = k ? k + h->kv_dim : NULL;
-	int rc = src.base && dst.base && k ? 0 : -ENOMEM;
-	for (uint32_t i = 0; i < h->n_blocks && !rc; i++) {
-		if ((rc = rd_get(r, src.base, h->block_bytes)))
+	void *src = malloc(h->block_bytes), *dst = malloc(kt_kv_block_bytes(&pool->kv));
+	float *scratch = malloc(2 * (size_t)h->kv_dim * sizeof(float));
+	int rc = src && dst && scratch ? 0 : -ENOMEM;
+	for (uint32_t i = 0; i < n && !rc; i++) {
+		if ((rc = rd_get(r, src, h->block_bytes)))
 			break;
-		for (int l = 0; l < src.n_layers; l++)
-			for (int row = 0; row < src.block_size; row++) {
-				kt_kv_get_k(&src, 0, l, row, k);
-				kt_kv_get_v(&src, 0, l, row, v);
-				kt_kv_put(&dst, 0, l, row, k, v);
-			}
-		rc = kvpool_put_block(pool, blocks[i], dst.base);
+		blk_convert(&h->shape, src, &pool->kv, dst, scratch);
+		rc = kvpool_put_block(pool, blocks[i], dst);
 	}
-	free(src.base);
-	free(dst.base);
-	free(k);
+	free(src);
+	free(dst);
+	free(scratch);
+	return rc;
+}
+
+/* The first h->n_refs blocks of a version 3 file into L->blocks: a block
+ * the pool holds under that name (same owner, parent and tokens) is
+ * shared; the others are read from their block files. A block file that
+ * cannot be used is -ENOLINK, said in lc->note. */
+static int load_shared(const struct hdr *h, struct kvpool *pool, struct loaded *L,
+		       const struct load_ctx *lc)
+{
+	int bs = (int)h->block_size, rc = 0, bdfd = -1;
+	void *bounce = kvpool_host_block(pool, 0) ? NULL : malloc(kt_kv_block_bytes(&pool->kv));
+	if (!kvpool_host_block(pool, 0) && !bounce)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < h->n_refs && !rc; i++) {
+		const int32_t *tok = L->tokens + (size_t)i * (size_t)bs;
+		uint64_t parent = i ? L->refs[i - 1] : L->seed;
+		int32_t b = kvpool_lookup(pool, L->refs[i], parent, h->uid, tok);
+		if (b >= 0) {
+			kvpool_ref(pool, b);
+			L->blocks[i] = b;
+			continue;
+		}
+		if ((b = kvpool_alloc(pool)) < 0) {
+			rc = b;
+			break;
+		}
+		L->blocks[i] = b;
+		if (bdfd < 0) {
+			char *dir = strdup(lc->path), *slash = dir ? strrchr(dir, '/') : NULL;
+			if (slash)
+				*slash = '\0';
+			bdfd = !dir ? -ENOMEM : blk_open_dir(slash ? dir : ".", 0);
+			free(dir);
+		}
+		struct blk_meta m = { .name = L->refs[i], .parent = parent,
+				      .fingerprint = lc->fingerprint, .uid = h->uid };
+		void *dst = bounce ? bounce : kvpool_host_block(pool, b);
+		char why[160];
+		rc = bdfd < 0 ? (snprintf(why, sizeof(why), "no blocks folder: %s", strerror(-bdfd)),
+				 bdfd)
+			      : blk_read(bdfd, &m, tok, &pool->kv, dst, why, sizeof(why));
+		if (rc == 0 && bounce)
+			rc = kvpool_put_block(pool, b, bounce);
+		else if (rc && rc != -ENOMEM && rc != -EIO) {
+			struct store_note *nt = lc->note;
+			if (nt) {
+				char fname[64];
+				blk_file_name(fname, sizeof(fname), h->uid, m.name);
+				nt->bad_block = 1;
+				nt->bad_uid = h->uid;
+				nt->bad_name = m.name;
+				snprintf(nt->bad_why, sizeof(nt->bad_why), "block file %s: %s", fname,
+					 why);
+			}
+			rc = -ENOLINK;
+		}
+	}
+	if (bdfd >= 0)
+		close(bdfd);
+	free(bounce);
 	return rc;
 }
 
 static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enum body_part part,
-		     struct loaded *L, const char **why)
+		     const struct load_ctx *lc, struct loaded *L, const char **why)
 {
 	int load_kv = part == BODY_ALL;
 	unsigned fixed = TURN_FIXED(h->version);
@@ -908,6 +1088,28 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 	if ((rc = rd_text(r, &meta_left, &L->system, why)) ||
 	    (rc = rd_text(r, &meta_left, &L->next_system, why)))
 		return rc;
+	if (h->n_refs) {  /* version 3: seed and names (hdr_parse counted them in) */
+		unsigned char nb[8];
+		L->refs = malloc((size_t)h->n_refs * sizeof(uint64_t));
+		if (!L->refs)
+			return -ENOMEM;
+		if (meta_left < 8 + 8 * (uint64_t)h->n_refs) {
+			*why = "corrupt (body layout)";
+			return -EBADMSG;
+		}
+		if ((rc = rd_get(r, nb, 8)))
+			return rc;
+		L->seed = get_u64(nb);
+		for (uint32_t i = 0; i < h->n_refs; i++) {
+			if ((rc = rd_get(r, nb, 8)))
+				return rc;
+			if (!(L->refs[i] = get_u64(nb))) {
+				*why = "corrupt (a shared block without a name)";
+				return -EBADMSG;
+			}
+		}
+		meta_left -= 8 + 8 * (uint64_t)h->n_refs;
+	}
 	if (meta_left) {
 		*why = "corrupt (body layout)";
 		return -EBADMSG;
@@ -926,29 +1128,38 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 		L->blocks = malloc((size_t)h->n_blocks * sizeof(int32_t));
 		if (!L->blocks)
 			return -ENOMEM;
-		for (uint32_t i = 0; i < h->n_blocks; i++) {
+		/* the file's own blocks now, the shared ones once the body is
+		 * verified (no block file is read for a corrupt state file) */
+		for (uint32_t i = 0; i < h->n_blocks; i++)
+			L->blocks[i] = -1;
+		L->n_blocks = (int)h->n_blocks;
+		for (uint32_t i = h->n_refs; i < h->n_blocks; i++) {
 			int32_t b = kvpool_alloc(pool);
 			if (b < 0)
 				return b;
-			L->blocks[L->n_blocks++] = b;
+			L->blocks[i] = b;
 		}
+		int32_t *own = L->blocks + h->n_refs;
+		uint32_t n_own = h->n_blocks - h->n_refs;
 		int on_host = kvpool_host_block(pool, 0) != NULL;
-		if (h->shape.dtype != pool->kv.dtype || h->shape.group != pool->kv.group)
-			return read_converted(r, h, pool, L->blocks);
-		if (!on_host) {
+		int convert = h->shape.dtype != pool->kv.dtype || h->shape.group != pool->kv.group;
+		if (convert) {
+			if ((rc = read_converted(r, h, pool, own, n_own)))
+				return rc;
+		} else if (!on_host) {
 			void *bounce = malloc(h->block_bytes);
 			if (!bounce)
 				return -ENOMEM;
-			for (uint32_t i = 0; i < h->n_blocks && !rc; i++) {
+			for (uint32_t i = 0; i < n_own && !rc; i++) {
 				rc = rd_get(r, bounce, h->block_bytes);
 				if (!rc)
-					rc = kvpool_put_block(pool, L->blocks[i], bounce);
+					rc = kvpool_put_block(pool, own[i], bounce);
 			}
 			free(bounce);
 			if (rc)
 				return rc;
 		}
-		for (uint32_t i = 0, j; on_host && i < h->n_blocks; i = j) {
+		for (uint32_t i = h->n_refs, j; on_host && !convert && i < h->n_blocks; i = j) {
 			for (j = i + 1; j < h->n_blocks && L->blocks[j] == L->blocks[j - 1] + 1; j++)
 				;
 			rc = rd_get(r, kt_kv_block(&pool->kv, L->blocks[i]),
@@ -972,7 +1183,7 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 		*why = "corrupt (checksum mismatch)";
 		return -EBADMSG;
 	}
-	return 0;
+	return load_kv && h->n_refs ? load_shared(h, pool, L, lc) : 0;
 }
 
 /* Does the file's KV shape equal the pool's? (The element type may differ:
@@ -987,7 +1198,8 @@ static int shape_matches(const struct hdr *h, const struct kvpool *pool)
 /* store_load, or with history_only store_load_history (pool and
  * fingerprint unused). */
 static int load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
-		int allow_foreign, int history_only, char **cause)
+		int allow_foreign, int history_only, int no_kv, struct store_note *note,
+		char **cause)
 {
 	if (cause)
 		*cause = NULL;
@@ -1047,7 +1259,7 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 			  pool->kv.n_layers, pool->kv.kv_dim);
 		goto out;
 	}
-	int load_kv = same_model && same_shape && h.n_cached > 0;
+	int load_kv = !no_kv && same_model && same_shape && h.n_cached > 0;
 	if (load_kv && h.n_blocks > (uint32_t)kvpool_n_free(pool)) {
 		rc = fail(cause, -ENOSPC, "the KV cache is full (%" PRIu32
 			  " blocks needed, %d free)", h.n_blocks, kvpool_n_free(pool));
@@ -1068,7 +1280,8 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 	}
 	XXH64_reset(r.st, 0);
 	posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	rc = read_body(&r, &h, pool, part, &L, &body_why);
+	struct load_ctx lc = { .path = path, .fingerprint = fingerprint, .note = note };
+	rc = read_body(&r, &h, pool, part, &lc, &L, &body_why);
 	if (rc == -EBADMSG && body_why && !strstr(body_why, "checksum") && part != BODY_META) {
 		/* A layout error in a body that also fails its checksum is plain
 		 * corruption: hash the rest to say so, rather than name whichever
@@ -1084,6 +1297,8 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 			fail(cause, rc, "truncated while reading");
 		else if (rc == -ENOSPC)
 			fail(cause, rc, "the KV cache is full");
+		else if (rc == -ENOLINK && note)
+			fail(cause, rc, "%s", note->bad_why);
 		else
 			fail_errno(cause, rc);
 		goto out;
@@ -1107,6 +1322,12 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 	s->last_use_ms = h.last_use_ms;
 	s->prefilled = h.prefilled;
 	s->generated = h.generated;
+	if (note) {
+		note->refs = L.refs;
+		note->n_refs = (int)h.n_refs;
+		L.refs = NULL;
+	}
+	free(L.refs);
 	memset(&L, 0, sizeof(L));
 	rc = 0;
 out:
@@ -1120,12 +1341,51 @@ out:
 int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
 	       int allow_foreign, char **cause)
 {
-	return load(path, s, pool, fingerprint, allow_foreign, 0, cause);
+	struct store_note note;
+	return store_load_ex(path, s, pool, fingerprint, allow_foreign, &note, cause);
+}
+
+int store_load_ex(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
+		  int allow_foreign, struct store_note *note, char **cause)
+{
+	memset(note, 0, sizeof(*note));
+	int rc = load(path, s, pool, fingerprint, allow_foreign, 0, 0, note, cause);
+	if (rc == -ENOLINK) {  /* a block file failed: the history alone */
+		if (cause) {
+			free(*cause);
+			*cause = NULL;
+		}
+		rc = load(path, s, pool, fingerprint, allow_foreign, 0, 1, note, cause);
+	}
+	if (rc) {
+		free(note->refs);
+		note->refs = NULL;
+		note->n_refs = 0;
+	}
+	return rc;
 }
 
 int store_load_history(const char *path, struct session *s, char **cause)
 {
-	return load(path, s, NULL, 0, 1, 1, cause);
+	return load(path, s, NULL, 0, 1, 1, 0, NULL, cause);
+}
+
+int store_read_refs(const char *path, uid_t uid, const char *id, uint64_t **refs, int *n,
+		    char **cause)
+{
+	struct session tmp = { .uid = uid };
+	struct store_note note = { 0 };
+	snprintf(tmp.id, sizeof(tmp.id), "%s", id);
+	int rc = load(path, &tmp, NULL, 0, 1, 1, 0, &note, cause);
+	*refs = note.refs;
+	*n = note.n_refs;
+	for (int i = 0; i < tmp.n_turns; i++)  /* only the names are wanted */
+		free(tmp.turns[i].text);
+	free(tmp.turns);
+	free(tmp.tokens);
+	free(tmp.system);
+	free(tmp.next_system);
+	return rc;
 }
 
 /* ---- list, remove ------------------------------------------------------- */
@@ -1193,6 +1453,7 @@ static int list_one(int dfd, const char *name, struct store_entry *e, char *why,
 	e->generated = h.generated;
 	e->last_use_ms = h.last_use_ms;
 	e->file_bytes = (uint64_t)st.st_size;
+	e->n_refs = h.n_refs;
 	return 0;
 }
 

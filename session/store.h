@@ -11,7 +11,8 @@
  *     K/V type other than the pool's is converted when loaded), block_size
  *     u32, n_layers u32,
  *     kv_dim u32, n_tokens u32, n_cached u32, n_turns u32, uid u32, tmpl u32,
- *     policy u32, flags u32 (0), last_use_ms i64, prefilled u64,
+ *     policy u32, flags u32 (0; version 3: n_refs, the shared blocks),
+ *     last_use_ms i64, prefilled u64,
  *     generated u64, body_bytes u64, id (129 bytes, NUL-padded),
  *     checksum u64 (XXH64 of the body), meta_sum u64 (XXH64 of the body
  *     before the kv part: a history can be read and checked without its
@@ -23,12 +24,20 @@
  *                 text_len u32 (0xffffffff: no text); text bytes }
  *     system      len u32 (0xffffffff: none) + bytes
  *     next_system len u32 (same) + bytes
- *     kv          ceil(n_cached / block_size) blocks of kt_kv_block_bytes
- *                 each (in the file's element type), in the session's
- *                 block-table order (the KV layout of kernels/backend.h)
+ *     refs        version 3: seed u64 (the session's chain seed), then
+ *                 n_refs names u64: its first n_refs blocks, each in its
+ *                 block file (session/blocks.h), shared by every state file
+ *                 of the owner that begins with it
+ *     kv          the other ceil(n_cached / block_size) - n_refs blocks, of
+ *                 kt_kv_block_bytes each (in the file's element type), in
+ *                 the session's block-table order (the KV layout of
+ *                 kernels/backend.h)
  * Writes go to a temporary file in the same folder, are fsynced, renamed
  * over the final name, and the folder is fsynced: a reader sees the old
- * file or the new one, never a torn one. Files are created mode 0600.
+ * file or the new one, never a torn one. Files are created mode 0600. The
+ * block files a version 3 file names are written (when missing) and
+ * synced before it. Sessions without shared blocks are written as
+ * version 2.
  * The module knows nothing of sockets or the model beyond a fingerprint.
  */
 #ifndef LLAMAD_SESSION_STORE_H
@@ -43,8 +52,9 @@
 #define STORE_MAGIC "LLAMADS1"
 /* Version 2 added meta_sum and the turns' end byte; version 1 files (no
  * meta_sum: header_sum right after checksum; turns without end) are read
- * too, and written as version 2 at their next save. */
-#define STORE_VERSION 2
+ * too, and written as version 2 at their next save. Version 3 adds shared
+ * blocks (refs). */
+#define STORE_VERSION 3
 
 #define STORE_HEADER_BYTES 256  /* the fields above, zero-padded */
 
@@ -58,6 +68,7 @@ struct store_entry {
 	int64_t last_use_ms;
 	uint64_t prefilled, generated;
 	uint64_t file_bytes;
+	uint32_t n_refs;            /* version 3: blocks in block files */
 	char *path;                 /* malloc'd */
 };
 
@@ -76,6 +87,19 @@ char *store_path(const char *dir, uid_t uid, const char *id);
  */
 int store_save(const char *dir, const struct session *s, const struct kvpool *pool,
 	       uint64_t fingerprint, char **cause);
+/* The names of a session's first n full blocks (its chain, session.h) and
+ * the chain's seed: what store_save_shared keeps as block files. */
+struct store_chain {
+	uint64_t seed;
+	const uint64_t *names;
+	int n;
+};
+/* store_save with the first ch->n blocks (full, cached) in block files
+ * (version 3): those not in the blocks folder yet are written first
+ * (*written counts them). Same errors. */
+int store_save_shared(const char *dir, const struct session *s, const struct kvpool *pool,
+		      uint64_t fingerprint, const struct store_chain *ch, int *written,
+		      char **cause);
 /* The same without any K/V (n_cached 0 in the file): restored, the session
  * recomputes its cache from the tokens. For when the pool cannot be read
  * (a failed device). */
@@ -100,6 +124,31 @@ int store_save_history(const char *dir, const struct session *s, const struct kv
  */
 int store_load(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
 	       int allow_foreign, char **cause);
+
+/* What store_load_ex saw besides its result. */
+struct store_note {
+	/* a block file refused (or missing): the session was loaded without its
+	 * K/V (n_cached 0: recomputed from its tokens); bad_why says why */
+	int bad_block;
+	uint32_t bad_uid;
+	uint64_t bad_name;
+	char bad_why[256];
+	/* version 3: the shared blocks' names (malloc'd, n_refs of them; the
+	 * caller frees), as the file has them, whatever was loaded */
+	uint64_t *refs;
+	int n_refs;
+};
+/* store_load that survives a bad block file (see struct store_note) and
+ * hands back the file's shared block names. Whole blocks the pool already
+ * holds under the same name, owner, parent and tokens are shared, not
+ * read. note is zeroed first. */
+int store_load_ex(const char *path, struct session *s, struct kvpool *pool, uint64_t fingerprint,
+		  int allow_foreign, struct store_note *note, char **cause);
+/* The shared block names of the state file at path (its history checked by
+ * meta_sum; nothing else kept): *refs malloc'd (NULL for none), *n. 0 or
+ * store_load_history's errors. */
+int store_read_refs(const char *path, uid_t uid, const char *id, uint64_t **refs, int *n,
+		    char **cause);
 
 /*
  * Read only the history of the session file at path (tokens, turns,
