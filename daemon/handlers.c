@@ -565,6 +565,9 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&c, forward_passes, e->n_forward);
 	PB_SET(&c, cow_copies, e->pool->cow_copies);
 	PB_SET(&c, prefix_hit_tokens, e->st.prefix_hit_tokens);
+	PB_SET(&c, block_files_written, e->res.n.blocks_written);
+	PB_SET(&c, block_files_removed, e->res.n.blocks_removed);
+	PB_SET(&c, block_files_refused, e->res.n.blocks_refused);
 	PB_SET(&c, evictions_ram, n->evict_ram);
 	PB_SET(&c, evictions_disk, n->evict_disk);
 	PB_SET(&c, restores, n->restores);
@@ -601,6 +604,8 @@ static int on_status(struct engine *e, struct req *rq)
 	st.kv_type = (char *)kt_dtype_name(e->pool->kv.dtype);
 	PB_SET(&st, kv_blocks_cached, (uint32_t)kvpool_n_cached(e->pool));
 	PB_SET(&st, prefix_sharing, e->st.share != 0);
+	PB_SET(&st, block_files, (uint32_t)e->res.blocks.n);
+	PB_SET(&st, block_file_bytes, e->res.blocks.bytes);
 	PB_SET(&st, weight_bytes, e->m->weight_bytes);
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;
