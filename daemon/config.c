@@ -98,6 +98,9 @@ static const struct key keys[] = {
 	  "sessions saved under another model: recompute or refuse", NAMES(foreign_names) },
 	{ "prefix_sharing", K_ENUM, O(prefix_sharing), 0, 0, 1, 1,
 	  "sessions of one owner that begin alike share those blocks: on or off", NAMES(onoff_names) },
+	{ "prefix_cache_time", K_INT, O(prefix_cache_time), 0, 1e7, 300, 1,
+	  "seconds a free block keeps a prefix for later sessions once the daemon is idle; then "
+	  "its memory goes back (0: at once)" },
 	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 256, 1, "sessions per user other than root (0: no quota)" },
 	{ "max_kv_share_per_uid", K_INT, O(max_kv_share_per_uid), 1, 100, 50, 1, "percent of the KV cache one user other than root may hold (100: no limit)" },
 	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1024, 1, "most sessions held at once" },

@@ -38,6 +38,7 @@ struct config {
 	int save_delay;          /* seconds idle before a changed session is saved */
 	int foreign_cache;       /* 0: recompute from the tokens, 1: refuse */
 	int prefix_sharing;      /* 1: sessions of one owner share common prefixes */
+	int prefix_cache_time;   /* seconds free named blocks stay, when idle */
 	uint64_t ram_cache;      /* bytes of host memory for evicted K/V */
 	int max_sessions_per_uid;/* 0: no quota */
 	int device;              /* enum backend_kind */

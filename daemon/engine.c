@@ -384,18 +384,24 @@ static void *engine_main(void *arg)
 	for (;;) {
 		pthread_mutex_lock(&e->mu);
 		while (!e->cmd_head && e->n_jobs == 0 && !e->shutdown && !e->have_pending_cfg) {
-			if (!e->trimmed && e->idle_ticks >= 2) {
+			uint32_t keep = (uint32_t)e->cfg.prefix_cache_time;
+			e->pool->now_s = (uint32_t)clock_mono_s();
+			long expiry = kvpool_next_expiry(e->pool, keep);
+			if (e->idle_ticks >= 2 && (!e->trimmed || expiry == 0)) {
 				/* idle for two seconds: give back memory the last burst
-				 * touched (free K/V blocks, the heap's free top) */
+				 * touched (free K/V blocks, the heap's free top), and the
+				 * blocks of prefixes unused for prefix_cache_time */
 				pthread_mutex_unlock(&e->mu);
+				int old = kvpool_expire_cached(e->pool, keep);
 				size_t kv = kvpool_release_free(e->pool);
 				malloc_trim(0);
-				log_msg(LL_DEBUG, "idle: released %zu bytes of free K/V blocks", kv);
+				log_msg(LL_DEBUG, "idle: released %zu bytes of free K/V blocks (%d of them "
+					"held prefixes unused for %u s)", kv, old, (unsigned)keep);
 				pthread_mutex_lock(&e->mu);
 				e->trimmed = 1;
 				continue;
 			}
-			if (!e->res.dir && e->trimmed) {
+			if (!e->res.dir && e->trimmed && expiry < 0) {
 				pthread_cond_wait(&e->cv, &e->mu);
 				continue;
 			}
@@ -414,6 +420,7 @@ static void *engine_main(void *arg)
 			e->idle_ticks = 0;
 			e->trimmed = 0;
 		}
+		e->pool->now_s = (uint32_t)clock_mono_s();  /* when blocks are freed */
 		struct cmd *c = e->cmd_head;
 		e->cmd_head = e->cmd_tail = NULL;
 		int shut = e->shutdown;

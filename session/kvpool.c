@@ -49,6 +49,7 @@ struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int hea
 	p->lru_prev = malloc(n * sizeof(int32_t));
 	p->lru_next = malloc(n * sizeof(int32_t));
 	p->mark = calloc(n, sizeof(uint32_t));
+	p->freed_at = calloc(n, sizeof(uint32_t));
 	/* at most half full: short probe runs */
 	uint32_t slots = 16;
 	while (slots < 2 * n)
@@ -56,7 +57,8 @@ struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int hea
 	p->index = malloc(slots * sizeof(int32_t));
 	p->index_mask = slots - 1;
 	if (!p->kv.base || !p->refs || !p->free_list || !p->touched || !p->name || !p->parent ||
-	    !p->owner || !p->tok || !p->lru_prev || !p->lru_next || !p->mark || !p->index) {
+	    !p->owner || !p->tok || !p->lru_prev || !p->lru_next || !p->mark || !p->index ||
+	    !p->freed_at) {
 		kvpool_free(p);
 		return NULL;
 	}
@@ -98,6 +100,7 @@ void kvpool_free(struct kvpool *p)
 	free(p->lru_prev);
 	free(p->lru_next);
 	free(p->mark);
+	free(p->freed_at);
 	free(p);
 }
 
@@ -176,6 +179,24 @@ done:
 		lru_remove(p, b);
 		p->free_list[p->n_plain++] = b;
 	}
+}
+
+int kvpool_expire_cached(struct kvpool *p, uint32_t age_s)
+{
+	int n = 0;
+	while (p->lru_head >= 0 && p->now_s - p->freed_at[p->lru_head] >= age_s) {
+		kvpool_unname(p, p->lru_head);
+		n++;
+	}
+	return n;
+}
+
+long kvpool_next_expiry(const struct kvpool *p, uint32_t age_s)
+{
+	if (p->lru_head < 0)
+		return -1;
+	uint32_t age = p->now_s - p->freed_at[p->lru_head];
+	return age >= age_s ? 0 : (long)(age_s - age);
 }
 
 int32_t kvpool_lookup(const struct kvpool *p, uint64_t name, uint64_t parent, uint32_t owner,
@@ -282,9 +303,10 @@ void kvpool_unref(struct kvpool *p, int32_t b)
 {
 	if (--p->refs[b] != 0)
 		return;
-	if (p->name[b])
+	if (p->name[b]) {
+		p->freed_at[b] = p->now_s;
 		lru_push(p, b);
-	else
+	} else
 		p->free_list[p->n_plain++] = b;
 	p->n_free++;
 }

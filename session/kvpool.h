@@ -46,6 +46,8 @@ struct kvpool {
 	int32_t *lru_prev, *lru_next;  /* free named blocks, oldest first */
 	int32_t lru_head, lru_tail;
 	int n_lru;
+	uint32_t *freed_at;   /* (n_blocks) now_s when a named block became free */
+	uint32_t now_s;       /* the owner's clock, seconds (set by the caller) */
 	uint64_t names_dropped;  /* free named blocks taken for other use */
 	uint32_t *mark;       /* (n_blocks) scratch of kvpool_mark_epoch */
 	uint32_t mark_epoch;
@@ -92,6 +94,13 @@ size_t kvpool_release_free(struct kvpool *p);
 static inline int kvpool_n_free(const struct kvpool *p) { return p->n_free; }
 /* Free blocks that still hold a named prefix. */
 static inline int kvpool_n_cached(const struct kvpool *p) { return p->n_lru; }
+/* Forget the names of free blocks freed at least age_s seconds ago (by
+ * now_s), oldest first: they become plain free blocks, whose pages
+ * kvpool_release_free gives back. Returns how many. */
+int kvpool_expire_cached(struct kvpool *p, uint32_t age_s);
+/* Seconds until the oldest free named block is age_s old (0: now; -1:
+ * there is none). */
+long kvpool_next_expiry(const struct kvpool *p, uint32_t age_s);
 
 /* Name block b (full, written, unnamed, and no other block of that name):
  * `name` made from `parent` and its block_size tokens, for owner. */
@@ -104,7 +113,7 @@ void kvpool_unname(struct kvpool *p, int32_t b);
  * Takes no reference (kvseq_attach does). */
 int32_t kvpool_lookup(const struct kvpool *p, uint64_t name, uint64_t parent, uint32_t owner,
 		      const int32_t *tokens);
-/* A new epoch for kvpool_mark: 0 on the first call after 2^32 - 1. */
+/* A new epoch for kvpool_mark (the marks are cleared when the counter wraps). */
 static inline uint32_t kvpool_mark_epoch(struct kvpool *p)
 {
 	if (++p->mark_epoch == 0) {
