@@ -55,8 +55,12 @@ static int cmd_save(struct cli *cli, int argc, char **argv)
 		cli_json_message(&r->saved->base);
 		cli_flush_stdout();
 	} else if (cli->verbose || all) {
-		fprintf(stderr, "llamactl: saved %u session%s (%s)\n", r->saved->sessions,
-			r->saved->sessions == 1 ? "" : "s", b);
+		char bb[32];
+		cli_human_bytes(bb, sizeof(bb), r->saved->block_bytes);
+		fprintf(stderr, "llamactl: saved %u session%s (%s%s%s%s)\n", r->saved->sessions,
+			r->saved->sessions == 1 ? "" : "s", b,
+			r->saved->block_bytes ? ", and " : "", r->saved->block_bytes ? bb : "",
+			r->saved->block_bytes ? " of new shared blocks" : "");
 	}
 	llamad__response__free_unpacked(r, NULL);
 	return EXIT_OK;

@@ -641,6 +641,7 @@ static int on_save(struct engine *e, struct req *rq)
 	Llamad__Saved sd = LLAMAD__SAVED__INIT;
 	PB_SET(&sd, sessions, (uint32_t)c.n);
 	PB_SET(&sd, bytes, c.bytes);
+	PB_SET(&sd, block_bytes, c.block_bytes);
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_SAVED);
 	r.saved = &sd;
 	reply_body(e, rq, &r);

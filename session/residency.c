@@ -354,7 +354,7 @@ static int save_due(const struct session *s)
  * (persistence off, ephemeral, not in the pool), or -errno with *cause
  * (malloc'd: the reason, without the file's path); a failure starts or
  * lengthens s's wait. */
-static int res_save(struct residency *r, struct session *s, char **cause)
+static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes, char **cause)
 {
 	if (!r->dir || s->ephemeral || s->loc != SESS_POOL)
 		return 1;
@@ -373,6 +373,10 @@ static int res_save(struct residency *r, struct session *s, char **cause)
 	int rc = n_refs ? store_save_shared(r->dir, s, r->pool, r->fingerprint, &ch, &written, cause)
 			: store_save(r->dir, s, r->pool, r->fingerprint, cause);
 	r->n.blocks_written += (uint64_t)written;
+	if (blk_bytes)
+		*blk_bytes += (uint64_t)written * (BLK_HEADER_BYTES +
+						   4 * (uint64_t)r->pool->kv.block_size +
+						   block_bytes(r));
 	if (rc) {
 		free(refs);  /* new block files nothing refers to: the next start's */
 		r->n.save_errors++;
@@ -423,7 +427,7 @@ static void say_save_failed(struct residency *r, const struct session *s, const 
 void res_save_into(struct residency *r, struct session *s, int count_saved, struct res_saved *out)
 {
 	char *cause = NULL;
-	int rc = res_save(r, s, &cause);
+	int rc = res_save(r, s, &out->block_bytes, &cause);
 	if (rc == 0 || (rc == 1 && count_saved)) {
 		out->n++;
 		out->bytes += s->file_bytes;
@@ -468,7 +472,7 @@ static void save_if_idle(struct session *s, void *ctx)
 	    s->last_use_ms > c->before || !save_due(s))
 		return;
 	char *cause = NULL;
-	int rc = res_save(c->r, s, &cause);
+	int rc = res_save(c->r, s, NULL, &cause);
 	if (rc < 0)
 		say_save_failed(c->r, s, "", cause, rc);
 	free(cause);
@@ -576,7 +580,7 @@ int res_evict_one_of(struct residency *r, const struct session *keep, uid_t uid)
 			if (!save_due(v))
 				continue;  /* its saves fail: it stays in the pool */
 			char *cause = NULL;
-			int rc = res_save(r, v, &cause);
+			int rc = res_save(r, v, NULL, &cause);
 			if (rc < 0) {
 				say_save_failed(r, v, " to evict it", cause, rc);
 				free(cause);

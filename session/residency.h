@@ -69,7 +69,8 @@ struct residency {
 /* What res_save_all did. */
 struct res_saved {
 	int n, errors;
-	uint64_t bytes;          /* of the files written */
+	uint64_t bytes;          /* of the state files written */
+	uint64_t block_bytes;    /* of the shared block files written */
 	char *first_error;       /* malloc'd: "session 'ID': reason" (no path) */
 };
 
