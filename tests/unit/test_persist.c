@@ -1221,6 +1221,82 @@ static void test_full_state_dir(void **state)
 	free(dir);
 }
 
+static char *fill_disk(const char *dir);
+
+/* Block files (shared prefixes) on a full disk: a session saved with its
+ * full blocks in block files, then grown, cannot be saved again; nothing of
+ * the failed save stays (no new block file, no temporary file), and after
+ * a restart the session is the one last saved, its cache loaded from its
+ * block files (no re-prefill). */
+static void test_full_disk_blocks(void **state)
+{
+	(void)state;
+	char *dir = tpath("tiny-fs2");
+	assert_int_equal(mkdir(dir, 0700), 0);
+	if (mount("tmpfs", dir, "tmpfs", 0, "size=160k,mode=0700") != 0) {
+		print_message("  skipped: cannot mount a tmpfs on %s: %s (needs root)\n", dir,
+			      strerror(errno));
+		rmdir(dir);
+		free(dir);
+		skip();
+	}
+	snprintf(T.mounted, sizeof(T.mounted), "%s", dir);
+	struct daemon d;
+	start_daemon(&d, "d6d", T.model, dir, "--save-delay", "3600", NULL);
+	struct cli *c = cli_new(&d);
+	/* ~40 tokens: 2 full blocks in block files, the rest in the state file */
+	make_raw(c, "a", PROMPT, 30);
+	must_save(c, "a", 0);
+	Llamad__Response *i = must_info(c, "a");
+	uint32_t saved = i->session->tokens;
+	rfree(i);
+	int n;
+	char *bdir = path_join(dir, BLK_DIR);
+	char *before = dir_names(bdir, &n);
+	assert_true(n >= 2);
+	/* room for one more block file (20.6 KiB), not two: the failed save
+	 * writes one and must take it back */
+	char *filler = fill_disk(dir);
+	struct stat fst;
+	assert_int_equal(stat(filler, &fst), 0);
+	assert_int_equal(truncate(filler, fst.st_size - 24 * 1024), 0);
+	struct gen g;
+	generate_ok(c, "a", GREEDY(NULL, 40), &g, 0);   /* 2 or 3 more full blocks */
+	gen_free(&g);
+	expect_error(op_save(c, "a", 0), E_STORAGE, "session 'a': No space left");
+	char *after = dir_names(bdir, &n);
+	if (strcmp(before, after))
+		fail_msg("a failed save left block files: [%s], before it [%s]", after, before);
+	free(after);
+	char want[64], *got = dir_names(dir, &n);
+	snprintf(want, sizeof(want), "%u-a.session filler", (unsigned)T.uid);
+	if (strcmp(got, want))
+		fail_msg("state directory %s holds [%s], expected [%s]", dir, got, want);
+	free(got);
+	cli_free(c);
+	kill_daemon(&d);
+
+	start_daemon(&d, "d6d", T.model, dir, "--save-delay", "3600", NULL);
+	c = cli_new(&d);
+	i = must_info(c, "a");
+	assert_int_equal(i->session->tokens, saved);
+	rfree(i);
+	generate_ok(c, "a", GREEDY(NULL, 5), &g, 0);
+	assert_int_equal(g.prompt_tokens, 1);   /* its blocks loaded: no re-prefill */
+	gen_free(&g);
+	cli_free(c);
+	kill_daemon(&d);
+	after = dir_names(bdir, &n);
+	if (strcmp(before, after))
+		fail_msg("block files [%s] after the restart, [%s] before", after, before);
+	free(after);
+	free(before);
+	free(bdir);
+	unlink(filler);
+	free(filler);
+	free(dir);
+}
+
 static void test_unusable_state_dir(void **state)
 {
 	(void)state;
@@ -1835,6 +1911,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_bad_files, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_foreign_model, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_full_state_dir, case_setup, case_teardown),
+		cmocka_unit_test_setup_teardown(test_full_disk_blocks, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_unusable_state_dir, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_save_backoff, case_setup, case_teardown),
 		cmocka_unit_test_setup_teardown(test_more_sessions_than_pool, case_setup,
