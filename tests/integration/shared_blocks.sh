@@ -35,6 +35,13 @@ stop() {
 gen() {  # gen SESSION TEXT [N]: greedy tokens appended to SESSION
     "$CTL" --socket "$SOCK" generate --session "$1" --raw -n "${3:-16}" --temperature 0 "$2"
 }
+continue_all() {  # continue_all LABEL: $same = sessions continuing as want-*
+    same=0
+    for s in s1 s2 s3 s4; do
+        got=$(gen $s " Then" 12) || bad "$1: $s continues"
+        [ "$got" = "$(cat "$dir/want-$s")" ] && same=$((same + 1))
+    done
+}
 nblocks() { ls "$1/blocks" 2>/dev/null | grep -c '\.kvb$'; }
 bytes() { cat "$@" 2>/dev/null | wc -c; }
 field() {  # field JSON KEY
@@ -75,11 +82,7 @@ start "$dir/B"
 for s in s1 s2 s3 s4; do gen $s " Then" 12 >"$dir/want-$s" || bad "B: $s continues"; done
 stop
 start "$dir/A"
-same=0
-for s in s1 s2 s3 s4; do
-    got=$(gen $s " Then" 12) || bad "A: $s continues"
-    [ "$got" = "$(cat "$dir/want-$s")" ] && same=$((same + 1))
-done
+continue_all A
 [ $same -eq 4 ] && ok "restored from block files, 4 sessions continue as version 2 files do" ||
     bad "$same of 4 restored sessions continue as without sharing"
 st=$("$CTL" --socket "$SOCK" --json status)
@@ -135,11 +138,7 @@ b[200] ^= 0x40
 open(p, 'wb').write(b)
 EOF
 start "$dir/C"
-same=0
-for s in s1 s2 s3 s4; do
-    got=$(gen $s " Then" 12) || bad "C: $s continues"
-    [ "$got" = "$(cat "$dir/want-$s")" ] && same=$((same + 1))
-done
+continue_all C
 [ $same -eq 4 ] && ok "with a corrupt block file, 4 sessions recompute their cache and answer the same" ||
     bad "$same of 4 sessions answer the same with a corrupt block file"
 grep "$f" "$log" | grep -q "checksum" && ok "the log names $f and why" ||

@@ -1175,12 +1175,13 @@ static void test_foreign_model(void **state)
 
 /* ---- 6. full and unwritable state directories ---------------------------------- */
 
-static void test_full_state_dir(void **state)
+/* A tmpfs of `opts` mounted on a new folder `name` (unmounted by the
+ * teardown), malloc'd; skips the test when it cannot be mounted. */
+static char *tiny_fs(const char *name, const char *opts)
 {
-	(void)state;
-	char *dir = tpath("tiny-fs");
+	char *dir = tpath(name);
 	assert_int_equal(mkdir(dir, 0700), 0);
-	if (mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700") != 0) {
+	if (mount("tmpfs", dir, "tmpfs", 0, opts) != 0) {
 		print_message("  skipped: cannot mount a tmpfs on %s: %s (needs root)\n", dir,
 			      strerror(errno));
 		rmdir(dir);
@@ -1188,6 +1189,13 @@ static void test_full_state_dir(void **state)
 		skip();
 	}
 	snprintf(T.mounted, sizeof(T.mounted), "%s", dir);
+	return dir;
+}
+
+static void test_full_state_dir(void **state)
+{
+	(void)state;
+	char *dir = tiny_fs("tiny-fs", "size=64k,mode=0700");
 	struct daemon d;
 	start_daemon(&d, "d6a", T.model, dir, NULL);
 	struct cli *c = cli_new(&d);
@@ -1231,16 +1239,7 @@ static char *fill_disk(const char *dir);
 static void test_full_disk_blocks(void **state)
 {
 	(void)state;
-	char *dir = tpath("tiny-fs2");
-	assert_int_equal(mkdir(dir, 0700), 0);
-	if (mount("tmpfs", dir, "tmpfs", 0, "size=160k,mode=0700") != 0) {
-		print_message("  skipped: cannot mount a tmpfs on %s: %s (needs root)\n", dir,
-			      strerror(errno));
-		rmdir(dir);
-		free(dir);
-		skip();
-	}
-	snprintf(T.mounted, sizeof(T.mounted), "%s", dir);
+	char *dir = tiny_fs("tiny-fs2", "size=160k,mode=0700");
 	struct daemon d;
 	start_daemon(&d, "d6d", T.model, dir, "--save-delay", "3600", NULL);
 	struct cli *c = cli_new(&d);
@@ -1377,16 +1376,7 @@ static int log_lines_with(const struct daemon *d, const char *a, const char *b)
 static void test_save_backoff(void **state)
 {
 	(void)state;
-	char *dir = tpath("full-fs");
-	assert_int_equal(mkdir(dir, 0700), 0);
-	if (mount("tmpfs", dir, "tmpfs", 0, "size=4m,mode=0700") != 0) {
-		print_message("  skipped: cannot mount a tmpfs on %s: %s (needs root)\n", dir,
-			      strerror(errno));
-		rmdir(dir);
-		free(dir);
-		skip();
-	}
-	snprintf(T.mounted, sizeof(T.mounted), "%s", dir);
+	char *dir = tiny_fs("full-fs", "size=4m,mode=0700");
 	struct daemon d;
 	/* s1 and s2 begin alike: each must hold its own blocks here */
 	start_daemon(&d, "d6c", T.model, dir, "--prefix-sharing", "off", "--kv-memory", "1M",
