@@ -30,18 +30,24 @@ as() {
     if [ "$u" -eq 0 ]; then out=$("$dir/llamactl" --socket "$SOCK" "$@" 2>&1); rc=$?
     else out=$(setpriv --reuid="$u" --regid="$u" --clear-groups "$dir/llamactl" --socket "$SOCK" "$@" 2>&1); rc=$?; fi
 }
-# a 450-token prompt (tokenize says so) and 16 tokens of answer: 467
-# tokens, 30 blocks, whatever the answer
+# a 452-token prompt (tokenize says so), its name first so that no two
+# share a block (prefix sharing), and 16 tokens of answer: 469 tokens, 30
+# blocks, whatever the answer
 long=$(python3 -c 'print("Once upon a time, " * 90)')
-fill() {  # uid name: a session of ~467 tokens
-    as "$1" generate --raw -s "$2" -n 16 --temperature 0 "$long"
+fill() {  # uid name: a session of ~469 tokens
+    as "$1" generate --raw -s "$2" -n 16 --temperature 0 "$2 $long"
 }
 okn=0
 for k in 1 2 3 4 5; do fill 65534 "n$k"; [ "$rc" -eq 0 ] && okn=$((okn + 1)); done
 fill 65534 n6
 if [ "$okn" -eq 5 ] && [ "$rc" -eq 1 ] && echo "$out" | grep -q "holds its share of the KV cache"; then
-    ok "uid 65534: five 467-token sessions, the sixth refused for its share"
+    ok "uid 65534: five 469-token sessions, the sixth refused for its share"
 else bad "uid 65534: $okn of 5 filled; the sixth: rc $rc: $out"; fi
+# one that begins as n1 shares its 28 whole prompt blocks, which count once
+# toward the share: 150 + 2 of the 153 blocks
+as 65534 generate --raw -s n1b -n 16 --temperature 0 "n1 $long"
+[ "$rc" -eq 0 ] && ok "uid 65534: a session beginning as n1 fits: shared blocks count once" ||
+    bad "uid 65534: a session sharing n1's prompt: rc $rc: $out"
 okr=0
 for k in 1 2 3 4 5; do fill 0 "r$k"; [ "$rc" -eq 0 ] && okr=$((okr + 1)); done
 [ "$okr" -eq 5 ] && ok "root still gets five such sessions" || bad "root got $okr of 5: $out"
@@ -66,7 +72,7 @@ chmod 644 "$dir/open.py"
 cp tests/tools/pbwire.py "$dir/" && chmod 644 "$dir/pbwire.py"
 q=$(setpriv --reuid=65534 --regid=65534 --clear-groups /usr/bin/python3 "$dir/open.py" "$SOCK" 300 "$dir")
 case $q in
-    "(250, "*"quota of 256 sessions"*) ok "uid 65534: its 257th session refused by the quota (it held 6 already)" ;;
+    "(249, "*"quota of 256 sessions"*) ok "uid 65534: its 257th session refused by the quota (it held 7 already)" ;;
     *) bad "quota: $q" ;;
 esac
 r=$(python3 "$dir/open.py" "$SOCK" 300 "$dir")
