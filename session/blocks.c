@@ -325,6 +325,7 @@ int blk_read(int bdfd, const struct blk_meta *want, const int32_t *tokens,
 	if (from.dtype == to->dtype && from.group == to->group) {
 		memcpy(dst, body + tb, kvb);
 	} else {
+		rc = 1;  /* converted */
 		scratch = malloc(2 * (size_t)to->kv_dim * sizeof(float));
 		if (!scratch) {
 			rc = refuse(why, whycap, -ENOMEM, "out of memory");

@@ -71,7 +71,8 @@ int blk_sync(int bdfd);
  * checking it is exactly the block expected: its name, owner, parent and
  * tokens those given, XXH64 of its tokens under parent its name, model
  * fingerprint and KV shape (block_size, layers, kv_dim) those of `to`,
- * checksums. 0, or -errno with a one-line reason in why: -ENOENT (missing),
+ * checksums. 0, 1 when it was converted from another element type, or
+ * -errno with a one-line reason in why: -ENOENT (missing),
  * -EBADMSG (corrupt, truncated, name not matching the content), -EPROTO
  * (other format version or KV type), -ESTALE (another model or shape),
  * -ENOMEM, -EIO.

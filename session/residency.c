@@ -360,7 +360,7 @@ static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes,
 		return 1;
 	/* with sharing on, its full cached blocks go to block files, written
 	 * once for every state file of the owner that begins with them */
-	int n_refs = r->st->share ? s->n_cached / r->pool->kv.block_size : 0;
+	int n_refs = r->st->share && !s->inexact ? s->n_cached / r->pool->kv.block_size : 0;
 	if (n_refs > s->kv.n_blocks || (n_refs && !sess_block_name(r->st, s, n_refs - 1)))
 		n_refs = 0;  /* out of memory for the names: all inline */
 	uint64_t *refs = n_refs ? malloc((size_t)n_refs * sizeof(uint64_t)) : NULL;

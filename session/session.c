@@ -50,6 +50,7 @@ void sess_clear_history(struct sess_table *t, struct session *s)
 	s->system = s->next_system = NULL;
 	s->n_turns = s->turns_cap = s->n_tokens = s->cap = s->n_cached = 0;
 	s->chain_n = s->chain_cap = 0;
+	s->inexact = 0;
 }
 
 static void sess_free(struct sess_table *t, struct session *s)
@@ -177,6 +178,7 @@ struct session *sess_fork(struct sess_table *t, struct session *src, uid_t uid,
 		s->last_use_ms = src->last_use_ms;
 		s->shift_turns = src->shift_turns;
 		s->shift_tokens = src->shift_tokens;
+		s->inexact = src->inexact;  /* its blocks are src's */
 	}
 	if (fail) {
 		sess_drop(t, s);
@@ -215,6 +217,8 @@ void sess_uncache(struct sess_table *t, struct session *s, int n)
 		s->chain_n = whole;
 	if (n < s->n_cached)
 		s->n_cached = n;
+	if (s->n_cached == 0)
+		s->inexact = 0;
 	kvseq_truncate(t->pool, &s->kv, s->n_cached);
 }
 
@@ -331,7 +335,7 @@ int sess_share_prefix(struct sess_table *t, struct session *s)
 {
 	struct kvpool *p = t->pool;
 	int bs = p->kv.block_size, got = 0;
-	if (!t->share || s->n_cached % bs)
+	if (!t->share || s->inexact || s->n_cached % bs)
 		return 0;
 	for (int i = s->n_cached / bs; (i + 1) * bs <= s->n_tokens - 1 && i <= s->kv.n_blocks;
 	     i++) {
@@ -354,7 +358,7 @@ void sess_name_blocks(struct sess_table *t, struct session *s)
 	struct kvpool *p = t->pool;
 	int bs = p->kv.block_size;
 	int n = s->n_cached / bs;
-	if (!t->share || n > s->kv.n_blocks || chain_upto(t, s, n) != 0)
+	if (!t->share || s->inexact || n > s->kv.n_blocks || chain_upto(t, s, n) != 0)
 		return;
 	for (int i = 0; i < n; i++) {
 		int32_t b = s->kv.blocks[i];

@@ -89,6 +89,11 @@ struct session {
 	uint64_t *chain;
 	int chain_n, chain_cap;
 	uint64_t chain_seed;
+	/* its K/V came from a state file of another element type (converted,
+	 * so not what this daemon computes): it neither takes nor gives
+	 * shared blocks, and is saved without block files, until its cache
+	 * is computed again from position 0 */
+	int inexact;
 	/* the shared blocks its state file refers to (residency.c) */
 	uint64_t *file_refs;
 	int n_file_refs;

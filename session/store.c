@@ -501,7 +501,9 @@ static int save_check(const struct session *s, int n_cached, int n_refs,
 		}
 	}
 	memset(h, 0, sizeof(*h));
-	h->version = n_refs ? 3 : 2;  /* a file without shared blocks stays version 2 */
+	/* a file without shared blocks stays version 2; version 3 without
+	 * any says the K/V is inexact (session.h) */
+	h->version = n_refs || (s->inexact && n_cached > 0) ? 3 : 2;
 	h->n_refs = (uint32_t)n_refs;
 	h->fingerprint = fingerprint;
 	h->kv_dtype = (uint32_t)kv->dtype | (uint32_t)(kv->dtype == KT_Q8_0 ? kv->group : 0) << 8;
@@ -862,6 +864,7 @@ struct loaded {
 	int n_blocks;           /* blocks taken from the pool so far */
 	uint64_t seed;          /* version 3: the chain's seed and the shared */
 	uint64_t *refs;         /* blocks' names (h->n_refs) */
+	int converted;          /* a block was converted from another K/V type */
 };
 
 /* Where a version 3 file's shared blocks come from. */
@@ -1001,6 +1004,10 @@ static int load_shared(const struct hdr *h, struct kvpool *pool, struct loaded *
 		rc = bdfd < 0 ? (snprintf(why, sizeof(why), "no blocks folder: %s", strerror(-bdfd)),
 				 bdfd)
 			      : blk_read(bdfd, &m, tok, &pool->kv, dst, why, sizeof(why));
+		if (rc == 1) {  /* read, converted */
+			L->converted = 1;
+			rc = 0;
+		}
 		if (rc == 0 && bounce)
 			rc = kvpool_put_block(pool, b, bounce);
 		else if (rc && rc != -ENOMEM && rc != -EIO) {
@@ -1144,6 +1151,7 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 		int on_host = kvpool_host_block(pool, 0) != NULL;
 		int convert = h->shape.dtype != pool->kv.dtype || h->shape.group != pool->kv.group;
 		if (convert) {
+			L->converted = n_own > 0;
 			if ((rc = read_converted(r, h, pool, own, n_own)))
 				return rc;
 		} else if (!on_host) {
@@ -1317,6 +1325,9 @@ static int load(const char *path, struct session *s, struct kvpool *pool, uint64
 	s->kv.blocks = L.blocks;
 	s->kv.n_blocks = s->kv.cap = L.n_blocks;
 	s->n_cached = load_kv ? (int)h.n_cached : 0;
+	/* K/V converted now, or by the daemon that saved it (version 3 without
+	 * shared blocks): not what this daemon computes (session.h) */
+	s->inexact = load_kv && (L.converted || (h.version >= 3 && h.n_refs == 0));
 	s->tmpl = (int)h.tmpl;
 	s->policy = (int)h.policy;
 	s->last_use_ms = h.last_use_ms;
