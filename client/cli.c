@@ -650,9 +650,14 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 	if (cli->verbose) {
 		double gs = d->generate_ms > 0 ? d->generated_tokens * 1e3 / d->generate_ms : 0;
 		double ps = d->prefill_ms > 0 ? d->prompt_tokens * 1e3 / d->prefill_ms : 0;
-		fprintf(stderr, "llamactl: prompt %u tokens in %.1f ms (%.1f tok/s); generated "
+		/* prompt tokens other sessions' blocks held (prefix sharing):
+		 * not prefilled, so not in the rate */
+		char shared[48] = "";
+		if (d->has_shared_tokens && d->shared_tokens > 0)
+			snprintf(shared, sizeof(shared), " (+%u shared)", d->shared_tokens);
+		fprintf(stderr, "llamactl: prompt %u tokens%s in %.1f ms (%.1f tok/s); generated "
 			"%u tokens in %.1f ms (%.1f tok/s); stop: %s; session %u tokens\n",
-			d->prompt_tokens, d->prefill_ms, ps, d->generated_tokens,
+			d->prompt_tokens, shared, d->prefill_ms, ps, d->generated_tokens,
 			d->generate_ms, gs, cli_reason_name(reason), d->session_tokens);
 	} else if (reason == LLAMAD__STOP_REASON__STOP_CONTEXT_FULL) {
 		if (cli->policy == LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT)

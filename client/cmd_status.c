@@ -14,7 +14,9 @@ const struct command cmd_status_entry = {
 	.summary = "show the daemon's status",
 	.help =
 "Print the daemon's status: model, backend, uptime, sessions, KV cache (in\n"
-"blocks, bytes, tokens and contexts), counters.\n",
+"blocks, bytes, tokens and contexts), prefix sharing (on or off, the free\n"
+"blocks that still hold a prefix, the prompt tokens taken from shared\n"
+"blocks), counters.\n",
 	.run = cmd_status,
 };
 
@@ -74,6 +76,16 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 		       (unsigned long long)kv_tokens,
 		       s->context_length ? (double)kv_tokens / s->context_length : 0.0,
 		       s->context_length && kv_tokens < s->context_length ? " (less than one)" : "");
+		/* prefix sharing: free blocks that still hold a prefix its owner's
+		 * next session may take (a daemon that does not say: no line) */
+		if (s->has_prefix_sharing) {
+			printf("sharing:      prefix sharing %s, %u free blocks cached", s->prefix_sharing
+			       ? "on" : "off", s->kv_blocks_cached);
+			if (s->counters)
+				printf(", %llu prompt tokens shared",
+				       (unsigned long long)s->counters->prefix_hit_tokens);
+			putchar('\n');
+		}
 		printf("evicted K/V:  %s of %s host memory\n", ru, rt);
 		printf("weights:      %s\n", w);
 		if (s->has_rss_bytes)

@@ -37,6 +37,9 @@ static const struct rule rules[] = {
 	{ &llamad__done__descriptor, "dropped_turns", PBJ_OMIT_UNSET, NULL },
 	{ &llamad__done__descriptor, "dropped_tokens", PBJ_OMIT_UNSET, NULL },
 	{ &llamad__done__descriptor, "slid_tokens", PBJ_OMIT_UNSET, NULL },
+	/* prompt tokens taken from shared blocks: beside the prefilled ones,
+	 * absent from a daemon that does not say */
+	{ &llamad__done__descriptor, "shared_tokens", PBJ_OMIT_UNSET, "prompt_tokens" },
 	/* what an open or an append said: only when it said it, at the end */
 	{ &llamad__session_info__descriptor, "created", PBJ_OMIT_UNSET, "file_bytes" },
 	{ &llamad__session_info__descriptor, "tokens_added", PBJ_OMIT_UNSET, "created" },
@@ -56,6 +59,10 @@ static const struct rule rules[] = {
 	{ &llamad__status__descriptor, "sessions_in_ram", 0, "chat_template" },
 	{ &llamad__status__descriptor, "sessions_on_disk", 0, "sessions_in_ram" },
 	{ &llamad__status__descriptor, "counters", 0, "ram_bytes_total" },
+	/* the free blocks that hold prefixes, with the other counts of blocks;
+	 * whether sharing is on: null from a daemon that does not say */
+	{ &llamad__status__descriptor, "kv_blocks_cached", 0, "kv_blocks_free" },
+	{ &llamad__status__descriptor, "prefix_sharing", PBJ_NULL_UNSET, NULL },
 };
 
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))
