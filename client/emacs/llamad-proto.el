@@ -86,7 +86,7 @@
      (1 :reason enum) (2 :prompt-tokens uint32) (3 :generated-tokens uint32)
      (4 :prefill-ms double) (5 :generate-ms double) (6 :session-tokens uint32)
      (7 :stop string) (8 :dropped-turns uint32) (9 :dropped-tokens uint32)
-     (10 :slid-tokens uint32))
+     (10 :slid-tokens uint32) (11 :shared-tokens uint32))
     (Ok))
   "The messages of proto/llamad.proto that llamad.el uses.
 Each entry is (MESSAGE FIELD...), a FIELD being (NUMBER KEY TYPE [LABEL]):

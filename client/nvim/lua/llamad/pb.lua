@@ -77,7 +77,7 @@ local defs = {
     { 1, 'reason', 'enum' }, { 2, 'prompt_tokens', 'uint32' }, { 3, 'generated_tokens', 'uint32' },
     { 4, 'prefill_ms', 'double' }, { 5, 'generate_ms', 'double' }, { 6, 'session_tokens', 'uint32' },
     { 7, 'stop', 'string' }, { 8, 'dropped_turns', 'uint32' }, { 9, 'dropped_tokens', 'uint32' },
-    { 10, 'slid_tokens', 'uint32' },
+    { 10, 'slid_tokens', 'uint32' }, { 11, 'shared_tokens', 'uint32' },
   },
   Turn = {
     { 1, 'index', 'uint32' }, { 2, 'role', 'enum' }, { 3, 'text', 'string' }, { 4, 'tokens', 'uint32' },
