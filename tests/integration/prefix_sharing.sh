@@ -20,7 +20,8 @@
 #  - after every session is dropped, the free blocks still hold the
 #    prefix (Status.kv_blocks_cached > 0; off: 0) and a new session takes
 #    them (shared_tokens as before, the first session's answer);
-#  - llamactl status says it in text ("sharing: prefix sharing on, ...");
+#  - llamactl status says it in text ("sharing: prefix sharing on, ..."),
+#    and -v after an answer ("prompt N tokens (+M shared)");
 #  - prefix_sharing is reloaded by SIGHUP (off: nothing shared; on again:
 #    the cached blocks are taken);
 #  - sharing never crosses owners (as root, with setpriv: uid 65534's
@@ -240,6 +241,17 @@ workload() {
     [ "$(text "$L-n1")" = "$(text "$L-s0")" ] && ok "$L: ... and answered as the first session" ||
         bad "$L: after the drops '$(text "$L-n1")', first '$(text "$L-s0")'"
 
+    # -v says it on stderr
+    ctl -v generate --session v3 --raw -n 4 --temperature 0 "$SYS$Q3" >/dev/null 2>"$dir/$L-v.err" ||
+        bad "$L: generate -v: $(cat "$dir/$L-v.err")"
+    if [ "$on" -eq 1 ]; then
+        grep -q "^llamactl: prompt [0-9]* tokens (+$X3 shared) in " "$dir/$L-v.err" &&
+            ok "$L: -v: prompt N tokens (+$X3 shared)" || bad "$L: -v: $(cat "$dir/$L-v.err")"
+    else
+        grep -q "^llamactl: prompt [0-9]* tokens in " "$dir/$L-v.err" ||
+            bad "$L: -v: $(cat "$dir/$L-v.err")"
+    fi
+    ctl drop v3 >/dev/null || bad "$L: drop v3"
     ctl status >"$dir/$L-status.txt" 2>&1
     status "$L-st3"
     if [ "$on" -eq 1 ]; then w=on; else w=off; fi
