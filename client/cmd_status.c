@@ -16,7 +16,7 @@ const struct command cmd_status_entry = {
 "Print the daemon's status: model, backend, uptime, sessions, KV cache (in\n"
 "blocks, bytes, tokens and contexts), prefix sharing (on or off, the free\n"
 "blocks that still hold a prefix, the prompt tokens taken from shared\n"
-"blocks), counters.\n",
+"blocks), counters, and the block files saved sessions share.\n",
 	.run = cmd_status,
 };
 
@@ -109,6 +109,19 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 			       "(NAME.corrupt)\n", (unsigned long long)c->saves,
 			       (unsigned long long)c->save_errors,
 			       (unsigned long long)c->files_set_aside);
+		}
+		/* shared block files of saved sessions (a daemon that does not say:
+		 * no line) */
+		if (s->has_block_files) {
+			char bf[32];
+			cli_human_bytes(bf, sizeof(bf), s->block_file_bytes);
+			printf("block files:  %u (%s) shared by saved sessions", s->block_files, bf);
+			if (s->counters)
+				printf("; %llu written, %llu removed, %llu refused",
+				       (unsigned long long)s->counters->block_files_written,
+				       (unsigned long long)s->counters->block_files_removed,
+				       (unsigned long long)s->counters->block_files_refused);
+			putchar('\n');
 		}
 	}
 	cli_flush_stdout();
