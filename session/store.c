@@ -487,7 +487,8 @@ static int save_check(const struct session *s, int n_cached, int n_refs,
 			 n_cached);
 		return -EINVAL;
 	}
-	if (n_refs)  /* the seed and the names */
+	int version = n_refs || (s->inexact && n_cached > 0) ? 3 : 2;
+	if (version >= 3)  /* the seed and the names */
 		meta += 8 + 8 * (uint64_t)n_refs;
 	if (n_blocks > s->kv.n_blocks) {
 		snprintf(why, whycap, "cannot save: %d cached positions but %d blocks",
@@ -503,7 +504,7 @@ static int save_check(const struct session *s, int n_cached, int n_refs,
 	memset(h, 0, sizeof(*h));
 	/* a file without shared blocks stays version 2; version 3 without
 	 * any says the K/V is inexact (session.h) */
-	h->version = n_refs || (s->inexact && n_cached > 0) ? 3 : 2;
+	h->version = (uint32_t)version;
 	h->n_refs = (uint32_t)n_refs;
 	h->fingerprint = fingerprint;
 	h->kv_dtype = (uint32_t)kv->dtype | (uint32_t)(kv->dtype == KT_Q8_0 ? kv->group : 0) << 8;
@@ -554,9 +555,9 @@ static int write_body(struct wr *w, const struct session *s, const struct kvpool
 		rc = wr_text(w, s->system);
 	if (!rc)
 		rc = wr_text(w, s->next_system);
-	if (h->n_refs) {  /* version 3: the chain's seed and the shared blocks' names */
+	if (h->version >= 3) {  /* the chain's seed and the shared blocks' names */
 		unsigned char nb[8];
-		put_le(nb, ch->seed, 8);
+		put_le(nb, ch ? ch->seed : 0, 8);
 		rc = rc ? rc : wr_put(w, nb, 8);
 		for (uint32_t i = 0; i < h->n_refs && !rc; i++) {
 			put_le(nb, ch->names[i], 8);
@@ -1095,10 +1096,10 @@ static int read_body(struct rd *r, const struct hdr *h, struct kvpool *pool, enu
 	if ((rc = rd_text(r, &meta_left, &L->system, why)) ||
 	    (rc = rd_text(r, &meta_left, &L->next_system, why)))
 		return rc;
-	if (h->n_refs) {  /* version 3: seed and names (hdr_parse counted them in) */
+	if (h->version >= 3) {  /* seed and names (hdr_parse counted them in) */
 		unsigned char nb[8];
-		L->refs = malloc((size_t)h->n_refs * sizeof(uint64_t));
-		if (!L->refs)
+		L->refs = h->n_refs ? malloc((size_t)h->n_refs * sizeof(uint64_t)) : NULL;
+		if (h->n_refs && !L->refs)
 			return -ENOMEM;
 		if (meta_left < 8 + 8 * (uint64_t)h->n_refs) {
 			*why = "corrupt (body layout)";
