@@ -134,16 +134,23 @@ static Llamad__Response *append(const char *name, const char *text)
 
 static Llamad__SamplerOptions greedy = LLAMAD__SAMPLER_OPTIONS__INIT;
 
-/* Generate; returns seconds until the first token event and fills *done. */
-static double generate(const char *name, const char *prompt, int max_tokens, int *n_tok,
-		       double *total_s)
+/* What a Generate gave: tokens, times, and its Done's counts. */
+struct gen_out {
+	int n;                  /* token events with tokens */
+	double first_s, total_s;
+	uint32_t prompt_tokens, shared_tokens, generated_tokens;
+};
+
+/* Generate on name, prompt (if any) appended as role first; fills *o. */
+static void generate_as(const char *name, const char *prompt, Llamad__Role role, int max_tokens,
+			struct gen_out *o)
 {
 	Llamad__Generate g = LLAMAD__GENERATE__INIT;
 	g.session = (char *)name;
 	g.prompt = (char *)prompt;
 	if (prompt) {
 		g.has_role = 1;
-		g.role = LLAMAD__ROLE__ROLE_RAW;
+		g.role = role;
 	}
 	g.has_max_tokens = 1;
 	g.max_tokens = (uint32_t)max_tokens;
@@ -151,25 +158,39 @@ static double generate(const char *name, const char *prompt, int max_tokens, int
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	q.op_case = LLAMAD__REQUEST__OP_GENERATE;
 	q.generate = &g;
-	double t0 = now_s(), first = 0;
+	double t0 = now_s();
+	memset(o, 0, sizeof(*o));
 	send_req(&q);
-	int n = 0;
 	for (;;) {
 		Llamad__Response *r = recv_resp();
 		int end = r->body_case == LLAMAD__RESPONSE__BODY_DONE;
 		if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN && r->token->n_tokens) {
-			if (n++ == 0)
-				first = now_s() - t0;
+			if (o->n++ == 0)
+				o->first_s = now_s() - t0;
+		}
+		if (end) {
+			o->prompt_tokens = r->done->prompt_tokens;
+			o->shared_tokens = r->done->shared_tokens;
+			o->generated_tokens = r->done->generated_tokens;
 		}
 		llamad__response__free_unpacked(r, NULL);
 		if (end)
 			break;
 	}
+	o->total_s = now_s() - t0;
+}
+
+/* Generate with a raw prompt; returns seconds until the first token event. */
+static double generate(const char *name, const char *prompt, int max_tokens, int *n_tok,
+		       double *total_s)
+{
+	struct gen_out o;
+	generate_as(name, prompt, LLAMAD__ROLE__ROLE_RAW, max_tokens, &o);
 	if (n_tok)
-		*n_tok = n;
+		*n_tok = o.n;
 	if (total_s)
-		*total_s = now_s() - t0;
-	return first;
+		*total_s = o.total_s;
+	return o.first_s;
 }
 
 /* Text of about n tokens (Llama tokenizer: ~1.3 tokens per word here). */
