@@ -102,6 +102,8 @@ start_daemon --model "$ctx4k" --kv-memory 4G --state-dir "$state"
 "$D" "$sock" persist-restore --history 1000 --turn 32 | tee -a "$log"
 stop_daemon
 rm -rf "$state"
+# ---- prefix sharing: 32 sessions, one 1,000-token system prompt -------------
+BUILD=$BUILD MODELS=$MODELS THREADS=$THREADS sh tests/bench/prefix.sh | tee -a "$log"
 echo "== daemon: stories15M shape f32, 16 sessions round-robin: pool for all / for a quarter"
 start_daemon --model "$OUT/stories15M-f32" --kv-memory 64M
 "$D" "$sock" churn --sessions 16 --rounds 3 --tokens 16 | sed 's/$/ pool=all/' | tee -a "$log"
