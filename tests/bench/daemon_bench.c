@@ -845,10 +845,15 @@ static void bench_prefix(int n, int sys_tokens, int answer, int reps)
 	pool_use(&u);
 	uint32_t common = common_tokens(names[0], names[1]);
 	uint64_t sum = 0, one = 0, own_tokens = 0;
-	uint32_t blocks_one = 0, shared_one = 0;
+	uint32_t blocks_one = 0, shared_one = 0, shared_most = 0, own_blocks = 0;
 	for (int i = 0; i < n; i++) {
 		Llamad__Response *r = info_of(names[i]);
 		sum += r->session->kv_bytes;
+		/* what the pool must hold: the shared blocks once, and the
+		 * blocks each session alone holds */
+		own_blocks += r->session->kv_blocks - r->session->shared_blocks;
+		if (r->session->shared_blocks > shared_most)
+			shared_most = r->session->shared_blocks;
 		if (i == 0) {
 			one = r->session->kv_bytes;
 			blocks_one = r->session->kv_blocks;
@@ -863,12 +868,13 @@ static void bench_prefix(int n, int sys_tokens, int answer, int reps)
 	double goal = 1.2 * (double)one + own_bytes;
 	printf("bench=prefix_kv sharing=%s blocks_in_use=%u blocks_cached=%u block_bytes=%llu "
 	       "held_bytes=%llu sum_session_kv_bytes=%llu one_session_kv_bytes=%llu "
-	       "one_session_blocks=%u one_session_shared_blocks=%u common_tokens=%u "
+	       "one_session_blocks=%u one_session_shared_blocks=%u needed_blocks=%u common_tokens=%u "
 	       "others_own_tokens=%llu others_own_bytes=%.0f held_vs_one=%.2f "
 	       "held_vs_one_plus_own=%.3f held_vs_sum=%.3f goal_bytes=%.0f goal=%s\n",
 	       mode, u.in_use - u0.in_use, u.cached, (unsigned long long)u.block_bytes,
 	       (unsigned long long)held, (unsigned long long)sum, (unsigned long long)one,
-	       blocks_one, shared_one, common, (unsigned long long)own_tokens, own_bytes,
+	       blocks_one, shared_one, shared_most + own_blocks, common,
+	       (unsigned long long)own_tokens, own_bytes,
 	       (double)held / (double)one, (double)held / ((double)one + own_bytes),
 	       (double)held / (double)sum, goal, (double)held < goal ? "met" : "missed");
 

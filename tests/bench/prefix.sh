@@ -108,6 +108,8 @@ END {
     row("prompt tokens shared, sessions 2..N", "prefix.later_shared_tokens", "")
     row("first token, sessions 2..N (median), ms", "prefix.later_ttft_median_ms", "")
     row("K/V held (distinct blocks), bytes", "prefix_kv.held_bytes", "")
+    row("  blocks held", "prefix_kv.blocks_in_use", "")
+    row("  blocks needed (shared once + own)", "prefix_kv.needed_blocks", "")
     row("  one session, bytes", "prefix_kv.one_session_kv_bytes", "")
     row("  sum of SessionInfo.kv_bytes", "prefix_kv.sum_session_kv_bytes", "")
     row("  held / (one + others own tokens)", "prefix_kv.held_vs_one_plus_own", "")
