@@ -6,9 +6,9 @@
 # to first token of a new session with that prompt against another prompt,
 # a Save of all; the state directory's bytes (state files and blocks/);
 # then the daemon stopped (SIGTERM), started again and every session
-# restored (llamad-bench-daemon prefix-restore). Once with prefix_sharing
-# on, once off (PREFIX_SHARING="on off"). Prints key=value lines
-# (bench=prefix*) and a table; called by run.sh (make bench).
+# restored (llamad-bench-daemon prefix-restore: a Fork of each). Once with
+# prefix_sharing on, once off (PREFIX_SHARING="on off"). Prints key=value
+# lines (bench=prefix*) and a table; called by run.sh (make bench).
 # Env: BUILD, MODELS, THREADS (0: all cores), PREFIX_SESSIONS (32),
 # PREFIX_SHARING ("on off").
 set -e
@@ -123,8 +123,10 @@ END {
     row("disk: total, bytes", "prefix_disk.total_bytes", "")
     row("stop (SIGTERM), ms", "prefix_restore.stop_ms", "")
     row("restart until Status answers, ms", "prefix_restore.restart_ms", "")
-    row("restore all (1-token Generate each), ms", "prefix_restore.restore_total_ms", "")
+    row("restore all (a Fork of each), ms", "prefix_restore.restore_total_ms", "")
     row("  per session, ms", "prefix_restore.restore_per_session_ms", "")
     row("  first session, ms", "prefix_restore.first_ms", "")
-    row("  1-token Generate, all resident, ms", "prefix_restore.resident_total_ms", "")
+    row("  the others (median), ms", "prefix_restore.later_median_ms", "")
+    row("  a Fork once resident (median), ms", "prefix_restore.resident_fork_median_ms", "")
+    row("then a 1-token Generate (median), ms", "prefix_restore.then_1_token_median_ms", "")
 }' "$log"
