@@ -1,8 +1,10 @@
 /*
  * tests/fuzz/gen_corpus.c — writes the generated seeds of tests/fuzz/corpus/
- * (request frames, a small session file, a tiny Llama 3 style GGUF with a
- * "gpt2" byte-level BPE vocabulary, rope_freqs.weight and tied embeddings,
- * byte-level BPE tokenizer.json files and texts for fuzz_bpe). Run once by
+ * (request frames, small session files of versions 2 and 3 — the latter
+ * with their block files, in fuzz_store.c's input layout —, a tiny Llama 3
+ * style GGUF with a "gpt2" byte-level BPE vocabulary, rope_freqs.weight and
+ * tied embeddings, byte-level BPE tokenizer.json files and texts for
+ * fuzz_bpe). Run once by
  * hand when the protocol, the session format, the GGUF reader or fuzz_bpe's
  * input layout changes:
  *   make && cc -I. -Ibuild -Ibuild/proto -D_GNU_SOURCE tests/fuzz/gen_corpus.c \
@@ -10,6 +12,9 @@
  *     build/libllamad-proto.a build/libllamad-util.a $(pkg-config --libs \
  *     libprotobuf-c libxxhash jansson sentencepiece libpcre2-8) -lstdc++ -lm -o /tmp/gen \
  *     && /tmp/gen tests/fuzz/corpus
+ * (a build with the CUDA backend adds -L/usr/local/cuda/lib64 -lcudart_static
+ * -ldl -lrt). The f32 session of fuzz_store/1000-s1.session keeps whatever
+ * its pool's memory held as K/V, so its bytes differ from run to run.
  */
 #include <jansson.h>
 #include <math.h>
@@ -17,8 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "proto/frame.h"
+#include "session/blocks.h"
 #include "session/store.h"
 
 static void put(const char *dir, const char *name, const Llamad__Request *q)
@@ -314,10 +321,147 @@ static void put_gguf(const char *dir)
 	fclose(o);
 }
 
+/* ---- version 3 state files with their block files ---------------------- */
+
+struct bytes {
+	unsigned char *p;
+	size_t n, cap;
+};
+
+static void bput(struct bytes *b, const void *d, size_t n)
+{
+	if (b->n + n > b->cap) {
+		b->cap = (b->n + n) * 2;
+		if (!(b->p = realloc(b->p, b->cap)))
+			abort();
+	}
+	memcpy(b->p + b->n, d, n);
+	b->n += n;
+}
+
+static void bfile(struct bytes *b, const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char buf[4096];
+	size_t k;
+	if (!f)
+		abort();
+	while ((k = fread(buf, 1, sizeof(buf), f)) > 0)
+		bput(b, buf, k);
+	fclose(f);
+}
+
+/* fuzz_store.c's separator of the files in one input */
+#define SEP "@KVB@"
+
+/*
+ * A session of 40 tokens, 37 cached (two full blocks in block files, the
+ * third inline), saved from a pool of `type` by store_save_shared into a
+ * scratch folder, then written as one fuzz_store input: the state file,
+ * block file 0 unless skip0 (a missing block), block file 1, `extra`
+ * sections (SEP NAME "\n" BYTES, already formatted), and last a file
+ * "mode" holding the byte that chooses the pool and the consistent-names
+ * pass (fuzz_store.c).
+ */
+static void put_v3(const char *dir, const char *name, enum kt_dtype type, int skip0,
+		   const char *extra, size_t extra_n, unsigned char mode)
+{
+	char tmpl[] = "/tmp/gen_corpus.XXXXXX", path[512];
+	if (!mkdtemp(tmpl))
+		abort();
+	struct kvpool *pool = kvpool_new_typed(NULL, type, 8, 64, 16, 2, 8);
+	struct sess_table t;
+	if (!pool || sess_table_init(&t, pool) != 0)
+		abort();
+	memset(pool->kv.base, 0, kt_kv_block_bytes(&pool->kv) * 64);
+	struct session *s = sess_create(&t, 1000, "s3");
+	int32_t tok[40];
+	for (int i = 0; i < 40; i++)
+		tok[i] = 3 + i * 11;
+	if (!s || sess_append(s, tok, 24, CHAT_USER, "shared prefix", 1) ||
+	    sess_append(s, tok + 24, 16, CHAT_ASSISTANT, NULL, 1) ||
+	    kvseq_prepare(pool, &s->kv, 37, 0) != 0)
+		abort();
+	s->tmpl = CHAT_TEMPLATE_LLAMA3;
+	s->policy = SESS_CTX_SHIFT;
+	float k[8], v[8];
+	for (int p = 0; p < 37; p++)
+		for (int l = 0; l < 2; l++) {
+			for (int c = 0; c < 8; c++) {
+				k[c] = sinf((float)(p * 8 + c + l)) * 3;
+				v[c] = cosf((float)(p * 8 + c - l)) * 2;
+			}
+			kt_kv_put(&pool->kv, s->kv.blocks[p / 16], l, p % 16, k, v);
+		}
+	s->n_cached = 37;
+	uint64_t names[2], seed = 0x5eed0000d00dULL;
+	names[0] = blk_name(seed, tok, 16);
+	names[1] = blk_name(names[0], tok + 16, 16);
+	struct store_chain ch = { .seed = seed, .names = names, .n = 2 };
+	int written;
+	char *cause = NULL;
+	if (store_save_shared(tmpl, s, pool, 0x0123456789abcdefULL, &ch, &written, &cause) != 0 ||
+	    written != 2) {
+		fprintf(stderr, "%s\n", cause ? cause : "block files not written");
+		exit(1);
+	}
+	struct bytes in = { 0 };
+	snprintf(path, sizeof(path), "%s/1000-s3.session", tmpl);
+	bfile(&in, path);
+	if (memmem(in.p, in.n, SEP, strlen(SEP)))
+		abort();  /* the separator must not occur in a file */
+	unlink(path);
+	for (int i = 0; i < 2; i++) {
+		char fname[64];
+		blk_file_name(fname, sizeof(fname), 1000, names[i]);
+		snprintf(path, sizeof(path), "%s/" BLK_DIR "/%s", tmpl, fname);
+		if (i || !skip0) {
+			bput(&in, SEP "\n", strlen(SEP) + 1);
+			size_t at = in.n;
+			bfile(&in, path);
+			if (memmem(in.p + at, in.n - at, SEP, strlen(SEP)))
+				abort();
+		}
+		unlink(path);
+	}
+	bput(&in, extra, extra_n);
+	bput(&in, SEP "mode\n", strlen(SEP) + 5);
+	bput(&in, &mode, 1);
+	snprintf(path, sizeof(path), "%s/" BLK_DIR, tmpl);
+	rmdir(path);
+	if (rmdir(tmpl) != 0)
+		abort();
+	snprintf(path, sizeof(path), "%s/fuzz_store/%s", dir, name);
+	FILE *o = fopen(path, "wb");
+	if (!o || fwrite(in.p, 1, in.n, o) != in.n)
+		abort();
+	fclose(o);
+	free(in.p);
+	sess_table_done(&t);
+	kvpool_free(pool);
+}
+
+/* mode: pool type (% 3: f32, f16, q8_0), consistent names ((/ 3) & 1) */
+static void v3_seeds(const char *dir)
+{
+	put_v3(dir, "1000-s3-f32.v3", KT_F32, 0, "", 0, 0);          /* f32 pool */
+	put_v3(dir, "1000-s3-f32-chain.v3", KT_F32, 0, "", 0, 4);    /* f16 pool, chain */
+	put_v3(dir, "1000-s3-f16.v3", KT_F16, 0, "", 0, 2);          /* q8_0 pool */
+	put_v3(dir, "1000-s3-q8.v3", KT_Q8_0, 0, "", 0, 3);          /* f32 pool, chain */
+	put_v3(dir, "1000-s3-missing.v3", KT_F16, 1, "", 0, 1);      /* block 0 missing */
+	/* for blk_collect: a temporary file, an unreferenced block file (a
+	 * copy of nothing: a short one), a name that is not a block's */
+	static const char extra[] = SEP ".tmp-1000-00000000000000aa.kvb.1.0\npartial"
+				    SEP "1000-00000000000000bb.kvb\nLLAMADB1"
+				    SEP "1000-00000000000000BB.kvb\nupper-case hex is not ours";
+	put_v3(dir, "1000-s3-collect.v3", KT_F32, 0, extra, sizeof(extra) - 1, 0);
+}
+
 int main(int argc, char **argv)
 {
 	const char *dir = argc > 1 ? argv[1] : "tests/fuzz/corpus";
 	put_gguf(dir);
+	v3_seeds(dir);
 	bpe_seeds(dir);
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	PB_SET(&q, id, 1);
