@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,6 +22,8 @@
 #include <cmocka.h>
 #include <xxhash.h>
 
+#include "block_file.h"
+#include "session/blocks.h"
 #include "session/store.h"
 #include "store_file.h"
 #include "testutil.h"
@@ -72,19 +75,27 @@ static char *tmpdir_new(void)
 	return d;
 }
 
-/* Remove dir and the files in it. */
-static void tmpdir_free(char *dir)
+/* Remove dir and what it holds (its blocks folder too). */
+static void rm_tree(const char *dir)
 {
 	DIR *d = opendir(dir);
 	if (d) {
 		struct dirent *de;
 		while ((de = readdir(d)))
 			if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-			    unlinkat(dirfd(d), de->d_name, 0) != 0)
-				unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR);
+			    unlinkat(dirfd(d), de->d_name, 0) != 0) {
+				char *sub = path_join(dir, de->d_name);
+				rm_tree(sub);
+				free(sub);
+			}
 		closedir(d);
 	}
 	rmdir(dir);
+}
+
+static void tmpdir_free(char *dir)
+{
+	rm_tree(dir);
 	free(dir);
 }
 
@@ -724,15 +735,11 @@ static void test_history_only(void **state)
 	free(buf);
 }
 
-/* A version 1 file (written before turns had an end byte and the header a
- * meta_sum), made from a version 2 image by the documented layouts: it
- * loads whole, K/V included, with no turn ended; its history alone is
- * checked by the body checksum. */
-static void test_version1_file(void **state)
+/* A version 1 image (written before turns had an end byte and the header
+ * a meta_sum) of the version 2 image v2 (n bytes), by the documented
+ * layouts; *out_n its size (malloc'd, at least n bytes). */
+static unsigned char *to_version1(const unsigned char *v2, size_t n, size_t *out_n)
 {
-	struct fx *f = *state;
-	size_t n;
-	unsigned char *v2 = read_file(f->path, &n);
 	uint32_t n_tokens = (uint32_t)sf_get(v2 + SF_N_TOKENS, 4);
 	uint32_t n_turns = (uint32_t)sf_get(v2 + SF_N_TURNS, 4);
 	unsigned char *v1 = calloc(1, n);
@@ -756,6 +763,19 @@ static void test_version1_file(void **state)
 	sf_put(v1 + SF_BODY_BYTES, out - HB, 8);
 	sf_put(v1 + SF_CHECKSUM, XXH64(v1 + HB, out - HB, 0), 8);
 	sf_put(v1 + SF_HEADER_SUM_V1, XXH64(v1, SF_HEADER_SUM_V1, 0), 8);
+	*out_n = out;
+	return v1;
+}
+
+/* A version 1 file made from a version 2 image: it loads whole, K/V
+ * included, with no turn ended; its history alone is checked by the body
+ * checksum. */
+static void test_version1_file(void **state)
+{
+	struct fx *f = *state;
+	size_t n, out;
+	unsigned char *v2 = read_file(f->path, &n);
+	unsigned char *v1 = to_version1(v2, n, &out);
 	write_file(f->path, v1, out);
 
 	for (int i = 0; i < f->s->n_turns; i++)
@@ -1330,6 +1350,835 @@ static void test_garbage(void **state)
 	free(valid);
 }
 
+/* ---- version 3: shared blocks in block files ------------------------------ */
+
+#define V3_UID 1000
+#define V3_BASE 0x5eed5eedULL   /* the tables' name base (model and KV type) */
+
+/* A session's chain: its seed and the names of its first n full blocks. */
+struct chain {
+	uint64_t seed;
+	uint64_t names[8];
+	int n;
+};
+
+/* make_session (uid V3_UID) in e with sharing on, and the chain of its
+ * first n_refs blocks as the session names them. */
+static struct session *make_v3(struct env *e, const char *id, int n_tokens, int n_cached,
+			       size_t text_len, int n_refs, struct chain *c)
+{
+	sess_set_sharing(&e->t, 1, V3_BASE);
+	struct session *s = make_session(e, V3_UID, id, n_tokens, n_cached, text_len);
+	assert_true(n_refs <= 8);
+	c->seed = sess_chain_seed(&e->t, s);
+	c->n = n_refs;
+	for (int i = 0; i < n_refs; i++) {
+		c->names[i] = sess_block_name(&e->t, s, i);
+		assert_true(c->names[i] != 0);
+	}
+	return s;
+}
+
+/* store_save_shared of s with chain c: rc, *written its count. */
+static int save_v3(const char *dir, struct kvpool *pool, const struct session *s,
+		   const struct chain *c, int *written, char **cause)
+{
+	struct store_chain ch = { .seed = c->seed, .names = c->names, .n = c->n };
+	*written = -1;
+	*cause = NULL;
+	return store_save_shared(dir, s, pool, FP, &ch, written, cause);
+}
+
+static void must_save_v3(const char *dir, struct kvpool *pool, const struct session *s,
+			 const struct chain *c, int want_written)
+{
+	char *cause;
+	int written;
+	assert_int_equal(save_v3(dir, pool, s, c, &written, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(written, want_written);
+}
+
+/* "<dir>/blocks/<uid>-<name>.kvb", malloc'd. */
+static char *block_path(const char *dir, uint32_t uid, uint64_t name)
+{
+	char f[64], *b = path_join(dir, BLK_DIR);
+	blk_file_name(f, sizeof(f), uid, name);
+	char *p = path_join(b, f);
+	free(b);
+	return p;
+}
+
+/* Entries of dir but "." and "..". */
+static int dir_count(const char *dir)
+{
+	return count_prefix(dir, "") - 2;
+}
+
+/* store_load_ex into a new (V3_UID, id) session of t: the session (its
+ * note in *note, the caller frees note->refs); asserts rc. */
+static struct session *load_ex(struct sess_table *t, const char *path, const char *id,
+			       struct store_note *note, int want_rc)
+{
+	struct session *s = sess_create(t, V3_UID, id);
+	assert_non_null(s);
+	char *cause = NULL;
+	int rc = store_load_ex(path, s, t->pool, FP, 0, note, &cause);
+	if (rc != want_rc)
+		fail_msg("store_load_ex: %d (%s), expected %d", rc, cause ? cause : "-", want_rc);
+	if (rc)
+		assert_non_null(cause);
+	else
+		assert_null(cause);
+	free(cause);
+	return s;
+}
+
+/* The note of a load that kept only the history because of block file
+ * `name` (of V3_UID), with a reason holding `why`. */
+static void assert_bad_note(const struct store_note *note, uint64_t name, const char *why)
+{
+	char f[64];
+	blk_file_name(f, sizeof(f), V3_UID, name);
+	assert_true(note->bad_block);
+	assert_int_equal(note->bad_uid, V3_UID);
+	assert_true(note->bad_name == name);
+	if (!strstr(note->bad_why, f) || !strstr(note->bad_why, why))
+		fail_msg("note '%s': expected %s and '%s'", note->bad_why, f, why);
+}
+
+/*
+ * Saved with 4 full blocks in block files (the fifth, partial, inline):
+ * the state file is version 3 with the seed and names in its refs
+ * section, each block file is header + tokens + one block, 0600. Loaded
+ * into a pool without them: read from the files. Into the pool whose
+ * session holds them named: shared (one more reference each), the block
+ * files not needed (removed first), also once that session is gone and
+ * they wait free under their names. Into a pool without them and without
+ * the files: the history alone, the note naming block 0's file.
+ */
+static void test_v3_round_trip(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	must_save_v3(f->dir, f->e.pool, a, &c, 4);
+	char *path = store_path(f->dir, V3_UID, "v3"), *bdir = path_join(f->dir, BLK_DIR);
+	size_t n;
+	unsigned char *img = read_file(path, &n);
+	size_t bb = kt_kv_block_bytes(&f->e.pool->kv);
+	assert_int_equal(sf_get(img + SF_VERSION, 4), 3);
+	assert_int_equal(sf_n_refs(img), 4);
+	assert_int_equal(sf_kv_bytes(img), bb);          /* one block inline */
+	size_t off = sf_refs_off(img, n);
+	assert_true(off > HB);
+	assert_true(sf_get(img + off, 8) == c.seed);
+	for (int i = 0; i < 4; i++)
+		assert_true(sf_get(img + off + 8 + 8 * (size_t)i, 8) == c.names[i]);
+	free(img);
+	struct stat st;
+	for (int i = 0; i < 4; i++) {
+		char *bp = block_path(f->dir, V3_UID, c.names[i]);
+		assert_int_equal(stat(bp, &st), 0);
+		assert_int_equal(st.st_size, BF_HEADER_BYTES + 4 * BS + bb);
+		assert_int_equal(st.st_mode & 07777, 0600);
+		size_t bn;
+		unsigned char *b = read_file(bp, &bn);
+		assert_memory_equal(b, "LLAMADB1", 8);
+		assert_true(sf_get(b + BF_NAME, 8) == c.names[i]);
+		assert_true(sf_get(b + BF_PARENT, 8) == (i ? c.names[i - 1] : c.seed));
+		assert_memory_equal(b + BF_HEADER_BYTES, a->tokens + i * BS, 4 * BS);
+		assert_memory_equal(b + BF_HEADER_BYTES + 4 * BS,
+				    kt_kv_block(&f->e.pool->kv, a->kv.blocks[i]), bb);
+		free(b);
+		free(bp);
+	}
+	assert_int_equal(dir_count(bdir), 4);
+	must_save_v3(f->dir, f->e.pool, a, &c, 0);       /* saved again: nothing new */
+	assert_int_equal(dir_count(bdir), 4);
+	assert_int_equal(count_prefix(f->dir, ".tmp-"), 0);
+
+	/* a pool without the blocks: read from the files */
+	struct store_note note;
+	struct session *b = load_ex(&f->e2.t, path, "v3", &note, 0);
+	assert_false(note.bad_block);
+	assert_int_equal(note.n_refs, 4);
+	assert_memory_equal(note.refs, c.names, sizeof(uint64_t) * 4);
+	assert_same(a, f->e.pool, b, f->e2.pool, 1);
+	free(note.refs);
+	sess_drop(&f->e2.t, b);
+	assert_int_equal(kvpool_n_free(f->e2.pool), NB);
+
+	/* the pool holds them, named as a session's blocks are: shared */
+	sess_name_blocks(&f->e.t, a);
+	for (int i = 0; i < 4; i++)
+		assert_true(f->e.pool->name[a->kv.blocks[i]] == c.names[i]);
+	void *host = malloc(5 * bb);
+	assert_non_null(host);
+	assert_int_equal(kvseq_to_host(f->e.pool, &a->kv, host), 0);
+	for (int i = 0; i < 4; i++) {
+		char *bp = block_path(f->dir, V3_UID, c.names[i]);
+		assert_int_equal(unlink(bp), 0);
+		free(bp);
+	}
+	struct sess_table t2;
+	assert_int_equal(sess_table_init(&t2, f->e.pool), 0);
+	int free0 = kvpool_n_free(f->e.pool);
+	b = load_ex(&t2, path, "v3", &note, 0);
+	assert_false(note.bad_block);
+	assert_int_equal(b->n_cached, 75);
+	assert_int_equal(b->kv.n_blocks, 5);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(b->kv.blocks[i], a->kv.blocks[i]);
+		assert_int_equal(f->e.pool->refs[a->kv.blocks[i]], 2);
+	}
+	assert_true(b->kv.blocks[4] != a->kv.blocks[4]);
+	assert_int_equal(f->e.pool->refs[b->kv.blocks[4]], 1);
+	assert_memory_equal(kt_kv_block(&f->e.pool->kv, b->kv.blocks[4]), (char *)host + 4 * bb, bb);
+	assert_int_equal(kvpool_n_free(f->e.pool), free0 - 1);
+	free(note.refs);
+
+	/* both gone: the named blocks wait free, and are taken again */
+	sess_drop(&t2, b);
+	sess_drop(&f->e.t, a);
+	assert_int_equal(kvpool_n_cached(f->e.pool), 4);
+	free0 = kvpool_n_free(f->e.pool);
+	b = load_ex(&t2, path, "v3", &note, 0);
+	assert_false(note.bad_block);
+	assert_int_equal(b->n_cached, 75);
+	assert_int_equal(kvpool_n_cached(f->e.pool), 0);
+	assert_int_equal(kvpool_n_free(f->e.pool), free0 - 5);
+	void *host2 = malloc(5 * bb);
+	assert_non_null(host2);
+	assert_int_equal(kvseq_to_host(f->e.pool, &b->kv, host2), 0);
+	assert_memory_equal(host, host2, 5 * bb);
+	free(note.refs);
+	sess_drop(&t2, b);
+	sess_table_done(&t2);
+
+	/* neither the pool nor the folder has them: the history alone */
+	b = load_ex(&f->e2.t, path, "v3", &note, 0);
+	assert_bad_note(&note, c.names[0], strerror(ENOENT));
+	assert_int_equal(b->n_cached, 0);
+	assert_int_equal(b->kv.n_blocks, 0);
+	assert_int_equal(b->n_tokens, 75);
+	assert_int_equal(note.n_refs, 4);
+	assert_int_equal(kvpool_n_free(f->e2.pool), NB);
+	free(note.refs);
+	sess_drop(&f->e2.t, b);
+	free(host);
+	free(host2);
+	free(bdir);
+	free(path);
+}
+
+/* Files of versions 2 and 1 load through store_load_ex: no names, no note.
+ * A shared save without full blocks writes version 2. */
+static void test_v3_old_versions(void **state)
+{
+	struct fx *f = *state;
+	size_t n, n1;
+	unsigned char *v2 = read_file(f->path, &n);
+	assert_int_equal(sf_get(v2 + SF_VERSION, 4), 2);
+	unsigned char *v1 = to_version1(v2, n, &n1);
+	for (int round = 0; round < 2; round++) {
+		if (round)
+			write_file(f->path, v1, n1);
+		struct session *b = sess_create(&f->e2.t, 0, "work");
+		struct store_note note;
+		char *cause = NULL;
+		assert_int_equal(store_load_ex(f->path, b, f->e2.pool, FP, 0, &note, &cause), 0);
+		assert_null(cause);
+		assert_false(note.bad_block);
+		assert_null(note.refs);
+		assert_int_equal(note.n_refs, 0);
+		assert_int_equal(b->n_cached, 75);
+		assert_int_equal(b->n_tokens, 75);
+		if (!round)
+			assert_same(f->s, f->e.pool, b, f->e2.pool, 1);
+		sess_drop(&f->e2.t, b);
+	}
+	free(v1);
+	free(v2);
+
+	struct chain c;
+	struct session *s = make_v3(&f->e, "few", 40, 10, 0, 0, &c);  /* no full block */
+	must_save_v3(f->dir, f->e.pool, s, &c, 0);
+	char *p = store_path(f->dir, V3_UID, "few");
+	unsigned char *img = read_file(p, &n);
+	assert_int_equal(sf_get(img + SF_VERSION, 4), 2);
+	free(img);
+	free(p);
+}
+
+/* Block files damaged in every way the reader names: each gives a load of
+ * the history alone with a note naming the file and why; the pool keeps
+ * nothing of it. With the blocks before the bad one held by a session in
+ * the same pool, those stay as they were. */
+static void test_v3_bad_block_files(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	must_save_v3(f->dir, f->e.pool, a, &c, 4);
+	char *path = store_path(f->dir, V3_UID, "v3");
+	size_t n, len[4];
+	unsigned char *state_img = read_file(path, &n), *orig[4];
+	char *bp[4];
+	for (int i = 0; i < 4; i++) {
+		bp[i] = block_path(f->dir, V3_UID, c.names[i]);
+		orig[i] = read_file(bp[i], &len[i]);
+	}
+	enum { BODY, HEADER, RENAMED, UID, TOKENS, PARENT, MODEL, NAME, SHORT, MISSING, N_CASES };
+	static const char *const why[N_CASES] = {
+		[BODY] = "checksum mismatch", [HEADER] = "corrupt header",
+		[RENAMED] = "its file name does not match its content",
+		[UID] = "of uid 1001: its file name does not match",
+		[TOKENS] = "holds other tokens", [PARENT] = "follows block",
+		[MODEL] = "another model", [NAME] = "its name does not match its content",
+		[SHORT] = "bytes, its header says 2208", [MISSING] = "No such file",
+	};
+	for (int k = 0; k < N_CASES; k++) {
+		int v = k % 4;     /* the damaged block: each position in turn */
+		for (int i = 0; i < 4; i++)
+			write_file(bp[i], orig[i], len[i]);
+		write_file(path, state_img, n);
+		unsigned char *m = malloc(len[v]);
+		assert_non_null(m);
+		memcpy(m, orig[v], len[v]);
+		size_t mlen = len[v];
+		uint64_t bad = c.names[v];
+		switch (k) {
+		case BODY:
+			m[mlen - 5] ^= 0x20;
+			break;
+		case HEADER:
+			m[BF_BLOCK_SIZE] ^= 1;
+			break;
+		case RENAMED:  /* another block's file under this name */
+			memcpy(m, orig[v ^ 1], len[v ^ 1]);
+			break;
+		case UID:
+			sf_put(m + BF_UID, 1001, 4);
+			bf_fix_header_sum(m);
+			break;
+		case TOKENS:
+			sf_put(m + BF_HEADER_BYTES + 12, 77777, 4);
+			bf_reseal(m, mlen);
+			break;
+		case PARENT:
+			sf_put(m + BF_PARENT, sf_get(m + BF_PARENT, 8) ^ 4, 8);
+			bf_fix_header_sum(m);
+			break;
+		case MODEL:
+			sf_put(m + BF_FINGERPRINT, FP ^ 1, 8);
+			bf_fix_header_sum(m);
+			break;
+		case NAME: {  /* file, header and state file agree on a name the
+			       * tokens do not hash to */
+			bad ^= 0xff00;
+			sf_put(m + BF_NAME, bad, 8);
+			bf_fix_header_sum(m);
+			unsigned char *st = malloc(n);
+			assert_non_null(st);
+			memcpy(st, state_img, n);
+			sf_put(st + sf_refs_off(st, n) + 8 + 8 * (size_t)v, bad, 8);
+			sf_reseal(st, n);
+			write_file(path, st, n);
+			free(st);
+			unlink(bp[v]);
+			char *np = block_path(f->dir, V3_UID, bad);
+			write_file(np, m, mlen);
+			free(np);
+			break;
+		}
+		case SHORT:
+			mlen -= 1;
+			break;
+		}
+		if (k == MISSING)
+			assert_int_equal(unlink(bp[v]), 0);
+		else if (k != NAME)
+			write_file(bp[v], m, mlen);
+		free(m);
+
+		struct store_note note;
+		struct session *b = load_ex(&f->e2.t, path, "v3", &note, 0);
+		assert_bad_note(&note, bad, why[k]);
+		assert_same(a, f->e.pool, b, f->e2.pool, 0);
+		assert_int_equal(note.n_refs, 4);
+		assert_int_equal(kvpool_n_free(f->e2.pool), NB);
+		assert_int_equal(kvpool_n_cached(f->e2.pool), 0);
+		free(note.refs);
+		sess_drop(&f->e2.t, b);
+		if (k == NAME) {
+			char *np = block_path(f->dir, V3_UID, bad);
+			unlink(np);
+			free(np);
+		}
+	}
+
+	/* blocks 0, 1 and 3 in the pool (a's, named), block 2's file bad:
+	 * the shared blocks are taken and given back, nothing else changes */
+	for (int i = 0; i < 4; i++)
+		write_file(bp[i], orig[i], len[i]);
+	write_file(path, state_img, n);
+	orig[2][len[2] - 1] ^= 1;
+	write_file(bp[2], orig[2], len[2]);
+	sess_name_blocks(&f->e.t, a);
+	kvpool_unname(f->e.pool, a->kv.blocks[2]);
+	struct sess_table t2;
+	assert_int_equal(sess_table_init(&t2, f->e.pool), 0);
+	int free0 = kvpool_n_free(f->e.pool), cached0 = kvpool_n_cached(f->e.pool);
+	struct store_note note;
+	struct session *b = load_ex(&t2, path, "v3", &note, 0);
+	assert_bad_note(&note, c.names[2], "checksum mismatch");
+	assert_int_equal(b->n_cached, 0);
+	assert_int_equal(kvpool_n_free(f->e.pool), free0);
+	assert_int_equal(kvpool_n_cached(f->e.pool), cached0);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(f->e.pool->refs[a->kv.blocks[i]], 1);
+	for (int i = 0; i < 4; i++)
+		assert_true(f->e.pool->name[a->kv.blocks[i]] == (i == 2 ? 0 : c.names[i]));
+	free(note.refs);
+	sess_drop(&t2, b);
+	sess_table_done(&t2);
+
+	for (int i = 0; i < 4; i++) {
+		free(orig[i]);
+		free(bp[i]);
+	}
+	free(state_img);
+	free(path);
+}
+
+/* inotify events waiting on fd (IN_NONBLOCK): their count. */
+static int events(int fd)
+{
+	char buf[4096] __attribute__((aligned(__alignof__(struct inotify_event))));
+	int n = 0;
+	ssize_t got;
+	while ((got = read(fd, buf, sizeof(buf))) > 0)
+		for (char *p = buf; p < buf + got;
+		     p += sizeof(struct inotify_event) + ((struct inotify_event *)p)->len)
+			n++;
+	return n;
+}
+
+/* A state file whose refs section is corrupt is refused (-EBADMSG) before
+ * anything in the blocks folder is opened (inotify says), by store_load_ex,
+ * store_load_history and store_read_refs alike. */
+static void test_v3_corrupt_refs(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	must_save_v3(f->dir, f->e.pool, a, &c, 4);
+	char *path = store_path(f->dir, V3_UID, "v3"), *bdir = path_join(f->dir, BLK_DIR);
+	int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	assert_true(in >= 0);
+	assert_true(inotify_add_watch(in, bdir, IN_OPEN | IN_ACCESS) >= 0);
+	struct store_note note;
+	struct session *b = load_ex(&f->e2.t, path, "v3", &note, 0);   /* the control */
+	assert_int_equal(b->n_cached, 75);
+	free(note.refs);
+	sess_drop(&f->e2.t, b);
+	assert_true(events(in) >= 4);
+
+	size_t n;
+	unsigned char *orig = read_file(path, &n), *m = malloc(n);
+	assert_non_null(m);
+	size_t off = sf_refs_off(orig, n);
+	struct { int field; uint64_t v; int reseal; const char *why; } bad[] = {
+		{ 1, 1u << 8, 0, "checksum mismatch" },      /* a name's bit */
+		{ 0, 1, 0, "checksum mismatch" },             /* the seed's */
+		{ 2, 0, 1, "without a name" },                /* a name 0 */
+		{ -1, 5, 2, "5 shared blocks" },              /* n_refs past the full blocks */
+		{ -1, 3, 2, NULL },                           /* n_refs one short */
+		{ -1, 0, 2, NULL },                           /* n_refs 0: no names */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		memcpy(m, orig, n);
+		if (bad[i].field >= 0) {
+			unsigned char *p = m + off + 8 * (size_t)bad[i].field;
+			sf_put(p, bad[i].reseal ? bad[i].v : sf_get(p, 8) ^ bad[i].v, 8);
+		} else {
+			sf_put(m + SF_N_REFS, bad[i].v, 4);
+		}
+		if (bad[i].reseal == 1)
+			sf_reseal(m, n);
+		else if (bad[i].reseal == 2)
+			sf_fix_header_sum(m);
+		write_file(path, m, n);
+		b = sess_create(&f->e2.t, V3_UID, "v3");
+		char *cause = NULL;
+		assert_int_equal(store_load_ex(path, b, f->e2.pool, FP, 0, &note, &cause), -EBADMSG);
+		if (bad[i].why && !strstr(cause, bad[i].why))
+			fail_msg("case %zu: '%s', expected '%s'", i, cause, bad[i].why);
+		free(cause);
+		assert_false(note.bad_block);
+		assert_null(note.refs);
+		assert_empty(b);
+		assert_int_equal(kvpool_n_free(f->e2.pool), NB);
+		sess_drop(&f->e2.t, b);
+		struct session h;
+		memset(&h, 0, sizeof(h));
+		strcpy(h.id, "v3");
+		h.uid = V3_UID;
+		assert_int_equal(store_load_history(path, &h, &cause), -EBADMSG);
+		free(cause);
+		uint64_t *refs = (uint64_t *)1;
+		int nr = -1;
+		assert_int_equal(store_read_refs(path, V3_UID, "v3", &refs, &nr, &cause), -EBADMSG);
+		assert_null(refs);
+		assert_int_equal(nr, 0);
+		free(cause);
+		assert_int_equal(events(in), 0);
+	}
+	close(in);
+	free(m);
+	free(orig);
+	free(bdir);
+	free(path);
+}
+
+/* store_read_refs: a version 3 file's names, without its block files; none
+ * for a version 2 file; another owner's file refused. */
+static void test_v3_read_refs(void **state)
+{
+	struct fx *f = *state;
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	must_save_v3(f->dir, f->e.pool, a, &c, 4);
+	char *path = store_path(f->dir, V3_UID, "v3");
+	for (int i = 0; i < 4; i++) {
+		char *bp = block_path(f->dir, V3_UID, c.names[i]);
+		assert_int_equal(unlink(bp), 0);
+		free(bp);
+	}
+	uint64_t *refs;
+	int n;
+	char *cause = NULL;
+	assert_int_equal(store_read_refs(path, V3_UID, "v3", &refs, &n, &cause), 0);
+	assert_null(cause);
+	assert_int_equal(n, 4);
+	assert_memory_equal(refs, c.names, 4 * sizeof(uint64_t));
+	free(refs);
+	assert_int_equal(store_read_refs(path, V3_UID + 1, "v3", &refs, &n, &cause), -EINVAL);
+	assert_null(refs);
+	free(cause);
+	assert_int_equal(store_read_refs(f->path, 0, "work", &refs, &n, &cause), 0);  /* v2 */
+	assert_null(refs);
+	assert_int_equal(n, 0);
+	free(path);
+}
+
+/*
+ * blk_collect with the references of the state files in the folder (as the
+ * residency counts them at start): the block files of a session whose
+ * state file is gone and the temporary files go; the referenced ones stay
+ * (their sizes counted), as do names that are not block files' (a
+ * set-aside file, upper-case hex, a folder that cannot be removed is
+ * reported). Two sessions beginning alike share their block files.
+ */
+static void test_v3_collect(void **state)
+{
+	struct fx *f = *state;
+	struct chain c, c2, c3;
+	struct session *a = make_v3(&f->e, "a", 75, 75, 0, 4, &c);
+	must_save_v3(f->dir, f->e.pool, a, &c, 4);
+	struct session *b = make_v3(&f->e, "b", 41, 32, 0, 2, &c2);   /* a's first two */
+	assert_memory_equal(c2.names, c.names, 2 * sizeof(uint64_t));
+	must_save_v3(f->dir, f->e.pool, b, &c2, 0);
+	struct session *g = make_session(&f->e, V3_UID + 1, "gone", 75, 75, 0);
+	c3.seed = sess_chain_seed(&f->e.t, g);
+	c3.n = 2;
+	for (int i = 0; i < 2; i++)
+		c3.names[i] = sess_block_name(&f->e.t, g, i);
+	must_save_v3(f->dir, f->e.pool, g, &c3, 2);
+	assert_int_equal(store_remove(f->dir, V3_UID + 1, "gone"), 0);
+
+	char *bdir = path_join(f->dir, BLK_DIR), name[64];
+	struct { const char *name; int dir, stays; } extra[] = {
+		{ ".tmp-1000-0000000000000001.kvb.77.0", 0, 0 },
+		{ "README", 0, 1 },
+		{ NULL, 0, 1 },                            /* a's block 0, set aside */
+		{ "1000-00000000000000AB.kvb", 0, 1 },     /* not one spelling of ours */
+		{ "1001-00000000000000ff.kvb", 1, 1 },     /* a folder */
+	};
+	char aside[80];
+	blk_file_name(name, sizeof(name), V3_UID, c.names[0]);
+	snprintf(aside, sizeof(aside), "%s.corrupt", name);
+	extra[2].name = aside;
+	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+		char *p = path_join(bdir, extra[i].name);
+		if (extra[i].dir)
+			assert_int_equal(mkdir(p, 0700), 0);
+		else
+			write_file(p, "x", 1);
+		free(p);
+	}
+	assert_int_equal(dir_count(bdir), 4 + 2 + 5);
+
+	/* the references, from the state files */
+	struct blk_refs m = { 0 };
+	struct store_entry *ents;
+	int ne = store_list(f->dir, &ents, NULL, NULL);
+	assert_int_equal(ne, 2);
+	for (int i = 0; i < ne; i++) {
+		uint64_t *refs;
+		int nr;
+		char *cause = NULL;
+		assert_int_equal(store_read_refs(ents[i].path, ents[i].uid, ents[i].id, &refs, &nr,
+						 &cause), 0);
+		assert_int_equal(nr, (int)ents[i].n_refs);
+		for (int k = 0; k < nr; k++)
+			assert_int_equal(blk_refs_inc(&m, (uint32_t)ents[i].uid, refs[k]), 0);
+		free(refs);
+	}
+	store_entries_free(ents, ne);
+	assert_int_equal(m.n, 4);
+	assert_int_equal(blk_refs_get(&m, V3_UID, c.names[0])->count, 2);
+
+	struct reports r = { 0 };
+	assert_int_equal(blk_collect(f->dir, &m, on_report, &r), 3);
+	assert_int_equal(r.n, 4);
+	assert_non_null(strstr(reason_of(&r, extra[0].name), "interrupted write"));
+	for (int i = 0; i < 2; i++) {
+		blk_file_name(name, sizeof(name), V3_UID + 1, c3.names[i]);
+		assert_non_null(strstr(reason_of(&r, name), "no saved session refers to it"));
+		char *p = path_join(bdir, name);
+		assert_int_equal(access(p, F_OK), -1);
+		free(p);
+	}
+	assert_non_null(strstr(reason_of(&r, extra[4].name), "cannot remove"));
+	for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+		char *p = path_join(bdir, extra[i].name);
+		assert_int_equal(access(p, F_OK) == 0, extra[i].stays);
+		free(p);
+	}
+	uint64_t size = BF_HEADER_BYTES + 4 * BS + kt_kv_block_bytes(&f->e.pool->kv);
+	for (int i = 0; i < 4; i++) {
+		char *p = block_path(f->dir, V3_UID, c.names[i]);
+		assert_int_equal(access(p, F_OK), 0);
+		free(p);
+		assert_true(blk_refs_get(&m, V3_UID, c.names[i])->bytes == size);
+	}
+	assert_true(m.bytes == 4 * size);
+	assert_int_equal(dir_count(bdir), 4 + 4);
+
+	r.n = 0;   /* again: nothing more to remove; the folder still said */
+	assert_int_equal(blk_collect(f->dir, &m, on_report, &r), 0);
+	assert_int_equal(r.n, 1);
+	char *p = path_join(bdir, extra[4].name);
+	assert_int_equal(rmdir(p), 0);
+	free(p);
+	/* dropping the last reference of a name forgets its entry */
+	assert_int_equal(blk_refs_dec(&m, V3_UID, c.names[0]), 1);
+	assert_int_equal(blk_refs_dec(&m, V3_UID, c.names[0]), 0);
+	assert_null(blk_refs_get(&m, V3_UID, c.names[0]));
+	assert_true(m.bytes == 3 * size);
+	assert_int_equal(blk_refs_dec(&m, V3_UID, c.names[0]), -ENOENT);
+	blk_refs_free(&m);
+
+	char *empty = tmpdir_new();   /* no blocks folder */
+	assert_int_equal(blk_collect(empty, &m, NULL, NULL), -ENOENT);
+	tmpdir_free(empty);
+	free(bdir);
+}
+
+/* Nothing a failed shared save wrote stays: no block file it added, no
+ * temporary file; the block files that were there before, and the old
+ * state file, do. */
+static void assert_failed_save(const char *dir, const struct chain *c, int n_before,
+			       int old_state)
+{
+	char *bdir = path_join(dir, BLK_DIR);
+	assert_int_equal(count_prefix(bdir, ".tmp-"), 0);
+	assert_int_equal(count_prefix(dir, ".tmp-"), 0);
+	assert_int_equal(dir_count(bdir), n_before);
+	for (int i = 0; i < c->n; i++) {
+		char *p = block_path(dir, V3_UID, c->names[i]);
+		assert_int_equal(access(p, F_OK) == 0, i < n_before);
+		free(p);
+	}
+	char *path = store_path(dir, V3_UID, "v3");
+	if (old_state) {  /* the old file, whole */
+		uint64_t *refs;
+		int nr;
+		char *cause = NULL;
+		assert_int_equal(store_read_refs(path, V3_UID, "v3", &refs, &nr, &cause), 0);
+		assert_int_equal(nr, n_before);
+		free(refs);
+		struct env e;
+		env_init(&e, NB, BS, NL, KVD);
+		struct store_note note;
+		struct session *s = load_ex(&e.t, path, "v3", &note, 0);
+		assert_false(note.bad_block);
+		assert_int_equal(s->n_cached, 75);
+		free(note.refs);
+		env_done(&e);
+	} else {
+		assert_int_equal(access(path, F_OK), -1);
+	}
+	free(path);
+	free(bdir);
+}
+
+/* A read-only blocks folder (only stops non-root): the first block file
+ * cannot be made. */
+static void test_v3_save_readonly_blocks(void **state)
+{
+	struct fx *f = *state;
+	if (geteuid() == 0) {
+		print_message("root: a read-only folder does not stop it; case skipped\n");
+		skip();
+	}
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	char *bdir = path_join(f->dir, BLK_DIR);
+	assert_int_equal(mkdir(bdir, 0500), 0);
+	char *cause;
+	int written;
+	assert_int_equal(save_v3(f->dir, f->e.pool, a, &c, &written, &cause), -EACCES);
+	assert_non_null(cause);
+	free(cause);
+	assert_int_equal(written, 0);
+	assert_failed_save(f->dir, &c, 0, 0);
+	assert_int_equal(chmod(bdir, 0700), 0);
+	free(bdir);
+}
+
+/* On a 64 KiB tmpfs (root with mount rights, else skipped): a save of
+ * blocks 0-3 over one that kept blocks 0 and 1, with one page free (block
+ * 2's file fits, block 3's does not), then with three pages free and a
+ * state file too big (both block files fit): each -ENOSPC, leaving what
+ * was there before. */
+static void test_v3_save_enospc(void **state)
+{
+	struct fx *f = *state;
+	if (geteuid() != 0 || mount("tmpfs", f->dir, "tmpfs", 0, "size=64k,mode=0700") != 0) {
+		print_message("tmpfs mount not possible (%s): ENOSPC case skipped\n",
+			      geteuid() ? "not root" : strerror(errno));
+		skip();
+	}
+	f->mounted = 1;
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	c.n = 2;
+	must_save_v3(f->dir, f->e.pool, a, &c, 2);
+	c.n = 4;
+	char *filler = path_join(f->dir, "filler");
+	int fd = open(filler, O_WRONLY | O_CREAT, 0600);
+	assert_true(fd >= 0);
+	char chunk[4096] = { 0 };
+	while (write(fd, chunk, sizeof(chunk)) > 0)
+		;
+	struct stat st;
+	assert_int_equal(fstat(fd, &st), 0);
+	assert_int_equal(ftruncate(fd, st.st_size - 4096), 0);   /* one page */
+	char *cause;
+	int written;
+	assert_int_equal(save_v3(f->dir, f->e.pool, a, &c, &written, &cause), -ENOSPC);
+	assert_non_null(strstr(cause, strerror(ENOSPC)));
+	free(cause);
+	assert_int_equal(written, 1);   /* block 2 was written, and removed */
+	assert_failed_save(f->dir, &c, 2, 1);
+
+	assert_int_equal(ftruncate(fd, st.st_size - 4 * 4096), 0);   /* three pages */
+	close(fd);
+	struct chain cb;
+	sess_set_sharing(&f->e2.t, 1, V3_BASE);
+	struct session *big = make_v3(&f->e2, "v3", 75, 75, 100000, 4, &cb);
+	assert_memory_equal(cb.names, c.names, sizeof(c.names[0]) * 4);
+	assert_int_equal(save_v3(f->dir, f->e2.pool, big, &cb, &written, &cause), -ENOSPC);
+	free(cause);
+	assert_int_equal(written, 2);
+	assert_failed_save(f->dir, &c, 2, 1);
+	free(filler);
+	assert_int_equal(umount(f->dir), 0);
+	f->mounted = 0;
+}
+
+/*
+ * K/V element types: a version 3 file saved from an f32, f16 or q8_0 pool
+ * has its block files in that type, and loads into a pool of any of the
+ * three, shared blocks and inline one converted alike: each block holds
+ * exactly what storing the file's rows in the pool's type gives.
+ */
+static void test_v3_kv_types(void **state)
+{
+	(void)state;
+	static const enum kt_dtype types[] = { KT_F32, KT_F16, KT_Q8_0 };
+	const int n_cached = 37, nb = 3;
+	float k[KVD], v[KVD], k2[KVD], v2[KVD];
+	for (size_t si = 0; si < 3; si++)
+		for (size_t li = 0; li < 3; li++) {
+			char *dir = tmpdir_new();
+			struct env a, b;
+			a.pool = kvpool_new_typed(NULL, types[si], KVD, NB, BS, NL, KVD);
+			b.pool = kvpool_new_typed(NULL, types[li], KVD, NB, BS, NL, KVD);
+			assert_non_null(a.pool);
+			assert_non_null(b.pool);
+			memset(a.pool->kv.base, 0, kt_kv_block_bytes(&a.pool->kv) * NB);
+			assert_int_equal(sess_table_init(&a.t, a.pool), 0);
+			assert_int_equal(sess_table_init(&b.t, b.pool), 0);
+			struct chain c;
+			struct session *s = make_v3(&a, "typed", 40, 0, 0, 2, &c);
+			assert_int_equal(kvseq_prepare(a.pool, &s->kv, n_cached, 0), 0);
+			s->n_cached = n_cached;
+			for (int p = 0; p < n_cached; p++)
+				for (int l = 0; l < NL; l++) {
+					for (int ch = 0; ch < KVD; ch++) {
+						k[ch] = (float)((p * 31 + l * 7 + ch * 13) % 97) / 9.0f - 5;
+						v[ch] = (float)((p * 17 + l * 5 + ch * 11) % 89) / 7.0f - 6;
+					}
+					kt_kv_put(&a.pool->kv, s->kv.blocks[p / BS], l, p % BS, k, v);
+				}
+			must_save_v3(dir, a.pool, s, &c, 2);
+			size_t bb = kt_kv_block_bytes(&a.pool->kv), len;
+			char *path = store_path(dir, V3_UID, "typed");
+			unsigned char *img = read_file(path, &len);
+			assert_int_equal(sf_kv_bytes(img), bb);        /* store_file.h's sizes */
+			assert_int_equal(sf_block_bytes(img), bb);
+			free(img);
+			for (int i = 0; i < 2; i++) {
+				char *bp = block_path(dir, V3_UID, c.names[i]);
+				img = read_file(bp, &len);
+				assert_int_equal(len, BF_HEADER_BYTES + 4 * BS + bb);
+				assert_int_equal(sf_get(img + BF_KV_DTYPE, 4),
+						 types[si] | (types[si] == KT_Q8_0 ? 8 << 8 : 0));
+				free(img);
+				free(bp);
+			}
+
+			struct store_note note;
+			struct session *t = load_ex(&b.t, path, "typed", &note, 0);
+			assert_false(note.bad_block);
+			assert_int_equal(t->n_cached, n_cached);
+			struct kt_kv ref = b.pool->kv;
+			ref.n_blocks = 1;
+			ref.base = calloc(1, kt_kv_block_bytes(&ref));
+			assert_non_null(ref.base);
+			for (int i = 0; i < nb; i++) {
+				for (int l = 0; l < NL; l++)
+					for (int r = 0; r < BS; r++) {
+						kt_kv_get_k(&a.pool->kv, s->kv.blocks[i], l, r, k2);
+						kt_kv_get_v(&a.pool->kv, s->kv.blocks[i], l, r, v2);
+						kt_kv_put(&ref, 0, l, r, k2, v2);
+					}
+				assert_memory_equal(ref.base, kt_kv_block(&b.pool->kv, t->kv.blocks[i]),
+						    kt_kv_block_bytes(&ref));
+			}
+			free(ref.base);
+			free(note.refs);
+			free(path);
+			env_done(&a);
+			env_done(&b);
+			tmpdir_free(dir);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1358,6 +2207,15 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_save_errors, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_save_enospc, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_garbage, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_round_trip, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_old_versions, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_bad_block_files, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_corrupt_refs, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_read_refs, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_collect, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_save_readonly_blocks, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_save_enospc, setup_env, teardown),
+		cmocka_unit_test(test_v3_kv_types),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
