@@ -687,6 +687,9 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0) {
 		rc = fail_errno(cause, -errno);
+		if (n_refs)
+			forget_blocks(dir, s, ch, fresh);
+		free(fresh);
 		free(path);
 		return rc;
 	}
@@ -704,6 +707,9 @@ static int save_file(const char *dir, const struct session *s, int n_cached,
 	}
 	if (fd < 0) {
 		rc = fail_errno(cause, -errno);
+		if (n_refs)
+			forget_blocks(dir, s, ch, fresh);
+		free(fresh);
 		close(dfd);
 		free(path);
 		return rc;

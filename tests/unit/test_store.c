@@ -2100,6 +2100,39 @@ static void test_v3_save_enospc(void **state)
 	f->mounted = 0;
 }
 
+/* The state folder read-only but its blocks folder not (a tmpfs on each,
+ * the first remounted read-only; root with mount rights, else skipped):
+ * the block files are written, the state file's temporary cannot be
+ * made. -EROFS, and none of the block files the save wrote stays. */
+static void test_v3_save_readonly_state_dir(void **state)
+{
+	struct fx *f = *state;
+	if (geteuid() != 0 || mount("tmpfs", f->dir, "tmpfs", 0, "size=1m,mode=0700") != 0) {
+		print_message("tmpfs mount not possible (%s): case skipped\n",
+			      geteuid() ? "not root" : strerror(errno));
+		skip();
+	}
+	f->mounted = 1;
+	char *bdir = path_join(f->dir, BLK_DIR);
+	assert_int_equal(mkdir(bdir, 0700), 0);
+	assert_int_equal(mount("tmpfs", bdir, "tmpfs", 0, "size=1m,mode=0700"), 0);
+	assert_int_equal(mount("tmpfs", f->dir, "tmpfs", MS_REMOUNT | MS_RDONLY,
+			       "size=1m,mode=0700"), 0);
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	char *cause;
+	int written;
+	assert_int_equal(save_v3(f->dir, f->e.pool, a, &c, &written, &cause), -EROFS);
+	assert_non_null(cause);
+	free(cause);
+	assert_int_equal(written, 4);
+	assert_failed_save(f->dir, &c, 0, 0);
+	assert_int_equal(umount(bdir), 0);
+	assert_int_equal(umount(f->dir), 0);
+	f->mounted = 0;
+	free(bdir);
+}
+
 /*
  * K/V element types: a version 3 file saved from an f32, f16 or q8_0 pool
  * has its block files in that type, and loads into a pool of any of the
@@ -2215,6 +2248,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_v3_collect, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_save_readonly_blocks, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_save_enospc, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_save_readonly_state_dir, setup_env, teardown),
 		cmocka_unit_test(test_v3_kv_types),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
