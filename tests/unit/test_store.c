@@ -1611,6 +1611,53 @@ static void test_v3_old_versions(void **state)
 	free(p);
 }
 
+/* A version 3 file with no shared block (n_refs 0: the seed, no names;
+ * the writer makes version 2 of such a session, the format allows it),
+ * forged from a version 2 image: it loads whole, its history alone too,
+ * and has no names. */
+static void test_v3_no_refs(void **state)
+{
+	struct fx *f = *state;
+	size_t n;
+	unsigned char *v2 = read_file(f->path, &n);
+	size_t meta_end = n - (size_t)sf_kv_bytes(v2);
+	unsigned char *v3 = malloc(n + 8);
+	assert_non_null(v3);
+	memcpy(v3, v2, meta_end);
+	sf_put(v3 + meta_end, 0x5eedULL, 8);
+	memcpy(v3 + meta_end + 8, v2 + meta_end, n - meta_end);
+	sf_put(v3 + SF_VERSION, 3, 4);
+	sf_put(v3 + SF_N_REFS, 0, 4);
+	sf_put(v3 + SF_BODY_BYTES, n + 8 - HB, 8);
+	sf_reseal(v3, n + 8);
+	assert_int_equal(sf_refs_off(v3, n + 8), meta_end);
+	write_file(f->path, v3, n + 8);
+
+	struct session *b = sess_create(&f->e2.t, 0, "work");
+	struct store_note note;
+	char *cause = NULL;
+	int rc = store_load_ex(f->path, b, f->e2.pool, FP, 0, &note, &cause);
+	if (rc)
+		fail_msg("store_load_ex: %s", cause);
+	assert_false(note.bad_block);
+	assert_null(note.refs);
+	assert_int_equal(note.n_refs, 0);
+	assert_same(f->s, f->e.pool, b, f->e2.pool, 1);
+	struct session h;
+	memset(&h, 0, sizeof(h));
+	strcpy(h.id, "work");
+	assert_int_equal(store_load_history(f->path, &h, &cause), 0);
+	assert_same(f->s, f->e.pool, &h, f->e.pool, 0);
+	sess_clear_history(&f->e.t, &h);
+	uint64_t *refs;
+	int nr;
+	assert_int_equal(store_read_refs(f->path, 0, "work", &refs, &nr, &cause), 0);
+	assert_null(refs);
+	assert_int_equal(nr, 0);
+	free(v3);
+	free(v2);
+}
+
 /* Block files damaged in every way the reader names: each gives a load of
  * the history alone with a note naming the file and why; the pool keeps
  * nothing of it. With the blocks before the bad one held by a session in
@@ -2242,6 +2289,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_garbage, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_round_trip, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_old_versions, setup_std, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_no_refs, setup_std, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_bad_block_files, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_corrupt_refs, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_read_refs, setup_std, teardown),
