@@ -6,26 +6,30 @@
  * SEP ("@KVB@") and a file name line: "@KVB@" NAME "\n" BYTES. A NAME that
  * is empty (or not a usable file name) lets the harness choose one: the
  * name of the block the state file expects there (below), else the uid and
- * name the block's own header claims. An input without SEP is a state file
- * alone, as this target's inputs were before version 3. The input's last
- * byte chooses the pool (% 3: f32, f16, q8_0) and whether the names are
- * made consistent ((/ 3) & 1, below).
+ * name the block's own header claims; a NAME ending in "/" makes a folder
+ * of that name instead. An input without SEP is a state file alone, as
+ * this target's inputs were before version 3 (the blocks folder is then
+ * absent in the first pass). The input's last byte chooses the pool (% 3:
+ * f32, f16, q8_0) and how names are made consistent ((/ 3) % 3, below).
  *
  * The state file is loaded (store_load_ex) into an empty session of a small
  * pool (64 blocks of 16 positions, 2 layers, kv_dim 8, head_dim 8), with
  * its block files in blocks/ beside it:
  *   1. as is, into the f32 pool, blocks named by their own headers (or
  *      their NAME), with allow_foreign 0 and 1;
- *   2. with the state file's checksums repaired (header, meta_sum, body,
- *      as store_file.h places them; version 1 too) and each block file's
- *      (block_file.h), the k-th block without a NAME named after the k-th
- *      name of the state file's refs section, into the pool the last byte
- *      chooses; with the consistency bit, block k's owner, parent, tokens
- *      and name and the state file's names are first rewritten into one
- *      valid chain over the state file's tokens, so that mutated inputs
- *      reach the K/V conversion behind every check. A load that kept its
- *      shared blocks is repeated into a second session with those blocks
- *      named in the pool: it must take them from the pool.
+ *   2. with the state file's body_bytes set to its size and its checksums
+ *      repaired (header, meta_sum, body, as store_file.h places them;
+ *      version 1 too) and each block file's (block_file.h), the k-th block
+ *      without a NAME named after the k-th name of the state file's refs
+ *      section, into the pool the last byte chooses. Mode 1: block k's
+ *      owner, parent, tokens and name and the state file's names are first
+ *      rewritten into one valid chain over the state file's tokens, so
+ *      that mutated inputs reach the K/V conversion behind every check;
+ *      mode 2: the same, but each name is the one block k's header holds
+ *      (the state file's names follow it), so that only the hash of the
+ *      tokens can disagree. A load that kept its shared blocks is repeated
+ *      into a second session with those blocks named in the pool: it must
+ *      take them from the pool.
  * Each load with store_load_history too. Invariants: a failed load leaves
  * the session empty and the pool's free count where it was; a load gives
  * n_cached <= n_tokens and blocks of one reference each; a refused block
@@ -83,12 +87,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 struct part {
 	const uint8_t *d;
 	size_t n;
-	char name[NAME_MAX_LEN + 1];  /* "" when the harness names it */
+	char name[NAME_MAX_LEN + 2];  /* "" when the harness names it */
 };
 
-/* A NAME a file may have in the blocks folder. */
+/* A NAME a file may have in the blocks folder (a folder's: one "/" at
+ * its end). */
 static int name_ok(const uint8_t *p, size_t n)
 {
+	if (n > 1 && p[n - 1] == '/')
+		n--;
 	if (n == 0 || n > NAME_MAX_LEN || (n == 1 && p[0] == '.') ||
 	    (n == 2 && p[0] == '.' && p[1] == '.'))
 		return 0;
@@ -110,8 +117,8 @@ static int split(const uint8_t *data, size_t size, struct part *state, struct pa
 		const uint8_t *stop = sep ? sep : end;
 		struct part *b = &blk[n++];
 		memset(b, 0, sizeof(*b));
-		const uint8_t *nl = memchr(p, '\n', (size_t)(stop - p) < NAME_MAX_LEN + 1
-							    ? (size_t)(stop - p) : NAME_MAX_LEN + 1);
+		const uint8_t *nl = memchr(p, '\n', (size_t)(stop - p) < NAME_MAX_LEN + 2
+							    ? (size_t)(stop - p) : NAME_MAX_LEN + 2);
 		if (nl) {
 			if (name_ok(p, (size_t)(nl - p)))
 				memcpy(b->name, p, (size_t)(nl - p));
@@ -125,15 +132,21 @@ static int split(const uint8_t *data, size_t size, struct part *state, struct pa
 
 /* ---- the folder ----------------------------------------------------------- */
 
+/* An empty blocks folder (made again when absent). */
 static void clear_blocks(void)
 {
 	DIR *d = opendir(bdir);
-	if (!d)
-		abort();
+	if (!d) {
+		if (mkdir(bdir, 0700) != 0)
+			abort();
+		return;
+	}
 	struct dirent *de;
 	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			unlinkat(dirfd(d), de->d_name, 0);
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    unlinkat(dirfd(d), de->d_name, 0) != 0 &&
+		    unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0)
+			abort();
 	closedir(d);
 }
 
@@ -142,6 +155,7 @@ struct listing {
 	int n;
 	char name[2 * MAX_FILES][NAME_MAX_LEN + 1];
 	uint64_t size[2 * MAX_FILES];
+	int is_dir[2 * MAX_FILES];
 };
 
 static void list_blocks(struct listing *l)
@@ -160,6 +174,7 @@ static void list_blocks(struct listing *l)
 		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			abort();
 		strcpy(l->name[l->n], de->d_name);
+		l->is_dir[l->n] = S_ISDIR(st.st_mode);
 		l->size[l->n++] = (uint64_t)st.st_size;
 	}
 	closedir(d);
@@ -332,8 +347,15 @@ static void write_blocks(const struct part *blk, uint8_t *const *img, int n, con
 {
 	clear_blocks();
 	for (int i = 0, k = 0; i < n; i++) {
-		char fname[NAME_MAX_LEN + 1];
+		char fname[NAME_MAX_LEN + 2];
 		uint64_t name;
+		size_t len = strlen(blk[i].name);
+		if (len && blk[i].name[len - 1] == '/') {  /* a folder */
+			char *p = fuzz_join(bdir, blk[i].name);
+			mkdir(p, 0700);
+			free(p);
+			continue;
+		}
 		if (blk[i].name[0]) {
 			strcpy(fname, blk[i].name);
 		} else {
@@ -352,11 +374,12 @@ static void write_blocks(const struct part *blk, uint8_t *const *img, int n, con
 	}
 }
 
-/* Make the state file's names and the unnamed block files one valid chain
- * over the state file's tokens: block k's name, parent, owner and tokens
- * those the state file expects. */
+/* Make the state file's names and the unnamed block files one chain over
+ * the state file's tokens: block k's parent, owner and tokens those the
+ * state file expects, its name the hash of its tokens (adopt 0: a valid
+ * chain) or the one its header holds (adopt 1: the state file's follows). */
 static void chain_repair(uint8_t *st, size_t state_n, const struct part *blk, uint8_t **img,
-			 int n)
+			 int n, int adopt)
 {
 	if (state_n < SF_HEADER_BYTES || sf_get(st + SF_VERSION, 4) != 3)
 		return;
@@ -377,6 +400,8 @@ static void chain_repair(uint8_t *st, size_t state_n, const struct part *blk, ui
 			tok[j] = (int32_t)sf_get(t + 4 * j, 4);
 		uint64_t name = XXH64(tok, bs * sizeof(int32_t), parent);
 		name = name ? name : 1;
+		if (adopt && blk[i].n >= BF_NAME + 8)
+			name = sf_get(img[i] + BF_NAME, 8);
 		sf_put(st + off + 8 + 8 * (size_t)k, name, 8);
 		if (blk[i].n >= BF_HEADER_BYTES + 4 * bs) {
 			uint8_t *b = img[i];
@@ -441,7 +466,7 @@ static void collect(const char *path, const uint8_t *st, size_t state_n, uid_t u
 				abort();
 		}
 		struct blk_ref *r = parsed ? blk_refs_get(&m, u, name) : NULL;
-		int go = !strncmp(f, ".tmp-", 5) || (parsed && !r);
+		int go = (!strncmp(f, ".tmp-", 5) || (parsed && !r)) && !before.is_dir[i];
 		if (listed(&after, f) == go)
 			abort();  /* exactly the unreferenced and temporary files go */
 		gone += go;
@@ -493,9 +518,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		memcpy(img[i], blk[i].d, blk[i].n);
 	}
 
-	/* 1. as is */
+	/* 1. as is (without block files, without a blocks folder) */
 	fuzz_write(path, state.d, state.n);
 	write_blocks(blk, img, n_blk, state.d, state.n, (uint32_t)uid, 0);
+	if (!n_blk && rmdir(bdir) != 0)
+		abort();
 	load(pools[0], path, id, uid, 0, 0, 0);
 	load(pools[0], path, id, uid, 1, 0, 0);
 
@@ -506,12 +533,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		memcpy(fix, state.d, state.n);
 		if (sf_get(fix + SF_VERSION, 4) == 1) {  /* version 1: no meta_sum */
+			sf_put(fix + SF_BODY_BYTES, state.n - SF_HEADER_BYTES, 8);
 			sf_put(fix + SF_CHECKSUM, XXH64(fix + SF_HEADER_BYTES,
 							state.n - SF_HEADER_BYTES, 0), 8);
 			sf_put(fix + SF_HEADER_SUM_V1, XXH64(fix, SF_HEADER_SUM_V1, 0), 8);
 		} else {
-			if ((last / 3) & 1)
-				chain_repair(fix, state.n, blk, img, n_blk);
+			sf_put(fix + SF_BODY_BYTES, state.n - SF_HEADER_BYTES, 8);
+			if ((last / 3) % 3)
+				chain_repair(fix, state.n, blk, img, n_blk, (last / 3) % 3 == 2);
 			sf_reseal(fix, state.n);
 		}
 		for (int i = 0; i < n_blk; i++)
