@@ -369,7 +369,9 @@ static void write_blocks(const struct part *blk, uint8_t *const *img, int n, con
 			k++;
 		}
 		char *p = fuzz_join(bdir, fname);
-		fuzz_write(p, img[i], blk[i].n);
+		struct stat st;
+		if (lstat(p, &st) != 0 || !S_ISDIR(st.st_mode))  /* a part made a folder of it */
+			fuzz_write(p, img[i], blk[i].n);
 		free(p);
 	}
 }
