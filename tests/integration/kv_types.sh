@@ -15,11 +15,14 @@ CTL=$BUILD/llamactl
 SOCK=$dir/s
 state=$dir/state
 
+# Prefix sharing off: every state file holds its whole K/V, so that their
+# sizes compare the types (shared_blocks.sh tests converted K/V with
+# block files; a converted session is saved without them).
 start() {  # start TYPE STATE_DIR
     rm -f "$SOCK"
     "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
         --socket "$SOCK" --state-dir "$2" --kv-type "$1" --threads 1 \
-        --log-level info 2>>"$dir/llamad-$1.log" &
+        --prefix-sharing off --log-level info 2>>"$dir/llamad-$1.log" &
     pid=$!
     wait_socket "$SOCK" "$pid" "$dir/llamad-$1.log" 30
 }
