@@ -10,6 +10,33 @@
 #include "session/kvpool.h"
 #include "util/grow.h"
 
+/* Zeroed, page-aligned, whole pages. */
+static void *meta_alloc(size_t n, size_t size)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), bytes = (n * size + pg - 1) & ~(pg - 1);
+	void *m = aligned_alloc(pg, bytes ? bytes : pg);
+	if (m)
+		memset(m, 0, bytes ? bytes : pg);
+	return m;
+}
+
+/* Give back the pages of array a (elem bytes per block, per_block of them)
+ * whose blocks are all free and unnamed: read again they are zero, which
+ * is what such a block's entries are worth (no name, mark 0 <
+ * any epoch; the rest unused). */
+static void meta_release(const struct kvpool *p, void *a, size_t elem)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), total = (size_t)p->kv.n_blocks * elem;
+	for (size_t off = 0; off < total; off += pg) {
+		size_t b0 = off / elem, b1 = (off + pg - 1) / elem;  /* blocks on the page */
+		int idle = 1;
+		for (size_t b = b0; b <= b1 && b < (size_t)p->kv.n_blocks && idle; b++)
+			idle = p->refs[b] == 0 && p->name[b] == 0;
+		if (idle)
+			madvise((char *)a + off, pg, MADV_DONTNEED);
+	}
+}
+
 struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int head_dim,
 				int n_blocks, int block_size, int n_layers, int kv_dim)
 {
@@ -42,14 +69,16 @@ struct kvpool *kvpool_new_typed(struct backend *be, enum kt_dtype dtype, int hea
 	p->refs = calloc(n, sizeof(int32_t));
 	p->touched = calloc(n, 1);
 	p->free_list = malloc(n * sizeof(int32_t));
-	p->name = calloc(n, sizeof(uint64_t));
-	p->parent = calloc(n, sizeof(uint64_t));
-	p->owner = calloc(n, sizeof(uint32_t));
-	p->tok = calloc(n * (size_t)block_size, sizeof(int32_t));
-	p->lru_prev = malloc(n * sizeof(int32_t));
-	p->lru_next = malloc(n * sizeof(int32_t));
-	p->mark = calloc(n, sizeof(uint32_t));
-	p->freed_at = calloc(n, sizeof(uint32_t));
+	/* what names need, per block: page-aligned, so that the pages of
+	 * free unnamed blocks go back with theirs (kvpool_release_free) */
+	p->name = meta_alloc(n, sizeof(uint64_t));
+	p->parent = meta_alloc(n, sizeof(uint64_t));
+	p->owner = meta_alloc(n, sizeof(uint32_t));
+	p->tok = meta_alloc(n * (size_t)block_size, sizeof(int32_t));
+	p->lru_prev = meta_alloc(n, sizeof(int32_t));
+	p->lru_next = meta_alloc(n, sizeof(int32_t));
+	p->mark = meta_alloc(n, sizeof(uint32_t));
+	p->freed_at = meta_alloc(n, sizeof(uint32_t));
 	/* at most half full: short probe runs */
 	uint32_t slots = 16;
 	while (slots < 2 * n)
@@ -248,6 +277,17 @@ size_t kvpool_release_free(struct kvpool *p)
 		if (e > a && madvise((void *)a, e - a, MADV_DONTNEED) == 0)
 			done += e - a;
 	}
+	/* and the names' pages of blocks that are all free, unnamed (name
+	 * last: the others test it); not counted in what is returned */
+	size_t bs = (size_t)p->kv.block_size;
+	meta_release(p, p->parent, sizeof(uint64_t));
+	meta_release(p, p->owner, sizeof(uint32_t));
+	meta_release(p, p->tok, bs * sizeof(int32_t));
+	meta_release(p, p->lru_prev, sizeof(int32_t));
+	meta_release(p, p->lru_next, sizeof(int32_t));
+	meta_release(p, p->mark, sizeof(uint32_t));
+	meta_release(p, p->freed_at, sizeof(uint32_t));
+	meta_release(p, p->name, sizeof(uint64_t));
 	return done;
 }
 

@@ -1275,6 +1275,11 @@ static void test_release_keeps_named(void **state)
 	assert_int_equal(kvpool_release_free(p), bb);
 	assert_int_equal(resident(named, bb), 0);
 	assert_int_equal(named[0], 0);
+	/* every block free and unnamed: the names' pages went back too (the
+	 * load test's RSS after a burst), and read as no name */
+	assert_int_equal(resident(p->tok, 16 * sizeof(int32_t) * (size_t)p->kv.n_blocks), 0);
+	assert_int_equal(resident(p->name, sizeof(uint64_t) * (size_t)p->kv.n_blocks), 0);
+	assert_int_equal(kvpool_lookup(p, 0xbeef, 1, 2, t), -1);
 	check_names(p);
 	kvpool_free(p);
 }
