@@ -40,6 +40,11 @@ enum {
 };
 _Static_assert(B_END <= BLK_HEADER_BYTES, "block header fields overflow BLK_HEADER_BYTES");
 
+uint64_t blk_file_bytes(const struct kt_kv *shape)
+{
+	return BLK_HEADER_BYTES + 4 * (uint64_t)shape->block_size + kt_kv_block_bytes(shape);
+}
+
 uint64_t blk_name(uint64_t parent, const int32_t *tokens, int block_size)
 {
 	uint64_t h = XXH64(tokens, (size_t)block_size * sizeof(int32_t), parent);
@@ -184,7 +189,7 @@ int blk_write(int bdfd, const struct blk_meta *m, const int32_t *tokens, const v
 		cause_set(cause, "%s (writing block file %s)", strerror(-rc), name);
 	}
 	free(buf);
-	*bytes = BLK_HEADER_BYTES + body;
+	*bytes = blk_file_bytes(shape);
 	return rc ? rc : 1;
 }
 

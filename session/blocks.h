@@ -37,6 +37,9 @@
 #define BLK_HEADER_BYTES 96
 #define BLK_SUFFIX ".kvb"
 
+/* The size of a block file of shape's type and layout. */
+uint64_t blk_file_bytes(const struct kt_kv *shape);
+
 /* The chain's name of a block from its parent and tokens (never 0). */
 uint64_t blk_name(uint64_t parent, const int32_t *tokens, int block_size);
 

@@ -254,7 +254,7 @@ static void count_file_refs(struct residency *r, struct session *s, const char *
  * no other state file does. */
 static void set_file_refs(struct residency *r, struct session *s, uint64_t *refs, int n)
 {
-	size_t file = BLK_HEADER_BYTES + 4 * (size_t)r->pool->kv.block_size + block_bytes(r);
+	uint64_t file = blk_file_bytes(&r->pool->kv);
 	for (int i = 0; i < n; i++) {
 		if (blk_refs_inc(&r->blocks, (uint32_t)s->uid, refs[i]) != 0) {
 			r->refs_lost = 1;
@@ -370,13 +370,10 @@ static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes,
 		memcpy(refs, s->chain, (size_t)n_refs * sizeof(uint64_t));
 	struct store_chain ch = { .seed = s->chain_seed, .names = refs, .n = n_refs };
 	int written = 0;
-	int rc = n_refs ? store_save_shared(r->dir, s, r->pool, r->fingerprint, &ch, &written, cause)
-			: store_save(r->dir, s, r->pool, r->fingerprint, cause);
+	int rc = store_save_shared(r->dir, s, r->pool, r->fingerprint, &ch, &written, cause);
 	r->n.blocks_written += (uint64_t)written;
 	if (blk_bytes)
-		*blk_bytes += (uint64_t)written * (BLK_HEADER_BYTES +
-						   4 * (uint64_t)r->pool->kv.block_size +
-						   block_bytes(r));
+		*blk_bytes += (uint64_t)written * blk_file_bytes(&r->pool->kv);
 	if (rc) {
 		free(refs);  /* new block files nothing refers to: the next start's */
 		r->n.save_errors++;
