@@ -150,6 +150,9 @@ MODEL_LIBS := $(CORE_LIB) $(TEXT_LIBS)
 
 DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
+# gateway/: llamad-http, the OpenAI/Ollama HTTP gateway (a client of the socket)
+GW_OBJ     := $(patsubst %.c,$(BUILD)/%.o,$(wildcard gateway/*.c))
+GW_LDLIBS   = $(shell pkg-config --libs libevent jansson libxxhash libsystemd libprotobuf-c 2>/dev/null)
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # the unit tests of text/ alone, linked without the core library
@@ -162,6 +165,9 @@ TOOL_BINS  := $(BUILD)/llamad-genmodel $(BUILD)/llamad-bench $(BUILD)/llamad-kvq
 BINS := $(BUILD)/llamad $(BUILD)/llamad-quantize $(TOOL_BINS)
 ifneq ($(CLIENT_OBJ),)
   BINS += $(BUILD)/llamactl
+endif
+ifneq ($(GW_OBJ),)
+  BINS += $(BUILD)/llamad-http
 endif
 
 .PHONY: all bins text deps deps-build deps-deb test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
@@ -236,6 +242,9 @@ $(BUILD)/llamad: $(DAEMON_OBJ) $(MODEL_LIBS)
 
 $(BUILD)/llamactl: $(CLIENT_OBJ) $(PROTO_LIB) $(UTIL_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CLIENT_LDLIBS) $(PROTO_LDLIBS) $(LDLIBS)
+
+$(BUILD)/llamad-http: $(GW_OBJ) $(PROTO_LIB) $(UTIL_LIB)
+	$(CC) $(LDFLAGS) -o $@ $^ $(GW_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)

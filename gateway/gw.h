@@ -1,0 +1,73 @@
+/*
+ * gateway/gw.h — llamad-http's state: the models it routes to (one llamad
+ * each), its listeners, the callers it knows, the conversation index and
+ * its counters. main.c fills it from the command line; http.c serves it.
+ */
+#ifndef LLAMAD_GATEWAY_GW_H
+#define LLAMAD_GATEWAY_GW_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+
+#include "gateway/conv.h"
+
+#define GW_VERSION "0.2.0"
+
+struct gw_model {
+	char *name;                /* what requests call it ("model") */
+	char *socket;              /* its llamad's socket */
+	char *desc;                /* HelloReply.model, once one answered */
+};
+
+struct gw_token {
+	char *token;
+	uid_t uid;
+	char *who;                 /* the name the file gives (for the log) */
+};
+
+struct gw_stats {
+	uint64_t requests, errors_4xx, errors_5xx, cancelled;
+	uint64_t streamed_tokens, conv_exact, conv_forked, conv_new;
+	uint32_t active;           /* requests being answered now */
+	uint32_t streams;          /* of which streaming */
+};
+
+struct gw {
+	struct event_base *base;
+	struct evhttp *http;
+	struct gw_model *models;
+	size_t n_models;
+	struct gw_token *tokens;   /* --token-file: bearer token -> caller */
+	size_t n_tokens;
+	size_t max_body;           /* bytes of a request body */
+	int timeout_s;             /* a stalled client, read or write */
+	size_t max_convs;          /* sessions kept per caller and model */
+	bool log_prompts;
+	bool quiet;
+	int verbose;
+	uid_t self_uid;
+	struct conv_index conv;
+	struct gw_stats st;
+	bool stopping;
+	double started;            /* monotonic seconds */
+};
+
+/* Seconds on the monotonic clock. */
+double gw_now(void);
+
+/* Log a line to stderr (journald adds the time). */
+void gw_log(struct gw *g, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+enum { GW_ERR = 3, GW_WARN = 4, GW_INFO = 6, GW_DEBUG = 7 };
+
+/* The model a request names (NULL: none). */
+struct gw_model *gw_find_model(struct gw *g, const char *name);
+
+/* Register the HTTP routes on g->http. */
+void gw_http_setup(struct gw *g);
+
+#endif

@@ -1,0 +1,380 @@
+/*
+ * gateway/http.c — the routes of llamad-http, who is calling, and the
+ * replies every route shares. Generation requests go to job.c; the rest
+ * (models, version, health, running sessions) are answered here.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <jansson.h>
+
+#include "gateway/http_int.h"
+#include "gateway/render.h"
+
+double gw_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+void gw_log(struct gw *g, int level, const char *fmt, ...)
+{
+	if ((level == GW_DEBUG && g->verbose < 1) || (level == GW_INFO && g->quiet))
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "<%d>llamad-http: ", level);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+struct gw_model *gw_find_model(struct gw *g, const char *name)
+{
+	for (size_t i = 0; i < g->n_models; i++)
+		if (!strcmp(g->models[i].name, name))
+			return &g->models[i];
+	/* Ollama clients name models NAME:TAG; ":latest" is the default tag */
+	const char *colon = strrchr(name, ':');
+	if (colon && !strcmp(colon, ":latest"))
+		for (size_t i = 0; i < g->n_models; i++)
+			if (strlen(g->models[i].name) == (size_t)(colon - name) &&
+			    !strncmp(g->models[i].name, name, (size_t)(colon - name)))
+				return &g->models[i];
+	return NULL;
+}
+
+int http_status_of(int code)
+{
+	switch (code) {
+	case LLAMAD__ERROR_CODE__BAD_REQUEST:
+	case LLAMAD__ERROR_CODE__REFUSED_TEXT:
+	case LLAMAD__ERROR_CODE__CONTEXT_FULL:
+	case LLAMAD__ERROR_CODE__SESSION_EXISTS:
+		return 400;
+	case LLAMAD__ERROR_CODE__UNKNOWN_SESSION:
+		return 404;
+	case LLAMAD__ERROR_CODE__TOO_LARGE:
+		return 413;
+	case LLAMAD__ERROR_CODE__BUSY:
+	case LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED:
+		return 429;
+	case LLAMAD__ERROR_CODE__SHUTTING_DOWN:
+		return 503;
+	default:
+		return 500;
+	}
+}
+
+void http_send_json(struct gw *g, struct evhttp_request *req, int status, const char *body)
+{
+	struct evbuffer *b = evbuffer_new();
+	if (b) {
+		evbuffer_add(b, body, strlen(body));
+		evbuffer_add(b, "\n", 1);
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+	if (status >= 500)
+		g->st.errors_5xx++;
+	else if (status >= 400)
+		g->st.errors_4xx++;
+	const char *why = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 401 ? "Unauthorized"
+		: status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
+		: status == 413 ? "Payload Too Large" : status == 429 ? "Too Many Requests"
+		: status == 503 ? "Service Unavailable" : "Internal Server Error";
+	evhttp_send_reply(req, status, why, b);
+	if (b)
+		evbuffer_free(b);
+}
+
+void http_send_error(struct gw *g, struct evhttp_request *req, enum api_kind kind, int status,
+		     const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	char *body = render_error(kind, status, msg);
+	gw_log(g, status >= 500 ? GW_WARN : GW_DEBUG, "%s %s: %d %s",
+	       evhttp_request_get_command(req) == EVHTTP_REQ_GET ? "GET" : "POST",
+	       evhttp_request_get_uri(req), status, msg);
+	http_send_json(g, req, status, body ? body : "{\"error\":\"out of memory\"}");
+	free(body);
+}
+
+/* ---- callers ------------------------------------------------------------- */
+
+/* The uid that owns the local TCP socket whose address is peer and whose
+ * peer is self (/proc/net/tcp, tcp6): the caller on loopback. */
+static int tcp_owner(const struct sockaddr_storage *peer, const struct sockaddr_storage *self, uid_t *uid)
+{
+	char want_l[80], want_r[80];
+	const char *file;
+	if (peer->ss_family == AF_INET) {
+		const struct sockaddr_in *p = (const void *)peer, *s = (const void *)self;
+		snprintf(want_l, sizeof(want_l), "%08X:%04X", p->sin_addr.s_addr, ntohs(p->sin_port));
+		snprintf(want_r, sizeof(want_r), "%08X:%04X", s->sin_addr.s_addr, ntohs(s->sin_port));
+		file = "/proc/net/tcp";
+	} else {
+		const struct sockaddr_in6 *p = (const void *)peer, *s = (const void *)self;
+		uint32_t a[4], b[4];
+		memcpy(a, &p->sin6_addr, 16);
+		memcpy(b, &s->sin6_addr, 16);
+		snprintf(want_l, sizeof(want_l), "%08X%08X%08X%08X:%04X", a[0], a[1], a[2], a[3], ntohs(p->sin6_port));
+		snprintf(want_r, sizeof(want_r), "%08X%08X%08X%08X:%04X", b[0], b[1], b[2], b[3], ntohs(s->sin6_port));
+		file = "/proc/net/tcp6";
+	}
+	FILE *f = fopen(file, "r");
+	if (!f)
+		return -errno;
+	char line[512], l[80], r[80];
+	unsigned u;
+	int rc = -ESRCH;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, " %*u: %79s %79s %*x %*x:%*x %*x:%*x %*x %u", l, r, &u) == 3 &&
+		    !strcmp(l, want_l) && !strcmp(r, want_r)) {
+			*uid = u;
+			rc = 0;
+			break;
+		}
+	fclose(f);
+	return rc;
+}
+
+/* Who sent req: SO_PEERCRED on the Unix socket; on TCP the bearer token's
+ * user (--token-file), else the owner of the loopback peer socket.
+ * 0, or the HTTP status to refuse with (401) and *why. */
+static int identify(struct gw *g, struct evhttp_request *req, struct caller *c, const char **why)
+{
+	struct evhttp_connection *hc = evhttp_request_get_connection(req);
+	struct bufferevent *bev = evhttp_connection_get_bufferevent(hc);
+	int fd = bev ? bufferevent_getfd(bev) : -1;
+	struct sockaddr_storage self, peer;
+	socklen_t sl = sizeof(self), pl = sizeof(peer);
+	*why = "the caller could not be identified";
+	if (fd < 0 || getsockname(fd, (struct sockaddr *)&self, &sl) < 0)
+		return 500;
+	if (self.ss_family == AF_UNIX) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0)
+			return 500;
+		c->uid = cr.uid;
+		snprintf(c->who, sizeof(c->who), "unix:uid %u", (unsigned)cr.uid);
+		return 0;
+	}
+	if (g->n_tokens) {
+		const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+		*why = "a bearer token is required (Authorization: Bearer TOKEN)";
+		if (!auth || strncasecmp(auth, "Bearer ", 7))
+			return 401;
+		const char *t = auth + 7;
+		while (*t == ' ')
+			t++;
+		for (size_t i = 0; i < g->n_tokens; i++)
+			if (!strcmp(g->tokens[i].token, t)) {
+				c->uid = g->tokens[i].uid;
+				snprintf(c->who, sizeof(c->who), "token:%s", g->tokens[i].who);
+				return 0;
+			}
+		*why = "the bearer token is not known";
+		return 401;
+	}
+	if (getpeername(fd, (struct sockaddr *)&peer, &pl) < 0 || tcp_owner(&peer, &self, &c->uid) < 0)
+		return 500;
+	snprintf(c->who, sizeof(c->who), "tcp:uid %u", (unsigned)c->uid);
+	return 0;
+}
+
+/* ---- the connection to llamad --------------------------------------------- */
+
+struct up *http_dial(struct gw *g, struct gw_model *m, const struct caller *c, up_fn fn,
+		     void *arg, int *err)
+{
+	struct up *u = up_open(g->base, m->socket, err);
+	if (!u)
+		return NULL;
+	Llamad__Hello h = LLAMAD__HELLO__INIT;
+	PB_SET(&h, protocol_version, LLAMAD_PROTOCOL_VERSION);
+	h.client = (char *)"llamad-http " GW_VERSION;
+	if (c && c->uid != g->self_uid) {
+		PB_SET(&h, on_behalf_of_uid, (uint32_t)c->uid);
+		h.caller = (char *)c->who;
+	}
+	Llamad__Request rq = LLAMAD__REQUEST__INIT;
+	rq.op_case = LLAMAD__REQUEST__OP_HELLO;
+	rq.hello = &h;
+	int rc = up_call(u, &rq, fn, arg);
+	if (rc) {
+		up_close(u);
+		*err = rc;
+		return NULL;
+	}
+	return u;
+}
+
+/* ---- the routes ------------------------------------------------------------ */
+
+static void send_models(struct gw *g, struct evhttp_request *req, bool ollama)
+{
+	json_t *list = json_array();
+	for (size_t i = 0; i < g->n_models; i++) {
+		const struct gw_model *m = &g->models[i];
+		json_t *o;
+		if (!ollama) {
+			o = json_pack("{s:s,s:s,s:I,s:s}", "id", m->name, "object", "model", "created",
+				      (json_int_t)0, "owned_by", "llamad");
+		} else {
+			char name[256];
+			snprintf(name, sizeof(name), "%s%s", m->name, strchr(m->name, ':') ? "" : ":latest");
+			o = json_pack("{s:s,s:s,s:s,s:I,s:s,s:{s:s,s:s}}", "name", name, "model", name,
+				      "modified_at", "1970-01-01T00:00:00Z", "size", (json_int_t)0, "digest", "",
+				      "details", "format", "llamad", "family", "llama");
+		}
+		json_array_append_new(list, o);
+	}
+	json_t *top = ollama ? json_pack("{s:o}", "models", list)
+			     : json_pack("{s:s,s:o}", "object", "list", "data", list);
+	char *s = json_dumps(top, JSON_COMPACT);
+	json_decref(top);
+	http_send_json(g, req, 200, s ? s : "{}");
+	free(s);
+}
+
+/* /api/ps: the models whose llamad answers now (a connect, no Hello). */
+static void send_ps(struct gw *g, struct evhttp_request *req)
+{
+	json_t *list = json_array();
+	for (size_t i = 0; i < g->n_models; i++) {
+		const struct gw_model *m = &g->models[i];
+		int fd = frame_dial(m->socket);
+		if (fd < 0)
+			continue;
+		close(fd);
+		char name[256];
+		snprintf(name, sizeof(name), "%s%s", m->name, strchr(m->name, ':') ? "" : ":latest");
+		json_array_append_new(list, json_pack("{s:s,s:s,s:I,s:s,s:s,s:I}", "name", name, "model", name,
+						      "size", (json_int_t)0, "digest", "", "expires_at",
+						      "9999-12-31T23:59:59Z", "size_vram", (json_int_t)0));
+	}
+	json_t *top = json_pack("{s:o}", "models", list);
+	char *s = json_dumps(top, JSON_COMPACT);
+	json_decref(top);
+	http_send_json(g, req, 200, s ? s : "{}");
+	free(s);
+}
+
+static void route(struct evhttp_request *req, void *arg)
+{
+	struct gw *g = arg;
+	g->st.requests++;
+	const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
+	const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
+	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+	if (!path)
+		path = "";
+	bool ollama = !strncmp(path, "/api/", 5);
+	enum api_kind ek = ollama ? API_OLLAMA_CHAT : API_OPENAI_CHAT;
+	if (g->stopping) {
+		http_send_error(g, req, ek, 503, "llamad-http is shutting down");
+		return;
+	}
+	struct caller c = { 0 };
+	const char *why;
+	int st = identify(g, req, &c, &why);
+	if (st) {
+		if (st == 401)
+			evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+		http_send_error(g, req, ek, st, "%s", why);
+		return;
+	}
+	static const struct {
+		const char *path;
+		enum evhttp_cmd_type cmd;
+		int what;  /* >= 0: an api_kind; < 0: a GET route */
+	} routes[] = {
+		{ "/v1/chat/completions", EVHTTP_REQ_POST, API_OPENAI_CHAT },
+		{ "/v1/completions", EVHTTP_REQ_POST, API_OPENAI_COMPLETE },
+		{ "/api/chat", EVHTTP_REQ_POST, API_OLLAMA_CHAT },
+		{ "/api/generate", EVHTTP_REQ_POST, API_OLLAMA_GENERATE },
+		{ "/v1/models", EVHTTP_REQ_GET, -1 },
+		{ "/api/tags", EVHTTP_REQ_GET, -2 },
+		{ "/api/version", EVHTTP_REQ_GET, -3 },
+		{ "/api/ps", EVHTTP_REQ_GET, -4 },
+		{ "/metrics", EVHTTP_REQ_GET, -5 },
+		{ "/health", EVHTTP_REQ_GET, -6 },
+		{ "/", EVHTTP_REQ_GET, -7 },
+	};
+	for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+		if (strcmp(path, routes[i].path))
+			continue;
+		if (cmd != routes[i].cmd && !(cmd == EVHTTP_REQ_HEAD && routes[i].cmd == EVHTTP_REQ_GET)) {
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+					  routes[i].cmd == EVHTTP_REQ_GET ? "GET, HEAD" : "POST");
+			http_send_error(g, req, ek, 405, "%s takes %s", path,
+					routes[i].cmd == EVHTTP_REQ_GET ? "GET" : "POST");
+			return;
+		}
+		switch (routes[i].what) {
+		case -1:
+			send_models(g, req, false);
+			return;
+		case -2:
+			send_models(g, req, true);
+			return;
+		case -3:
+			http_send_json(g, req, 200, "{\"version\":\"" GW_VERSION "\"}");
+			return;
+		case -4:
+			send_ps(g, req);
+			return;
+		case -5:
+			metrics_serve(g, req);
+			return;
+		case -6:
+			http_send_json(g, req, 200, "{\"status\":\"ok\"}");
+			return;
+		case -7:
+			/* Ollama clients probe / for "Ollama is running" */
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
+			{
+				struct evbuffer *b = evbuffer_new();
+				evbuffer_add_printf(b, "llamad-http %s is running\n", GW_VERSION);
+				evhttp_send_reply(req, 200, "OK", b);
+				evbuffer_free(b);
+			}
+			return;
+		default:
+			job_start(g, req, (enum api_kind)routes[i].what, &c);
+			return;
+		}
+	}
+	http_send_error(g, req, ek, 404, "no route %s (the routes: /v1/chat/completions, /v1/completions, "
+			"/v1/models, /api/chat, /api/generate, /api/tags, /api/version, /api/ps, /metrics, /health)",
+			path);
+}
+
+void gw_http_setup(struct gw *g)
+{
+	evhttp_set_gencb(g->http, route, g);
+	evhttp_set_allowed_methods(g->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+				   EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS);
+	evhttp_set_max_body_size(g->http, (ev_ssize_t)g->max_body);
+	evhttp_set_timeout(g->http, g->timeout_s);
+	evhttp_set_default_content_type(g->http, "application/json");
+}

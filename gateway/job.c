@@ -1,0 +1,697 @@
+/*
+ * gateway/job.c — one generation request, from its parsed body to the
+ * last byte of its answer: a small state machine over one connection to
+ * the model's llamad.
+ *
+ *   HELLO -> (drop the caller's least recently used session if over
+ *   --max-conversations) -> OPEN a new session | FORK a held one and
+ *   REWIND it | use a held one as it is -> APPEND the messages it lacks
+ *   but the last -> GENERATE with the last as its prompt -> stream ->
+ *   index the session's turns (conv.h) -> done.
+ *
+ * Raw prompts (/v1/completions, /api/generate with raw) run in an
+ * ephemeral session of the raw template, dropped when the connection
+ * closes. X-Llamad-Session names a session the client keeps itself: it is
+ * opened (made when missing) and only the newest message is sent.
+ *
+ * A client that goes away mid-stream cancels the generation (Cancel, then
+ * the Done is awaited so the session's turns are known); a stalled one
+ * times out in libevent (--timeout) and is treated the same.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+
+#include "gateway/http_int.h"
+#include "gateway/render.h"
+
+enum step {
+	ST_HELLO, ST_DROP_OLD, ST_OPEN, ST_FORK, ST_REWIND, ST_APPEND, ST_GENERATE,
+	ST_CANCELLING, ST_CLEANUP,
+};
+
+struct job {
+	struct gw *g;
+	struct evhttp_request *req;
+	struct evhttp_connection *hconn;
+	enum api_kind kind;
+	struct api_req q;
+	struct caller who;
+	struct gw_model *m;
+	uint32_t model_ix;
+	struct up *up;
+	enum step step;
+	/* the session */
+	char session[CONV_NAME_MAX + 80];
+	bool explicit_session;
+	struct conv_sess *s;       /* its index entry (chat, gateway-made) */
+	char from[CONV_NAME_MAX];  /* ST_FORK: the held session forked */
+	uint64_t *chain;           /* c[0..n_msgs] */
+	uint32_t held;             /* messages the session holds (match) */
+	uint32_t next_msg;         /* next message to append */
+	uint32_t rewinds;          /* ST_REWIND: still to do */
+	bool mutated;              /* the session changed: index or drop it */
+	/* the answer */
+	uint64_t gen_id;
+	struct evbuffer *text;     /* everything streamed (the answer) */
+	bool streaming;            /* headers sent */
+	bool first_piece;
+	bool client_gone;
+	char id[48];
+	struct render_ctx rc;
+	double t0;
+};
+
+
+static void job_free(struct job *j)
+{
+	if (j->s)
+		j->s->busy = false;
+	if (j->streaming)
+		j->g->st.streams--;
+	j->g->st.active--;
+	if (j->hconn)
+		evhttp_connection_set_closecb(j->hconn, NULL, NULL);
+	up_close(j->up);
+	api_req_free(&j->q);
+	free(j->chain);
+	if (j->text)
+		evbuffer_free(j->text);
+	free(j);
+}
+
+/* The session's index entry is no longer to be trusted: forget it. */
+static void forget(struct job *j)
+{
+	if (j->s) {
+		conv_remove(&j->g->conv, j->s);
+		j->s = NULL;
+	}
+}
+
+/* Write one streamed object: SSE "data: X\n\n" (OpenAI) or "X\n" (NDJSON). */
+static void stream_obj(struct job *j, const char *obj)
+{
+	struct evbuffer *b = evbuffer_new();
+	if (!b)
+		return;
+	if (j->kind == API_OPENAI_CHAT || j->kind == API_OPENAI_COMPLETE)
+		evbuffer_add_printf(b, "data: %s\n\n", obj);
+	else
+		evbuffer_add_printf(b, "%s\n", obj);
+	evhttp_send_reply_chunk(j->req, b);
+	evbuffer_free(b);
+}
+
+static void start_stream(struct job *j)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(j->req);
+	bool sse = j->kind == API_OPENAI_CHAT || j->kind == API_OPENAI_COMPLETE;
+	evhttp_add_header(h, "Content-Type", sse ? "text/event-stream" : "application/x-ndjson");
+	evhttp_add_header(h, "Cache-Control", "no-cache");
+	evhttp_send_reply_start(j->req, 200, "OK");
+	j->streaming = true;
+	j->g->st.streams++;
+}
+
+/* End the request with an error: an error object in the stream when the
+ * answer has begun, an HTTP error otherwise. */
+static void job_fail(struct job *j, int status, const char *msg)
+{
+	if (j->client_gone) {
+		/* nobody to tell */
+	} else if (j->streaming) {
+		char *e = render_error(j->kind, status, msg);
+		if (e)
+			stream_obj(j, e);
+		free(e);
+		if (j->kind == API_OPENAI_CHAT || j->kind == API_OPENAI_COMPLETE)
+			stream_obj(j, "[DONE]");
+		evhttp_send_reply_end(j->req);
+		if (status >= 500)
+			j->g->st.errors_5xx++;
+		else
+			j->g->st.errors_4xx++;
+	} else {
+		http_send_error(j->g, j->req, j->kind, status, "%s", msg);
+	}
+	if (j->mutated)
+		forget(j);
+	job_free(j);
+}
+
+static void fail_llamad(struct job *j, const Llamad__Response *r, int err)
+{
+	char msg[512];
+	if (!r) {
+		snprintf(msg, sizeof(msg), "the connection to llamad (%s) failed: %s", j->m->socket,
+			 strerror(-err));
+		job_fail(j, 503, msg);
+		return;
+	}
+	const Llamad__Error *e = r->body_case == LLAMAD__RESPONSE__BODY_ERROR ? r->error : NULL;
+	if (!e) {
+		snprintf(msg, sizeof(msg), "llamad answered with an unexpected reply (%d)", (int)r->body_case);
+		job_fail(j, 500, msg);
+		return;
+	}
+	snprintf(msg, sizeof(msg), "%s", e->message ? e->message : frame_error_name(e->code));
+	int status = http_status_of(e->code);
+	if (e->code == LLAMAD__ERROR_CODE__PERMISSION_DENIED)
+		gw_log(j->g, GW_ERR, "llamad at %s refuses to let this gateway act for uid %u: %s",
+		       j->m->socket, (unsigned)j->who.uid, msg);
+	job_fail(j, status, msg);
+}
+
+static bool is_error(const Llamad__Response *r)
+{
+	return !r || r->body_case == LLAMAD__RESPONSE__BODY_ERROR;
+}
+
+static void on_reply(void *arg, const Llamad__Response *r, int err);
+
+static void call(struct job *j, Llamad__Request *rq)
+{
+	int rc = up_call(j->up, rq, on_reply, j);
+	if (rc == -EMSGSIZE) {
+		job_fail(j, 413, "the request does not fit in one frame of llamad's max_frame");
+		return;
+	}
+	if (rc) {
+		fail_llamad(j, NULL, rc);
+		return;
+	}
+	if (rq->op_case == LLAMAD__REQUEST__OP_GENERATE)
+		j->gen_id = rq->id;
+}
+
+/* ---- steps ---------------------------------------------------------------- */
+
+static void new_name(char *buf, size_t n, uid_t uid)
+{
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+	snprintf(buf, n, "http-%u-%016llx", (unsigned)uid, (unsigned long long)r);
+}
+
+static void do_open(struct job *j, bool raw)
+{
+	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
+	o.session = j->session;
+	if (raw) {
+		PB_SET(&o, template_, LLAMAD__TEMPLATE__TEMPLATE_RAW);
+		PB_SET(&o, ephemeral, 1);
+	} else {
+		o.system = j->q.system;
+	}
+	if (!j->explicit_session)
+		PB_SET(&o, create_only, 1);
+	Llamad__Request rq = LLAMAD__REQUEST__INIT;
+	rq.op_case = LLAMAD__REQUEST__OP_OPEN;
+	rq.open = &o;
+	j->step = ST_OPEN;
+	call(j, &rq);
+}
+
+static void do_generate(struct job *j)
+{
+	Llamad__SamplerOptions so = LLAMAD__SAMPLER_OPTIONS__INIT;
+	const struct api_req *q = &j->q;
+	if (q->has_temperature)
+		PB_SET(&so, temperature, q->temperature);
+	if (q->has_top_p)
+		PB_SET(&so, top_p, q->top_p);
+	if (q->has_top_k)
+		PB_SET(&so, top_k, q->top_k);
+	if (q->has_min_p)
+		PB_SET(&so, min_p, q->min_p);
+	if (q->has_seed)
+		PB_SET(&so, seed, q->seed);
+	if (q->has_presence)
+		PB_SET(&so, presence_penalty, q->presence);
+	if (q->has_frequency)
+		PB_SET(&so, frequency_penalty, q->frequency);
+	if (q->has_repeat_penalty)
+		PB_SET(&so, repeat_penalty, q->repeat_penalty);
+	if (q->has_repeat_last_n)
+		PB_SET(&so, repeat_last_n, q->repeat_last_n);
+	Llamad__Generate gq = LLAMAD__GENERATE__INIT;
+	gq.session = j->session;
+	gq.sampler = &so;
+	if (q->has_max_tokens)
+		PB_SET(&gq, max_tokens, q->max_tokens);
+	gq.stop = (char **)q->stop;
+	gq.n_stop = q->n_stop;
+	if (!q->chat) {
+		gq.prompt = q->prompt;
+		PB_SET(&gq, role, LLAMAD__ROLE__ROLE_RAW);
+	} else if (j->next_msg < q->n_msgs) {
+		/* the newest message travels with the Generate */
+		gq.prompt = q->msgs[j->next_msg].text;
+		PB_SET(&gq, role, q->msgs[j->next_msg].role);
+		j->next_msg++;
+	}
+	Llamad__Request rq = LLAMAD__REQUEST__INIT;
+	rq.op_case = LLAMAD__REQUEST__OP_GENERATE;
+	rq.generate = &gq;
+	j->step = ST_GENERATE;
+	j->mutated = true;
+	j->first_piece = true;
+	if (j->q.stream && !j->client_gone)
+		start_stream(j);
+	call(j, &rq);
+}
+
+static void do_append_or_generate(struct job *j)
+{
+	/* every message but the last goes as an Append */
+	if (j->q.chat && j->next_msg + 1 < j->q.n_msgs) {
+		Llamad__Append a = LLAMAD__APPEND__INIT;
+		a.session = j->session;
+		PB_SET(&a, role, j->q.msgs[j->next_msg].role);
+		a.text = j->q.msgs[j->next_msg].text;
+		Llamad__Request rq = LLAMAD__REQUEST__INIT;
+		rq.op_case = LLAMAD__REQUEST__OP_APPEND;
+		rq.append = &a;
+		j->step = ST_APPEND;
+		j->mutated = true;
+		call(j, &rq);
+		return;
+	}
+	do_generate(j);
+}
+
+static void do_rewind_or_append(struct job *j)
+{
+	if (j->rewinds > 0) {
+		Llamad__Rewind w = LLAMAD__REWIND__INIT;
+		w.session = j->session;
+		Llamad__Request rq = LLAMAD__REQUEST__INIT;
+		rq.op_case = LLAMAD__REQUEST__OP_REWIND;
+		rq.rewind = &w;
+		j->step = ST_REWIND;
+		j->mutated = true;
+		call(j, &rq);
+		return;
+	}
+	do_append_or_generate(j);
+}
+
+/* Choose the session: the held one that matches best, a fork of it, or a
+ * new one. */
+static void plan_session(struct job *j)
+{
+	struct gw *g = j->g;
+	if (!j->q.chat) {
+		new_name(j->session, sizeof(j->session), j->who.uid);
+		do_open(j, true);
+		return;
+	}
+	if (j->explicit_session) {
+		/* the client keeps the conversation: only its newest turn is new */
+		j->next_msg = j->q.n_msgs ? (uint32_t)j->q.n_msgs - 1 : 0;
+		do_open(j, false);
+		return;
+	}
+	uint32_t n = (uint32_t)j->q.n_msgs;
+	j->chain = malloc((n + 1) * sizeof(*j->chain));
+	if (!j->chain) {
+		job_fail(j, 500, "out of memory");
+		return;
+	}
+	conv_chain(j->m->name, j->q.system, j->q.msgs, n, j->chain);
+	struct conv_match mt = conv_find(&g->conv, j->who.uid, j->model_ix, j->chain, n);
+	/* the newest message is always sent: a match holding all of them
+	 * (the same request again) is rewound by one */
+	if (mt.s && mt.turns == n && n > 0) {
+		mt.turns = n - 1;
+		mt.exact = false;
+	}
+	if (mt.s && mt.exact && mt.turns > 0) {
+		j->s = mt.s;
+		j->s->busy = true;
+		conv_touch(&g->conv, j->s);
+		snprintf(j->session, sizeof(j->session), "%s", j->s->name);
+		j->held = j->next_msg = mt.turns;
+		g->st.conv_exact++;
+		do_append_or_generate(j);
+		return;
+	}
+	struct conv_sess *old = conv_victim(&g->conv, j->who.uid, j->model_ix,
+					    g->max_convs ? g->max_convs - 1 : 0);
+	if (old && old != mt.s) {
+		Llamad__Drop d = LLAMAD__DROP__INIT;
+		d.session = old->name;
+		Llamad__Request rq = LLAMAD__REQUEST__INIT;
+		rq.op_case = LLAMAD__REQUEST__OP_DROP;
+		rq.drop = &d;
+		gw_log(g, GW_DEBUG, "dropping %s: uid %u holds --max-conversations", old->name,
+		       (unsigned)j->who.uid);
+		conv_remove(&g->conv, old);
+		j->step = ST_DROP_OLD;
+		call(j, &rq);
+		return;
+	}
+	new_name(j->session, sizeof(j->session), j->who.uid);
+	j->s = conv_add(&g->conv, j->session, j->who.uid, j->model_ix, j->chain, 0);
+	if (!j->s) {
+		job_fail(j, 500, "out of memory");
+		return;
+	}
+	j->s->busy = true;
+	if (mt.s && mt.turns > 0) {
+		snprintf(j->from, sizeof(j->from), "%s", mt.s->name);
+		j->held = j->next_msg = mt.turns;
+		j->rewinds = mt.s->n - mt.turns;
+		j->s->dropped = mt.s->dropped;
+		Llamad__Fork f = LLAMAD__FORK__INIT;
+		f.session = j->from;
+		f.target = j->session;
+		Llamad__Request rq = LLAMAD__REQUEST__INIT;
+		rq.op_case = LLAMAD__REQUEST__OP_FORK;
+		rq.fork = &f;
+		j->step = ST_FORK;
+		j->mutated = true;
+		g->st.conv_forked++;
+		call(j, &rq);
+		return;
+	}
+	g->st.conv_new++;
+	j->mutated = true;
+	do_open(j, false);
+}
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static void on_token(struct job *j, const Llamad__TokenEvent *t)
+{
+	if (!t->text || !*t->text)
+		return;
+	size_t len = strlen(t->text);
+	evbuffer_add(j->text, t->text, len);
+	j->g->st.streamed_tokens++;
+	if (!j->streaming || j->client_gone)
+		return;
+	char *o = render_piece(&j->rc, t->text, len, j->first_piece);
+	j->first_piece = false;
+	if (o)
+		stream_obj(j, o);
+	free(o);
+}
+
+static void on_done(struct job *j, const Llamad__Done *d)
+{
+	struct render_done rd = { 0 };
+	rd.reason = d->reason;
+	rd.completion_tokens = d->generated_tokens;
+	rd.prompt_tokens = d->session_tokens > d->generated_tokens ? d->session_tokens - d->generated_tokens : 0;
+	rd.cached_tokens = rd.prompt_tokens > d->prompt_tokens ? rd.prompt_tokens - d->prompt_tokens : 0;
+	rd.prefill_ms = d->prefill_ms;
+	rd.generate_ms = d->generate_ms;
+	rd.total_ms = (gw_now() - j->t0) * 1e3;
+
+	size_t len = evbuffer_get_length(j->text);
+	evbuffer_add(j->text, "", 1);
+	const char *text = (const char *)evbuffer_pullup(j->text, -1);
+
+	/* the session now holds the request's messages and the answer */
+	if (j->s && j->chain) {
+		uint32_t n = (uint32_t)j->q.n_msgs;
+		j->s->dropped += d->dropped_turns;
+		if (conv_set(&j->g->conv, j->s, j->chain, n) ||
+		    conv_push(j->s, conv_step(j->chain[n], LLAMAD__ROLE__ROLE_ASSISTANT, text)))
+			forget(j);
+	}
+	if (j->client_gone) {
+		j->g->st.cancelled++;
+		job_free(j);
+		return;
+	}
+	if (j->streaming) {
+		char *usage = NULL;
+		char *end = render_stream_end(&j->rc, &rd, j->q.include_usage, &usage);
+		if (end)
+			stream_obj(j, end);
+		if (usage)
+			stream_obj(j, usage);
+		free(end);
+		free(usage);
+		if (j->kind == API_OPENAI_CHAT || j->kind == API_OPENAI_COMPLETE)
+			stream_obj(j, "[DONE]");
+		evhttp_send_reply_end(j->req);
+	} else {
+		char *body = render_whole(&j->rc, &rd, text, len);
+		if (body)
+			http_send_json(j->g, j->req, 200, body);
+		else
+			http_send_error(j->g, j->req, j->kind, 500, "out of memory");
+		free(body);
+	}
+	job_free(j);
+}
+
+static void on_reply(void *arg, const Llamad__Response *r, int err)
+{
+	struct job *j = arg;
+	switch (j->step) {
+	case ST_HELLO:
+		if (is_error(r))
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		if (r->body_case == LLAMAD__RESPONSE__BODY_HELLO && r->hello) {
+			up_set_max_frame(j->up, r->hello->max_frame);
+			if (!j->m->desc && r->hello->model)
+				j->m->desc = strdup(r->hello->model);
+		}
+		{
+			plan_session(j);
+			return;
+		}
+	case ST_DROP_OLD:
+		/* best effort: an unknown session was dropped already */
+		if (!r)
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		{
+			plan_session(j);
+			return;
+		}
+	case ST_OPEN:
+		if (is_error(r))
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		{
+			do_append_or_generate(j);
+			return;
+		}
+	case ST_FORK:
+		if (is_error(r)) {
+			if (r && r->error && (r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION ||
+					      r->error->code == LLAMAD__ERROR_CODE__BUSY)) {
+				/* the held session is gone (dropped by someone, or
+				 * a restart without state) or busy: start anew */
+				struct conv_sess *old = conv_get(&j->g->conv, j->from);
+				if (old && r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION)
+					conv_remove(&j->g->conv, old);
+				j->held = j->next_msg = 0;
+				j->rewinds = 0;
+				j->s->dropped = 0;
+				{
+					do_open(j, false);
+					return;
+				}
+			}
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		}
+		{
+			do_rewind_or_append(j);
+			return;
+		}
+	case ST_REWIND:
+		if (is_error(r))
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		j->rewinds--;
+		{
+			do_rewind_or_append(j);
+			return;
+		}
+	case ST_APPEND:
+		if (is_error(r)) {
+			if (r && r->error && r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION && j->s &&
+			    j->held > 0 && j->next_msg == j->held) {
+				/* a held session that llamad no longer has */
+				forget(j);
+				j->mutated = false;
+			}
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		}
+		j->next_msg++;
+		{
+			do_append_or_generate(j);
+			return;
+		}
+	case ST_GENERATE:
+	case ST_CANCELLING:
+		if (!r)
+			{
+				fail_llamad(j, r, err);
+				return;
+			}
+		if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN && r->token)
+			{
+				on_token(j, r->token);
+				return;
+			}
+		if (r->body_case == LLAMAD__RESPONSE__BODY_DONE && r->done)
+			{
+				on_done(j, r->done);
+				return;
+			}
+		{
+			fail_llamad(j, r, err);
+			return;
+		}
+	case ST_CLEANUP:
+		job_free(j);
+		return;
+	}
+}
+
+/* The HTTP client went away (or stalled past --timeout). */
+static void on_client_close(struct evhttp_connection *hc, void *arg)
+{
+	(void)hc;
+	struct job *j = arg;
+	j->client_gone = true;
+	j->hconn = NULL;
+	if (j->step == ST_GENERATE && up_current(j->up) == j->gen_id) {
+		/* cancel and wait for the Done, so the session's turns are known */
+		Llamad__Cancel c = LLAMAD__CANCEL__INIT;
+		PB_SET(&c, request_id, j->gen_id);
+		Llamad__Request rq = LLAMAD__REQUEST__INIT;
+		rq.op_case = LLAMAD__REQUEST__OP_CANCEL;
+		rq.cancel = &c;
+		if (up_send_only(j->up, &rq) == 0) {
+			j->step = ST_CANCELLING;
+			return;
+		}
+	}
+	/* elsewhere the next reply finds client_gone; closing the upstream
+	 * now ends whatever runs */
+	if (j->mutated)
+		forget(j);
+	job_free(j);
+}
+
+void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
+	       const struct caller *c)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	size_t len = evbuffer_get_length(in);
+	const char *body = (const char *)evbuffer_pullup(in, -1);
+	struct job *j = calloc(1, sizeof(*j));
+	if (!j || !(j->text = evbuffer_new())) {
+		free(j);
+		http_send_error(g, req, kind, 500, "out of memory");
+		return;
+	}
+	j->g = g;
+	j->req = req;
+	j->kind = kind;
+	j->who = *c;
+	j->t0 = gw_now();
+	g->st.active++;
+	char err[512];
+	int st = api_parse(kind, body ? body : "", len, &j->q, err, sizeof(err));
+	if (st) {
+		http_send_error(g, req, kind, st, "%s", err);
+		j->g->st.active--;
+		evbuffer_free(j->text);
+		free(j);
+		return;
+	}
+	j->m = gw_find_model(g, j->q.model);
+	if (!j->m) {
+		char names[400] = "";
+		size_t at = 0;
+		for (size_t i = 0; i < g->n_models && at < sizeof(names) - 1; i++)
+			at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "",
+					       g->models[i].name);
+		snprintf(err, sizeof(err), "model '%s' is not served here; the models are: %s",
+			 j->q.model, names);
+		job_fail(j, 404, err);
+		return;
+	}
+	j->model_ix = (uint32_t)(j->m - g->models);
+	const char *hs = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Llamad-Session");
+	if (hs && *hs) {
+		if (strlen(hs) >= CONV_NAME_MAX + 64) {
+			job_fail(j, 400, "X-Llamad-Session: the name is too long");
+			return;
+		}
+		snprintf(j->session, sizeof(j->session), "%s", hs);
+		j->explicit_session = true;
+	}
+	bool openai = kind == API_OPENAI_CHAT || kind == API_OPENAI_COMPLETE;
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint64_t)time(NULL);
+	snprintf(j->id, sizeof(j->id), "%s-%016llx", kind == API_OPENAI_COMPLETE ? "cmpl" : "chatcmpl",
+		 (unsigned long long)r);
+	j->rc = (struct render_ctx){ kind, j->id, (int64_t)time(NULL), j->m->name };
+	(void)openai;
+	if (g->log_prompts)
+		for (size_t i = 0; i < j->q.n_msgs; i++)
+			gw_log(g, GW_INFO, "uid %u message %zu: %s", (unsigned)c->uid, i, j->q.msgs[i].text);
+	/* Ollama: a chat without messages, or an empty generate prompt, only
+	 * loads the model: answer at once */
+	if ((kind == API_OLLAMA_CHAT || kind == API_OLLAMA_GENERATE) && j->q.chat && j->q.n_msgs == 0) {
+		char t[48];
+		render_time(t, sizeof(t));
+		char body2[256];
+		snprintf(body2, sizeof(body2),
+			 kind == API_OLLAMA_CHAT ? "{\"model\":\"%s\",\"created_at\":\"%s\",\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"done_reason\":\"load\",\"done\":true}"
+						 : "{\"model\":\"%s\",\"created_at\":\"%s\",\"response\":\"\",\"done_reason\":\"load\",\"done\":true}",
+			 j->m->name, t);
+		http_send_json(g, req, 200, body2);
+		j->g->st.active--;
+		api_req_free(&j->q);
+		evbuffer_free(j->text);
+		free(j);
+		return;
+	}
+	int e;
+	j->up = http_dial(g, j->m, c, on_reply, j, &e);
+	if (!j->up) {
+		snprintf(err, sizeof(err), "llamad for model '%s' is not reachable at %s: %s", j->m->name,
+			 j->m->socket, strerror(-e));
+		job_fail(j, 503, err);
+		return;
+	}
+	j->step = ST_HELLO;
+	j->hconn = evhttp_request_get_connection(req);
+	evhttp_connection_set_closecb(j->hconn, on_client_close, j);
+}
