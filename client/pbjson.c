@@ -63,6 +63,9 @@ static const struct rule rules[] = {
 	 * whether sharing is on: null from a daemon that does not say */
 	{ &llamad__status__descriptor, "kv_blocks_cached", 0, "kv_blocks_free" },
 	{ &llamad__status__descriptor, "prefix_sharing", PBJ_NULL_UNSET, NULL },
+	/* the latency histograms: absent from a daemon that does not keep them */
+	{ &llamad__status__descriptor, "ttft", PBJ_OMIT_UNSET, NULL },
+	{ &llamad__status__descriptor, "token_time", PBJ_OMIT_UNSET, NULL },
 };
 
 #define N_RULES (sizeof(rules) / sizeof(rules[0]))

@@ -42,6 +42,22 @@ static void job_reply(struct engine *e, struct job *j, Llamad__Response *r)
 		engine_reply(e, j->conn, r);
 }
 
+/* The bounds of Status's histograms, in seconds (llamad.proto). */
+static const double ttft_le[] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30 };
+static const double token_time_le[] = { 0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1 };
+
+/* A token event of j goes out: the first is its time to first token, the
+ * others the time since the one before. */
+static void observe_event(struct engine *e, struct job *j)
+{
+	double t = clock_mono_s();
+	if (j->t_last_event > 0)
+		hist_observe(&e->token_time, t - j->t_last_event);
+	else
+		hist_observe(&e->ttft, t - j->t_arrive);
+	j->t_last_event = t;
+}
+
 static void send_token_event(struct engine *e, struct job *j, const int32_t *tok, int n)
 {
 	Llamad__TokenEvent ev = LLAMAD__TOKEN_EVENT__INIT;
@@ -51,6 +67,8 @@ static void send_token_event(struct engine *e, struct job *j, const int32_t *tok
 		ids[0] = (uint32_t)tok[0];
 		ev.n_tokens = 1;
 		ev.tokens = ids;
+		if (j->cancelled != 2)   /* the last text alone is no token */
+			observe_event(e, j);
 	}
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
 	r.body_case = LLAMAD__RESPONSE__BODY_TOKEN;
@@ -582,6 +600,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	/* the strings stay owned by the caller's config */
 	e->ctx = m->cfg.max_ctx;
 	e->t_start = clock_mono_s();
+	hist_init(&e->ttft, ttft_le, sizeof(ttft_le) / sizeof(ttft_le[0]));
+	hist_init(&e->token_time, token_time_le, sizeof(token_time_le) / sizeof(token_time_le[0]));
 	const char *fa = getenv("LLAMAD_TEST_FAIL_AFTER");
 	e->fail_after = fa && *fa ? strtoull(fa, NULL, 10) : 0;
 	const char *sd = getenv("LLAMAD_TEST_STEP_DELAY_MS");
@@ -709,6 +729,7 @@ void engine_submit(struct engine *e, uint64_t conn, uid_t uid, Llamad__Request *
 	c->conn = conn;
 	c->uid = uid;
 	c->req = req;
+	c->t_arrive = clock_mono_s();
 	push_cmd(e, c);
 }
 

@@ -21,6 +21,7 @@
 #include "session/residency.h"
 #include "session/session.h"
 #include "session/turns.h"
+#include "util/hist.h"
 
 enum cmd_kind { CMD_REQUEST, CMD_DISCONNECT };
 
@@ -31,6 +32,7 @@ struct cmd {
 	uint64_t conn;
 	uid_t uid;
 	Llamad__Request *req;
+	double t_arrive;         /* clock_mono_s() when it was queued */
 };
 
 enum job_kind { JOB_APPEND, JOB_GENERATE };
@@ -56,6 +58,8 @@ struct job {
 	char *text;              /* text released this step, for the token event */
 	size_t n_text, cap_text;
 	double t0, t_first;
+	double t_arrive;         /* generate: its request queued (Status.ttft) */
+	double t_last_event;     /* generate: its last token event (0: none yet) */
 	float *logits;
 };
 
@@ -109,6 +113,9 @@ struct engine {
 	double t_start;
 	double last_idle_scan;
 	uint64_t n_requests, n_prefilled, n_generated, n_forward;
+	/* since start-up: time to a Generate's first token event, and
+	 * between its token events (Status.ttft, token_time) */
+	struct hist ttft, token_time;
 };
 
 /* ---- jobs.c: the work in flight ---- */

@@ -32,6 +32,7 @@ enum { NEED_SESSION = 1, NOT_BUSY = 2, QUOTA = 4, RESIDENT = 8 };
 struct req {
 	uint64_t conn, id;
 	uid_t uid;
+	double t_arrive;         /* queued for the engine (struct cmd's) */
 	const Llamad__Request *q;
 	struct session *s;       /* NEED_SESSION: the session it names */
 	char msg[256];           /* the error's text */
@@ -249,6 +250,7 @@ static int on_generate(struct engine *e, struct req *rq)
 		return fail(rq, -ENOMEM, "out of memory");
 	}
 	j->gen_ok = 1;
+	j->t_arrive = rq->t_arrive;
 	j->shift_turns0 = s->shift_turns;   /* the prompt's shift counts too */
 	j->shift_tokens0 = s->shift_tokens;
 	j->keep_turn = s->n_turns;
@@ -554,6 +556,18 @@ static uint64_t rss_bytes(void)
 	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+/* h as the wire's Histogram (pointing into h). */
+static void wire_hist(const struct hist *h, Llamad__Histogram *w)
+{
+	llamad__histogram__init(w);
+	w->n_le = h->n_le;
+	w->le = (double *)h->le;
+	w->n_counts = h->n_le + 1;
+	w->counts = (uint64_t *)h->counts;
+	PB_SET(w, sum, h->sum);
+	PB_SET(w, count, h->count);
+}
+
 static int on_status(struct engine *e, struct req *rq)
 {
 	const struct res_counters *n = &e->res.n;
@@ -609,6 +623,11 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, weight_bytes, e->m->weight_bytes);
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;
+	Llamad__Histogram ttft, token_time;
+	wire_hist(&e->ttft, &ttft);
+	wire_hist(&e->token_time, &token_time);
+	st.ttft = &ttft;
+	st.token_time = &token_time;
 	PB_SET(&st, rss_bytes, rss_bytes());
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_STATUS);
 	r.status = &st;
@@ -871,7 +890,8 @@ static const struct op *op_of(const Llamad__Request *q)
 static void run_request(struct engine *e, const struct cmd *c)
 {
 	const Llamad__Request *q = c->req;
-	struct req rq = { .conn = c->conn, .id = q->id, .uid = c->uid, .q = q };
+	struct req rq = { .conn = c->conn, .id = q->id, .uid = c->uid, .t_arrive = c->t_arrive,
+			  .q = q };
 	const struct op *op = op_of(q);
 	int rc = op ? check(e, op, &rq) : fail(&rq, -ENOSYS, "unknown operation");
 	if (rc == 0)

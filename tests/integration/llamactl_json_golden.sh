@@ -14,7 +14,8 @@
 #    an unexpected reply, a connection closed during the handshake.
 # Before the comparison only what varies between runs or machines is masked,
 # its key and place kept and its form checked: timings and uptime (a number
-# with at most 3 decimals) become <ms>; last use, rss, owner uid <int>; the
+# with at most 3 decimals) become <ms>; last use, rss, owner uid <int>; a
+# latency histogram's bucket counts <counts> and sum <num>; the
 # backend's description <str>; the temporary folder $DIR, the models' folder
 # $MODELS. A session list is sorted by name (the daemon's order is its hash
 # table's). Every golden file must be produced by a case.
@@ -46,10 +47,13 @@ if "sort" in opts and text.startswith("["):
 text = text.replace(folder, "$DIR").replace(models, "$MODELS")
 MS = r"-?[0-9]+(?:\.[0-9]{1,3})?"   # rounded to 3 decimals
 INT = r"-?[0-9]+"
+NUM = r"-?[0-9.]+(?:[eE][-+]?[0-9]+)?"
 STR = r'"(?:[^"\\]|\\.)*"'
 VARY = (("uptime_s", MS, "<ms>"), ("prefill_ms", MS, "<ms>"), ("generate_ms", MS, "<ms>"),
         ("last_use_ms", INT, "<int>"), ("rss_bytes", INT, "<int>"), ("owner_uid", INT, "<int>"),
-        ("backend", STR, "<str>"))
+        ("backend", STR, "<str>"),
+        # status's latency histograms: which bucket a time falls in varies
+        ("counts", r"\[[0-9,]*\]", "<counts>"), ("sum", NUM, "<num>"))
 for key, form, mark in () if "exact" in opts else VARY:
     text = re.sub('"%s":%s(?=[,}])' % (key, form), '"%s":%s' % (key, mark), text)
 sys.stdout.write(text)
