@@ -1,10 +1,12 @@
 /*
  * client/cmd_status.c — `llamactl status`: the daemon's status.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client/cli.h"
+#include "util/hist.h"
 
 static int cmd_status(struct cli *cli, int argc, char **argv);
 
@@ -16,7 +18,10 @@ const struct command cmd_status_entry = {
 "Print the daemon's status: model, backend, uptime, sessions, KV cache (in\n"
 "blocks, bytes, tokens and contexts), prefix sharing (on or off, the free\n"
 "blocks that still hold a prefix, the prompt tokens taken from shared\n"
-"blocks), counters, and the block files saved sessions share.\n",
+"blocks), counters, and the block files saved sessions share. With -v,\n"
+"also the latencies since the daemon started: time to first token and\n"
+"time between tokens (count, mean, and p50 / p99 estimated from the\n"
+"histogram's buckets).\n",
 	.run = cmd_status,
 };
 
@@ -31,6 +36,49 @@ static void human_duration(char *buf, size_t n, double s)
 		snprintf(buf, n, "%llum %llus", t / 60, t % 60);
 	else
 		snprintf(buf, n, "%.1fs", s);
+}
+
+/* s seconds for people: "850 µs", "35.2 ms", "1.25 s". */
+static void human_seconds(char *buf, size_t n, double s)
+{
+	if (s < 1e-3)
+		snprintf(buf, n, "%.0f µs", s * 1e6);
+	else if (s < 1)
+		snprintf(buf, n, "%.*f ms", s < 0.1 ? 1 : 0, s * 1e3);
+	else
+		snprintf(buf, n, "%.2f s", s);
+}
+
+/* One line of a latency histogram (-v): "LABEL N WHAT, mean M, p50 ~A,
+ * p99 ~B"; a histogram whose counts do not fit its bounds is said so. */
+static void print_hist(const char *label, const Llamad__Histogram *h, const char *what)
+{
+	printf("%-14s", label);
+	if (!h->count) {
+		printf("none yet\n");
+		return;
+	}
+	char mean[32];
+	human_seconds(mean, sizeof(mean), h->sum / (double)h->count);
+	printf("%llu %s, mean %s", (unsigned long long)h->count, what, mean);
+	if (h->n_le == 0 || h->n_le > HIST_MAX_BOUNDS || h->n_counts != h->n_le + 1) {
+		printf(" (buckets unreadable)\n");
+		return;
+	}
+	static const struct {
+		const char *name;
+		double q;
+	} qs[] = { { "p50", 0.5 }, { "p99", 0.99 } };
+	for (size_t i = 0; i < sizeof(qs) / sizeof(qs[0]); i++) {
+		int above;
+		double v = hist_quantile(h->le, h->n_le, h->counts, qs[i].q, &above);
+		char b[32];
+		if (isnan(v))
+			continue;
+		human_seconds(b, sizeof(b), v);
+		printf(", %s %s%s", qs[i].name, above ? "> " : "~", b);
+	}
+	putchar('\n');
 }
 
 static int cmd_status(struct cli *cli, int argc, char **argv)
@@ -123,6 +171,10 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 				       (unsigned long long)s->counters->block_files_refused);
 			putchar('\n');
 		}
+		if (cli->verbose && s->ttft)
+			print_hist("first token:", s->ttft, "generations");
+		if (cli->verbose && s->token_time)
+			print_hist("token time:", s->token_time, "intervals");
 	}
 	cli_flush_stdout();
 	llamad__response__free_unpacked(r, NULL);
