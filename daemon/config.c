@@ -5,10 +5,12 @@
 #include <pthread.h>
 #include <limits.h>
 #include <math.h>
+#include <pwd.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/config.h"
 #include "daemon/log.h"
@@ -20,7 +22,7 @@
 #include "util/cause.h"
 #include "util/mem.h"
 
-enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM };
+enum ktype { K_STR, K_INT, K_U32, K_BYTES, K_MODE, K_FLOAT, K_ENUM, K_UIDS };
 
 struct key {
 	const char *name;
@@ -84,6 +86,9 @@ static const struct key keys[] = {
 	{ "socket", K_STR, O(socket), 0, 0, 0, 0, "listening socket path" },
 	{ "socket_mode", K_MODE, O(socket_mode), 0, 0777, 0660, 0, "socket permissions, octal (0660)" },
 	{ "socket_group", K_STR, O(socket_group), 0, 0, 0, 0, "group owning the socket" },
+	{ "trusted_gateways", K_UIDS, O(trusted_gateways), 0, 0, 0, 1,
+	  "users (names or uids, space or comma separated) whose connections may act for "
+	  "other users (Hello.on_behalf_of_uid; root always may)" },
 	{ "kv_memory", K_BYTES, O(kv_memory), 1 << 20, 1e15, 0, 0,
 	  "KV cache: bytes (suffix K, M, G), N% of available memory, or auto (the default: "
 	  "4 contexts, at least 256M, at most 1/4 of the available memory)", NULL, 0, NULL, 1 },
@@ -148,6 +153,7 @@ void config_defaults(struct config *c)
 		case K_BYTES: *(uint64_t *)p = (uint64_t)k->def; break;
 		case K_MODE: *(unsigned *)p = (unsigned)k->def; break;
 		case K_FLOAT: *(float *)p = (float)k->def; break;
+		case K_UIDS: break;   /* empty */
 		}
 	}
 }
@@ -176,6 +182,10 @@ static int key_differs(const struct key *k, const struct config *a, const struct
 	case K_BYTES: return *(const uint64_t *)pa != *(const uint64_t *)pb;
 	case K_MODE: return *(const unsigned *)pa != *(const unsigned *)pb;
 	case K_FLOAT: return *(const float *)pa != *(const float *)pb;
+	case K_UIDS: {
+		const struct uid_list *la = pa, *lb = pb;
+		return la->n != lb->n || memcmp(la->uid, lb->uid, (size_t)la->n * sizeof(la->uid[0]));
+	}
 	}
 	return 1;
 }
@@ -208,6 +218,69 @@ static int parse_enum(const char *v, const char *const *names, int n)
 		if (names[i] && !strcmp(names[i], v))
 			return i;
 	return -1;
+}
+
+int config_uid_listed(const struct uid_list *l, uint32_t uid)
+{
+	for (int i = 0; i < l->n; i++)
+		if (l->uid[i] == uid)
+			return 1;
+	return 0;
+}
+
+/* A list of users, names or numeric uids, separated by spaces or commas,
+ * into *l (left as it was on an error: -EINVAL with *why, static). A name
+ * is looked up now: one that does not exist is an error. */
+static int parse_uids(const char *v, struct uid_list *l, const char **why)
+{
+	static char msg[160];
+	struct uid_list out = { 0 };
+	const char *sep = " \t,";
+	for (const char *p = v + strspn(v, sep); *p; p += strspn(p, sep)) {
+		size_t n = strcspn(p, sep);
+		char name[256];
+		if (n >= sizeof(name)) {
+			*why = "a user name of more than 255 bytes";
+			return -EINVAL;
+		}
+		memcpy(name, p, n);
+		name[n] = 0;
+		p += n;
+		uint32_t uid;
+		char *end;
+		errno = 0;
+		unsigned long long x = strtoull(name, &end, 10);
+		if (name[0] >= '0' && name[0] <= '9' && !*end) {
+			if (errno || x >= UINT32_MAX) {
+				snprintf(msg, sizeof(msg), "uid %.32s is out of range", name);
+				*why = msg;
+				return -EINVAL;
+			}
+			uid = (uint32_t)x;
+		} else {
+			struct passwd pw, *r = NULL;
+			long cap = sysconf(_SC_GETPW_R_SIZE_MAX);
+			char buf[cap > 0 && cap <= 65536 ? cap : 16384];
+			int e = getpwnam_r(name, &pw, buf, sizeof(buf), &r);
+			if (e || !r) {
+				snprintf(msg, sizeof(msg), "no user named '%.64s'%s%s", name,
+					 e ? ": " : "", e ? strerror(e) : "");
+				*why = msg;
+				return -EINVAL;
+			}
+			uid = (uint32_t)r->pw_uid;
+		}
+		if (config_uid_listed(&out, uid))
+			continue;
+		if (out.n == CONFIG_MAX_UIDS) {
+			snprintf(msg, sizeof(msg), "more than %d users", CONFIG_MAX_UIDS);
+			*why = msg;
+			return -EINVAL;
+		}
+		out.uid[out.n++] = uid;
+	}
+	*l = out;
+	return 0;
 }
 
 static int parse_bytes(const char *v, uint64_t *out)
@@ -280,6 +353,8 @@ int config_set(struct config *c, const char *key, const char *v, int reload_only
 		return 0;
 	}
 	switch (k->type) {
+	case K_UIDS:
+		return parse_uids(v, p, why);   /* empty: none */
 	case K_STR: {
 		if (!*v) {
 			*why = "empty value";
@@ -458,6 +533,10 @@ void config_dump(const struct config *c, FILE *f)
 			free(d);
 			continue;
 		}
+		if (k->type == K_UIDS && !((const struct uid_list *)p)->n) {
+			fprintf(f, "%s =\n", k->name);   /* none */
+			continue;
+		}
 		fprintf(f, "%s = ", k->name);
 		if (k->autov && ((k->type == K_BYTES && !*(const uint64_t *)p) ||
 				 (k->type == K_INT && !*(const int *)p))) {
@@ -472,6 +551,12 @@ void config_dump(const struct config *c, FILE *f)
 		case K_MODE: fprintf(f, "0%o", *(const unsigned *)p); break;
 		case K_FLOAT: fprintf(f, "%g", (double)*(const float *)p); break;
 		case K_ENUM: fprintf(f, "%s", k->names[*(const int *)p]); break;
+		case K_UIDS: {
+			const struct uid_list *l = p;
+			for (int u = 0; u < l->n; u++)
+				fprintf(f, "%s%u", u ? " " : "", (unsigned)l->uid[u]);
+			break;
+		}
 		}
 		fputc('\n', f);
 	}

@@ -10,6 +10,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* A list of uids, held in the config itself: a config is copied whole (the
+ * engine's copy, SIGHUP's), so the list needs no owner. */
+#define CONFIG_MAX_UIDS 32
+struct uid_list {
+	int n;
+	uint32_t uid[CONFIG_MAX_UIDS];
+};
+
 struct config {
 	char *model;
 	char *tokenizer;
@@ -44,6 +52,7 @@ struct config {
 	int device;              /* enum backend_kind */
 	int gpu_weights;         /* enum backend_wtype */
 	int gpu_kv_share;        /* percent of free GPU memory for the KV pool (0: auto) */
+	struct uid_list trusted_gateways;  /* peers that may act for other uids */
 };
 
 /* Fill c with the defaults (every row of the key table carries its own;
@@ -62,6 +71,8 @@ int config_load(struct config *c, const char *path, int reload_only, char **caus
  * log level): for each key whose value differs from old, or every such
  * key when old is NULL (at start-up). Neither is modified or kept. */
 void config_apply(const struct config *old, const struct config *c);
+/* 1 if uid is in the list l. */
+int config_uid_listed(const struct uid_list *l, uint32_t uid);
 /* Print every key with its current value, as a config file. */
 void config_dump(const struct config *c, FILE *f);
 /* Print the keys with one line of help each (for --help). */
