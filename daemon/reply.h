@@ -10,6 +10,7 @@
  *   EINVAL BAD_REQUEST         EPERM REFUSED_TEXT       EMSGSIZE CONTEXT_FULL
  *   E2BIG TOO_LARGE            ECANCELED CANCELLED      ESRCH UNKNOWN_REQUEST
  *   EPROTONOSUPPORT BAD_VERSION                         ENOSYS UNKNOWN_OP
+ *   EACCES PERMISSION_DENIED
  *   ENOMEM, ENOBUFS (the KV cache is full), EDQUOT (a uid's quota),
  *   EUSERS (max_sessions) RESOURCE_EXHAUSTED
  *   EIO, ESTALE (the state directory, a state file) STORAGE

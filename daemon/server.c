@@ -65,8 +65,11 @@ struct inflight {
 struct conn {
 	uint64_t id;
 	struct bufferevent *bev;
-	uid_t uid;
+	uid_t uid;               /* the uid it acts as: its requests', its budget's */
+	uid_t peer;              /* the peer's own (SO_PEERCRED): differs from uid
+				  * once a gateway's Hello names another */
 	pid_t pid;
+	uint64_t frames;         /* frames read */
 	int closing;             /* close once the output is flushed */
 	int read_eof;            /* the client shut down its side: close once
 				  * every request read has had its last reply */
@@ -430,6 +433,57 @@ static void maybe_finish(struct conn *c)
 		conn_close_after_flush(c);
 }
 
+/* Control characters of text out, for the log: s into buf (n > 0 bytes). */
+static const char *loggable(const char *s, char *buf, size_t n)
+{
+	size_t k = 0;
+	for (; s && *s && k + 1 < n; s++, k++)
+		buf[k] = (unsigned char)*s < 0x20 || *s == 0x7f ? '?' : *s;
+	buf[k] = 0;
+	return buf;
+}
+
+/*
+ * A Hello that names on_behalf_of_uid (first: it is the connection's first
+ * request): 0, c now acting for that uid (or as it was, when the Hello asks
+ * a protocol version the engine will refuse, or names c's own uid), or
+ * -errno with why for the error reply, c keeping its uid. Root and the
+ * users in trusted_gateways (the list of now: SIGHUP changes it) may act
+ * for others; only root for root. The unfinished-frame bytes c holds move
+ * to the new uid's account.
+ */
+static int act_for(struct conn *c, const Llamad__Hello *h, int first, char *why, size_t n)
+{
+	struct server *s = c->srv;
+	uid_t u = (uid_t)h->on_behalf_of_uid;
+	if (!first) {
+		snprintf(why, n, "on_behalf_of_uid is only accepted in the first request");
+		return -EINVAL;
+	}
+	if ((h->has_protocol_version && h->protocol_version != LLAMAD_PROTOCOL_VERSION) ||
+	    u == c->peer)
+		return 0;
+	if (c->peer != 0 && !config_uid_listed(&s->cfg->trusted_gateways, (uint32_t)c->peer)) {
+		snprintf(why, n, "uid %u is not a trusted gateway (trusted_gateways in llamad.conf)",
+			 (unsigned)c->peer);
+		return -EACCES;
+	}
+	if (u == 0 && c->peer != 0) {
+		snprintf(why, n, "uid %u may not act for root (only root may)", (unsigned)c->peer);
+		return -EACCES;
+	}
+	char caller[272];
+	loggable(h->caller, caller, sizeof(caller));
+	log_msg(LL_INFO, "connection %llu (uid %u): acting for uid %u%s%s%s",
+		(unsigned long long)c->id, (unsigned)c->peer, (unsigned)u, *caller ? " (" : "",
+		caller, *caller ? ")" : "");
+	size_t held = c->held;
+	hold(c, 0);
+	c->uid = u;
+	hold(c, held);
+	return 0;
+}
+
 static void read_frames(struct bufferevent *bev, struct conn *c)
 {
 	struct server *s = c->srv;
@@ -470,6 +524,7 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 		}
 		evbuffer_drain(in, FRAME_HDR);
 		c->admitted = 0;   /* the next frame is judged on its own */
+		int first = c->frames++ == 0;
 		uint8_t *body = evbuffer_pullup(in, len);
 		const char *why = NULL;
 		int rc = request_scan(body, len, &why);   /* before protobuf-c's work */
@@ -488,6 +543,15 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 			rc = request_validate(q, s->cfg->max_text, &why);
 		if (rc) {
 			conn_error(c, q->id, rc, why);
+			llamad__request__free_unpacked(q, NULL);
+			continue;
+		}
+		char refused[160];
+		if (q->op_case == LLAMAD__REQUEST__OP_HELLO && q->hello->has_on_behalf_of_uid &&
+		    (rc = act_for(c, q->hello, first, refused, sizeof(refused)))) {
+			log_msg(LL_INFO, "connection %llu (uid %u): %s", (unsigned long long)c->id,
+				(unsigned)c->peer, refused);
+			conn_error(c, q->id, rc, refused);
 			llamad__request__free_unpacked(q, NULL);
 			continue;
 		}
@@ -590,7 +654,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 	}
 	c->id = ++s->next_id;
 	c->bev = bev;
-	c->uid = cred.uid;
+	c->uid = c->peer = cred.uid;
 	c->pid = cred.pid;
 	c->srv = s;
 	if (map_put(s, c) != 0) {

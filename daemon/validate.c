@@ -154,6 +154,11 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 					   strlen(q->hello->client)), big);
 		if (!text_ok(q->hello->client, 256, why))
 			return bad;
+		if (q->hello->caller && strlen(q->hello->caller) > 256)
+			return (*why = say("caller is %zu bytes, more than 256",
+					   strlen(q->hello->caller)), big);
+		if (!text_ok(q->hello->caller, 256, why))
+			return bad;
 		return 0;
 	case LLAMAD__REQUEST__OP_OPEN: {
 		const Llamad__OpenSession *o = q->open;

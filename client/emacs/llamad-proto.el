@@ -36,7 +36,8 @@
      (1 :id uint64) (2 :hello Hello) (3 :open OpenSession) (5 :generate Generate)
      (6 :fork Fork) (7 :drop Drop) (8 :list ListSessions) (13 :cancel Cancel)
      (16 :transcript GetTranscript))
-    (Hello (1 :protocol-version uint32) (2 :client string))
+    (Hello (1 :protocol-version uint32) (2 :client string) (3 :on-behalf-of-uid uint32)
+           (4 :caller string))
     (OpenSession
      (1 :session string) (2 :system string) (3 :template enum)
      (4 :context-policy enum) (5 :create-only bool) (6 :ephemeral bool))
@@ -61,7 +62,8 @@
     (Error (1 :code enum) (2 :message string))
     (HelloReply
      (1 :protocol-version uint32) (2 :server string) (3 :model string)
-     (4 :max-frame uint32) (5 :context-length uint32) (6 :max-text uint32))
+     (4 :max-frame uint32) (5 :context-length uint32) (6 :max-text uint32)
+     (7 :uid uint32))
     (SessionInfo
      (1 :session string) (2 :tokens uint32) (3 :cached-tokens uint32)
      (4 :kv-bytes uint64) (5 :kv-blocks uint32) (6 :shared-blocks uint32)
@@ -100,8 +102,8 @@ Fields the proto file has and this list lacks are skipped when decoding.")
      (0 . "ERROR_UNSPECIFIED") (1 . "BAD_REQUEST") (2 . "UNKNOWN_SESSION")
      (3 . "SESSION_EXISTS") (4 . "CONTEXT_FULL") (5 . "BUSY") (6 . "BAD_VERSION")
      (7 . "TOO_LARGE") (8 . "CANCELLED") (9 . "UNKNOWN_OP") (10 . "REFUSED_TEXT")
-     (11 . "UNKNOWN_REQUEST") (100 . "RESOURCE_EXHAUSTED") (101 . "INTERNAL")
-     (102 . "SHUTTING_DOWN") (103 . "STORAGE"))
+     (11 . "UNKNOWN_REQUEST") (12 . "PERMISSION_DENIED") (100 . "RESOURCE_EXHAUSTED")
+     (101 . "INTERNAL") (102 . "SHUTTING_DOWN") (103 . "STORAGE"))
     (StopReason
      (0 . "UNSPECIFIED") (1 . "EOS") (2 . "MAX_TOKENS") (3 . "STRING")
      (4 . "CONTEXT_FULL") (5 . "CANCELLED"))

@@ -13,16 +13,22 @@
  *   protoclient SOCKET generate NAME PROMPT [MAX_TOKENS]   (greedy; opens NAME,
  *                                                         llama2 unless it exists)
  *   protoclient SOCKET status
+ *   protoclient SOCKET hello-as UID [CALLER]   (a gateway's Hello: on_behalf_of_uid)
+ *
+ * Several operations go on one connection, in order, separated by "--":
+ *   protoclient SOCKET hello-as 65533 -- open NAME -- list
+ * (each answered before the next is sent; an error does not stop them).
  *
  * Lines: "hello VERSION CONTEXT_LENGTH", "session NAME tokens=N owner=UID
  * busy=0|1 turns=N created=0|1" (an append's adds " added=N"), "sessions
  * N" (after the list's sessions),
  * "token TEXT" (newlines as \n), "done REASON generated=N prompt=N
  * session_tokens=N", "ok", "status sessions=N active=N connections=N
- * kv_free=N kv_total=N", "error CODE_NAME (short name): message".
+ * kv_free=N kv_total=N", "error CODE_NAME (short name): message"; hello-as
+ * prints "hello VERSION CONTEXT_LENGTH uid=UID" (HelloReply.uid).
  *
- * Exit status: 0 when the last reply is not an error, 1 when it is,
- * 2 on usage or connection errors.
+ * Exit status: 0 when the last reply (of the last operation) is not an
+ * error, 1 when it is, 2 on usage or connection errors.
  *
  * Built by the scripts that use it, not by make (from the sources, so that
  * a sanitizer build's libllamad-proto.a is not needed):
@@ -39,8 +45,8 @@
 
 static int usage(void)
 {
-	fputs("usage: protoclient SOCKET hello|open|append|list|info|drop|fork|rewind|generate|status "
-	      "[ARGS...]\n", stderr);
+	fputs("usage: protoclient SOCKET hello|hello-as|open|append|list|info|drop|fork|rewind|"
+	      "generate|status [ARGS...] [-- OP [ARGS...]]...\n", stderr);
 	return 2;
 }
 
@@ -76,6 +82,8 @@ static void print_session(const Llamad__SessionInfo *i)
 	putchar('\n');
 }
 
+static int show_uid;   /* hello-as: the HelloReply's uid too */
+
 /* Print r as one line (a list: one per session, then a count). 1 if it
  * ends the request. */
 static int print_response(const Llamad__Response *r, int *is_error)
@@ -93,7 +101,10 @@ static int print_response(const Llamad__Response *r, int *is_error)
 		return 1;
 	}
 	case LLAMAD__RESPONSE__BODY_HELLO:
-		printf("hello %u %u\n", r->hello->protocol_version, r->hello->context_length);
+		printf("hello %u %u", r->hello->protocol_version, r->hello->context_length);
+		if (show_uid)
+			printf(" uid=%s%u", r->hello->has_uid ? "" : "unset:", r->hello->uid);
+		putchar('\n');
 		return 1;
 	case LLAMAD__RESPONSE__BODY_SESSION:
 		print_session(r->session);
@@ -159,13 +170,10 @@ static int call(int fd, Llamad__Request *q)
 	}
 }
 
-int main(int argc, char **argv)
+/* Operation op with its nargs arguments a on connection fd: 0, 1 (an
+ * error reply), 2 (usage or connection). */
+static int run_op(int fd, const char *op, int nargs, char **a)
 {
-	if (argc < 3)
-		return usage();
-	const char *op = argv[2];
-	int nargs = argc - 3;
-	char **a = argv + 3;
 	Llamad__Request q = LLAMAD__REQUEST__INIT;
 	Llamad__Hello m_hello = LLAMAD__HELLO__INIT;
 	Llamad__OpenSession m_open = LLAMAD__OPEN_SESSION__INIT;
@@ -179,12 +187,28 @@ int main(int argc, char **argv)
 	Llamad__SamplerOptions so = LLAMAD__SAMPLER_OPTIONS__INIT;
 	Llamad__GetStatus m_status = LLAMAD__GET_STATUS__INIT;
 
+	show_uid = 0;
 	if (!strcmp(op, "hello") && nargs == 0) {
 		m_hello.has_protocol_version = 1;
 		m_hello.protocol_version = LLAMAD_PROTOCOL_VERSION;
 		m_hello.client = (char *)"protoclient";
 		q.op_case = LLAMAD__REQUEST__OP_HELLO;
 		q.hello = &m_hello;
+	} else if (!strcmp(op, "hello-as") && (nargs == 1 || nargs == 2)) {
+		char *end;
+		unsigned long u = strtoul(a[0], &end, 10);
+		if (*end || end == a[0])
+			return usage();
+		m_hello.has_protocol_version = 1;
+		m_hello.protocol_version = LLAMAD_PROTOCOL_VERSION;
+		m_hello.client = (char *)"protoclient";
+		m_hello.has_on_behalf_of_uid = 1;
+		m_hello.on_behalf_of_uid = (uint32_t)u;
+		if (nargs == 2)
+			m_hello.caller = a[1];
+		q.op_case = LLAMAD__REQUEST__OP_HELLO;
+		q.hello = &m_hello;
+		show_uid = 1;
 	} else if (!strcmp(op, "open") && nargs >= 1 && nargs <= 3) {
 		m_open.session = a[0];
 		for (int k = 1; k < nargs; k++) {
@@ -259,9 +283,6 @@ int main(int argc, char **argv)
 		return usage();
 	}
 
-	int fd = dial(argv[1]);
-	if (fd < 0)
-		return 2;
 	int rc = 0;
 	if (q.op_case == LLAMAD__REQUEST__OP_GENERATE) {
 		/* open first (no create_only: an existing session is fine) */
@@ -273,6 +294,28 @@ int main(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = call(fd, &q);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3)
+		return usage();
+	int fd = dial(argv[1]);
+	if (fd < 0)
+		return 2;
+	int rc = 0;
+	for (int i = 2; i < argc && rc != 2;) {
+		int j = i;
+		while (j < argc && strcmp(argv[j], "--"))
+			j++;
+		if (j == i) {
+			rc = usage();
+			break;
+		}
+		rc = run_op(fd, argv[i], j - i - 1, argv + i + 1);
+		i = j + 1;
+	}
 	close(fd);
 	return rc;
 }

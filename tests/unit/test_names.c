@@ -121,11 +121,12 @@ static void test_error_names(void **state)
 		{ LLAMAD__ERROR_CODE__UNKNOWN_OP, "unknown operation" },
 		{ LLAMAD__ERROR_CODE__REFUSED_TEXT, "refused text" },
 		{ LLAMAD__ERROR_CODE__UNKNOWN_REQUEST, "unknown request" },
+		{ LLAMAD__ERROR_CODE__PERMISSION_DENIED, "permission denied" },
 		{ LLAMAD__ERROR_CODE__RESOURCE_EXHAUSTED, "resource exhausted" },
 		{ LLAMAD__ERROR_CODE__INTERNAL, "internal error" },
 		{ LLAMAD__ERROR_CODE__SHUTTING_DOWN, "shutting down" },
 		{ LLAMAD__ERROR_CODE__STORAGE, "storage error" },
-		{ 12, "error" },
+		{ 13, "error" },
 		{ 42, "error" },
 	};
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)

@@ -29,10 +29,14 @@ local TWO32 = 4294967296
 -- numeric types are written packed (proto2 [packed = true] in llamad.proto)
 -- and read packed or not.
 local defs = {
-  Hello = { { 1, 'protocol_version', 'uint32' }, { 2, 'client', 'string' } },
+  Hello = {
+    { 1, 'protocol_version', 'uint32' }, { 2, 'client', 'string' },
+    { 3, 'on_behalf_of_uid', 'uint32' }, { 4, 'caller', 'string' },
+  },
   HelloReply = {
     { 1, 'protocol_version', 'uint32' }, { 2, 'server', 'string' }, { 3, 'model', 'string' },
     { 4, 'max_frame', 'uint32' }, { 5, 'context_length', 'uint32' }, { 6, 'max_text', 'uint32' },
+    { 7, 'uid', 'uint32' },
   },
   OpenSession = {
     { 1, 'session', 'string' }, { 2, 'system', 'string' }, { 3, 'template', 'enum' },
@@ -128,6 +132,7 @@ end
 M.ErrorCode = {
   [0] = 'ERROR_UNSPECIFIED', 'BAD_REQUEST', 'UNKNOWN_SESSION', 'SESSION_EXISTS', 'CONTEXT_FULL',
   'BUSY', 'BAD_VERSION', 'TOO_LARGE', 'CANCELLED', 'UNKNOWN_OP', 'REFUSED_TEXT', 'UNKNOWN_REQUEST',
+  'PERMISSION_DENIED',
   [100] = 'RESOURCE_EXHAUSTED', [101] = 'INTERNAL', [102] = 'SHUTTING_DOWN', [103] = 'STORAGE',
 }
 M.StopReason = {
