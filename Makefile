@@ -152,6 +152,9 @@ DAEMON_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard daemon/*.c))
 CLIENT_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(wildcard client/*.c))
 # gateway/: llamad-http, the OpenAI/Ollama HTTP gateway (a client of the socket)
 GW_OBJ     := $(patsubst %.c,$(BUILD)/%.o,$(wildcard gateway/*.c))
+# its pure parts (request parsing, answers, conversation matching), also
+# linked into test_gateway and fuzz_http
+GW_PURE_OBJ := $(BUILD)/gateway/api.o $(BUILD)/gateway/conv.o $(BUILD)/gateway/render.o
 GW_LDLIBS   = $(shell pkg-config --libs libevent jansson libxxhash libsystemd libprotobuf-c 2>/dev/null)
 TEST_SRCS  := $(wildcard tests/unit/test_*.c)
 TEST_BINS  := $(TEST_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
@@ -266,6 +269,8 @@ $(BUILD)/llamad-load: $(BUILD)/tests/load/load.o $(PROTO_LIB) $(UTIL_LIB)
 
 $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
+
+$(BUILD)/tests/test_gateway: $(GW_PURE_OBJ)
 
 $(TEXT_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEXT_LIBS)
 	@mkdir -p $(dir $@)

@@ -469,6 +469,19 @@ static void on_reply(void *arg, const Llamad__Response *r, int err)
 				return;
 			}
 		if (r->body_case == LLAMAD__RESPONSE__BODY_HELLO && r->hello) {
+			/* a daemon that ignored on_behalf_of_uid (older than
+			 * gateways) would serve the caller as the gateway */
+			if (r->hello->has_uid && r->hello->uid != (uint32_t)j->who.uid) {
+				gw_log(j->g, GW_ERR, "llamad at %s serves this connection as uid %u, not the "
+				       "caller's %u", j->m->socket, (unsigned)r->hello->uid, (unsigned)j->who.uid);
+				job_fail(j, 500, "llamad did not accept the caller's identity");
+				return;
+			}
+			if (!r->hello->has_uid && j->who.uid != j->g->self_uid) {
+				job_fail(j, 500, "this llamad is too old to serve callers as themselves "
+					 "(no HelloReply.uid)");
+				return;
+			}
 			up_set_max_frame(j->up, r->hello->max_frame);
 			if (!j->m->desc && r->hello->model)
 				j->m->desc = strdup(r->hello->model);
