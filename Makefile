@@ -350,6 +350,7 @@ TEXT_FUZZ := $(patsubst %,$(BUILD)/%,fuzz_tokenizer fuzz_bpe fuzz_template)
 .SECONDARY: $(FUZZ_TARGETS:%=$(BUILD)/tests/fuzz/%.o)
 $(TEXT_FUZZ): $(BUILD)/%: $(BUILD)/tests/fuzz/%.o $(TEXT_LIBS)
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(TEXT_LDLIBS) $(LDLIBS)
+$(BUILD)/fuzz_http: $(GW_PURE_OBJ)
 $(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(MODEL_LIBS)
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 

@@ -496,8 +496,12 @@ static int parse_body(struct pctx *c, json_t *o)
 		q->chat = true;
 		if (sys && *sys && !(q->system = strdup(sys)))
 			return 500;
-		if (!*q->prompt)
-			return 0;  /* Ollama: an empty prompt only loads the model */
+		if (!*q->prompt) {
+			/* Ollama: an empty prompt only loads the model */
+			free(q->prompt);
+			q->prompt = NULL;
+			return 0;
+		}
 		q->msgs = calloc(1, sizeof(*q->msgs));
 		if (!q->msgs)
 			return 500;

@@ -35,6 +35,7 @@ for bin in "$FUZZ_BUILD"/fuzz_*; do
         "$bin" -max_total_time="$FUZZ_TIME" -max_len="$(max_len "$t")" \
         -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         -artifact_prefix="$FUZZ_BUILD/crashes/$t-" \
+        $( [ -f "$here/$t.dict" ] && echo "-dict=$here/$t.dict") \
         "$work" "$here/corpus/$t" >"$log" 2>&1
     r=$?
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
