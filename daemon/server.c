@@ -447,9 +447,11 @@ static const char *loggable(const char *s, char *buf, size_t n)
  * A Hello that names on_behalf_of_uid (first: it is the connection's first
  * request): 0, c now acting for that uid (or as it was, when the Hello asks
  * a protocol version the engine will refuse, or names c's own uid), or
- * -errno with why for the error reply, c keeping its uid. Root and the
- * users in trusted_gateways (the list of now: SIGHUP changes it) may act
- * for others; only root for root. The unfinished-frame bytes c holds move
+ * -errno with why for the error reply, c keeping its uid. Root, the
+ * daemon's own user and the users in trusted_gateways (the list of now:
+ * SIGHUP changes it) may act for others; only root for root. The daemon's
+ * own user gains nothing by it: it reads every state file already (so
+ * llamad-http.service runs as that user with nothing to configure). The unfinished-frame bytes c holds move
  * to the new uid's account.
  */
 static int act_for(struct conn *c, const Llamad__Hello *h, int first, char *why, size_t n)
@@ -463,7 +465,8 @@ static int act_for(struct conn *c, const Llamad__Hello *h, int first, char *why,
 	if ((h->has_protocol_version && h->protocol_version != LLAMAD_PROTOCOL_VERSION) ||
 	    u == c->peer)
 		return 0;
-	if (c->peer != 0 && !config_uid_listed(&s->cfg->trusted_gateways, (uint32_t)c->peer)) {
+	if (c->peer != 0 && c->peer != geteuid() &&
+	    !config_uid_listed(&s->cfg->trusted_gateways, (uint32_t)c->peer)) {
 		snprintf(why, n, "uid %u is not a trusted gateway (trusted_gateways in llamad.conf)",
 			 (unsigned)c->peer);
 		return -EACCES;
