@@ -378,7 +378,7 @@ demo: deps-build
 
 SYSCONFDIR     ?= /etc
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
-INSTALL_BINS   := llamad llamactl llamad-quantize
+INSTALL_BINS   := llamad llamactl llamad-quantize llamad-http
 MAN_PAGES      := $(wildcard man/*.[1-8])
 I_BIN      = $(DESTDIR)$(PREFIX)/bin
 I_SHARE    = $(DESTDIR)$(PREFIX)/share
@@ -389,6 +389,14 @@ I_CONF     = $(DESTDIR)$(SYSCONFDIR)/llamad
 NVIM_FILES  = plugin/llamad.lua lua/llamad/init.lua lua/llamad/conn.lua lua/llamad/pb.lua \
               doc/llamad.txt
 EMACS_FILES = llamad.el llamad-proto.el
+# llamad.service and .socket made into the llamad@NAME template units
+INSTANCE_UNIT = sed -e 's|\(--config .*/\)llamad\.conf|\1%i.conf|' \
+                    -e 's|^StateDirectory=llamad$$|StateDirectory=llamad/%i|' \
+                    -e 's|/run/llamad/llamad.sock|/run/llamad/%i.sock|' \
+                    -e 's|^Description=\(.*\)|Description=\1, model %i|' \
+                    -e 's|^Service=llamad.service|Service=llamad@%i.service|' \
+                    -e 's|^Also=llamad.socket|Also=llamad@%i.socket|' \
+                    -e '1s,^\# llamad\.\(service\|socket\) — ,\# llamad@.\1 (made from llamad.\1 by make install) — ,'
 PREFIXED    = sed -e 's|/usr/local/|$(PREFIX)/|g' -e 's|/etc/llamad/|$(SYSCONFDIR)/llamad/|g'
 
 bins: $(BINS)
@@ -400,8 +408,13 @@ install: $(if $(NOBUILD),,bins)
 	for p in $(MAN_PAGES); do s=$${p##*.}; install -d $(I_SHARE)/man/man$$s; \
 	    $(PREFIXED) "$$p" > $(I_SHARE)/man/man$$s/$${p##*/}; \
 	    chmod 0644 $(I_SHARE)/man/man$$s/$${p##*/}; done
-	for u in llamad.service llamad.socket; do $(PREFIXED) etc/$$u > $(I_UNITS)/$$u; \
-	    chmod 0644 $(I_UNITS)/$$u; done
+	for u in llamad.service llamad.socket llamad-http.service llamad-http.socket; do \
+	    $(PREFIXED) etc/$$u > $(I_UNITS)/$$u; chmod 0644 $(I_UNITS)/$$u; done
+	# one llamad per model: llamad@NAME (/etc/llamad/NAME.conf, its own
+	# socket and state directory), made from llamad's units
+	$(PREFIXED) etc/llamad.service | $(INSTANCE_UNIT) > $(I_UNITS)/llamad@.service
+	$(PREFIXED) etc/llamad.socket | $(INSTANCE_UNIT) > $(I_UNITS)/llamad@.socket
+	chmod 0644 $(I_UNITS)/llamad@.service $(I_UNITS)/llamad@.socket
 	install -m 0644 etc/llamad.sysusers $(I_SYSUSERS)/llamad.conf
 	install -m 0644 etc/llamad.tmpfiles $(I_TMPFILES)/llamad.conf
 	[ -f $(I_CONF)/llamad.conf ] || install -m 0644 etc/llamad.conf $(I_CONF)/
@@ -422,6 +435,8 @@ install: $(if $(NOBUILD),,bins)
 uninstall:
 	rm -f $(INSTALL_BINS:%=$(I_BIN)/%) $(I_SHARE)/llamad/llamad.proto \
 	    $(I_UNITS)/llamad.service $(I_UNITS)/llamad.socket \
+	    $(I_UNITS)/llamad-http.service $(I_UNITS)/llamad-http.socket \
+	    $(I_UNITS)/llamad@.service $(I_UNITS)/llamad@.socket \
 	    $(I_SYSUSERS)/llamad.conf $(I_TMPFILES)/llamad.conf \
 	    $(NVIM_FILES:%=$(NVIM_PACK)/%) $(NVIM_PACK)/doc/tags \
 	    $(EMACS_FILES:%=$(I_SHARE)/emacs/site-lisp/%)

@@ -4,6 +4,7 @@
  * token file, signals. See llamad-http(8).
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -47,6 +48,9 @@ static const char usage[] =
 	"      --name NAME          the name requests give the model of --socket (default: llamad)\n"
 	"  -m, --model NAME=PATH    serve model NAME from the llamad at socket PATH; repeatable\n"
 	"                           (then --socket and --name are not used)\n"
+	"      --instances[=DIR]    also serve, for each DIR/NAME.conf but llamad.conf, model\n"
+	"                           NAME from the llamad@NAME instance's socket, NAME.sock\n"
+	"                           beside --socket (DIR: /etc/llamad)\n"
 	"      --token-file FILE    TCP callers must send Authorization: Bearer TOKEN; each line\n"
 	"                           of FILE is \"TOKEN USER\" (the user the caller is served as)\n"
 	"      --allow-remote       listen on addresses other than loopback (needs --token-file)\n"
@@ -79,6 +83,11 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 static bool valid_name(const char *s)
 {
 	if (!*s || strlen(s) > 128)
@@ -103,6 +112,42 @@ static void add_model(const char *name, const char *sock)
 	if (!G.models)
 		die("out of memory");
 	G.models[G.n_models++] = (struct gw_model){ strdup(name), strdup(sock), NULL };
+}
+
+/* --instances: a model for each DIR/NAME.conf (NAME not llamad) at
+ * NAME.sock in the folder of the main socket (the llamad@NAME units'). */
+static void add_instances(const char *dir, const char *main_sock)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		die("--instances %s: %s", dir, strerror(errno));
+	const char *slash = strrchr(main_sock, '/');
+	int dl = slash ? (int)(slash - main_sock) : 1;
+	const char *sd = slash ? main_sock : ".";
+	struct dirent *e;
+	char **names = NULL;
+	size_t n = 0;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l <= 5 || strcmp(e->d_name + l - 5, ".conf") || !strcmp(e->d_name, "llamad.conf"))
+			continue;
+		names = realloc(names, (n + 1) * sizeof(*names));
+		if (!names || !(names[n] = strndup(e->d_name, l - 5)))
+			die("out of memory");
+		n++;
+	}
+	closedir(d);
+	qsort(names, n, sizeof(*names), cmp_str);
+	for (size_t i = 0; i < n; i++) {
+		char path[PATH_MAX];
+		snprintf(path, sizeof(path), "%.*s/%s.sock", dl, sd, names[i]);
+		if (valid_name(names[i]))
+			add_model(names[i], path);
+		else
+			gw_log(&G, GW_WARN, "--instances: %s/%s.conf: not a model name, skipped", dir, names[i]);
+		free(names[i]);
+	}
+	free(names);
 }
 
 static uid_t user_uid(const char *u, const char *what)
@@ -305,13 +350,14 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 int main(int argc, char **argv)
 {
-	enum { O_NAME = 256, O_TOKENS, O_REMOTE, O_MODE, O_GROUP, O_BODY, O_TIMEOUT, O_CONVS,
+	enum { O_NAME = 256, O_INST, O_TOKENS, O_REMOTE, O_MODE, O_GROUP, O_BODY, O_TIMEOUT, O_CONVS,
 	       O_LOGP, O_VERSION };
 	static const struct option opts[] = {
 		{ "listen", required_argument, NULL, 'l' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "name", required_argument, NULL, O_NAME },
 		{ "model", required_argument, NULL, 'm' },
+		{ "instances", optional_argument, NULL, O_INST },
 		{ "token-file", required_argument, NULL, O_TOKENS },
 		{ "allow-remote", no_argument, NULL, O_REMOTE },
 		{ "socket-mode", required_argument, NULL, O_MODE },
@@ -328,7 +374,7 @@ int main(int argc, char **argv)
 	};
 	const char *listens[MAX_LISTEN];
 	size_t n_listen = 0;
-	const char *sock = NULL, *name = "llamad", *tokens = NULL, *group = NULL;
+	const char *sock = NULL, *name = "llamad", *tokens = NULL, *group = NULL, *inst = NULL;
 	bool remote = false;
 	long mode = 0660;
 	G.max_body = 8u << 20;
@@ -358,6 +404,9 @@ int main(int argc, char **argv)
 			add_model(optarg, eq + 1);
 			break;
 		}
+		case O_INST:
+			inst = optarg ? optarg : "/etc/llamad";
+			break;
 		case O_TOKENS:
 			tokens = optarg;
 			break;
@@ -417,6 +466,10 @@ int main(int argc, char **argv)
 		if (!sock)
 			die("out of memory");
 		add_model(name, sock);
+		if (inst)
+			add_instances(inst, sock);
+	} else if (inst) {
+		die("--instances goes with --socket, not with --model");
 	}
 	if (tokens)
 		read_tokens(tokens);

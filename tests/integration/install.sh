@@ -24,8 +24,11 @@ mk() { make --no-print-directory -s BUILD="$BUILD" NOBUILD=1 SYSTEM_SETUP=no "$@
 # ---- PREFIX in a scratch folder: the units run what was installed -----------
 P=$dir/usr E=$dir/etc
 mk install PREFIX="$P" SYSCONFDIR="$E"
-for f in bin/llamad bin/llamactl bin/llamad-quantize lib/systemd/system/llamad.service \
-         lib/systemd/system/llamad.socket lib/sysusers.d/llamad.conf lib/tmpfiles.d/llamad.conf \
+for f in bin/llamad bin/llamactl bin/llamad-quantize bin/llamad-http lib/systemd/system/llamad.service \
+         lib/systemd/system/llamad.socket lib/systemd/system/llamad-http.service \
+         lib/systemd/system/llamad-http.socket lib/systemd/system/llamad@.service \
+         lib/systemd/system/llamad@.socket share/man/man8/llamad-http.8 \
+         lib/sysusers.d/llamad.conf lib/tmpfiles.d/llamad.conf \
          share/llamad/llamad.proto share/man/man8/llamad.8 share/man/man1/llamactl.1 \
          share/man/man5/llamad.conf.5 share/man/man7/llamad-protocol.7 \
          share/nvim/site/pack/llamad/start/llamad/plugin/llamad.lua \
@@ -40,7 +43,8 @@ grep -q "$P/share/llamad/llamad.proto" "$P/share/man/man7/llamad-protocol.7" &&
     ! grep -q "/usr/local/" "$P/share/man/man7/llamad-protocol.7" &&
     ok "llamad-protocol(7) names the installed .proto" || bad "llamad-protocol(7) FILES: wrong path"
 if SYSTEMD_UNIT_PATH="$P/lib/systemd/system:" MANPATH="$P/share/man" \
-    systemd-analyze verify llamad.service llamad.socket >"$dir/verify" 2>&1 && [ ! -s "$dir/verify" ]; then
+    systemd-analyze verify llamad.service llamad.socket llamad-http.service llamad-http.socket \
+        llamad@small.service llamad@small.socket >"$dir/verify" 2>&1 && [ ! -s "$dir/verify" ]; then
     ok "systemd-analyze verify: no complaint about the installed units"
 else
     bad "systemd-analyze verify:"; cat "$dir/verify"
@@ -51,6 +55,22 @@ if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 1.5) }'; then
     ok "systemd-analyze security --offline=yes: exposure $score"
 else
     bad "systemd-analyze security: exposure '$score':"; cat "$dir/sec"
+fi
+# llamad@NAME: llamad's units with NAME's config, socket and state folder
+u=$P/lib/systemd/system/llamad@.service
+grep -qx "ExecStart=$P/bin/llamad --config $E/llamad/%i.conf" "$u" && grep -qx "StateDirectory=llamad/%i" "$u" &&
+    grep -qx "ListenStream=/run/llamad/%i.sock" "$P/lib/systemd/system/llamad@.socket" &&
+    grep -qx "Service=llamad@%i.service" "$P/lib/systemd/system/llamad@.socket" &&
+    ok "llamad@.service, llamad@.socket: the instance's config, state folder and socket" ||
+    bad "llamad@ units: $(grep -E 'ExecStart|StateDirectory' "$u")"
+grep -qx "ExecStart=$P/bin/llamad-http --instances" "$P/lib/systemd/system/llamad-http.service" &&
+    ok "llamad-http.service runs PREFIX's llamad-http" || bad "llamad-http.service ExecStart"
+systemd-analyze security --offline=yes "$P/lib/systemd/system/llamad-http.service" >"$dir/sec" 2>&1
+score=$(sed -n 's/.*Overall exposure level for llamad-http.service: \([0-9.]*\).*/\1/p' "$dir/sec")
+if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }'; then
+    ok "systemd-analyze security llamad-http.service: exposure $score"
+else
+    bad "systemd-analyze security llamad-http.service: exposure '$score':"; cat "$dir/sec"
 fi
 # the user, the group and the state directory, made on a scratch root
 R=$dir/root
