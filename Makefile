@@ -49,7 +49,9 @@ MODELS  ?= $(SHARED)/models
 #   DEB_PKGS_TEST   what only the tests add: mandoc (man lint), numpy (the
 #                   Llama 3 reference), systemd's tools and setpriv, clang
 #                   (fuzz, tsan), the editors, lintian
-# `make deps` installs all three; every test target runs it.
+#   DEB_PKGS_NODE   node and npm (the gateway's client tests), when no node
+#                   is on PATH
+# `make deps` installs all of them; every test target runs it.
 DEB_PKGS_BUILD := gcc g++ make pkg-config libevent-dev libprotobuf-c-dev protobuf-c-compiler \
                   libsentencepiece-dev libsystemd-dev libjansson-dev libcmocka-dev libpcre2-dev \
                   libedit-dev libxxhash-dev
@@ -57,6 +59,10 @@ DEB_PKGS_DEB   := debhelper dpkg-dev
 DEB_PKGS_TEST  := mandoc python3 python3-numpy systemd util-linux clang libclang-rt-14-dev \
                   neovim emacs-nox lintian
 DEB_PKGS       := $(DEB_PKGS_BUILD) $(DEB_PKGS_DEB) $(DEB_PKGS_TEST)
+# Node.js and npm: the HTTP gateway's tests drive it with pinned npm clients
+# (tests/http/). `make deps` installs Debian's only when no node is on PATH:
+# a node installed otherwise (with its own npm) is kept as it is.
+DEB_PKGS_NODE  := nodejs npm
 
 # CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
 # found, unless CUDA=0.
@@ -179,6 +185,7 @@ all: $(BINS) $(TEST_BINS)
 
 deps:
 	@sh tests/tools/deps.sh $(DEB_PKGS)
+	@command -v node >/dev/null 2>&1 || sh tests/tools/deps.sh $(DEB_PKGS_NODE)
 
 deps-build:
 	@sh tests/tools/deps.sh $(DEB_PKGS_BUILD)
