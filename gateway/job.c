@@ -265,7 +265,7 @@ static void do_generate(struct job *j)
 	j->step = ST_GENERATE;
 	j->mutated = true;
 	j->first_piece = true;
-	if (j->q.stream && !j->client_gone)
+	if (j->q.stream && !j->client_gone && !j->streaming)
 		start_stream(j);
 	call(j, &rq);
 }
@@ -390,6 +390,28 @@ static void plan_session(struct job *j)
 }
 
 /* ---- replies ---------------------------------------------------------------- */
+
+/* r says that the held session this request continues as it was (not a
+ * fork, not the client's own) is unknown to llamad: dropped by someone,
+ * or llamad restarted without its state. Its index entry is forgotten and
+ * the session chosen again (a new one, or a fork of another): true. Only
+ * the first call on the held session qualifies, so this happens once. */
+static bool held_gone(struct job *j, const Llamad__Response *r, uint32_t first_msg)
+{
+	if (!r || r->body_case != LLAMAD__RESPONSE__BODY_ERROR || !r->error ||
+	    r->error->code != LLAMAD__ERROR_CODE__UNKNOWN_SESSION || j->explicit_session ||
+	    j->from[0] || !j->s || j->held == 0 || first_msg != j->held)
+		return false;
+	gw_log(j->g, GW_DEBUG, "%s: gone from llamad; choosing the session again", j->session);
+	forget(j);
+	free(j->chain);
+	j->chain = NULL;
+	j->held = j->next_msg = 0;
+	j->mutated = false;
+	j->g->st.conv_exact--;
+	plan_session(j);
+	return true;
+}
 
 static void on_token(struct job *j, const Llamad__TokenEvent *t)
 {
@@ -550,12 +572,8 @@ static void on_reply(void *arg, const Llamad__Response *r, int err)
 		}
 	case ST_APPEND:
 		if (is_error(r)) {
-			if (r && r->error && r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION && j->s &&
-			    j->held > 0 && j->next_msg == j->held) {
-				/* a held session that llamad no longer has */
-				forget(j);
-				j->mutated = false;
-			}
+			if (held_gone(j, r, j->next_msg))
+				return;
 			{
 				fail_llamad(j, r, err);
 				return;
@@ -583,6 +601,9 @@ static void on_reply(void *arg, const Llamad__Response *r, int err)
 				on_done(j, r->done);
 				return;
 			}
+		/* do_generate counted the newest message sent */
+		if (j->step == ST_GENERATE && held_gone(j, r, j->next_msg - 1))
+			return;
 		{
 			fail_llamad(j, r, err);
 			return;
