@@ -7,6 +7,7 @@
 //   GW_MODEL       the model name it serves on the stories260K llamad
 //   GW_SLOW_MODEL  a second model: a llamad slowed per step (cancellation)
 //   GW_SLOW_SOCKET that llamad's socket; LLAMACTL the llamactl binary
+//   GW_SOCKET      the socket of GW_MODEL's llamad
 import { execFileSync } from 'node:child_process';
 
 export const URL_ = need('GW_URL');
@@ -14,6 +15,7 @@ export const MODEL = need('GW_MODEL');
 export const SLOW_MODEL = process.env.GW_SLOW_MODEL;
 export const SLOW_SOCKET = process.env.GW_SLOW_SOCKET;
 export const LLAMACTL = process.env.LLAMACTL;
+export const SOCKET = process.env.GW_SOCKET;
 
 function need(name) {
   const v = process.env[name];
@@ -65,6 +67,13 @@ export async function metric(name) {
 export function sessions(sock) {
   const out = execFileSync(LLAMACTL, ['--socket', sock, '--json', 'sessions'], { encoding: 'utf8' });
   return JSON.parse(out);
+}
+
+// llamactl drop: every session llamad at sock holds (their names).
+export function dropAll(sock) {
+  const names = sessions(sock).map((s) => s.session);
+  for (const n of names) execFileSync(LLAMACTL, ['--socket', sock, 'drop', n]);
+  return names;
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -2,12 +2,13 @@
 // (npm openai, pinned in package-lock.json): chat and text completions,
 // streamed and not; usage; max_tokens / max_completion_tokens; greedy and
 // seeded sampling; stop strings; a conversation resent statelessly
-// (continued: cached tokens; regenerated: forked); models; the errors the
+// (continued: cached tokens; regenerated: forked; continued after llamad
+// lost the session, by llamactl drop); models; the errors the
 // SDK maps to its classes; a stream aborted mid-way cancels llamad's
 // generation. Prints ok/FAIL lines; exits 1 on any failure.
 import OpenAI from 'openai';
-import { URL_, MODEL, SLOW_MODEL, SLOW_SOCKET, LLAMACTL, ok, bad, check, show, step, summary,
-  metric, sessions, sleep } from './lib.mjs';
+import { URL_, MODEL, SLOW_MODEL, SLOW_SOCKET, SOCKET, LLAMACTL, ok, bad, check, show, step, summary,
+  metric, sessions, dropAll, sleep } from './lib.mjs';
 
 const client = new OpenAI({ baseURL: `${URL_}/v1`, apiKey: 'not-needed', maxRetries: 0, timeout: 30000 });
 const user = (content) => ({ role: 'user', content });
@@ -140,6 +141,37 @@ await step('conversation resent statelessly', async () => {
   check(cont2 === cont1 + 1 && (s.usage?.prompt_tokens_details?.cached_tokens ?? 0) >= r3.usage.total_tokens - 2,
     'turn 3 (streamed) continues the fork: counted, cached_tokens covers turns 1-2',
     `continued ${cont1} -> ${cont2}, usage ${show(s.usage)}, turn 2 total ${r3.usage.total_tokens}`);
+});
+
+// The gateway remembers which llamad session holds a conversation; when
+// llamad no longer has it (dropped, or a restart without a state dir),
+// the next turn must still be answered, on a new session.
+await step('a conversation whose session llamad lost', async () => {
+  if (!SOCKET || !LLAMACTL) { bad('GW_SOCKET, LLAMACTL not set'); return; }
+  const p = { model: MODEL, max_tokens: 8, temperature: 0 };
+  let hist = [user('Pip the dog ran to the river.')];
+  const a1 = (await client.chat.completions.create({ ...p, messages: hist })).choices[0].message.content;
+  hist = [...hist, { role: 'assistant', content: a1 }, user('What did Pip see?')];
+  const c0 = await metric('llamad_http_conversations_continued_total');
+  const a2 = (await client.chat.completions.create({ ...p, messages: hist })).choices[0].message.content;
+  const c1 = await metric('llamad_http_conversations_continued_total');
+  check(c1 === c0 + 1, 'turn 2 continues the held session', `${c0} -> ${c1}`);
+  let dropped = dropAll(SOCKET);
+  hist = [...hist, { role: 'assistant', content: a2 }, user('Was it big?')];
+  try {
+    const s = await streamChat({ ...p, messages: hist });
+    check(s.finish === 'length' && s.text.length > 0,
+      `llamactl drop of its session (${dropped.length} dropped), then turn 3 streamed: answered anew`, show(s));
+    dropped = dropAll(SOCKET);
+    // two messages more than the session held: the first goes as an Append
+    hist = [...hist, { role: 'assistant', content: s.text }, user('Then?'),
+      { role: 'assistant', content: 'Pip went home.' }, user('And then?')];
+    const r = await client.chat.completions.create({ ...p, messages: hist });
+    check(r.choices[0].finish_reason === 'length' && r.usage.completion_tokens === 8,
+      `dropped again (${dropped.length}), then turn 5 with a message to append first: answered anew`, show(r.usage));
+  } catch (e) {
+    bad(`a turn after llamad lost the session: ${e.constructor.name} ${e.status}: ${e.message}`);
+  }
 });
 
 await step('text completions', async () => {

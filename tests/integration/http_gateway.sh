@@ -94,7 +94,7 @@ echo "llamad-http on $URL and $HSOCK; llamads on $SOCK, $SLOW (slowed)"
 # ---- the npm clients -----------------------------------------------------------------
 for js in openai ollama; do
     echo "-- tests/http/$js.mjs"
-    if GW_URL=$URL GW_MODEL=stories GW_SLOW_MODEL=slow GW_SLOW_SOCKET=$SLOW LLAMACTL=$CTL \
+    if GW_URL=$URL GW_MODEL=stories GW_SOCKET=$SOCK GW_SLOW_MODEL=slow GW_SLOW_SOCKET=$SLOW LLAMACTL=$CTL \
         timeout 120 node "$NODEDIR/$js.mjs" >"$dir/$js.out" 2>&1; then
         cat "$dir/$js.out"
     else
