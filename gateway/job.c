@@ -64,6 +64,7 @@ struct job {
 	bool streaming;            /* headers sent */
 	bool first_piece;
 	bool client_gone;
+	bool req_orphaned;         /* libevent let go of req: ours to free */
 	char id[48];
 	struct render_ctx rc;
 	double t0;
@@ -84,6 +85,8 @@ static void job_free(struct job *j)
 	free(j->chain);
 	if (j->text)
 		evbuffer_free(j->text);
+	if (j->req_orphaned)
+		evhttp_request_free(j->req);
 	free(j);
 }
 
@@ -621,6 +624,10 @@ static void on_client_close(struct evhttp_connection *hc, void *arg)
 	struct job *j = arg;
 	j->client_gone = true;
 	j->hconn = NULL;
+	/* a connection that ends (EOF, error, --timeout) before the answer
+	 * has ended detaches the request and leaves it to its owner; only
+	 * one still on the connection (libevent freeing it all) is libevent's */
+	j->req_orphaned = evhttp_request_get_connection(j->req) == NULL;
 	if (j->step == ST_GENERATE && up_current(j->up) == j->gen_id) {
 		/* cancel and wait for the Done, so the session's turns are known */
 		Llamad__Cancel c = LLAMAD__CANCEL__INIT;

@@ -459,7 +459,7 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		die("unexpected argument '%s' (try --help)", argv[optind]);
 	signal(SIGPIPE, SIG_IGN);
-	char *def_sock = NULL;
+	char *def_sock = NULL, *def_listen = NULL;
 	if (!G.n_models) {
 		if (!sock)
 			sock = def_sock = path_default_socket();
@@ -497,8 +497,8 @@ int main(int argc, char **argv)
 	}
 	if (nfds <= 0) {
 		if (!n_listen) {
-			char *p = default_listen(G.models[0].socket);
-			listens[n_listen++] = p;
+			def_listen = default_listen(G.models[0].socket);
+			listens[n_listen++] = def_listen;
 		}
 		/* the Unix socket's group: that of llamad's socket, so the same
 		 * users reach both */
@@ -549,5 +549,6 @@ int main(int argc, char **argv)
 	}
 	free(G.tokens);
 	free(def_sock);
+	free(def_listen);
 	return 0;
 }
