@@ -26,7 +26,9 @@
 #    gateway's own);
 #  - llamad restarting under a running gateway: 503 with a JSON error
 #    while it is down (llamad_up 0, /api/ps without it), answers again on
-#    the same socket afterwards, a conversation continued across it.
+#    the same socket afterwards, a conversation continued across it;
+#  - each gateway started stops on SIGTERM with exit status 0 (under
+#    ASan, make test-asan: with nothing leaked).
 # Env: BUILD (build folder), MODELS.
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -77,6 +79,14 @@ start_gw() {
         if [ "$_i" -gt 100 ] || ! kill -0 "$gw_pid" 2>/dev/null; then return 1; fi
         sleep 0.1
     done
+}
+# stop_gw PID LOG WHAT: SIGTERM to the gateway PID; ok if it exits 0 and
+# says "stopped" in LOG (under ASan a leak makes the exit status non-zero)
+stop_gw() {
+    kill "$1"; wait "$1"; _rc=$?
+    checks=$((checks + 1))
+    if [ "$_rc" -eq 0 ] && grep -q 'stopped$' "$2"; then ok "$3: SIGTERM stops it, exit 0"
+    else bad "$3: exit $_rc after SIGTERM: $(grep -v '^<' "$2" | head -20)"; fi
 }
 # the gateway on a free port (another program may take it first: 3 tries)
 tries=0
@@ -138,7 +148,7 @@ start_gw "$dir/gw-default.log" "$dir/http.sock" --socket "$SOCK"
 st=$(req --unix-socket "$dir/http.sock" http://gw/v1/models)
 expect "no --listen: http.sock beside llamad's socket, serving --name's default (llamad)" 200 "$st" \
     'j.data.length === 1 && j.data[0].id === "llamad"'
-kill "$gw_pid"; wait "$gw_pid" 2>/dev/null
+stop_gw "$gw_pid" "$dir/gw-default.log" "llamad-http without --listen"
 
 # ---- streamed framing -------------------------------------------------------------------
 sse='{"model":"stories","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":10,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
@@ -276,7 +286,7 @@ st=$(req -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$TPORT/v1/chat/comp
 expect "--token-file: the right token: a chat answer" 200 "$st" 'j.choices[0].message.content.length > 0'
 st=$(req --unix-socket "$dir/tok.sock" http://gw/v1/chat/completions -d "$chat")
 expect "--token-file: the Unix socket needs no token (the peer's uid)" 200 "$st" 'j.usage.completion_tokens === 8'
-kill "$tok_pid"; wait "$tok_pid" 2>/dev/null
+stop_gw "$tok_pid" "$dir/gw-tok.log" "llamad-http with --token-file"
 
 # ---- --help, /health, /metrics --------------------------------------------------------------
 "$GW" --help >"$dir/help" 2>&1; rc=$?
@@ -345,6 +355,8 @@ expect "a conversation begun before the restart continues its saved session (cac
     200 "$st" "j.usage.prompt_tokens_details.cached_tokens >= 12 && $after === $before + 1"
 checks=$((checks + 1))
 kill -0 "$main_gw" 2>/dev/null && ok "the gateway ran through it all (pid $main_gw)" || bad "the gateway is gone"
+# after aborted streams, errors, 413s and a llamad restart
+stop_gw "$main_gw" "$dir/gw.log" "llamad-http after all of the above"
 
 echo "http_gateway: $checks checks"
 if [ "$fail" -ne 0 ]; then
