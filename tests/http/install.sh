@@ -10,6 +10,11 @@ here=$(dirname "$0")
 dir=${1:?usage: tests/http/install.sh DIR}
 command -v node >/dev/null 2>&1 || { echo "FAIL: node is not installed (make deps installs it)"; exit 1; }
 command -v npm >/dev/null 2>&1 || { echo "FAIL: npm is not installed (make deps installs it)"; exit 1; }
+# openai 6.x supports Node.js 20 and later (its README); Debian 12's own
+# nodejs is 18: say so rather than fail obscurely inside the SDK
+major=$(node -p 'process.versions.node.split(".")[0]')
+[ "$major" -ge 20 ] 2>/dev/null ||
+    { echo "FAIL: node $(node --version) is too old: the pinned openai client needs Node.js 20 or later"; exit 1; }
 mkdir -p "$dir" || exit 1
 key=$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -d' ' -f1)-$(node --version)
 if [ "$(cat "$dir/.installed" 2>/dev/null)" = "$key" ] && [ -d "$dir/node_modules/openai" ] &&
