@@ -124,10 +124,22 @@ static void start_stream(struct job *j)
 	j->g->st.streams++;
 }
 
+/* The answer's end is going out: libevent may free the connection while
+ * sending it (an error reply closes it), and on_client_close must not run
+ * for a job that is ending anyway. */
+static void detach(struct job *j)
+{
+	if (j->hconn) {
+		evhttp_connection_set_closecb(j->hconn, NULL, NULL);
+		j->hconn = NULL;
+	}
+}
+
 /* End the request with an error: an error object in the stream when the
  * answer has begun, an HTTP error otherwise. */
 static void job_fail(struct job *j, int status, const char *msg)
 {
+	detach(j);
 	if (j->client_gone) {
 		/* nobody to tell */
 	} else if (j->streaming) {
@@ -205,6 +217,14 @@ static void new_name(char *buf, size_t n, uid_t uid)
 	snprintf(buf, n, "http-%u-%016llx", (unsigned)uid, (unsigned long long)r);
 }
 
+/* A message's text as llamad takes it: an empty one (an answer that was
+ * empty, say) is one space, since llamad refuses empty turns and the
+ * session must hold a turn for every message. */
+static char *turn_text(char *t)
+{
+	return *t ? t : (char *)" ";
+}
+
 static void do_open(struct job *j, bool raw)
 {
 	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
@@ -258,7 +278,7 @@ static void do_generate(struct job *j)
 		PB_SET(&gq, role, LLAMAD__ROLE__ROLE_RAW);
 	} else if (j->next_msg < q->n_msgs) {
 		/* the newest message travels with the Generate */
-		gq.prompt = q->msgs[j->next_msg].text;
+		gq.prompt = turn_text(q->msgs[j->next_msg].text);
 		PB_SET(&gq, role, q->msgs[j->next_msg].role);
 		j->next_msg++;
 	}
@@ -280,7 +300,7 @@ static void do_append_or_generate(struct job *j)
 		Llamad__Append a = LLAMAD__APPEND__INIT;
 		a.session = j->session;
 		PB_SET(&a, role, j->q.msgs[j->next_msg].role);
-		a.text = j->q.msgs[j->next_msg].text;
+		a.text = turn_text(j->q.msgs[j->next_msg].text);
 		Llamad__Request rq = LLAMAD__REQUEST__INIT;
 		rq.op_case = LLAMAD__REQUEST__OP_APPEND;
 		rq.append = &a;
@@ -460,6 +480,7 @@ static void on_done(struct job *j, const Llamad__Done *d)
 		job_free(j);
 		return;
 	}
+	detach(j);
 	if (j->streaming) {
 		char *usage = NULL;
 		char *end = render_stream_end(&j->rc, &rd, j->q.include_usage, &usage);
