@@ -267,7 +267,10 @@ static void listen_tcp(const char *addr, bool allow_remote)
 	gw_log(&G, GW_INFO, "listening on http://%s", addr);
 }
 
-static void listen_unix(const char *path, mode_t mode, const char *group)
+/* group_forced: --socket-group named it (failing to give the socket to it
+ * stops the start-up); otherwise it is llamad's socket's group, given when
+ * this user may. */
+static void listen_unix(const char *path, mode_t mode, const char *group, bool group_forced)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof(sa.sun_path))
@@ -296,8 +299,12 @@ static void listen_unix(const char *path, mode_t mode, const char *group)
 		struct group *gr = getgrnam(group);
 		if (!gr)
 			die("--socket-group: no group '%s'", group);
-		if (chown(path, (uid_t)-1, gr->gr_gid) < 0)
-			die("--listen %s: chgrp %s: %s", path, group, strerror(errno));
+		if (chown(path, (uid_t)-1, gr->gr_gid) < 0) {
+			if (group_forced)
+				die("--listen %s: chgrp %s: %s", path, group, strerror(errno));
+			gw_log(&G, GW_WARN, "%s: cannot give the socket to group %s (that of llamad's "
+			       "socket): %s; it keeps this user's group", path, group, strerror(errno));
+		}
 	}
 	if (chmod(path, mode) < 0)
 		die("--listen %s: chmod: %s", path, strerror(errno));
@@ -504,7 +511,8 @@ int main(int argc, char **argv)
 		 * users reach both */
 		struct stat st;
 		char gbuf[64];
-		if (!group && stat(G.models[0].socket, &st) == 0) {
+		bool forced = group != NULL;
+		if (!group && stat(G.models[0].socket, &st) == 0 && st.st_gid != getegid()) {
 			struct group *gr = getgrgid(st.st_gid);
 			if (gr) {
 				snprintf(gbuf, sizeof(gbuf), "%s", gr->gr_name);
@@ -514,9 +522,9 @@ int main(int argc, char **argv)
 		for (size_t i = 0; i < n_listen; i++) {
 			const char *a = listens[i];
 			if (!strncmp(a, "unix:", 5))
-				listen_unix(a + 5, (mode_t)mode, group);
+				listen_unix(a + 5, (mode_t)mode, group, forced);
 			else if (a[0] == '/' || a[0] == '.')
-				listen_unix(a, (mode_t)mode, group);
+				listen_unix(a, (mode_t)mode, group, forced);
 			else
 				listen_tcp(a, remote);
 		}
