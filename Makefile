@@ -179,7 +179,7 @@ ifneq ($(GW_OBJ),)
   BINS += $(BUILD)/llamad-http
 endif
 
-.PHONY: all bins text deps deps-build deps-deb test test-unit test-shell test-asan test-tsan bench demo install uninstall deb clean \
+.PHONY: all bins text deps deps-build deps-deb test test-unit test-shell test-asan test-tsan bench bench-http demo install uninstall deb clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -362,6 +362,12 @@ $(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(MODEL
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 # ---- bench, demo -------------------------------------------------------------
+
+# llamad-http's costs (added latency per streamed token, memory with 100
+# streams): its own target, not part of the routine bench
+bench-http: deps-build
+	@$(MAKE) --no-print-directory all
+	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/bench/http.sh
 
 bench: deps-build
 	@$(MAKE) --no-print-directory all
