@@ -49,13 +49,18 @@ if SYSTEMD_UNIT_PATH="$P/lib/systemd/system:" MANPATH="$P/share/man" \
 else
     bad "systemd-analyze verify:"; cat "$dir/verify"
 fi
-systemd-analyze security --offline=yes "$P/lib/systemd/system/llamad.service" >"$dir/sec" 2>&1
-score=$(sed -n 's/.*Overall exposure level for llamad.service: \([0-9.]*\).*/\1/p' "$dir/sec")
-if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 1.5) }'; then
-    ok "systemd-analyze security --offline=yes: exposure $score"
-else
-    bad "systemd-analyze security: exposure '$score':"; cat "$dir/sec"
-fi
+# exposure UNIT MAX: systemd-analyze security's score of the installed UNIT
+# is at most MAX
+exposure() {
+    systemd-analyze security --offline=yes "$P/lib/systemd/system/$1" >"$dir/sec" 2>&1
+    score=$(sed -n "s/.*Overall exposure level for $1: \([0-9.]*\).*/\1/p" "$dir/sec")
+    if [ -n "$score" ] && awk -v s="$score" -v m="$2" 'BEGIN { exit !(s <= m) }'; then
+        ok "systemd-analyze security --offline=yes $1: exposure $score (at most $2)"
+    else
+        bad "systemd-analyze security $1: exposure '$score':"; cat "$dir/sec"
+    fi
+}
+exposure llamad.service 1.5
 # llamad@NAME: llamad's units with NAME's config, socket and state folder
 u=$P/lib/systemd/system/llamad@.service
 grep -qx "ExecStart=$P/bin/llamad --config $E/llamad/%i.conf" "$u" && grep -qx "StateDirectory=llamad/%i" "$u" &&
@@ -65,13 +70,7 @@ grep -qx "ExecStart=$P/bin/llamad --config $E/llamad/%i.conf" "$u" && grep -qx "
     bad "llamad@ units: $(grep -E 'ExecStart|StateDirectory' "$u")"
 grep -qx "ExecStart=$P/bin/llamad-http --instances" "$P/lib/systemd/system/llamad-http.service" &&
     ok "llamad-http.service runs PREFIX's llamad-http" || bad "llamad-http.service ExecStart"
-systemd-analyze security --offline=yes "$P/lib/systemd/system/llamad-http.service" >"$dir/sec" 2>&1
-score=$(sed -n 's/.*Overall exposure level for llamad-http.service: \([0-9.]*\).*/\1/p' "$dir/sec")
-if [ -n "$score" ] && awk -v s="$score" 'BEGIN { exit !(s <= 2.0) }'; then
-    ok "systemd-analyze security llamad-http.service: exposure $score"
-else
-    bad "systemd-analyze security llamad-http.service: exposure '$score':"; cat "$dir/sec"
-fi
+exposure llamad-http.service 2.0
 # the user, the group and the state directory, made on a scratch root
 R=$dir/root
 mkdir -p "$R/etc" "$R/var/lib"
