@@ -23,9 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
@@ -65,6 +67,7 @@ struct job {
 	bool first_piece;
 	bool client_gone;
 	bool req_orphaned;         /* libevent let go of req: ours to free */
+	struct event *watch;       /* looks for the client going away */
 	char id[48];
 	struct render_ctx rc;
 	double t0;
@@ -73,6 +76,8 @@ struct job {
 
 static void job_free(struct job *j)
 {
+	if (j->watch)
+		event_free(j->watch);
 	if (j->s)
 		j->s->busy = false;
 	if (j->streaming)
@@ -668,6 +673,33 @@ static void on_client_close(struct evhttp_connection *hc, void *arg)
 	job_free(j);
 }
 
+/* libevent 2.1 stops reading a connection while its request is answered,
+ * so it learns of a client that went away only when a write fails: never,
+ * for an answer not streamed. Every WATCH_S the connection is peeked at;
+ * an end of file frees it, which runs on_client_close (the generation is
+ * cancelled). A client that only shuts down its sending side while it
+ * waits is taken for gone as well. */
+#define WATCH_S 0.25
+
+static void watch_client(evutil_socket_t fd, short what, void *arg)
+{
+	(void)fd;
+	(void)what;
+	struct job *j = arg;
+	struct bufferevent *bev = j->hconn ? evhttp_connection_get_bufferevent(j->hconn) : NULL;
+	int cfd = bev ? bufferevent_getfd(bev) : -1;
+	if (cfd >= 0) {
+		char c;
+		ssize_t k = recv(cfd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+		if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+			evhttp_connection_free(j->hconn);  /* on_client_close; j may be gone */
+			return;
+		}
+	}
+	struct timeval tv = { 0, (int)(WATCH_S * 1e6) };
+	evtimer_add(j->watch, &tv);
+}
+
 void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
 	       const struct caller *c)
 {
@@ -756,4 +788,9 @@ void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
 	j->step = ST_HELLO;
 	j->hconn = evhttp_request_get_connection(req);
 	evhttp_connection_set_closecb(j->hconn, on_client_close, j);
+	j->watch = evtimer_new(g->base, watch_client, j);
+	if (j->watch) {
+		struct timeval tv = { 0, (int)(WATCH_S * 1e6) };
+		evtimer_add(j->watch, &tv);
+	}
 }

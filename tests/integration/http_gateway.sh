@@ -326,6 +326,22 @@ else
     bad "/metrics: status $st, $(header Content-Type): $(grep -v '^#' "$dir/body" | head -20)"
 fi
 
+# ---- a client that goes away while waiting for an answer not streamed ------------------------
+mval() { curl -s --unix-socket "$HSOCK" http://x/metrics | sed -n "s/^$1 //p"; }
+c0=$(mval llamad_http_cancelled_total)
+g0=$("$CTL" --socket "$SLOW" --json status | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).counters.generated_tokens||0))')
+curl -s --max-time 1 --unix-socket "$HSOCK" http://x/v1/completions \
+    -d '{"model":"slow","prompt":"Once upon a time","max_tokens":400}' >/dev/null 2>&1
+sleep 1.5
+c1=$(mval llamad_http_cancelled_total)
+g1=$("$CTL" --socket "$SLOW" --json status | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).counters.generated_tokens||0))')
+checks=$((checks + 1))
+if [ "$c1" -eq $((c0 + 1)) ] && [ $((g1 - g0)) -lt 300 ]; then
+    ok "a client gone while waiting for a whole answer cancels it ($((g1 - g0)) of 400 tokens generated)"
+else
+    bad "non-streamed client gone: cancelled $c0 -> $c1, tokens generated $((g1 - g0))"
+fi
+
 # ---- llamad restarting under the gateway -------------------------------------------------------
 t1='{"model":"stories","messages":[{"role":"user","content":"Tim the cat was sleepy."}],"max_tokens":12,"temperature":0}'
 st=$(req "$URL/v1/chat/completions" -d "$t1")
