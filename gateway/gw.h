@@ -30,6 +30,11 @@ struct gw_token {
 	char *who;                 /* the name the file gives (for the log) */
 };
 
+/* A caller and model whose sessions the index holds since the start. */
+struct gw_known {
+	uint32_t uid, model;
+};
+
 struct gw_stats {
 	uint64_t requests, errors_4xx, errors_5xx, cancelled;
 	uint64_t streamed_tokens, conv_exact, conv_forked, conv_new;
@@ -52,6 +57,8 @@ struct gw {
 	int verbose;
 	uid_t self_uid;
 	struct conv_index conv;
+	struct gw_known *known;    /* read into the index (job.c) */
+	size_t n_known;
 	struct gw_stats st;
 	bool stopping;
 	double started;            /* monotonic seconds */

@@ -35,7 +35,7 @@
 #include "gateway/render.h"
 
 enum step {
-	ST_HELLO, ST_DROP_OLD, ST_OPEN, ST_FORK, ST_REWIND, ST_APPEND, ST_GENERATE,
+	ST_HELLO, ST_LIST, ST_TRANSCRIPT, ST_DROP_OLD, ST_OPEN, ST_FORK, ST_REWIND, ST_APPEND, ST_GENERATE,
 	ST_CANCELLING, ST_CLEANUP,
 };
 
@@ -68,6 +68,12 @@ struct job {
 	bool client_gone;
 	bool req_orphaned;         /* libevent let go of req: ours to free */
 	struct event *watch;       /* looks for the client going away */
+	/* the index rebuilt after a restart: the sessions found, read so far */
+	char **found;
+	size_t n_found, n_read;
+	uint64_t *t_chain;         /* the one being read: its chain */
+	uint32_t t_n, t_next;      /* turns hashed; the next page's first turn */
+	bool t_bad;                /* cannot be hashed as it was sent */
 	char id[48];
 	struct render_ctx rc;
 	double t0;
@@ -78,6 +84,10 @@ static void job_free(struct job *j)
 {
 	if (j->watch)
 		event_free(j->watch);
+	for (size_t i = 0; i < j->n_found; i++)
+		free(j->found[i]);
+	free(j->found);
+	free(j->t_chain);
 	if (j->s)
 		j->s->busy = false;
 	if (j->streaming)
@@ -509,137 +519,255 @@ static void on_done(struct job *j, const Llamad__Done *d)
 	job_free(j);
 }
 
+/* ---- the index after a restart of the gateway ---------------------------------
+ *
+ * The index lives in the gateway's memory. The first request of a caller
+ * for a model after the gateway starts lists the caller's sessions of
+ * that model made by a gateway (http-UID-...) and reads each one's
+ * transcript into the index, so that its conversations continue where
+ * they were (and --max-conversations counts them). A session whose
+ * transcript cannot be hashed as it was sent (a context shift dropped
+ * turns, a turn cut to fit a frame) is left out.
+ */
+
+static bool known(struct gw *g, uint32_t uid, uint32_t model)
+{
+	for (size_t i = 0; i < g->n_known; i++)
+		if (g->known[i].uid == uid && g->known[i].model == model)
+			return true;
+	return false;
+}
+
+static void mark_known(struct gw *g, uint32_t uid, uint32_t model)
+{
+	void *n = realloc(g->known, (g->n_known + 1) * sizeof(*g->known));
+	if (!n)
+		return;  /* asked again next time */
+	g->known = n;
+	g->known[g->n_known++] = (struct gw_known){ uid, model };
+}
+
+static void ask_list(struct job *j, const char *after)
+{
+	Llamad__ListSessions l = LLAMAD__LIST_SESSIONS__INIT;
+	l.after = (char *)after;
+	Llamad__Request rq = LLAMAD__REQUEST__INIT;
+	rq.op_case = LLAMAD__REQUEST__OP_LIST;
+	rq.list = &l;
+	j->step = ST_LIST;
+	call(j, &rq);
+}
+
+static void ask_transcript(struct job *j)
+{
+	Llamad__GetTranscript t = LLAMAD__GET_TRANSCRIPT__INIT;
+	t.session = j->found[j->n_read];
+	PB_SET(&t, from_turn, j->t_next);
+	Llamad__Request rq = LLAMAD__REQUEST__INIT;
+	rq.op_case = LLAMAD__REQUEST__OP_TRANSCRIPT;
+	rq.transcript = &t;
+	j->step = ST_TRANSCRIPT;
+	call(j, &rq);
+}
+
+/* The next session of the list to read, or on to the request. */
+static void next_found(struct job *j)
+{
+	free(j->t_chain);
+	j->t_chain = NULL;
+	j->t_n = j->t_next = 0;
+	j->t_bad = false;
+	if (j->n_read < j->n_found) {
+		ask_transcript(j);
+		return;
+	}
+	mark_known(j->g, j->who.uid, j->model_ix);
+	plan_session(j);
+}
+
+static void on_list(struct job *j, const Llamad__Response *r)
+{
+	if (!r || r->body_case != LLAMAD__RESPONSE__BODY_SESSIONS || !r->sessions) {
+		next_found(j);  /* the index stays as it is: nothing lost */
+		return;
+	}
+	char prefix[32];
+	int pl = snprintf(prefix, sizeof(prefix), "http-%u-", (unsigned)j->who.uid);
+	const Llamad__SessionList *l = r->sessions;
+	for (size_t i = 0; i < l->n_sessions; i++) {
+		const char *name = l->sessions[i]->session;
+		if (!name || strncmp(name, prefix, (size_t)pl) || strlen(name) >= CONV_NAME_MAX ||
+		    conv_get(&j->g->conv, name))
+			continue;
+		char **n = realloc(j->found, (j->n_found + 1) * sizeof(*n));
+		if (!n || !(n[j->n_found] = strdup(name))) {
+			j->found = n ? n : j->found;
+			break;
+		}
+		j->found = n;
+		j->n_found++;
+	}
+	if (l->next && *l->next) {
+		ask_list(j, l->next);
+		return;
+	}
+	next_found(j);
+}
+
+static void on_transcript(struct job *j, const Llamad__Response *r)
+{
+	const Llamad__Transcript *t = r && r->body_case == LLAMAD__RESPONSE__BODY_TRANSCRIPT ? r->transcript : NULL;
+	if (!t || t->dropped_turns || t->busy)
+		j->t_bad = true;
+	if (!j->t_bad) {
+		if (!j->t_chain) {
+			j->t_chain = malloc((t->turns + 1) * sizeof(*j->t_chain));
+			if (!j->t_chain)
+				j->t_bad = true;
+			else
+				j->t_chain[0] = conv_seed(j->m->name, t->system && *t->system ? t->system : NULL);
+		}
+		for (size_t i = 0; !j->t_bad && i < t->n_items; i++) {
+			const Llamad__Turn *u = t->items[i];
+			if (u->truncated || !u->text || j->t_n >= t->turns) {
+				j->t_bad = true;
+				break;
+			}
+			int role = u->generated ? LLAMAD__ROLE__ROLE_ASSISTANT : (int)u->role;
+			j->t_chain[j->t_n + 1] = conv_step(j->t_chain[j->t_n], role, u->text);
+			j->t_n++;
+		}
+		if (!j->t_bad && t->next < t->turns && t->next > j->t_next) {
+			j->t_next = t->next;
+			ask_transcript(j);
+			return;
+		}
+	}
+	if (!j->t_bad && j->t_n > 0)
+		conv_add(&j->g->conv, j->found[j->n_read], j->who.uid, j->model_ix, j->t_chain, j->t_n);
+	j->n_read++;
+	next_found(j);
+}
+
+/* ---- replies, step by step -------------------------------------------------- */
+
+static void on_hello(struct job *j, const Llamad__Response *r, int err)
+{
+	if (is_error(r)) {
+		fail_llamad(j, r, err);
+		return;
+	}
+	if (r->body_case == LLAMAD__RESPONSE__BODY_HELLO && r->hello) {
+		/* a daemon that ignored on_behalf_of_uid (older than gateways)
+		 * would serve the caller as the gateway */
+		if (r->hello->has_uid && r->hello->uid != (uint32_t)j->who.uid) {
+			gw_log(j->g, GW_ERR, "llamad at %s serves this connection as uid %u, not the "
+			       "caller's %u", j->m->socket, (unsigned)r->hello->uid, (unsigned)j->who.uid);
+			job_fail(j, 500, "llamad did not accept the caller's identity");
+			return;
+		}
+		if (!r->hello->has_uid && j->who.uid != j->g->self_uid) {
+			job_fail(j, 500, "this llamad is too old to serve callers as themselves "
+				 "(no HelloReply.uid)");
+			return;
+		}
+		up_set_max_frame(j->up, r->hello->max_frame);
+		if (!j->m->desc && r->hello->model)
+			j->m->desc = strdup(r->hello->model);
+	}
+	if (j->q.chat && !j->explicit_session && !known(j->g, j->who.uid, j->model_ix)) {
+		ask_list(j, NULL);
+		return;
+	}
+	plan_session(j);
+}
+
+static void on_fork(struct job *j, const Llamad__Response *r, int err)
+{
+	if (!is_error(r)) {
+		do_rewind_or_append(j);
+		return;
+	}
+	if (r && r->error && (r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION ||
+			      r->error->code == LLAMAD__ERROR_CODE__BUSY)) {
+		/* the held session is gone (dropped by someone, or a restart
+		 * without state) or busy: start anew */
+		struct conv_sess *old = conv_get(&j->g->conv, j->from);
+		if (old && r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION)
+			conv_remove(&j->g->conv, old);
+		j->held = j->next_msg = 0;
+		j->rewinds = 0;
+		j->s->dropped = 0;
+		do_open(j, false);
+		return;
+	}
+	fail_llamad(j, r, err);
+}
+
+static void on_generate(struct job *j, const Llamad__Response *r, int err)
+{
+	if (r && r->body_case == LLAMAD__RESPONSE__BODY_TOKEN && r->token)
+		on_token(j, r->token);
+	else if (r && r->body_case == LLAMAD__RESPONSE__BODY_DONE && r->done)
+		on_done(j, r->done);
+	/* do_generate counted the newest message sent */
+	else if (!(r && j->step == ST_GENERATE && held_gone(j, r, j->next_msg - 1)))
+		fail_llamad(j, r, err);
+}
+
 static void on_reply(void *arg, const Llamad__Response *r, int err)
 {
 	struct job *j = arg;
 	switch (j->step) {
 	case ST_HELLO:
-		if (is_error(r))
-			{
-				fail_llamad(j, r, err);
-				return;
-			}
-		if (r->body_case == LLAMAD__RESPONSE__BODY_HELLO && r->hello) {
-			/* a daemon that ignored on_behalf_of_uid (older than
-			 * gateways) would serve the caller as the gateway */
-			if (r->hello->has_uid && r->hello->uid != (uint32_t)j->who.uid) {
-				gw_log(j->g, GW_ERR, "llamad at %s serves this connection as uid %u, not the "
-				       "caller's %u", j->m->socket, (unsigned)r->hello->uid, (unsigned)j->who.uid);
-				job_fail(j, 500, "llamad did not accept the caller's identity");
-				return;
-			}
-			if (!r->hello->has_uid && j->who.uid != j->g->self_uid) {
-				job_fail(j, 500, "this llamad is too old to serve callers as themselves "
-					 "(no HelloReply.uid)");
-				return;
-			}
-			up_set_max_frame(j->up, r->hello->max_frame);
-			if (!j->m->desc && r->hello->model)
-				j->m->desc = strdup(r->hello->model);
-		}
-		{
-			plan_session(j);
-			return;
-		}
+		on_hello(j, r, err);
+		break;
+	case ST_LIST:
+		on_list(j, r);
+		break;
+	case ST_TRANSCRIPT:
+		on_transcript(j, r);
+		break;
 	case ST_DROP_OLD:
 		/* best effort: an unknown session was dropped already */
-		if (!r)
-			{
-				fail_llamad(j, r, err);
-				return;
-			}
-		{
+		if (r)
 			plan_session(j);
-			return;
-		}
+		else
+			fail_llamad(j, r, err);
+		break;
 	case ST_OPEN:
 		if (is_error(r))
-			{
-				fail_llamad(j, r, err);
-				return;
-			}
-		{
+			fail_llamad(j, r, err);
+		else
 			do_append_or_generate(j);
-			return;
-		}
+		break;
 	case ST_FORK:
-		if (is_error(r)) {
-			if (r && r->error && (r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION ||
-					      r->error->code == LLAMAD__ERROR_CODE__BUSY)) {
-				/* the held session is gone (dropped by someone, or
-				 * a restart without state) or busy: start anew */
-				struct conv_sess *old = conv_get(&j->g->conv, j->from);
-				if (old && r->error->code == LLAMAD__ERROR_CODE__UNKNOWN_SESSION)
-					conv_remove(&j->g->conv, old);
-				j->held = j->next_msg = 0;
-				j->rewinds = 0;
-				j->s->dropped = 0;
-				{
-					do_open(j, false);
-					return;
-				}
-			}
-			{
-				fail_llamad(j, r, err);
-				return;
-			}
-		}
-		{
-			do_rewind_or_append(j);
-			return;
-		}
+		on_fork(j, r, err);
+		break;
 	case ST_REWIND:
-		if (is_error(r))
-			{
-				fail_llamad(j, r, err);
-				return;
-			}
-		j->rewinds--;
-		{
-			do_rewind_or_append(j);
-			return;
+		if (is_error(r)) {
+			fail_llamad(j, r, err);
+			break;
 		}
+		j->rewinds--;
+		do_rewind_or_append(j);
+		break;
 	case ST_APPEND:
 		if (is_error(r)) {
-			if (held_gone(j, r, j->next_msg))
-				return;
-			{
+			if (!held_gone(j, r, j->next_msg))
 				fail_llamad(j, r, err);
-				return;
-			}
+			break;
 		}
 		j->next_msg++;
-		{
-			do_append_or_generate(j);
-			return;
-		}
+		do_append_or_generate(j);
+		break;
 	case ST_GENERATE:
 	case ST_CANCELLING:
-		if (!r)
-			{
-				fail_llamad(j, r, err);
-				return;
-			}
-		if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN && r->token)
-			{
-				on_token(j, r->token);
-				return;
-			}
-		if (r->body_case == LLAMAD__RESPONSE__BODY_DONE && r->done)
-			{
-				on_done(j, r->done);
-				return;
-			}
-		/* do_generate counted the newest message sent */
-		if (j->step == ST_GENERATE && held_gone(j, r, j->next_msg - 1))
-			return;
-		{
-			fail_llamad(j, r, err);
-			return;
-		}
+		on_generate(j, r, err);
+		break;
 	case ST_CLEANUP:
 		job_free(j);
-		return;
+		break;
 	}
 }
 

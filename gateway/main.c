@@ -545,6 +545,7 @@ int main(int argc, char **argv)
 	evhttp_free(G.http);
 	event_base_free(G.base);
 	conv_free_all(&G.conv);
+	free(G.known);
 	for (size_t i = 0; i < G.n_models; i++) {
 		free(G.models[i].name);
 		free(G.models[i].socket);

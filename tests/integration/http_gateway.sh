@@ -24,6 +24,8 @@
 #  - --help names every option of main.c's getopt table, and only those;
 #  - /health, /metrics (Prometheus text: llamad_up, llamad's counters, the
 #    gateway's own);
+#  - the gateway restarting: its index read back from llamad's sessions,
+#    a conversation continues as it was
 #  - llamad restarting under a running gateway: 503 with a JSON error
 #    while it is down (llamad_up 0, /api/ps without it), answers again on
 #    the same socket afterwards, a conversation continued across it;
@@ -373,6 +375,20 @@ checks=$((checks + 1))
 kill -0 "$main_gw" 2>/dev/null && ok "the gateway ran through it all (pid $main_gw)" || bad "the gateway is gone"
 # after aborted streams, errors, 413s and a llamad restart
 stop_gw "$main_gw" "$dir/gw.log" "llamad-http after all of the above"
+
+# ---- the gateway restarting: its index is read back from llamad ------------------------------
+a2=$(node -e 'console.log(JSON.stringify(JSON.parse(require("fs").readFileSync(process.argv[1], "utf8")).choices[0].message.content))' "$dir/body")
+rm -f "$HSOCK"
+start_gw "$dir/gw2.log" "$HSOCK" -m "stories=$SOCK" -m "slow=$SLOW" --listen "127.0.0.1:$PORT" --listen "$HSOCK" ||
+    { bad "the gateway did not start again"; cat "$dir/gw2.log"; }
+t3="{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Tim the cat was sleepy.\"},{\"role\":\"assistant\",\"content\":$a1},{\"role\":\"user\",\"content\":\"Where did he sleep?\"},{\"role\":\"assistant\",\"content\":$a2},{\"role\":\"user\",\"content\":\"And then?\"}],\"max_tokens\":8,\"temperature\":0}"
+st=$(req "$URL/v1/chat/completions" -d "$t3")
+m=$(curl -s "$URL/metrics")
+cont=$(echo "$m" | sed -n 's/^llamad_http_conversations_continued_total //p')
+new=$(echo "$m" | sed -n 's/^llamad_http_conversations_new_total //p')
+expect "a new gateway continues a conversation of the old one (index read back: continued $cont, new $new)" \
+    200 "$st" "j.usage.prompt_tokens_details.cached_tokens >= 20 && $cont === 1 && $new === 0"
+stop_gw "$gw_pid" "$dir/gw2.log" "the restarted llamad-http"
 
 echo "http_gateway: $checks checks"
 if [ "$fail" -ne 0 ]; then
