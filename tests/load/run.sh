@@ -38,7 +38,12 @@
 #      $(pkg-config --libs libprotobuf-c) -lm -o llamad-load
 # LOAD_SAN=1 adds -fsanitize=address,undefined to the load generator.
 #
-# Env: BUILD (build), MODELS (../shared/models), CONNS (64), SECS (8),
+# With llamad-http built, $HTTP (8) HTTP clients stream chats through it
+# during the warm-up and the first run (every tenth cut off after 0.3 s):
+# every answer must be 200, and afterwards the gateway answers, holds no
+# more descriptors than before and peaked under 20 MiB.
+#
+# Env: BUILD (build), MODELS (../shared/models), CONNS (64), SECS (8), HTTP (8),
 # SECS2 (4), IDLE (1000), HALF (16), DISC (0.05), IDLE_TIMEOUT (10; 20 with a
 # sanitizer build),
 # STRICT_RSS, STRICT_SPEED, LOAD_SAN, KEEP (keep the temp folder with logs). With a
@@ -167,15 +172,52 @@ log1=$dir/daemon1.log
 start_daemon "$log1" --state-dir none --max-connections "$MAXCONN" --idle-timeout "$IDLE_TIMEOUT" \
     --prefix-cache-time 1
 
+# HTTP clients beside the protocol load, through llamad-http (when built):
+# $HTTP shell loops, each sending streamed chat requests (a new
+# conversation, or the second turn of its last one) for SECONDS; every
+# tenth is cut off by curl after 0.3 s. Their statuses go to
+# $dir/http.codes ("code max-time" a line).
+HTTP=${HTTP:-8}
+GWBIN=$BUILD/llamad-http
+[ -x "$GWBIN" ] || HTTP=0
+http_clients() {  # seconds
+    i=0
+    while [ "$i" -lt "$HTTP" ]; do
+        ( end=$(($(date +%s) + $1)); n=0
+          while [ "$(date +%s)" -lt "$end" ]; do
+              n=$((n + 1)); mt=10; [ $((n % 10)) -eq 0 ] && mt=0.3
+              if [ $((n % 2)) -eq 0 ]; then
+                  msgs='[{"role":"user","content":"Client '$i' story '$((n - 1))'"},{"role":"assistant","content":"Once upon a time"},{"role":"user","content":"Go on"}]'
+              else
+                  msgs='[{"role":"user","content":"Client '$i' story '$n'"}]'
+              fi
+              c=$(curl -s -o /dev/null -w '%{http_code}' --max-time "$mt" --unix-socket "$dir/h.sock" \
+                  http://x/v1/chat/completions -d '{"model":"m","stream":true,"max_tokens":24,"messages":'"$msgs"'}')
+              echo "$c $mt" >>"$dir/http.codes"
+          done ) &
+        i=$((i + 1))
+    done
+}
+if [ "$HTTP" -gt 0 ]; then
+    "$GWBIN" --socket "$sock" --name m --listen "$dir/h.sock" --max-conversations 16 -q 2>"$dir/gw.log" &
+    gwpid=$!
+    i=0; while [ ! -S "$dir/h.sock" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+fi
+
 # warm-up: one second of the same load (every request kind, the idle
 # connections too), then drop everything and let the daemon go idle: after
 # 2 s idle it gives back the free K/V blocks' pages and trims its heap, so
 # the baseline is a warmed-up idle daemon
+[ "$HTTP" -gt 0 ] && http_clients 1
 "$LOAD" --socket "$sock" --conns "$CONNS" --seconds 1 --idle "$IDLE" --prefix warm \
     >"$dir/warm.out" 2>&1 || { bad "warm-up load failed:"; cat "$dir/warm.out"; }
+wait_http() { for p in $(jobs -p); do [ "$p" = "$pid" ] || [ "$p" = "${gwpid:-}" ] || wait "$p"; done; }
+wait_http
 "$LOAD" --socket "$sock" --cleanup >/dev/null
+: >"$dir/http.codes"
 sleep 3.5
 base_rss=$(rss_kb); base_fds=$(nfds); breakdown >"$dir/bd0"
+[ "$HTTP" -gt 0 ] && gw_fds0=$(ls "/proc/$gwpid/fd" | wc -l)
 lim=$(awk '/^Max open files/ { print $4 }' "/proc/$pid/limits")
 echo "baseline: rss ${base_rss} kB, ${base_fds} fds (daemon fd limit $lim, max_connections $MAXCONN)"
 
@@ -183,11 +225,27 @@ echo "baseline: rss ${base_rss} kB, ${base_fds} fds (daemon fd limit $lim, max_c
 ( sleep "$(awk -v s="$SECS" 'BEGIN { print s / 2 }')"
   echo "$(nfds) $(rss_kb)" >"$dir/peak" ) &
 sampler=$!
+[ "$HTTP" -gt 0 ] && http_clients "$SECS"
 "$LOAD" --socket "$sock" --conns "$CONNS" --seconds "$SECS" --idle "$IDLE" \
     --half-frames "$HALF" --half-frame-wait $((IDLE_TIMEOUT + 5)) --disconnect-rate "$DISC" \
     >"$dir/load1.out" 2>&1
 rc=$?
 wait "$sampler"
+if [ "$HTTP" -gt 0 ]; then
+    wait_http
+    total=$(wc -l <"$dir/http.codes")
+    bad_codes=$(awk '$2 == 10 && $1 != 200 || $2 != 10 && $1 != 200 && $1 != "000"' "$dir/http.codes" | sort | uniq -c | tr '\n' ' ')
+    cut=$(awk '$2 != 10' "$dir/http.codes" | wc -l)
+    gw_fds=$(ls "/proc/$gwpid/fd" | wc -l)
+    gw_rss=$(awk '/^VmHWM/ { print $2 }' "/proc/$gwpid/status")
+    if [ "$total" -gt 0 ] && [ -z "$bad_codes" ]; then
+        pass "HTTP: $HTTP clients, $total requests through llamad-http ($cut cut off by the client), all 200"
+    else bad "HTTP: $total requests, unexpected statuses: $bad_codes"; tail -5 "$dir/gw.log"; fi
+    curl -s --max-time 5 --unix-socket "$dir/h.sock" http://x/health | grep -q ok &&
+        [ "$gw_fds" -le "$gw_fds0" ] && [ "$gw_rss" -lt 20480 ] &&
+        pass "HTTP: the gateway answers after the load, $gw_fds fds (baseline $gw_fds0), peak RSS $gw_rss kB" ||
+        bad "HTTP: gateway after the load: fds $gw_fds (baseline $gw_fds0), peak RSS $gw_rss kB"
+fi
 cat "$dir/load1.out"
 if [ "$rc" -eq 0 ]; then pass "load: exit 0 (no error but busy/exhausted, no protocol violation)"
 else bad "load exited $rc"; fi
@@ -286,6 +344,12 @@ fi
 "$BUILD/llamactl" --socket "$sock" generate --raw --temperature 0 --max-tokens 8 "Once upon a time" \
     >"$dir/gen" 2>&1 && [ -s "$dir/gen" ] && pass "daemon still generates" ||
     bad "daemon does not generate: $(cat "$dir/gen")"
+if [ "$HTTP" -gt 0 ]; then
+    kill "$gwpid"; wait "$gwpid"; grc=$?
+    [ "$grc" -eq 0 ] || bad "llamad-http exited $grc on SIGTERM"
+    ! grep -Eq 'ERROR: (Address|Leak)Sanitizer|runtime error:' "$dir/gw.log" ||
+        { bad "sanitizer report in the gateway's log:"; grep -E -A5 'Sanitizer|runtime error' "$dir/gw.log" | head -20; }
+fi
 kill "$pid"; wait "$pid"; rc=$?; pid=
 [ "$rc" -eq 0 ] || bad "daemon exited $rc on SIGTERM"
 daemon_log_clean "$log1"
