@@ -151,6 +151,17 @@ st=$(req --unix-socket "$dir/http.sock" http://gw/v1/models)
 expect "no --listen: http.sock beside llamad's socket, serving --name's default (llamad)" 200 "$st" \
     'j.data.length === 1 && j.data[0].id === "llamad"'
 stop_gw "$gw_pid" "$dir/gw-default.log" "llamad-http without --listen"
+# --instances: a model per DIR/NAME.conf, served from NAME.sock beside --socket
+mkdir -p "$dir/conf.d"
+: >"$dir/conf.d/llamad.conf"; : >"$dir/conf.d/slow.conf"; : >"$dir/conf.d/notes.txt"
+ln -s "$SLOW" "$dir/slow.sock"
+start_gw "$dir/gw-inst.log" "$dir/inst.sock" --socket "$SOCK" --instances="$dir/conf.d" --listen "$dir/inst.sock"
+st=$(req --unix-socket "$dir/inst.sock" http://gw/v1/models)
+expect "--instances: llamad (--socket) and slow (conf.d/slow.conf); llamad.conf and notes.txt are not models" 200 "$st" \
+    'j.data.map((m) => m.id).join(",") === "llamad,slow"'
+st=$(req --unix-socket "$dir/inst.sock" http://gw/v1/chat/completions -d '{"model":"slow","messages":[{"role":"user","content":"hi"}],"max_tokens":3}')
+expect "--instances: a request for slow is answered by the llamad at slow.sock" 200 "$st" 'j.usage.completion_tokens === 3'
+stop_gw "$gw_pid" "$dir/gw-inst.log" "llamad-http --instances"
 
 # ---- streamed framing -------------------------------------------------------------------
 sse='{"model":"stories","messages":[{"role":"user","content":"Once upon a time"}],"max_tokens":10,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}'
