@@ -179,7 +179,7 @@ ifneq ($(GW_OBJ),)
   BINS += $(BUILD)/llamad-http
 endif
 
-.PHONY: all bins text deps deps-build deps-deb test test-unit test-shell test-asan test-tsan bench bench-http demo install uninstall deb clean \
+.PHONY: all bins text deps deps-build deps-deb test test-unit test-shell test-asan test-tsan bench bench-http bench-http-turns demo install uninstall deb clean \
         fuzz fuzz-build fuzz-bins
 all: $(BINS) $(TEST_BINS)
 
@@ -368,6 +368,12 @@ $(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(MODEL
 bench-http: deps-build
 	@$(MAKE) --no-print-directory all
 	@MODELS=$(MODELS) BUILD=$(BUILD) sh tests/bench/http.sh
+
+# eight stateless conversations to ~2,000 tokens through llamad-http (and
+# LLAMA_SERVER=path/to/llama-server beside it): long, its own target
+bench-http-turns: deps-build
+	@$(MAKE) --no-print-directory all
+	@MODELS=$(MODELS) BUILD=$(BUILD) LLAMA_SERVER=$(LLAMA_SERVER) sh tests/bench/http_turns.sh
 
 bench: deps-build
 	@$(MAKE) --no-print-directory all
