@@ -30,19 +30,9 @@ cp tests/bench/http_turns.mjs "$NODEDIR/"
 # prefix.sh), written as one GGUF file
 gguf=$OUT/stories110M-f16-ctx4k.gguf
 if [ ! -f "$gguf" ]; then
-    if [ ! -f "$OUT/stories110M-f16/config.json" ]; then
-        "$BUILD/llamad-genmodel" --shape stories110M --dtype f16 --out "$OUT/stories110M-f16" \
-            --tokenizer "$MODELS/tokenizer.model" >/dev/null
-    fi
-    m=$OUT/stories110M-f16-ctx4k
-    if [ ! -f "$m/config.json" ]; then
-        mkdir -p "$m"
-        ln -sf ../stories110M-f16/model.safetensors "$m/model.safetensors"
-        ln -sf ../stories110M-f16/tokenizer.model "$m/tokenizer.model"
-        sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 4096/' \
-            "$OUT/stories110M-f16/config.json" > "$m/config.json"
-    fi
-    "$BUILD/llamad-quantize" --model "$m" --type f16 --out "$gguf" >/dev/null
+    . tests/bench/models.sh
+    bench_110m_ctx4k
+    "$BUILD/llamad-quantize" --model "$ctx4k" --type f16 --out "$gguf" >/dev/null
 fi
 port() { node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })'; }
 wait_http() {   # URL PID: until it answers

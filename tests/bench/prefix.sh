@@ -19,23 +19,14 @@ N=${PREFIX_SESSIONS:-32}
 MODES=${PREFIX_SHARING:-"on off"}
 D=$BUILD/llamad-bench-daemon
 OUT=$BUILD/bench-models
-model=$OUT/stories110M-f16-ctx4k
 sock=$BUILD/bench-prefix.sock
 log=$BUILD/bench-prefix.log
 : > "$log"
 
 # the model: the 110M shape (1,024-token context) read with 4,096 (as run.sh)
-if [ ! -f "$OUT/stories110M-f16/config.json" ]; then
-    "$BUILD/llamad-genmodel" --shape stories110M --dtype f16 --out "$OUT/stories110M-f16" \
-        --tokenizer "$MODELS/tokenizer.model" >/dev/null
-fi
-if [ ! -f "$model/config.json" ]; then
-    mkdir -p "$model"
-    ln -sf ../stories110M-f16/model.safetensors "$model/model.safetensors"
-    ln -sf ../stories110M-f16/tokenizer.model "$model/tokenizer.model"
-    sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 4096/' \
-        "$OUT/stories110M-f16/config.json" > "$model/config.json"
-fi
+. tests/bench/models.sh
+bench_110m_ctx4k
+model=$ctx4k
 
 ms() { date +%s%N | awk '{ printf "%.1f", $1 / 1e6 }'; }
 dpid=

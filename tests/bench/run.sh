@@ -75,14 +75,8 @@ start_daemon() {  # model-args...
 }
 stop_daemon() { kill "$dpid"; wait "$dpid" || true; }
 D=$BUILD/llamad-bench-daemon
-ctx4k=$OUT/stories110M-f16-ctx4k
-if [ ! -f "$ctx4k/config.json" ]; then   # the 110M shape with a 4096-token context
-    mkdir -p "$ctx4k"
-    ln -sf ../stories110M-f16/model.safetensors "$ctx4k/model.safetensors"
-    ln -sf ../stories110M-f16/tokenizer.model "$ctx4k/tokenizer.model"
-    sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 4096/' \
-        "$OUT/stories110M-f16/config.json" > "$ctx4k/config.json"
-fi
+. tests/bench/models.sh
+bench_110m_ctx4k   # the 110M shape with a 4096-token context: $ctx4k
 echo "== daemon: stories110M shape f16, 20-word turn after 1,500 tokens; fork of 1,000 tokens"
 start_daemon --model "$ctx4k" --kv-memory 4G
 "$D" "$sock" turn --history 1500 --turn 20 --others 8 | tee -a "$log"
