@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "gateway/http_int.h"
+#include "gateway/limit.h"
 #include "gateway/render.h"
 
 double gw_now(void)
@@ -377,4 +378,5 @@ void gw_http_setup(struct gw *g)
 	evhttp_set_max_body_size(g->http, (ev_ssize_t)g->max_body);
 	evhttp_set_timeout(g->http, g->timeout_s);
 	evhttp_set_default_content_type(g->http, "application/json");
+	limit_setup(g);
 }

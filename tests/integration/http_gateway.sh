@@ -244,11 +244,19 @@ elif jtest "$dir/body" 'true'; then
     jtest "$dir/body" "$OAI_ERR" && ok "a body over --max-body: 413 with OpenAI's error form" ||
         bad "413's JSON body is not OpenAI's error form: $(head -c 300 "$dir/body")"
 else
-    # TODO: libevent answers 413 itself with an HTML page; once llamad-http
-    # answers it in JSON the branch above checks its form (then make a
-    # non-JSON 413 a failure here).
-    ok "a body over --max-body: 413 (TODO: the body is libevent's HTML, not JSON yet)"
+    bad "a body over --max-body: 413 but not JSON: $(head -c 300 "$dir/body")"
 fi
+st=$(req "$URL/api/chat" -H 'Content-Type: application/json' --data-binary @"$dir/big.json")
+expect "a body over --max-body on /api/chat: 413 in Ollama's form, naming --max-body" 413 "$st" \
+    "$OLL_ERR && j.error.includes('--max-body')"
+st=$(req --unix-socket "$HSOCK" http://gw/v1/chat/completions -H 'Expect:' --data-binary @"$dir/big.json")
+expect "the same over the Unix socket without Expect: 100-continue: 413, OpenAI's form" 413 "$st" "$OAI_ERR"
+st=$(req "$URL/v1/chat/completions" -d "$chat")
+expect "after the 413s the gateway answers" 200 "$st" 'j.usage.completion_tokens === 8'
+st=$(req -H 'Transfer-Encoding: chunked' "$URL/v1/chat/completions" --data-binary @"$dir/big.json")
+checks=$((checks + 1))
+[ "$st" = 413 ] && ok "a chunked body over --max-body: 413 (libevent's own count; its HTML page)" ||
+    bad "a chunked body over --max-body: status $st"
 
 # ---- options: remote listening and tokens ----------------------------------------------
 # refused ARGS...: llamad-http with ARGS, which should exit at once (a
