@@ -55,6 +55,7 @@ struct job {
 	bool explicit_session;
 	struct conv_sess *s;       /* its index entry (chat, gateway-made) */
 	char from[CONV_NAME_MAX];  /* ST_FORK: the held session forked */
+	char dropping[CONV_NAME_MAX];  /* ST_DROP_OLD: the session dropped */
 	uint64_t *chain;           /* c[0..n_msgs] */
 	uint32_t held;             /* messages the session holds (match) */
 	uint32_t next_msg;         /* next message to append */
@@ -360,6 +361,7 @@ static void plan_session(struct job *j)
 		return;
 	}
 	uint32_t n = (uint32_t)j->q.n_msgs;
+	free(j->chain);  /* chosen again after dropping an old session */
 	j->chain = malloc((n + 1) * sizeof(*j->chain));
 	if (!j->chain) {
 		job_fail(j, 500, "out of memory");
@@ -386,8 +388,10 @@ static void plan_session(struct job *j)
 	struct conv_sess *old = conv_victim(&g->conv, j->who.uid, j->model_ix,
 					    g->max_convs ? g->max_convs - 1 : 0);
 	if (old && old != mt.s) {
+		/* the name outlives the entry: the Drop is packed after it goes */
+		snprintf(j->dropping, sizeof(j->dropping), "%s", old->name);
 		Llamad__Drop d = LLAMAD__DROP__INIT;
-		d.session = old->name;
+		d.session = j->dropping;
 		Llamad__Request rq = LLAMAD__REQUEST__INIT;
 		rq.op_case = LLAMAD__REQUEST__OP_DROP;
 		rq.drop = &d;
