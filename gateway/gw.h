@@ -64,9 +64,6 @@ struct gw {
 	double started;            /* monotonic seconds */
 };
 
-/* Seconds on the monotonic clock. */
-double gw_now(void);
-
 /* Log a line to stderr (journald adds the time). */
 void gw_log(struct gw *g, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 enum { GW_ERR = 3, GW_WARN = 4, GW_INFO = 6, GW_DEBUG = 7 };

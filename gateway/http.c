@@ -22,15 +22,9 @@
 #include <jansson.h>
 
 #include "gateway/http_int.h"
+#include "util/clock.h"
 #include "gateway/limit.h"
 #include "gateway/render.h"
-
-double gw_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 void gw_log(struct gw *g, int level, const char *fmt, ...)
 {

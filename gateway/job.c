@@ -33,6 +33,7 @@
 
 #include "gateway/http_int.h"
 #include "gateway/render.h"
+#include "util/clock.h"
 
 enum step {
 	ST_HELLO, ST_LIST, ST_TRANSCRIPT, ST_DROP_OLD, ST_OPEN, ST_FORK, ST_REWIND, ST_APPEND, ST_GENERATE,
@@ -480,7 +481,7 @@ static void on_done(struct job *j, const Llamad__Done *d)
 	rd.cached_tokens = rd.prompt_tokens > d->prompt_tokens ? rd.prompt_tokens - d->prompt_tokens : 0;
 	rd.prefill_ms = d->prefill_ms;
 	rd.generate_ms = d->generate_ms;
-	rd.total_ms = (gw_now() - j->t0) * 1e3;
+	rd.total_ms = (clock_mono_s() - j->t0) * 1e3;
 
 	size_t len = evbuffer_get_length(j->text);
 	evbuffer_add(j->text, "", 1);
@@ -848,7 +849,7 @@ void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
 	j->req = req;
 	j->kind = kind;
 	j->who = *c;
-	j->t0 = gw_now();
+	j->t0 = clock_mono_s();
 	g->st.active++;
 	char err[512];
 	int st = api_parse(kind, body ? body : "", len, &j->q, err, sizeof(err));

@@ -30,6 +30,7 @@
 #include "gateway/gw.h"
 #include "proto/frame.h"
 #include "proto/path.h"
+#include "util/clock.h"
 
 #define MAX_LISTEN 8
 
@@ -487,7 +488,7 @@ int main(int argc, char **argv)
 	G.http = G.base ? evhttp_new(G.base) : NULL;
 	if (!G.http)
 		die("cannot set up libevent");
-	G.started = gw_now();
+	G.started = clock_mono_s();
 	gw_http_setup(&G);
 
 	int nfds = sd_listen_fds(1);
