@@ -174,7 +174,7 @@ static const int mm_cols[] = { 7, 17, 64, 172, 300 };
 /* 130 x 300 crosses the backend's threading threshold for every dtype and
  * splits unevenly (72 + 58 rows) over 2 threads. */
 static const int mm_rows[] = { 1, 3, 9, 17, 37, 130 };
-static const int mm_ntok[] = { 1, 2, 3, 5, 6, 7, 13 };
+static const int mm_ntok[] = { 1, 2, 3, 4, 5, 6, 7, 10, 13 };
 #define N_ELEMS(a) (sizeof(a) / sizeof((a)[0]))
 #define MAX_TOK 13
 
@@ -270,9 +270,9 @@ static int isa_path(int isa)
 
 /* For every shape: each token's row alone (n_tok = 1) vs the reference;
  * then every n_tok vs the reference, each of its rows bit-identical
- * (memcmp) to the same row computed alone (batch invariance). n_tok 2, 3,
- * 6, 7 reach the 2- and 3-token tail tiles; 5 and 13 the full 4-token ones
- * plus a 1-token tail. */
+ * (memcmp) to the same row computed alone (batch invariance). The AVX-512
+ * batch tiles are 6 tokens: n_tok 2-5 are the tail tiles alone, 6 a full
+ * one, 7 and 13 full ones and a 1-token tail, 10 a 4-token tail. */
 static void mm_path_all(int path)
 {
 	rng_seed(100 + (uint64_t)path);
