@@ -111,6 +111,14 @@ AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype d
  * vectors and an input one, of the 32 registers (4 x 4: 1-3 % slower). */
 #define TT 6
 
+/* Weight bytes of a batch's row block: it stays in L2 while every token
+ * tile runs over it, and each token tile's inputs stay there across the
+ * block's rows. Four rows at a time (a block of one row tile), the inputs
+ * of the whole batch came back from L3 for every four rows: 4 MB of them
+ * for each four rows at 8,192 columns and 128 tokens, and prefill ran at
+ * the pace of a shared L3. */
+#define ROW_BLOCK_BYTES (256u << 10)
+
 /* All tokens x rows [r0, r1) for one dtype (dt is a constant at each call). */
 AVX512 INLINE void rows_avx512(float *y, const float *x, const void *w, enum kt_dtype dt,
 			       int K, int N, int n_tok, int r0, int r1)
@@ -120,17 +128,25 @@ AVX512 INLINE void rows_avx512(float *y, const float *x, const void *w, enum kt_
 		for (; r + 8 <= r1; r += 8)
 			tile(y, x, w, dt, K, N, 0, r, 1, 8);
 	}
-	for (; r + 4 <= r1; r += 4) {
+	int rb = (int)(ROW_BLOCK_BYTES / ((size_t)K * (dt == KT_F32 ? 4 : 2))) & ~3;
+	if (rb < 4)
+		rb = 4;
+	while (r + 4 <= r1) {
+		int re = r + ((r1 - r < rb ? r1 - r : rb) & ~3);  /* whole row tiles */
 		int t = 0;
 		for (; t + TT <= n_tok; t += TT)
-			tile(y, x, w, dt, K, N, t, r, TT, 4);
-		switch (n_tok - t) {
-		case 5: tile(y, x, w, dt, K, N, t, r, 5, 4); break;
-		case 4: tile(y, x, w, dt, K, N, t, r, 4, 4); break;
-		case 3: tile(y, x, w, dt, K, N, t, r, 3, 4); break;
-		case 2: tile(y, x, w, dt, K, N, t, r, 2, 4); break;
-		case 1: tile(y, x, w, dt, K, N, t, r, 1, 4); break;
+			for (int q = r; q < re; q += 4)
+				tile(y, x, w, dt, K, N, t, q, TT, 4);
+		for (int q = r; q < re; q += 4) {
+			switch (n_tok - t) {
+			case 5: tile(y, x, w, dt, K, N, t, q, 5, 4); break;
+			case 4: tile(y, x, w, dt, K, N, t, q, 4, 4); break;
+			case 3: tile(y, x, w, dt, K, N, t, q, 3, 4); break;
+			case 2: tile(y, x, w, dt, K, N, t, q, 2, 4); break;
+			case 1: tile(y, x, w, dt, K, N, t, q, 1, 4); break;
+			}
 		}
+		r = re;
 	}
 	for (; r < r1; r++) {
 		int t = 0;

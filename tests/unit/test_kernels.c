@@ -319,6 +319,41 @@ static void test_matmul_avx512(void **state)
 	mm_path_all(1);
 }
 
+/* Wide rows: a batch's rows go in blocks of ~256 KiB of weights (4,100 f32
+ * columns: blocks of 12 rows, then a 2-row tail), every token tile over a
+ * block before the next; each element must still equal the portable loop's
+ * bit for bit and the same row computed alone. */
+static void test_matmul_row_blocks(void **state)
+{
+	(void)state;
+	if (!have_avx512())
+		skip();
+	rng_seed(7);
+	const enum kt_dtype dts[] = { KT_F32, KT_F16 };
+	for (size_t di = 0; di < N_ELEMS(dts); di++) {
+		struct mm_case c;
+		const int R = 50, K = 4100;
+		mm_case_make(&c, dts[di], R, K);
+		float *y = xmalloc((size_t)MAX_TOK * R * sizeof(float));
+		float *yp = xmalloc((size_t)MAX_TOK * R * sizeof(float));
+		float *y1 = xmalloc((size_t)R * sizeof(float));
+		mm_run(1, y, c.x, &c.w, MAX_TOK);
+		mm_check(&c, y, MAX_TOK, "row blocks");
+		mm_run(0, yp, c.x, &c.w, MAX_TOK);
+		if (memcmp(y, yp, (size_t)MAX_TOK * R * sizeof(float)))
+			fail_msg("row blocks %s: avx512 and portable differ", kt_dtype_name(dts[di]));
+		for (int t = 0; t < MAX_TOK; t++) {
+			mm_run(1, y1, c.x + (size_t)t * K, &c.w, 1);
+			if (memcmp(y1, y + (size_t)t * R, (size_t)R * sizeof(float)))
+				fail_msg("row blocks %s: token %d alone differs", kt_dtype_name(dts[di]), t);
+		}
+		free(y);
+		free(yp);
+		free(y1);
+		mm_case_done(&c);
+	}
+}
+
 static void test_matmul_avx2(void **state)
 {
 	(void)state;
@@ -1378,6 +1413,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_matmul_portable),
 		cmocka_unit_test(test_matmul_avx512),
+		cmocka_unit_test(test_matmul_row_blocks),
 		cmocka_unit_test(test_matmul_avx2),
 		cmocka_unit_test(test_matmul_avx2_bits),
 		cmocka_unit_test(test_matmul_backend_1thread),
