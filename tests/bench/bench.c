@@ -15,12 +15,15 @@
  * tok_encode of the whole file (no BOS) and tok_decode of its ids, best of
  * --reps (MB/s of the file's bytes); checks the decode gives the file back.
  *
- * Measures, in one run: memory read bandwidth (all threads streaming a
- * 1 GiB buffer), prefill tok/s of an N-token prompt on an empty sequence,
- * decode tok/s (one token per forward pass, batch 1, positions 0..N-1 of an
- * empty sequence, as llama-bench's tg test does), and
- * the decode roofline: bandwidth / weight bytes read per token. Best of
- * --reps runs. Prints one line of key=value pairs per figure.
+ * Measures, in one run: prefill tok/s of an N-token prompt on an empty
+ * sequence, decode tok/s (one token per forward pass, batch 1, positions
+ * 0..N-1 of an empty sequence, as llama-bench's tg test does), best of
+ * --reps runs; and two roofs (see "roofs" below): memory read bandwidth
+ * (all threads streaming a 1 GiB buffer, right before and after each
+ * decode run), against which decode is rated (roof_tok_s = bandwidth /
+ * weight bytes read per token; roof_pct), and the FMA peak, against which
+ * prefill is (prefill_fma_pct). --no-bandwidth skips both probes. Prints
+ * one line of key=value pairs.
  */
 #include <errno.h>
 #include <math.h>
@@ -95,31 +98,149 @@ static void bw_worker(void *ctx, int ith, int nth)
 	j->sums[ith] = sum_plain(p, per);
 }
 
-/* Read bandwidth in bytes/s: best of reps passes over 1 GiB. */
-static double measure_bw(int threads, int reps)
+/* ---- roofs -----------------------------------------------------------------
+ *
+ * Memory: all threads sum their shares of a 1 GiB buffer, one pass at a time
+ * (bw_pass). Several streams a thread or software prefetch read no more on
+ * this guest (8 or 16 streams a thread: 0.81-0.86 of one, measured
+ * alternately over 15 rounds); what moves the figure is the host: its other
+ * tenants take 24 to 48 GB/s from one second to the next. So a pass is made
+ * right before and right after each decode run, the decode is compared with
+ * their mean, and roof_pct is the median of those paired ratios (bw_GB_s is
+ * the median pass, bw_min/bw_max the spread). A roof measured once, seconds
+ * away from the decode, read 113-136 % on a good decode and 47 % on a bad
+ * probe.
+ *
+ * Compute: every thread runs twelve independent FMA chains on registers (the
+ * widest vectors the CPU has: AVX-512 or AVX2 + FMA); fma_GFLOP_s counts two
+ * flops a lane, 0 where neither exists. prefill_GFLOP_s counts the prefill's
+ * matrix and attention flops (prefill_flops); prefill_fma_pct is its share
+ * of the FMA roof, for f32, f16 and bf16 weights only (0 for quantized ones,
+ * whose packed path multiplies 8-bit integers, four to an fp32 lane). */
+struct bw_buf {
+	float *buf;
+	size_t bytes;
+	struct tpool *tp;
+	int threads;
+};
+
+static int bw_open(struct bw_buf *b, int threads)
 {
-	size_t bytes = (size_t)1 << 30;
-	float *buf = aligned_alloc(64, bytes);
-	struct tpool *tp = tpool_new(threads);
-	if (!buf || !tp) {
-		free(buf);
-		tpool_free(tp);
-		return 0;
+	b->bytes = (size_t)1 << 30;
+	b->threads = threads;
+	b->buf = aligned_alloc(64, b->bytes);
+	b->tp = tpool_new(threads);
+	if (!b->buf || !b->tp) {
+		free(b->buf);
+		tpool_free(b->tp);
+		return -1;
 	}
-	for (size_t i = 0; i < bytes / 4; i++)
-		buf[i] = (float)(i & 7);
-	struct bw_job j = { buf, bytes / 4, { 0 } };
+	for (size_t i = 0; i < b->bytes / 4; i++)
+		b->buf[i] = (float)(i & 7);
+	return 0;
+}
+
+static void bw_close(struct bw_buf *b)
+{
+	tpool_free(b->tp);
+	free(b->buf);
+}
+
+/* One pass: bytes/s. */
+static double bw_pass(struct bw_buf *b)
+{
+	struct bw_job j = { b->buf, b->bytes / 4, { 0 } };
+	double t0 = now_s();
+	tpool_run(b->tp, bw_worker, &j, b->threads);
+	return (double)b->bytes / (now_s() - t0);
+}
+
+struct fma_job {
+	long iters;
+	int width;              /* floats a vector: 16, 8, or 0 (none) */
+};
+
+#if defined(__x86_64__)
+#define FMA12(op, r) op " %%" r "12, %%" r "13, %%" r "0\n\t" op " %%" r "12, %%" r "13, %%" r "1\n\t" \
+	op " %%" r "12, %%" r "13, %%" r "2\n\t" op " %%" r "12, %%" r "13, %%" r "3\n\t"      \
+	op " %%" r "12, %%" r "13, %%" r "4\n\t" op " %%" r "12, %%" r "13, %%" r "5\n\t"      \
+	op " %%" r "12, %%" r "13, %%" r "6\n\t" op " %%" r "12, %%" r "13, %%" r "7\n\t"      \
+	op " %%" r "12, %%" r "13, %%" r "8\n\t" op " %%" r "12, %%" r "13, %%" r "9\n\t"      \
+	op " %%" r "12, %%" r "13, %%" r "10\n\t" op " %%" r "12, %%" r "13, %%" r "11\n\t"
+#define FMA_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", \
+	"xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc"
+
+__attribute__((target("avx512f"))) static void fma_chains_512(long n)
+{
+	__asm__ volatile("vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
+			 "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
+			 "1:\n\t" FMA12("vfmadd231ps", "zmm") "dec %0\n\t"
+			 "jnz 1b\n\t"
+			 "vzeroupper"
+			 : "+r"(n) : : FMA_CLOBBER);
+}
+
+__attribute__((target("avx2,fma"))) static void fma_chains_256(long n)
+{
+	__asm__ volatile("vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
+			 "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
+			 "1:\n\t" FMA12("vfmadd231ps", "ymm") "dec %0\n\t"
+			 "jnz 1b\n\t"
+			 "vzeroupper"
+			 : "+r"(n) : : FMA_CLOBBER);
+}
+#endif
+
+static void fma_worker(void *ctx, int ith, int nth)
+{
+	(void)ith;
+	(void)nth;
+	struct fma_job *j = ctx;
+#if defined(__x86_64__)
+	if (j->width == 16)
+		fma_chains_512(j->iters);
+	else if (j->width == 8)
+		fma_chains_256(j->iters);
+#else
+	(void)j;
+#endif
+}
+
+/* The FMA peak of all threads in flop/s (best of 5), or 0 if unknown. */
+static double measure_fma(int threads)
+{
+	struct fma_job j = { 20000000, 0 };
+#if defined(__x86_64__)
+	if (__builtin_cpu_supports("avx512f"))
+		j.width = 16;
+	else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		j.width = 8;
+#endif
+	struct tpool *tp = j.width ? tpool_new(threads) : NULL;
+	if (!tp)
+		return 0;
 	double best = 0;
-	for (int r = 0; r < reps + 1; r++) {
+	for (int r = 0; r < 6; r++) {
 		double t0 = now_s();
-		tpool_run(tp, bw_worker, &j, threads);
-		double bw = (double)bytes / (now_s() - t0);
-		if (r > 0 && bw > best)  /* first pass warms up */
-			best = bw;
+		tpool_run(tp, fma_worker, &j, threads);
+		double f = 2.0 * j.width * 12 * j.iters * threads / (now_s() - t0);
+		if (r > 0 && f > best)  /* the first run wakes the cores */
+			best = f;
 	}
 	tpool_free(tp);
-	free(buf);
 	return best;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* Perplexity of the model on a text file (BOS + its tokens, up to the
@@ -187,6 +308,17 @@ static double model_params(const struct model *m)
 	double qd = (double)c->n_heads * c->head_dim, kv = model_kv_dim(c);
 	double layer = c->dim * (qd + 2 * kv) + qd * c->dim + 3.0 * c->dim * c->ffn_dim;
 	return layer * c->n_layers + (double)c->vocab * c->dim;
+}
+
+/* Flops of an n-token prefill on an empty sequence: every matrix for every
+ * token but the classifier (last token only), and attention (scores and
+ * the weighted sum of V, 2 x 2 x head_dim flops a head and position seen). */
+static double prefill_flops(const struct model *m, int n)
+{
+	const struct model_config *c = &m->cfg;
+	double cls = (double)c->vocab * c->dim;
+	double attn = 4.0 * c->n_heads * c->head_dim * ((double)n * (n + 1) / 2);
+	return 2.0 * ((model_params(m) - cls) * n + cls) + attn;
 }
 
 static int read_text(const char *path, char **buf, size_t *len)
@@ -379,31 +511,61 @@ int main(int argc, char **argv)
 		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
 		toks[i] = 3 + (int32_t)(x % (uint64_t)(cf->vocab - 3));
 	}
+	struct bw_buf bwb;
+	int have_bw = !skip_bw && bw_open(&bwb, be->n_threads) == 0;
+	double fma = skip_bw ? 0 : measure_fma(be->n_threads);
 	double best_pf = 1e30, best_dec = 1e30;
+	double *bws = calloc((size_t)reps * 2, sizeof(double));
+	double *ratio = calloc((size_t)reps, sizeof(double));
+	if (!bws || !ratio) {
+		fprintf(stderr, "llamad-bench: out of memory\n");
+		return 1;
+	}
 	for (int r = 0; r < reps; r++) {
 		struct fwd_seq s = { toks, n_prompt, 0, seq.blocks, logits, 0 };
 		double t0 = now_s();
 		fwd_run(f, &pool->kv, &s, 1);
 		double t1 = now_s();
+		if (have_bw)
+			bws[2 * r] = bw_pass(&bwb);
 		/* decode from an empty context, like llama-bench's tg test */
+		double t2 = now_s();
 		for (int i = 0; i < n_decode; i++) {
 			struct fwd_seq d = { &toks[i], 1, i, seq.blocks, logits, 0 };
 			fwd_run(f, &pool->kv, &d, 1);
 		}
-		double t2 = now_s();
+		double t3 = now_s();
+		if (have_bw) {
+			bws[2 * r + 1] = bw_pass(&bwb);
+			/* this run's tok/s over the roof of the passes around it */
+			ratio[r] = n_decode / (t3 - t2) * (double)m->weight_bytes /
+				   ((bws[2 * r] + bws[2 * r + 1]) / 2);
+		}
 		best_pf = t1 - t0 < best_pf ? t1 - t0 : best_pf;
-		best_dec = t2 - t1 < best_dec ? t2 - t1 : best_dec;
+		best_dec = t3 - t2 < best_dec ? t3 - t2 : best_dec;
 	}
-	double bw = skip_bw ? 0 : measure_bw(be->n_threads, 3);
+	if (have_bw)
+		bw_close(&bwb);
+	double bw = have_bw ? median(bws, 2 * reps) : 0;
+	double bw_lo = have_bw ? bws[0] : 0, bw_hi = have_bw ? bws[2 * reps - 1] : 0;
+	double roof_pct = have_bw ? 100.0 * median(ratio, reps) : 0;
 	double pf = n_prompt / best_pf, dec = n_decode / best_dec;
 	double roof = bw > 0 ? bw / (double)m->weight_bytes : 0;
+	double pf_flops = prefill_flops(m, n_prompt) / best_pf;
+	/* the FMA roof is that of fp32 products: f32, f16 and bf16 weights
+	 * (packed quantized ones multiply 8-bit integers, 4 a lane) */
+	int fp_w = m->wtype == KT_F32 || m->wtype == KT_F16 || m->wtype == KT_BF16;
 	printf("model=%s dtype=%s params=%.1fM threads=%d prompt=%d prefill_tok_s=%.1f "
-	       "decode=%d decode_tok_s=%.1f weight_MB=%.1f bw_GB_s=%.2f roof_tok_s=%.1f "
-	       "roof_pct=%.1f kv=%s\n",
+	       "decode=%d decode_tok_s=%.1f weight_MB=%.1f bw_GB_s=%.2f bw_min=%.2f bw_max=%.2f "
+	       "roof_tok_s=%.1f roof_pct=%.1f fma_GFLOP_s=%.1f prefill_GFLOP_s=%.1f "
+	       "prefill_fma_pct=%.1f kv=%s\n",
 	       model_path, kt_dtype_name(m->wtype),
 	       model_params(m) / 1e6, be->n_threads,
-	       n_prompt, pf, n_decode, dec, m->weight_bytes / 1e6, bw / 1e9, roof,
-	       roof > 0 ? 100.0 * dec / roof : 0.0, kt_dtype_name(kvt));
+	       n_prompt, pf, n_decode, dec, m->weight_bytes / 1e6, bw / 1e9, bw_lo / 1e9,
+	       bw_hi / 1e9, roof, roof_pct, fma / 1e9, pf_flops / 1e9,
+	       fma > 0 && fp_w ? 100.0 * pf_flops / fma : 0.0, kt_dtype_name(kvt));
+	free(bws);
+	free(ratio);
 	kvseq_release(pool, &seq);
 	free(toks);
 	free(logits);

@@ -159,13 +159,16 @@ fi
 echo
 grep '^bench=' "$log"
 echo
-printf '%-34s %-5s %12s %12s %9s %10s %7s\n' model dtype "prefill t/s" "decode t/s" "bw GB/s" "roof t/s" "% roof"
+# two roofs: memory (bw GB/s, the median pass around the decode runs; decode's
+# "% roof" is the median of each run against the passes around it) and FMA
+# (GFLOP/s of all threads; prefill's share of it for f32/f16/bf16 weights)
+printf '%-34s %-5s %12s %12s %9s %10s %7s %8s %7s\n' model dtype "prefill t/s" "decode t/s" "bw GB/s" "roof t/s" "% roof" "FMA GF/s" "pf %FMA"
 grep '^model=' "$log" | sed 's/[A-Za-z_]*=/ &/g' | awk '{
     delete v
     for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
     n = split(v["model"], parts, "/")
     name = parts[n] (v["impl"] != "" ? " [llama.cpp]" : "")
-    printf "%-34s %-5s %12s %12s %9s %10s %7s\n", name, v["dtype"], v["prefill_tok_s"], v["decode_tok_s"], v["bw_GB_s"], v["roof_tok_s"], v["roof_pct"] }'
+    printf "%-34s %-5s %12s %12s %9s %10s %7s %8s %7s\n", name, v["dtype"], v["prefill_tok_s"], v["decode_tok_s"], v["bw_GB_s"], v["roof_tok_s"], v["roof_pct"], v["fma_GFLOP_s"], v["prefill_fma_pct"] }'
 echo
 printf '%-10s %-4s %9s %8s %11s %11s %10s\n' tokenizer kind "text B" tokens "encode MB/s" "decode MB/s" "round trip"
 grep '^tokenizer=' "$log" | sed 's/[A-Za-z_]*=/ &/g' | awk '{
