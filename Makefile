@@ -262,7 +262,8 @@ $(BUILD)/llamad-genmodel: $(BUILD)/tests/tools/genmodel.o $(MODEL_LIBS)
 $(BUILD)/llamad-quantize: $(BUILD)/quantize/quantize.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
-$(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(BUILD)/tests/bench/shift.o $(MODEL_LIBS)
+$(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(BUILD)/tests/bench/shift.o \
+		$(BUILD)/tests/bench/prefill.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-kvq: $(BUILD)/tests/bench/kv_quality.o $(MODEL_LIBS)

@@ -40,6 +40,7 @@
 #include "kernels/cpu/threadpool.h"
 #include "model/forward.h"
 #include "session/kvpool.h"
+#include "tests/bench/prefill.h"
 #include "tests/bench/shift.h"
 
 static double now_s(void)
@@ -267,35 +268,22 @@ static int perplexity(struct model *m, const char *path, int threads)
 	if (n > m->cfg.max_ctx)
 		n = m->cfg.max_ctx;
 	int V = m->cfg.vocab;
-	struct backend *be = backend_cpu_new(threads);
-	struct kvpool *pool = kvpool_new((n + 15) / 16, 16, m->cfg.n_layers, model_kv_dim(&m->cfg));
-	struct fwd *fw = be ? fwd_new(m, be, n) : NULL;
-	float *logits = malloc((size_t)n * V * sizeof(float));
-	struct kvseq seq = { 0 };
-	if (!be || !pool || !fw || !logits || kvseq_prepare(pool, &seq, n, 0)) {
+	struct prefill p;
+	double *lp = malloc((size_t)V * sizeof(double));
+	if (prefill_init(&p, m, threads, n) || !lp) {
 		fprintf(stderr, "llamad-bench: out of memory\n");
 		return 1;
 	}
-	struct fwd_seq s = { ids, n, 0, seq.blocks, logits, 1 };
-	fwd_run(fw, &pool->kv, &s, 1);
+	prefill_run(&p, ids, n);
 	double nll = 0;
 	for (int i = 0; i + 1 < n; i++) {
-		const float *l = logits + (size_t)i * V;
-		float mx = l[0];
-		for (int k = 1; k < V; k++)
-			mx = l[k] > mx ? l[k] : mx;
-		double z = 0;
-		for (int k = 0; k < V; k++)
-			z += exp((double)l[k] - mx);
-		nll += -((double)l[ids[i + 1]] - mx - log(z));
+		log_softmax(p.logits + (size_t)i * V, V, lp);
+		nll += -lp[ids[i + 1]];
 	}
 	printf("model=%s dtype=%s perplexity=%.4f tokens=%d\n", m->path, kt_dtype_name(m->wtype),
 	       exp(nll / (n - 1)), n - 1);
-	kvseq_release(pool, &seq);
-	free(logits);
-	fwd_free(fw);
-	kvpool_free(pool);
-	backend_free(be);
+	prefill_done(&p);
+	free(lp);
 	free(ids);
 	model_free(m);
 	return 0;
