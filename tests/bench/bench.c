@@ -1,5 +1,5 @@
 /*
- * tests/bench/bench.c — llamad-bench: engine speed on one model.
+ * tests/bench/bench.c — llamad-bench: engine speed and accuracy on one model.
  *
  *   llamad-bench --model PATH [--tokenizer PATH] [--threads N]
  *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
@@ -7,9 +7,22 @@
  *   llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]
  *   llamad-bench --model PATH --shift [--window N] [--keep N] [--shifts N]
  *                [--seed S] [--threads N] [--reps N] [--kv-type T]
+ *   llamad-bench --model PATH --perplexity TEXTFILE [--tokenizer PATH]
+ *   llamad-bench --model PATH --kl-ref REF [--text TEXTFILE] [--ctx N]
+ *                [--chunks N] [--tokenizer PATH] [--threads N]
+ *   llamad-bench --model PATH --kl-write FILE --text TEXTFILE [--ctx N]
+ *                [--chunks N] [--tokenizer PATH] [--threads N]
  *
  * --shift: a context shift, re-prefill against re-rotation of the kept
  * tokens, time and accuracy (tests/bench/shift.c).
+ *
+ * --kl-ref: the model's next-token distributions against those of REF (a
+ * model, or a logits file of --kl-write or llama-perplexity) over chunks
+ * of --ctx tokens (default 512) of the text, scored on the second half of
+ * each chunk as llama-perplexity --kl-divergence scores them: mean KL,
+ * top-1 agreement, both perplexities. --kl-write: the model's
+ * log-probabilities there as llama.cpp's --kl-divergence-base file, for
+ * llama-perplexity --kl-divergence (tests/bench/kl.c).
  *
  * --tokenize: tokenizer speed alone, on one thread: the load time, then
  * tok_encode of the whole file (no BOS) and tok_decode of its ids, best of
@@ -40,6 +53,7 @@
 #include "kernels/cpu/threadpool.h"
 #include "model/forward.h"
 #include "session/kvpool.h"
+#include "tests/bench/kl.h"
 #include "tests/bench/prefill.h"
 #include "tests/bench/shift.h"
 
@@ -393,6 +407,7 @@ int main(int argc, char **argv)
 	enum kt_dtype kvt = KT_F32;
 	int shift = 0;
 	struct shift_opts so = { .keep = 16, .shifts = 4, .seed = 1 };
+	struct kl_opts ko = { 0 };
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "tokenizer", required_argument, NULL, 'k' },
@@ -409,6 +424,11 @@ int main(int argc, char **argv)
 		{ "keep", required_argument, NULL, 'L' },
 		{ "shifts", required_argument, NULL, 'N' },
 		{ "seed", required_argument, NULL, 'E' },
+		{ "kl-ref", required_argument, NULL, 'R' },
+		{ "kl-write", required_argument, NULL, 'w' },
+		{ "text", required_argument, NULL, 'x' },
+		{ "ctx", required_argument, NULL, 'c' },
+		{ "chunks", required_argument, NULL, 'u' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -436,6 +456,11 @@ int main(int argc, char **argv)
 		case 'L': so.keep = atoi(optarg); break;
 		case 'N': so.shifts = atoi(optarg); break;
 		case 'E': so.seed = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'R': ko.ref = optarg; break;
+		case 'w': ko.out = optarg; break;
+		case 'x': ko.text = optarg; break;
+		case 'c': ko.ctx = atoi(optarg); break;
+		case 'u': ko.chunks = atoi(optarg); break;
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
 			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
@@ -443,7 +468,11 @@ int main(int argc, char **argv)
 			       "       llamad-bench --model PATH --perplexity TEXTFILE\n"
 			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n"
 			       "       llamad-bench --model PATH --shift [--window N] [--keep N]\n"
-			       "       [--shifts N] [--seed S] [--threads N] [--reps N]\n");
+			       "       [--shifts N] [--seed S] [--threads N] [--reps N]\n"
+			       "       llamad-bench --model PATH --kl-ref REF [--text TEXTFILE]\n"
+			       "       [--ctx N] [--chunks N] [--tokenizer PATH] [--threads N]\n"
+			       "       llamad-bench --model PATH --kl-write FILE --text TEXTFILE\n"
+			       "       [--ctx N] [--chunks N] [--tokenizer PATH] [--threads N]\n");
 			return 0;
 		default:
 			return 2;
@@ -451,6 +480,16 @@ int main(int argc, char **argv)
 	}
 	if (tok_text && tok_path && reps >= 1)
 		return tokenize_bench(tok_path, tok_text, reps);
+	if (model_path && (ko.ref || ko.out)) {
+		if (ko.ref && ko.out) {
+			fprintf(stderr, "llamad-bench: --kl-ref or --kl-write, not both\n");
+			return 2;
+		}
+		ko.model = model_path;
+		ko.tokenizer = tok_path;
+		ko.threads = threads;
+		return ko.ref ? kl_compare(&ko) : kl_write(&ko);
+	}
 	if (!model_path || n_prompt < 1 || n_decode < 1 || reps < 1) {
 		fprintf(stderr, "llamad-bench: --model is required; counts must be >= 1\n");
 		return 2;
