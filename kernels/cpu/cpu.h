@@ -9,8 +9,9 @@
 
 /* Instruction sets the CPU has (whatever the LLAMAD_NO_* switches say):
  * AVX-512F alone (the attention clones); AVX-512F/BW/VL + F16C (matmul);
- * AVX2 + FMA + F16C; AVX-512F + VNNI (the packed integer path). */
-enum cpu_feature { CPU_AVX512F, CPU_AVX512, CPU_AVX2, CPU_VNNI };
+ * AVX2 + FMA + F16C; AVX-512F + VNNI (the packed integer path); AVX-512F/BW/VL
+ * + BF16 (bf16 dot products). */
+enum cpu_feature { CPU_AVX512F, CPU_AVX512, CPU_AVX2, CPU_VNNI, CPU_BF16 };
 int cpu_has(enum cpu_feature f);
 
 /* Which vector code a kernel runs. Every choice gives the same bits. */
@@ -34,6 +35,11 @@ struct cpu_backend {
 	uint8_t *qx;            /* 8-bit activations for packed matmuls */
 	size_t qx_len;          /* bytes at qx */
 	int qx_cols;            /* widest packed weight placed */
+	int bf16_dot;           /* bf16 weights x bf16-rounded activations
+				 * (AVX512-BF16; unless LLAMAD_CPU_EXACT_BF16) */
+	uint16_t *xb;           /* the bf16 activations of such a matmul */
+	size_t xb_len;          /* elements at xb */
+	int xb_cols;            /* widest bf16 weight placed for matmul */
 };
 
 /* Quantized weights with 8-bit activations (kernels/cpu/qdot.c). */
@@ -75,6 +81,18 @@ int cpu_mm_isa(const struct cpu_backend *cb);
 
 /* Room in cb->qx for n_tok tokens of width cols: 0 or -ENOMEM. */
 int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols);
+
+/* bf16 weights x bf16 activations (kernels/cpu/matmul.c, cb->bf16_dot).
+ * cpu_bf16_round: x rounded to bf16 (nearest even; denormals to a signed
+ * zero; NaN stays NaN), the same bits whichever isa. cpu_matmul_rows_bf16:
+ * rows [r0, r1) of a bf16 w against such activations; isa CPU_ISA_AVX512
+ * runs VDPBF16PS (the caller checks cpu_has(CPU_BF16)), anything else the
+ * portable loop: bit-identical, and for any row range or batch. */
+void cpu_bf16_round(int isa, uint16_t *xb, const float *x, size_t n);
+void cpu_matmul_rows_bf16(int isa, float *y, const uint16_t *xb, const struct kt_weight *w,
+			  int n_tok, int r0, int r1);
+/* Room in cb->xb for n elements: 0 or -ENOMEM. */
+int cpu_xb_reserve(struct cpu_backend *cb, size_t n);
 
 /* Dot product of n fp32 values with the fixed reduction order every op uses. */
 float cpu_dot(const float *a, const float *b, int n);

@@ -931,6 +931,204 @@ static void rows_generic_q(float *y, const float *x, const struct kt_weight *w,
 	}
 }
 
+/* ---- bf16 weights x bf16 activations (AVX512-BF16) -------------------------
+ *
+ * Where the CPU has VDPBF16PS and LLAMAD_CPU_EXACT_BF16 is not set
+ * (cb->bf16_dot), bf16 weights multiply the activations rounded to bf16
+ * (cpu_bf16_round): one instruction makes 32 products into 16 lanes, twice
+ * the work of an fp32 FMA. f32 and f16 weights keep fp32 activations.
+ *
+ * The arithmetic of an element: lane j of one 16-lane accumulator takes,
+ * for each 32-column step k in order, acc = fma(x[k+2j+1], w[k+2j+1], acc)
+ * and then acc = fma(x[k+2j], w[k+2j], acc), each rounded to fp32, denormal
+ * inputs read as zero and denormal results flushed to zero (VDPBF16PS as
+ * Intel defines it; this Zen 4 agrees on 32 M random lanes); columns past K
+ * are zeros. Then the fixed horizontal sum. rows_generic_bf16 does that in
+ * C, so every path gives the same bits, whatever the batch.
+ */
+
+/* x rounded to bf16, to nearest even; zero and denormals to a signed zero
+ * (VCVTNEPS2BF16's rule), NaN to a quiet NaN of the same sign. */
+static inline uint16_t bf16_round1(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	if ((u & 0x7f800000u) == 0)
+		return (uint16_t)((u >> 16) & 0x8000u);
+	if ((u & 0x7fffffffu) > 0x7f800000u)
+		return (uint16_t)((u >> 16) | 0x40u);
+	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* A bf16 input as VDPBF16PS reads it: denormals as a signed zero. */
+static inline float bf16_daz(uint16_t h)
+{
+	return kt_bf16_to_f32((h & 0x7f80u) ? h : (uint16_t)(h & 0x8000u));
+}
+
+/* A result as VDPBF16PS leaves it: denormals flushed to a signed zero. */
+static inline float bf16_ftz(float f)
+{
+	return fabsf(f) < 0x1p-126f ? copysignf(0.0f, f) : f;
+}
+
+#if defined(__x86_64__)
+#define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+BF16 static void bf16_round_avx512(uint16_t *o, const float *x, size_t n)
+{
+	const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7fff);
+	const __m512i expo = _mm512_set1_epi32(0x7f800000), abs = _mm512_set1_epi32(0x7fffffff);
+	for (size_t i = 0; i < n; i += 16) {
+		__mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+		__m512i u = _mm512_maskz_loadu_epi32(m, x + i);
+		__m512i hi = _mm512_srli_epi32(u, 16);
+		__m512i r = _mm512_srli_epi32(
+			_mm512_add_epi32(u, _mm512_add_epi32(half, _mm512_and_si512(hi, one))), 16);
+		__mmask16 den = _mm512_testn_epi32_mask(u, expo);
+		__mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), expo);
+		r = _mm512_mask_and_epi32(r, den, hi, _mm512_set1_epi32(0x8000));
+		r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+		_mm512_mask_cvtepi32_storeu_epi16(o + i, m, r);
+	}
+}
+
+/* One 32-column step of a bf16 tile: columns [k, k+32) under mask m (the
+ * tail's columns past K read as zeros). */
+BF16 INLINE void bstep(__m512 acc[6][8], const uint16_t *xb, const uint16_t *w, int K, int t0,
+		       int r0, int k, __mmask32 m, const int NT, const int NR)
+{
+	__m512i wv[8];
+	if (t0 == 0) {
+#pragma GCC unroll 8
+		for (int r = 0; r < NR; r++)
+			_mm_prefetch((const char *)(w + (size_t)(r0 + NR + r) * K + k), _MM_HINT_T0);
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < NR; r++) {
+		wv[r] = _mm512_maskz_loadu_epi16(m, w + (size_t)(r0 + r) * K + k);
+		__asm__("" : "+v"(wv[r]));  /* in registers: see tile() */
+	}
+#pragma GCC unroll 6
+	for (int t = 0; t < NT; t++) {
+		__m512i xv = _mm512_maskz_loadu_epi16(m, xb + (size_t)(t0 + t) * K + k);
+		__asm__("" : "+v"(xv));
+#pragma GCC unroll 8
+		for (int r = 0; r < NR; r++)
+			acc[t][r] = _mm512_dpbf16_ps(acc[t][r], (__m512bh)xv, (__m512bh)wv[r]);
+	}
+}
+
+/* One NT x NR tile of bf16 products: tokens [t0, t0+NT) x rows [r0, r0+NR). */
+BF16 INLINE void btile(float *y, const uint16_t *xb, const uint16_t *w, int K, int N, int t0,
+		       int r0, const int NT, const int NR)
+{
+	__m512 acc[6][8];
+#pragma GCC unroll 6
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 8
+		for (int r = 0; r < NR; r++)
+			acc[t][r] = _mm512_setzero_ps();
+	int k = 0;
+	for (; k + 32 <= K; k += 32)
+		bstep(acc, xb, w, K, t0, r0, k, (__mmask32)~0u, NT, NR);
+	if (k < K)
+		bstep(acc, xb, w, K, t0, r0, k, (__mmask32)((1u << (K - k)) - 1), NT, NR);
+#pragma GCC unroll 6
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 8
+		for (int r = 0; r < NR; r++)
+			y[(size_t)(t0 + t) * N + r0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+}
+
+/* All tokens x rows [r0, r1): the tiles and row blocks of rows_avx512. */
+BF16 static void rows_bf16_avx512(float *y, const uint16_t *xb, const uint16_t *w, int K, int N,
+				  int n_tok, int r0, int r1)
+{
+	int r = r0;
+	if (n_tok == 1)
+		for (; r + 8 <= r1; r += 8)
+			btile(y, xb, w, K, N, 0, r, 1, 8);
+	int rb = (int)(ROW_BLOCK_BYTES / ((size_t)K * 2)) & ~3;
+	if (rb < 4)
+		rb = 4;
+	while (r + 4 <= r1) {
+		int re = r + ((r1 - r < rb ? r1 - r : rb) & ~3);
+		int t = 0;
+		for (; t + TT <= n_tok; t += TT)
+			for (int q = r; q < re; q += 4)
+				btile(y, xb, w, K, N, t, q, TT, 4);
+		for (int q = r; q < re && t < n_tok; q += 4) {
+			switch (n_tok - t) {
+			case 5: btile(y, xb, w, K, N, t, q, 5, 4); break;
+			case 4: btile(y, xb, w, K, N, t, q, 4, 4); break;
+			case 3: btile(y, xb, w, K, N, t, q, 3, 4); break;
+			case 2: btile(y, xb, w, K, N, t, q, 2, 4); break;
+			case 1: btile(y, xb, w, K, N, t, q, 1, 4); break;
+			}
+		}
+		r = re;
+	}
+	for (; r < r1; r++)
+		for (int t = 0; t < n_tok; t++)
+			btile(y, xb, w, K, N, t, r, 1, 1);
+}
+#endif /* __x86_64__ */
+
+/* Portable: the same operations in C (see the section's comment). */
+static void rows_generic_bf16(float *y, const uint16_t *xb, const uint16_t *w, int K, int N,
+			      int n_tok, int r0, int r1)
+{
+	for (int r = r0; r < r1; r++) {
+		const uint16_t *wr = w + (size_t)r * K;
+		for (int t = 0; t < n_tok; t++) {
+			const uint16_t *xr = xb + (size_t)t * K;
+			float acc[16] = { 0 };
+			for (int k = 0; k < K; k += 32)
+				for (int j = 0; j < 16; j++) {
+					int i = k + 2 * j;
+					float x0 = i < K ? bf16_daz(xr[i]) : 0, w0 = i < K ? bf16_daz(wr[i]) : 0;
+					float x1 = i + 1 < K ? bf16_daz(xr[i + 1]) : 0;
+					float w1 = i + 1 < K ? bf16_daz(wr[i + 1]) : 0;
+					acc[j] = bf16_ftz(fmaf(x1, w1, acc[j]));
+					acc[j] = bf16_ftz(fmaf(x0, w0, acc[j]));
+				}
+			for (int s = 8; s >= 1; s /= 2)
+				for (int j = 0; j < s; j++)
+					acc[j] += acc[j + s];
+			y[(size_t)t * N + r] = acc[0];
+		}
+	}
+}
+
+void cpu_bf16_round(int isa, uint16_t *xb, const float *x, size_t n)
+{
+#if defined(__x86_64__)
+	if (isa == CPU_ISA_AVX512) {
+		bf16_round_avx512(xb, x, n);
+		return;
+	}
+#else
+	(void)isa;
+#endif
+	for (size_t i = 0; i < n; i++)
+		xb[i] = bf16_round1(x[i]);
+}
+
+void cpu_matmul_rows_bf16(int isa, float *y, const uint16_t *xb, const struct kt_weight *w,
+			  int n_tok, int r0, int r1)
+{
+#if defined(__x86_64__)
+	if (isa == CPU_ISA_AVX512) {
+		rows_bf16_avx512(y, xb, w->data, w->cols, w->rows, n_tok, r0, r1);
+		return;
+	}
+#else
+	(void)isa;
+#endif
+	rows_generic_bf16(y, xb, w->data, w->cols, w->rows, n_tok, r0, r1);
+}
+
 void cpu_matmul_rows(int isa, float *y, const float *x,
 		     const struct kt_weight *w, int n_tok, int r0, int r1)
 {
@@ -1055,11 +1253,68 @@ static void qmm_worker(void *ctx, int ith, int nth)
 	}
 }
 
+/* bf16 dot products: the activations rounded (tokens split over the
+ * threads), then the rows split as mm_worker splits them. */
+struct bmm_job {
+	float *y;
+	const float *x;
+	const struct kt_weight *w;
+	uint16_t *xb;
+	int n_tok, isa;
+};
+
+static void xb_worker(void *ctx, int ith, int nth)
+{
+	struct bmm_job *j = ctx;
+	int per = (j->n_tok + nth - 1) / nth, t0 = ith * per, t1 = t0 + per;
+	if (t1 > j->n_tok)
+		t1 = j->n_tok;
+	size_t K = (size_t)j->w->cols;
+	if (t0 < t1)
+		cpu_bf16_round(j->isa, j->xb + t0 * K, j->x + t0 * K, (size_t)(t1 - t0) * K);
+}
+
+static void bmm_worker(void *ctx, int ith, int nth)
+{
+	struct bmm_job *j = ctx;
+	int rows = j->w->rows;
+	int per = ((rows + nth - 1) / nth + 7) & ~7;
+	int r0 = ith * per, r1 = r0 + per;
+	if (r1 > rows)
+		r1 = rows;
+	if (r0 < r1)
+		cpu_matmul_rows_bf16(j->isa, j->y, j->xb, j->w, j->n_tok, r0, r1);
+}
+
+int cpu_xb_reserve(struct cpu_backend *cb, size_t n)
+{
+	if (n <= cb->xb_len)
+		return 0;
+	void *p;
+	if (posix_memalign(&p, 64, n * sizeof(uint16_t)))
+		return -ENOMEM;
+	free(cb->xb);
+	cb->xb = p;
+	cb->xb_len = n;
+	return 0;
+}
+
 void cpu_matmul(struct backend *be, float *y, const float *x,
 		const struct kt_weight *w, int n_tok)
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	size_t wbytes = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
+	if (w->dtype == KT_BF16 && cb->bf16_dot) {
+		/* room reserved up front (cpu_reserve); without it, the
+		 * fp32 path, as packed quantized weights fall back */
+		if (cpu_xb_reserve(cb, (size_t)n_tok * w->cols) == 0) {
+			int nth = tpool_size(cb->pool);
+			struct bmm_job b = { y, x, w, cb->xb, n_tok, CPU_ISA_AVX512 };
+			tpool_run(cb->pool, xb_worker, &b, n_tok < 4 * nth ? 1 : nth);
+			tpool_run(cb->pool, bmm_worker, &b, wbytes < (256u << 10) ? 1 : nth);
+			return;
+		}
+	}
 	if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
 		int nth = tpool_size(cb->pool), ng = cpu_qpack_groups(w->pack);
 		/* about 8 chunks a worker, whole tiles of 4 groups */

@@ -826,6 +826,9 @@ static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	if (cb->qx_cols > 0 && cpu_qx_reserve(cb, max_tokens, cb->qx_cols) != 0)
 		return -ENOMEM;
+	if (cb->xb_cols > 0 &&
+	    cpu_xb_reserve(cb, (size_t)(max_tokens > 0 ? max_tokens : 1) * cb->xb_cols) != 0)
+		return -ENOMEM;
 	/* scores are computed a whole block at a time: room for four rows'
 	 * scores, each up to a whole block past max_pos */
 	return ensure_scratch(cb, ATTN_TILE * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
@@ -841,6 +844,7 @@ static void cpu_free(struct backend *be)
 	}
 	tpool_free(cb->pool);
 	free(cb->qx);
+	free(cb->xb);
 	free(cb);
 }
 
@@ -866,13 +870,17 @@ static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes
 }
 
 /* Weights are read where they lie (mmapped or converted at load); with
- * AVX512-VNNI, quantized matrices for matmul also get their packed form. */
+ * AVX512-VNNI, quantized matrices for matmul also get their packed form;
+ * bf16 ones with bf16 dot products set the room their activations need. */
 static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
 			    const struct kt_weight *src, int use)
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	*dst = *src;
 	dst->pack = NULL;
+	if ((use & KT_USE_MATMUL) && cb->bf16_dot && src->dtype == KT_BF16 &&
+	    src->cols > cb->xb_cols)
+		cb->xb_cols = src->cols;
 	if (!(use & KT_USE_MATMUL) || !cb->pack_quant || !kt_dtype_is_quant(src->dtype))
 		return 0;
 	struct cpu_qpack *p;
@@ -936,6 +944,9 @@ int cpu_has(enum cpu_feature f)
 		       __builtin_cpu_supports("f16c");
 	case CPU_VNNI:
 		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
+	case CPU_BF16:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
 	}
 #else
 	(void)f;
@@ -968,11 +979,17 @@ struct backend *backend_cpu_new(int n_threads)
 	int vnni = cpu_has(CPU_VNNI);
 	cb->pack_quant = (vnni || cpu_has(CPU_AVX2)) && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
 	cb->have_vnni = cb->have_avx512 && vnni;
-	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s", n_threads,
+	/* bf16 weights take bf16 activations where VDPBF16PS does the
+	 * products (twice the fp32 FMA's rate); elsewhere, or with
+	 * LLAMAD_CPU_EXACT_BF16, fp32 activations as for f16 weights */
+	cb->bf16_dot = cb->have_avx512 && cpu_has(CPU_BF16) &&
+		       !backend_env_flag("LLAMAD_CPU_EXACT_BF16");
+	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s%s", n_threads,
 		 n_threads == 1 ? "" : "s",
 		 cb->have_avx512 ? ", avx512" : cb->have_avx2 ? ", avx2" : "",
 		 !cb->pack_quant ? "" : cb->have_vnni ? ", vnni" :
-		 cb->have_avx2 ? ", int8 dot" : ", packed quantized");
+		 cb->have_avx2 ? ", int8 dot" : ", packed quantized",
+		 cb->bf16_dot ? ", bf16 dot" : "");
 	cb->pool = tpool_new(n_threads);
 	cb->scratch = cb->pool ? calloc((size_t)n_threads, sizeof(float *)) : NULL;
 	if (!cb->pool || !cb->scratch || ensure_scratch(cb, 4096) != 0) {

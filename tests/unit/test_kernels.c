@@ -480,6 +480,237 @@ static void test_matmul_threads_and_splits(void **state)
 			}
 }
 
+/* ---- bf16 weights x bf16 activations --------------------------------------- */
+
+static int have_bf16(void)
+{
+	return cpu_has(CPU_BF16) && have_avx512();
+}
+
+/* cpu_bf16_round: nearest even as the independent encoder, zero and
+ * denormals to a signed zero, NaN a NaN of the same sign, infinities and
+ * overflow to infinity; both isas the same bits. */
+static void test_bf16_round(void **state)
+{
+	(void)state;
+	rng_seed(21);
+	enum { N = 4099 };
+	float *x = xmalloc(N * sizeof(float));
+	uint16_t *a = xmalloc(N * sizeof(uint16_t)), *b = xmalloc(N * sizeof(uint16_t));
+	static const uint32_t special[] = {
+		0x00000000, 0x80000000, 0x00000001, 0x807fffff, 0x00800000, 0x80800000,
+		0x3f808000, 0x3f818000, 0x3f808001, 0x3f80ffff, 0x7f7fffff, 0xff7fffff,
+		0x7f800000, 0xff800000, 0x7f800001, 0xffc00000, 0x7fffffff,
+	};
+	for (int i = 0; i < N; i++) {
+		float v = rng_float(-1, 1) * ldexpf(1, (int)(rng_u64() % 60) - 30);
+		if (i < (int)N_ELEMS(special))
+			memcpy(&v, &special[i], 4);
+		x[i] = v;
+	}
+	cpu_bf16_round(CPU_ISA_PORTABLE, a, x, N);
+	for (int i = 0; i < N; i++) {
+		uint32_t u = f32_bits(x[i]);
+		if (isnan(x[i])) {
+			assert_true((a[i] & 0x7f80) == 0x7f80 && (a[i] & 0x7f));
+			assert_int_equal(a[i] >> 15, u >> 31);
+		} else if (fabsf(x[i]) < 0x1p-126f) {
+			assert_int_equal(a[i], (u >> 16) & 0x8000);
+		} else {
+			assert_int_equal(a[i], ref_to_bf16(x[i]));
+		}
+	}
+	assert_int_equal(a[6], 0x3f80);   /* tie to even: down */
+	assert_int_equal(a[7], 0x3f82);   /* tie to even: up */
+	assert_int_equal(a[10], 0x7f80);  /* FLT_MAX rounds to infinity */
+	if (have_avx512()) {
+		for (int n = 0; n <= 40; n++) {  /* every tail length */
+			memset(b, 0xee, N * sizeof(uint16_t));
+			cpu_bf16_round(CPU_ISA_AVX512, b, x, (size_t)n);
+			assert_memory_equal(a, b, (size_t)n * sizeof(uint16_t));
+			assert_int_equal(b[n], 0xeeee);  /* nothing past n written */
+		}
+		cpu_bf16_round(CPU_ISA_AVX512, b, x, N);
+		assert_memory_equal(a, b, N * sizeof(uint16_t));
+	}
+	free(x);
+	free(a);
+	free(b);
+}
+
+/* Rows of bf16 weights against rounded activations: the portable loop
+ * against a double reference of the same rounded values; VDPBF16PS against
+ * the portable loop bit for bit, every tail of the 32-column steps, every
+ * tile edge, each row alone against the batch, any row split; and, with
+ * denormal weights and products that underflow, the flushing the
+ * instruction does. */
+static void test_matmul_bf16_dot(void **state)
+{
+	(void)state;
+	rng_seed(22);
+	static const int cols[] = { 1, 2, 31, 32, 33, 64, 65, 300, 4100 };
+	static const int rows[] = { 1, 3, 9, 37, 130 };
+	int hw = have_bf16();
+	for (size_t ci = 0; ci < N_ELEMS(cols); ci++)
+		for (size_t ri = 0; ri < N_ELEMS(rows); ri++) {
+			int R = rows[ri], K = cols[ci];
+			if ((size_t)R * K > 40000)
+				continue;
+			struct mm_case c;
+			mm_case_make(&c, KT_BF16, R, K);
+			size_t nx = (size_t)MAX_TOK * K, ny = (size_t)MAX_TOK * R;
+			uint16_t *xb = xmalloc(nx * sizeof(uint16_t));
+			if (ci == N_ELEMS(cols) - 1)  /* tiny inputs: products underflow */
+				for (size_t i = 0; i < nx; i += 7)
+					c.x[i] *= 0x1p-70f;
+			uint16_t *wb = (uint16_t *)c.w.data;
+			for (size_t i = 5; i < (size_t)R * K; i += 97)  /* denormal weights */
+				wb[i] = (uint16_t)(wb[i] & 0x807f);
+			cpu_bf16_round(CPU_ISA_PORTABLE, xb, c.x, nx);
+			float *a = xmalloc(ny * sizeof(float)), *b = xmalloc(ny * sizeof(float));
+			poison(a, ny);
+			cpu_matmul_rows_bf16(CPU_ISA_PORTABLE, a, xb, &c.w, MAX_TOK, 0, R);
+			for (int t = 0; t < MAX_TOK; t++)
+				for (int r = 0; r < R; r++) {
+					double s = 0, sa = 0;
+					for (int k = 0; k < K; k++) {
+						uint16_t w = wb[(size_t)r * K + k];
+						double p = ref_bf16(xb[(size_t)t * K + k]) *
+							   ((w & 0x7f80) ? ref_bf16(w) : 0.0);
+						s += p;
+						sa += fabs(p);
+					}
+					CHECK_CLOSE(a[(size_t)t * R + r], s, 1e-5 * sa + 1e-30,
+						    "bf16 dot rows %d cols %d: y[%d][%d]\n", R, K, t, r);
+				}
+			if (hw) {
+				poison(b, ny);
+				cpu_matmul_rows_bf16(CPU_ISA_AVX512, b, xb, &c.w, MAX_TOK, 0, R);
+				assert_memory_equal(a, b, ny * sizeof(float));
+				for (size_t ti = 0; ti < N_ELEMS(mm_ntok); ti++) {
+					int nt = mm_ntok[ti];
+					poison(b, ny);
+					cpu_matmul_rows_bf16(CPU_ISA_AVX512, b, xb, &c.w, nt, 0, R);
+					assert_memory_equal(a, b, (size_t)nt * R * sizeof(float));
+				}
+				for (int t = 0; t < MAX_TOK; t++) {
+					poison(b, (size_t)R);
+					cpu_matmul_rows_bf16(CPU_ISA_AVX512, b, xb + (size_t)t * K, &c.w, 1,
+							     0, R);
+					assert_memory_equal(a + (size_t)t * R, b, (size_t)R * sizeof(float));
+				}
+				int cut = R / 3 + (R > 1);
+				poison(b, ny);
+				cpu_matmul_rows_bf16(CPU_ISA_AVX512, b, xb, &c.w, MAX_TOK, 0, cut);
+				cpu_matmul_rows_bf16(CPU_ISA_AVX512, b, xb, &c.w, MAX_TOK, cut, R);
+				assert_memory_equal(a, b, ny * sizeof(float));
+			}
+			free(xb);
+			free(a);
+			free(b);
+			mm_case_done(&c);
+		}
+	if (!hw)
+		print_message("skipped the VDPBF16PS half: this CPU has no AVX512-BF16\n");
+}
+
+/* The flushing VDPBF16PS does, made visible: a row of denormal weights
+ * against huge inputs (read as zero: 0, not ~1e-9), products that underflow
+ * (flushed: 0, not ~1e-40 a column), an input that rounds to a denormal
+ * (zero); the portable loop and the instruction agree. */
+static void test_matmul_bf16_flush(void **state)
+{
+	(void)state;
+	enum { R = 4, K = 64 };
+	uint16_t w[R * K], xb[K];
+	float x[K], a[R], b[R];
+	for (int k = 0; k < K; k++) {
+		x[k] = 1e30f;
+		w[0 * K + k] = 0x0001;                 /* denormal weights */
+		w[1 * K + k] = ref_to_bf16(1e-30f);    /* products of ~1e-60 ... */
+		w[2 * K + k] = ref_to_bf16(1e-25f);
+		w[3 * K + k] = ref_to_bf16(1.0f);
+	}
+	struct kt_weight kw = { w, KT_BF16, R, K, NULL };
+	cpu_bf16_round(CPU_ISA_PORTABLE, xb, x, K);
+	cpu_matmul_rows_bf16(CPU_ISA_PORTABLE, a, xb, &kw, 1, 0, R);
+	assert_true(a[0] == 0.0f);               /* DAZ: not 64 * 1e30 * 9e-41 */
+	assert_true(fabsf(a[2] - 64e5f) < 64e5f * 1e-2f);
+	for (int k = 0; k < K; k++)
+		x[k] = 1e-20f;                     /* x * 1e-30 = 1e-50: underflow */
+	x[5] = 0x1p-140f;                          /* a denormal input */
+	cpu_bf16_round(CPU_ISA_PORTABLE, xb, x, K);
+	assert_int_equal(xb[5], 0);
+	cpu_matmul_rows_bf16(CPU_ISA_PORTABLE, a, xb, &kw, 1, 0, R);
+	assert_true(a[1] == 0.0f);               /* FTZ: every product flushed */
+	assert_true(a[2] == 0.0f);               /* 1e-45: a denormal, flushed */
+	assert_true(a[3] > 0.0f);
+	if (!have_bf16())
+		skip();
+	for (int pass = 0; pass < 2; pass++) {
+		for (int k = 0; k < K; k++)
+			x[k] = pass ? 1e-20f : 1e30f;
+		cpu_bf16_round(CPU_ISA_PORTABLE, xb, x, K);
+		cpu_matmul_rows_bf16(CPU_ISA_PORTABLE, a, xb, &kw, 1, 0, R);
+		cpu_matmul_rows_bf16(CPU_ISA_AVX512, b, xb, &kw, 1, 0, R);
+		assert_memory_equal(a, b, sizeof(a));
+	}
+}
+
+/* The backend: with AVX512-BF16, bf16 weights take rounded activations on
+ * 1 and 2 threads (the rows above, bit for bit) and say so in the
+ * description; LLAMAD_CPU_EXACT_BF16=1 keeps fp32 activations (the rows
+ * path of f16 weights); f16 weights never take the bf16 route. */
+static void test_matmul_bf16_backend(void **state)
+{
+	(void)state;
+	rng_seed(23);
+	const char *e = getenv("LLAMAD_CPU_EXACT_BF16");
+	char *saved = e ? strdup(e) : NULL;
+	struct mm_case c;
+	const int R = 130, K = 300;
+	mm_case_make(&c, KT_BF16, R, K);
+	size_t ny = (size_t)MAX_TOK * R;
+	uint16_t *xb = xmalloc((size_t)MAX_TOK * K * sizeof(uint16_t));
+	cpu_bf16_round(CPU_ISA_PORTABLE, xb, c.x, (size_t)MAX_TOK * K);
+	float *a = xmalloc(ny * sizeof(float)), *b = xmalloc(ny * sizeof(float));
+	for (int exact = 0; exact < 2; exact++) {
+		assert_int_equal(exact ? setenv("LLAMAD_CPU_EXACT_BF16", "1", 1)
+				       : unsetenv("LLAMAD_CPU_EXACT_BF16"), 0);
+		for (int nth = 1; nth <= 2; nth++) {
+			struct backend *be = backend_cpu_new(nth);
+			assert_non_null(be);
+			struct cpu_backend *cb = (struct cpu_backend *)be;
+			int dot = !exact && have_bf16();
+			assert_int_equal(cb->bf16_dot, dot);
+			assert_int_equal(strstr(be->desc, ", bf16 dot") != NULL, dot);
+			struct kt_weight pw;
+			assert_int_equal(be->ops->weight_place(be, &pw, &c.w, KT_USE_MATMUL), 0);
+			assert_int_equal(be->ops->reserve(be, 64, MAX_TOK), 0);
+			assert_true(!dot || cb->xb_len >= (size_t)MAX_TOK * K);
+			for (int nt = 1; nt <= MAX_TOK; nt += 4) {
+				poison(a, ny);
+				be->ops->matmul(be, a, c.x, &pw, nt);
+				poison(b, ny);
+				if (dot)
+					cpu_matmul_rows_bf16(CPU_ISA_PORTABLE, b, xb, &c.w, nt, 0, R);
+				else
+					cpu_matmul_rows(CPU_ISA_PORTABLE, b, c.x, &c.w, nt, 0, R);
+				assert_memory_equal(a, b, (size_t)nt * R * sizeof(float));
+			}
+			be->ops->weight_release(be, &pw);
+			backend_free(be);
+		}
+	}
+	assert_int_equal(saved ? setenv("LLAMAD_CPU_EXACT_BF16", saved, 1)
+			       : unsetenv("LLAMAD_CPU_EXACT_BF16"), 0);
+	free(saved);
+	free(xb);
+	free(a);
+	free(b);
+	mm_case_done(&c);
+}
+
 /* backend_cpu_new picks the AVX-512 path when the CPU has it, else AVX2
  * where the CPU has that, else the portable one; LLAMAD_NO_AVX512=1 and
  * LLAMAD_NO_AVX2=1 take them away. Its output is bit-identical to the
@@ -1391,8 +1622,12 @@ static void test_kv_helpers(void **state)
 static int group_setup(void **state)
 {
 	(void)state;
+	/* the backend paths of the fp32-activation tests: bf16 weights too
+	 * (test_matmul_bf16_backend takes the bf16 dot route) */
+	setenv("LLAMAD_CPU_EXACT_BF16", "1", 1);
 	g_be1 = backend_cpu_new(1);
 	g_be2 = backend_cpu_new(2);
+	unsetenv("LLAMAD_CPU_EXACT_BF16");
 	if (!g_be1 || !g_be2)
 		return -1;
 	if (g_be1->n_threads != 1 || g_be2->n_threads != 2)
@@ -1414,6 +1649,10 @@ int main(void)
 		cmocka_unit_test(test_matmul_portable),
 		cmocka_unit_test(test_matmul_avx512),
 		cmocka_unit_test(test_matmul_row_blocks),
+		cmocka_unit_test(test_bf16_round),
+		cmocka_unit_test(test_matmul_bf16_dot),
+		cmocka_unit_test(test_matmul_bf16_flush),
+		cmocka_unit_test(test_matmul_bf16_backend),
 		cmocka_unit_test(test_matmul_avx2),
 		cmocka_unit_test(test_matmul_avx2_bits),
 		cmocka_unit_test(test_matmul_backend_1thread),
