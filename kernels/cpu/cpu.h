@@ -38,7 +38,7 @@ struct cpu_backend {
 	int bf16_dot;           /* bf16 weights x bf16-rounded activations
 				 * (AVX512-BF16; unless LLAMAD_CPU_EXACT_BF16) */
 	uint16_t *xb;           /* the bf16 activations of such a matmul */
-	size_t xb_len;          /* elements at xb */
+	size_t xb_len;          /* bytes at xb */
 	int xb_cols;            /* widest bf16 weight placed for matmul */
 };
 

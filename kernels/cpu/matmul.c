@@ -43,16 +43,33 @@ AVX512 INLINE __m512 ld_w_mask(const void *base, enum kt_dtype dt, size_t i, __m
 	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* One NT x NR tile: tokens [t0, t0+NT) x rows [r0, r0+NR). */
-AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype dt,
-			int K, int N, int t0, int r0, const int NT, const int NR)
+/* A tile's accumulators: zeroed; reduced into y (tokens t0.., rows r0..)
+ * by the fixed horizontal sum. */
+AVX512 INLINE void acc_zero(__m512 acc[6][8], const int NT, const int NR)
 {
-	__m512 acc[6][8];
 #pragma GCC unroll 6
 	for (int t = 0; t < NT; t++)
 #pragma GCC unroll 8
 		for (int r = 0; r < NR; r++)
 			acc[t][r] = _mm512_setzero_ps();
+}
+
+AVX512 INLINE void acc_store(float *y, __m512 acc[6][8], int N, int t0, int r0, const int NT,
+			     const int NR)
+{
+#pragma GCC unroll 6
+	for (int t = 0; t < NT; t++)
+#pragma GCC unroll 8
+		for (int r = 0; r < NR; r++)
+			y[(size_t)(t0 + t) * N + r0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+}
+
+/* One NT x NR tile: tokens [t0, t0+NT) x rows [r0, r0+NR). */
+AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype dt,
+			int K, int N, int t0, int r0, const int NT, const int NR)
+{
+	__m512 acc[6][8];
+	acc_zero(acc, NT, NR);
 	int k = 0;
 	const char *wb = (const char *)w;
 	size_t esz = dt == KT_F32 ? 4 : 2;
@@ -100,11 +117,7 @@ AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype d
 				acc[t][r] = _mm512_fmadd_ps(xv, wv[r], acc[t][r]);
 		}
 	}
-#pragma GCC unroll 6
-	for (int t = 0; t < NT; t++)
-#pragma GCC unroll 8
-		for (int r = 0; r < NR; r++)
-			y[(size_t)(t0 + t) * N + r0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+	acc_store(y, acc, N, t0, r0, NT, NR);
 }
 
 /* Tokens per tile of a batch: 6 x 4 rows = 24 accumulators, + 4 weight
@@ -119,42 +132,53 @@ AVX512 INLINE void tile(float *y, const float *x, const void *w, enum kt_dtype d
  * the pace of a shared L3. */
 #define ROW_BLOCK_BYTES (256u << 10)
 
+/* The tiles of all tokens x rows [r, r1), rows of esz bytes a column:
+ * batch 1 eight rows at a time; batches in row blocks of ROW_BLOCK_BYTES,
+ * every TT x 4 tile over a block before the next block, then the token
+ * tail's tile; the last rows (r1 - r0 mod 4) 4 x 1 and 1 x 1. TILE(t, q,
+ * NT, NR) computes tokens [t, t+NT) x rows [q, q+NR). */
+#define ROWS_TILED(r, r1, n_tok, K, esz, TILE)                                   \
+	do {                                                                     \
+		if ((n_tok) == 1)                                                \
+			for (; r + 8 <= (r1); r += 8)                            \
+				TILE(0, r, 1, 8);                                \
+		int rb_ = (int)(ROW_BLOCK_BYTES / ((size_t)(K) * (esz))) & ~3;    \
+		if (rb_ < 4)                                                     \
+			rb_ = 4;                                                 \
+		while (r + 4 <= (r1)) {                                          \
+			int re_ = r + (((r1) - r < rb_ ? (r1) - r : rb_) & ~3);   \
+			int t_ = 0;                                              \
+			for (; t_ + TT <= (n_tok); t_ += TT)                     \
+				for (int q_ = r; q_ < re_; q_ += 4)               \
+					TILE(t_, q_, TT, 4);                     \
+			for (int q_ = r; q_ < re_ && t_ < (n_tok); q_ += 4) {     \
+				switch ((n_tok) - t_) {                          \
+				case 5: TILE(t_, q_, 5, 4); break;               \
+				case 4: TILE(t_, q_, 4, 4); break;               \
+				case 3: TILE(t_, q_, 3, 4); break;               \
+				case 2: TILE(t_, q_, 2, 4); break;               \
+				case 1: TILE(t_, q_, 1, 4); break;               \
+				}                                                \
+			}                                                        \
+			r = re_;                                                 \
+		}                                                                \
+		for (; r < (r1); r++) {                                          \
+			int t_ = 0;                                              \
+			for (; t_ + 4 <= (n_tok); t_ += 4)                       \
+				TILE(t_, r, 4, 1);                               \
+			for (; t_ < (n_tok); t_++)                               \
+				TILE(t_, r, 1, 1);                               \
+		}                                                                \
+	} while (0)
+
 /* All tokens x rows [r0, r1) for one dtype (dt is a constant at each call). */
 AVX512 INLINE void rows_avx512(float *y, const float *x, const void *w, enum kt_dtype dt,
 			       int K, int N, int n_tok, int r0, int r1)
 {
 	int r = r0;
-	if (n_tok == 1) {
-		for (; r + 8 <= r1; r += 8)
-			tile(y, x, w, dt, K, N, 0, r, 1, 8);
-	}
-	int rb = (int)(ROW_BLOCK_BYTES / ((size_t)K * (dt == KT_F32 ? 4 : 2))) & ~3;
-	if (rb < 4)
-		rb = 4;
-	while (r + 4 <= r1) {
-		int re = r + ((r1 - r < rb ? r1 - r : rb) & ~3);  /* whole row tiles */
-		int t = 0;
-		for (; t + TT <= n_tok; t += TT)
-			for (int q = r; q < re; q += 4)
-				tile(y, x, w, dt, K, N, t, q, TT, 4);
-		for (int q = r; q < re; q += 4) {
-			switch (n_tok - t) {
-			case 5: tile(y, x, w, dt, K, N, t, q, 5, 4); break;
-			case 4: tile(y, x, w, dt, K, N, t, q, 4, 4); break;
-			case 3: tile(y, x, w, dt, K, N, t, q, 3, 4); break;
-			case 2: tile(y, x, w, dt, K, N, t, q, 2, 4); break;
-			case 1: tile(y, x, w, dt, K, N, t, q, 1, 4); break;
-			}
-		}
-		r = re;
-	}
-	for (; r < r1; r++) {
-		int t = 0;
-		for (; t + 4 <= n_tok; t += 4)
-			tile(y, x, w, dt, K, N, t, r, 4, 1);
-		for (; t < n_tok; t++)
-			tile(y, x, w, dt, K, N, t, r, 1, 1);
-	}
+#define TILE_F(t, q, nt, nr) tile(y, x, w, dt, K, N, t, q, nt, nr)
+	ROWS_TILED(r, r1, n_tok, K, dt == KT_F32 ? 4 : 2, TILE_F);
+#undef TILE_F
 }
 
 /* One entry point per dtype: the dtype is a constant inside, so the inlined
@@ -973,7 +997,7 @@ static inline float bf16_ftz(float f)
 }
 
 #if defined(__x86_64__)
-#define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c,avx512bf16")))
 
 BF16 static void bf16_round_avx512(uint16_t *o, const float *x, size_t n)
 {
@@ -1024,21 +1048,13 @@ BF16 INLINE void btile(float *y, const uint16_t *xb, const uint16_t *w, int K, i
 		       int r0, const int NT, const int NR)
 {
 	__m512 acc[6][8];
-#pragma GCC unroll 6
-	for (int t = 0; t < NT; t++)
-#pragma GCC unroll 8
-		for (int r = 0; r < NR; r++)
-			acc[t][r] = _mm512_setzero_ps();
+	acc_zero(acc, NT, NR);
 	int k = 0;
 	for (; k + 32 <= K; k += 32)
 		bstep(acc, xb, w, K, t0, r0, k, (__mmask32)~0u, NT, NR);
 	if (k < K)
 		bstep(acc, xb, w, K, t0, r0, k, (__mmask32)((1u << (K - k)) - 1), NT, NR);
-#pragma GCC unroll 6
-	for (int t = 0; t < NT; t++)
-#pragma GCC unroll 8
-		for (int r = 0; r < NR; r++)
-			y[(size_t)(t0 + t) * N + r0 + r] = _mm512_reduce_add_ps(acc[t][r]);
+	acc_store(y, acc, N, t0, r0, NT, NR);
 }
 
 /* All tokens x rows [r0, r1): the tiles and row blocks of rows_avx512. */
@@ -1046,32 +1062,9 @@ BF16 static void rows_bf16_avx512(float *y, const uint16_t *xb, const uint16_t *
 				  int n_tok, int r0, int r1)
 {
 	int r = r0;
-	if (n_tok == 1)
-		for (; r + 8 <= r1; r += 8)
-			btile(y, xb, w, K, N, 0, r, 1, 8);
-	int rb = (int)(ROW_BLOCK_BYTES / ((size_t)K * 2)) & ~3;
-	if (rb < 4)
-		rb = 4;
-	while (r + 4 <= r1) {
-		int re = r + ((r1 - r < rb ? r1 - r : rb) & ~3);
-		int t = 0;
-		for (; t + TT <= n_tok; t += TT)
-			for (int q = r; q < re; q += 4)
-				btile(y, xb, w, K, N, t, q, TT, 4);
-		for (int q = r; q < re && t < n_tok; q += 4) {
-			switch (n_tok - t) {
-			case 5: btile(y, xb, w, K, N, t, q, 5, 4); break;
-			case 4: btile(y, xb, w, K, N, t, q, 4, 4); break;
-			case 3: btile(y, xb, w, K, N, t, q, 3, 4); break;
-			case 2: btile(y, xb, w, K, N, t, q, 2, 4); break;
-			case 1: btile(y, xb, w, K, N, t, q, 1, 4); break;
-			}
-		}
-		r = re;
-	}
-	for (; r < r1; r++)
-		for (int t = 0; t < n_tok; t++)
-			btile(y, xb, w, K, N, t, r, 1, 1);
+#define TILE_B(t, q, nt, nr) btile(y, xb, w, K, N, t, q, nt, nr)
+	ROWS_TILED(r, r1, n_tok, K, 2, TILE_B);
+#undef TILE_B
 }
 #endif /* __x86_64__ */
 
@@ -1179,31 +1172,43 @@ int cpu_mm_isa(const struct cpu_backend *cb)
 	return cb->have_avx512 ? CPU_ISA_AVX512 : cb->have_avx2 ? CPU_ISA_AVX2 : CPU_ISA_PORTABLE;
 }
 
+/* Thread ith of nth's share [*a, *b) of [0, n), in chunks that are
+ * multiples of align (empty when none is left for it). */
+static void share(int n, int ith, int nth, int align, int *a, int *b)
+{
+	int per = ((n + nth - 1) / nth + align - 1) / align * align;
+	*a = ith * per;
+	*b = *a + per < n ? *a + per : n;
+}
+
 static void mm_worker(void *ctx, int ith, int nth)
 {
 	struct mm_job *j = ctx;
-	int rows = j->w->rows;
-	/* split rows in chunks that are multiples of 8 */
-	int per = ((rows + nth - 1) / nth + 7) & ~7;
-	int r0 = ith * per, r1 = r0 + per;
-	if (r1 > rows)
-		r1 = rows;
+	int r0, r1;
+	share(j->w->rows, ith, nth, 8, &r0, &r1);
 	if (r0 < r1)
 		cpu_matmul_rows(j->isa, j->y, j->x, j->w, j->n_tok, r0, r1);
 }
 
-int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols)
+/* *buf with room for need bytes (64-byte aligned, contents not kept;
+ * *have: its bytes): 0 or -ENOMEM. */
+static int reserve(void *buf, size_t *have, size_t need)
 {
-	size_t need = (size_t)(n_tok > 0 ? n_tok : 1) * cpu_qx_row_bytes(cols);
-	if (need <= cb->qx_len)
+	if (need <= *have)
 		return 0;
 	void *p;
 	if (posix_memalign(&p, 64, need))
 		return -ENOMEM;
-	free(cb->qx);
-	cb->qx = p;
-	cb->qx_len = need;
+	free(*(void **)buf);
+	*(void **)buf = p;
+	*have = need;
 	return 0;
+}
+
+int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols)
+{
+	return reserve(&cb->qx, &cb->qx_len,
+		       (size_t)(n_tok > 0 ? n_tok : 1) * cpu_qx_row_bytes(cols));
 }
 
 /* Packed weights: activations quantized (tokens split over the threads),
@@ -1226,9 +1231,8 @@ int cpu_q_isa(const struct cpu_backend *cb)
 static void qx_worker(void *ctx, int ith, int nth)
 {
 	struct qmm_job *j = ctx;
-	int per = (j->n_tok + nth - 1) / nth, t0 = ith * per, t1 = t0 + per;
-	if (t1 > j->n_tok)
-		t1 = j->n_tok;
+	int t0, t1;
+	share(j->n_tok, ith, nth, 1, &t0, &t1);
 	if (t0 < t1)
 		cpu_qx_quantize(j->isa, j->qx, j->x, j->w->cols, t0, t1);
 }
@@ -1266,9 +1270,8 @@ struct bmm_job {
 static void xb_worker(void *ctx, int ith, int nth)
 {
 	struct bmm_job *j = ctx;
-	int per = (j->n_tok + nth - 1) / nth, t0 = ith * per, t1 = t0 + per;
-	if (t1 > j->n_tok)
-		t1 = j->n_tok;
+	int t0, t1;
+	share(j->n_tok, ith, nth, 1, &t0, &t1);
 	size_t K = (size_t)j->w->cols;
 	if (t0 < t1)
 		cpu_bf16_round(j->isa, j->xb + t0 * K, j->x + t0 * K, (size_t)(t1 - t0) * K);
@@ -1277,26 +1280,15 @@ static void xb_worker(void *ctx, int ith, int nth)
 static void bmm_worker(void *ctx, int ith, int nth)
 {
 	struct bmm_job *j = ctx;
-	int rows = j->w->rows;
-	int per = ((rows + nth - 1) / nth + 7) & ~7;
-	int r0 = ith * per, r1 = r0 + per;
-	if (r1 > rows)
-		r1 = rows;
+	int r0, r1;
+	share(j->w->rows, ith, nth, 8, &r0, &r1);
 	if (r0 < r1)
 		cpu_matmul_rows_bf16(j->isa, j->y, j->xb, j->w, j->n_tok, r0, r1);
 }
 
 int cpu_xb_reserve(struct cpu_backend *cb, size_t n)
 {
-	if (n <= cb->xb_len)
-		return 0;
-	void *p;
-	if (posix_memalign(&p, 64, n * sizeof(uint16_t)))
-		return -ENOMEM;
-	free(cb->xb);
-	cb->xb = p;
-	cb->xb_len = n;
-	return 0;
+	return reserve(&cb->xb, &cb->xb_len, n * sizeof(uint16_t));
 }
 
 void cpu_matmul(struct backend *be, float *y, const float *x,

@@ -185,25 +185,19 @@ struct fma_job {
 #define FMA_CLOBBER "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", \
 	"xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "cc"
 
-__attribute__((target("avx512f"))) static void fma_chains_512(long n)
-{
-	__asm__ volatile("vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
-			 "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
-			 "1:\n\t" FMA12("vfmadd231ps", "zmm") "dec %0\n\t"
-			 "jnz 1b\n\t"
-			 "vzeroupper"
-			 : "+r"(n) : : FMA_CLOBBER);
-}
-
-__attribute__((target("avx2,fma"))) static void fma_chains_256(long n)
-{
-	__asm__ volatile("vxorps %%xmm12, %%xmm12, %%xmm12\n\t"
-			 "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"
-			 "1:\n\t" FMA12("vfmadd231ps", "ymm") "dec %0\n\t"
-			 "jnz 1b\n\t"
-			 "vzeroupper"
-			 : "+r"(n) : : FMA_CLOBBER);
-}
+/* fn(n): n rounds of the twelve chains on vector registers R (asm) */
+#define FMA_CHAINS(fn, isa, R)                                                 \
+	__attribute__((target(isa))) static void fn(long n)                    \
+	{                                                                      \
+		__asm__ volatile("vxorps %%xmm12, %%xmm12, %%xmm12\n\t"          \
+				 "vxorps %%xmm13, %%xmm13, %%xmm13\n\t"          \
+				 "1:\n\t" FMA12("vfmadd231ps", R) "dec %0\n\t" \
+				 "jnz 1b\n\t"                                     \
+				 "vzeroupper"                                      \
+				 : "+r"(n) : : FMA_CLOBBER);                       \
+	}
+FMA_CHAINS(fma_chains_512, "avx512f", "zmm")
+FMA_CHAINS(fma_chains_256, "avx2,fma", "ymm")
 #endif
 
 static void fma_worker(void *ctx, int ith, int nth)

@@ -687,7 +687,7 @@ static void test_matmul_bf16_backend(void **state)
 			struct kt_weight pw;
 			assert_int_equal(be->ops->weight_place(be, &pw, &c.w, KT_USE_MATMUL), 0);
 			assert_int_equal(be->ops->reserve(be, 64, MAX_TOK), 0);
-			assert_true(!dot || cb->xb_len >= (size_t)MAX_TOK * K);
+			assert_true(!dot || cb->xb_len >= (size_t)MAX_TOK * K * sizeof(uint16_t));
 			for (int nt = 1; nt <= MAX_TOK; nt += 4) {
 				poison(a, ny);
 				be->ops->matmul(be, a, c.x, &pw, nt);
