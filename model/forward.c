@@ -10,7 +10,9 @@
  *   x += att Wo^T                                    (T, D)
  *   xb = rmsnorm(x) * ffn_norm
  *   x += (silu(xb W1^T) * (xb W3^T)) W2^T            (T, F) -> (T, D)
- * Then only rows that need logits: rmsnorm * final_norm, classifier.
+ * The last layer past storing its K/V runs on the rows that need logits
+ * alone (host-memory backends; compact_out_rows). Then only those rows:
+ * rmsnorm * final_norm, classifier.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -209,6 +211,30 @@ static void matmul_add(struct fwd *f, float *y, const float *x, const struct kt_
 	op->add(f->be, y, f->xb, (size_t)T * w->rows);
 }
 
+/*
+ * Rows that want logits (outs[i].row, ascending), moved to rows 0..n_out-1
+ * of the residual x, the queries q and f->rows, for the rest of the last
+ * layer. A prefill wants one row of many: the last layer's attention, Wo
+ * and feed-forward for the others (1/n_layers of the matrix work, half at
+ * two layers) would change nothing that is read. Every op treats rows
+ * independently (the same bits whatever rows run beside), so the kept
+ * rows' values are those of the full run. Host memory only: a row at a
+ * time, each to a lower or the same index, never overlapping.
+ */
+static void compact_out_rows(struct fwd *f, const struct out_row *outs, int n_out)
+{
+	const struct model_config *c = &f->m->cfg;
+	size_t D = (size_t)c->dim, Q = (size_t)c->n_heads * c->head_dim;
+	for (int i = 0; i < n_out; i++) {
+		int r = outs[i].row;
+		if (r == i)
+			continue;
+		memcpy(f->x + i * D, f->x + (size_t)r * D, D * sizeof(float));
+		memcpy(f->q + i * Q, f->q + (size_t)r * Q, Q * sizeof(float));
+		f->rows[i] = f->rows[r];
+	}
+}
+
 /* Every layer for T staged rows, then the final norm of the n_out rows that
  * want logits, gathered into f->lx. */
 static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
@@ -220,6 +246,7 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 	struct backend *be = f->be;
 	int D = c->dim, hd = c->head_dim;
 
+	int compacted = 0;  /* the last layer ran on the n_out rows alone */
 	op->embed(be, f->x, &m->embed, f->tok, T);
 	struct kt_layer_bufs bufs = { f->x, f->xb, f->q, f->k, f->v, f->att, f->hb, f->hb2,
 				      f->pos, f->rows };
@@ -246,6 +273,15 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 		op->rope(be, f->q, f->k, f->pos, T, c->n_heads, c->n_kv_heads, hd,
 			 m->inv_freq, c->rope_layout);
 		op->kv_store(be, kv, l, f->k, f->v, f->rows, T);
+		if (l == c->n_layers - 1 && n_out < T && be->host_mem) {
+			/* the last layer past its K/V matters only to rows that
+			 * want logits: they alone go on, moved to the front */
+			compact_out_rows(f, outs, n_out);
+			if (n_out == 0)
+				return;
+			T = n_out;
+			compacted = 1;
+		}
 		op->attention(be, f->att, f->q, kv, l, f->rows, T, c->n_heads, c->n_kv_heads, hd);
 		matmul_add(f, f->x, f->att, &L->wo, T);
 		/* feed-forward block */
@@ -265,7 +301,8 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 	for (int i = 0, j; i < n_out; i = j) {
 		for (j = i + 1; j < n_out && outs[j].row == outs[j - 1].row + 1; j++)
 			;
-		op->copy(be, f->lx + (size_t)i * D, f->x + (size_t)outs[i].row * D,
+		op->copy(be, f->lx + (size_t)i * D,
+			 f->x + (size_t)(compacted ? i : outs[i].row) * D,
 			 (size_t)(j - i) * D * sizeof(float));
 	}
 	op->rmsnorm(be, f->lx, f->lx, m->final_norm, D, n_out, c->rms_eps);

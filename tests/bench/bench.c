@@ -306,15 +306,21 @@ static double model_params(const struct model *m)
 	return layer * c->n_layers + (double)c->vocab * c->dim;
 }
 
-/* Flops of an n-token prefill on an empty sequence: every matrix for every
- * token but the classifier (last token only), and attention (scores and
- * the weighted sum of V, 2 x 2 x head_dim flops a head and position seen). */
+/* Flops of an n-token prefill on an empty sequence, as the engine runs it:
+ * every matrix for every token in all layers but the last, whose Wq, Wk
+ * and Wv alone run for every token (its K/V) and the rest for the last
+ * token only (model/forward.c, compact_out_rows), as the classifier;
+ * attention: scores and the weighted sum of V, 2 x 2 x head_dim flops a
+ * head and position seen. */
 static double prefill_flops(const struct model *m, int n)
 {
 	const struct model_config *c = &m->cfg;
-	double cls = (double)c->vocab * c->dim;
-	double attn = 4.0 * c->n_heads * c->head_dim * ((double)n * (n + 1) / 2);
-	return 2.0 * ((model_params(m) - cls) * n + cls) + attn;
+	double qd = (double)c->n_heads * c->head_dim, kv = model_kv_dim(c);
+	double qkv = c->dim * (qd + 2 * kv), rest = qd * c->dim + 3.0 * c->dim * c->ffn_dim;
+	double cls = (double)c->vocab * c->dim, L = c->n_layers;
+	double mat = n * (L * qkv + (L - 1) * rest) + rest + cls;
+	double attn = 4.0 * qd * ((L - 1) * ((double)n * (n + 1) / 2) + n);
+	return 2.0 * mat + attn;
 }
 
 static int read_text(const char *path, char **buf, size_t *len)
