@@ -3,7 +3,8 @@
 # KL divergence of next-token distributions and the top-1 agreement against
 # the f32 forward pass, on a random-weight model (default: the Llama 3
 # 1B shape), for llamad's default path, its exact path
-# (LLAMAD_CPU_EXACT_Q=1: weights dequantized inside fp32 dot products) and
+# (LLAMAD_CPU_EXACT_Q=1: weights dequantized inside fp32 dot products;
+# LLAMAD_CPU_EXACT_BF16=1: bf16 weights against fp32 activations) and
 # llama.cpp (llama-perplexity --kl-divergence), all three on the same GGUF
 # files, against the same reference, on the same tokens. Not run by make
 # test or make bench (the 1B shape takes a long time on few cores); figures
@@ -18,7 +19,8 @@
 #   l-SHAPE-f16.gguf     llamad-quantize --type f16 of it: llama-quantize's input
 #   l-SHAPE-f32.gguf     llamad-quantize --type f32 of it: the reference (the
 #                        bf16 values exactly)
-#   l-SHAPE-FORMAT.gguf  llama-quantize of the f16 file: Q8_0, Q4_0, Q4_K,
+#   l-SHAPE-FORMAT.gguf  llama-quantize of the f16 file: BF16 (the same
+#                        values as the bf16 folder), Q8_0, Q4_0, Q4_K,
 #                        Q5_K and Q6_K with --pure (every matrix in that
 #                        type; Q4_K is its type Q4_K_S with --pure, Q5_K
 #                        Q5_K_S), Q4_K_M and Q5_K_M as llama.cpp mixes
@@ -69,7 +71,7 @@ LAYERS=${LAYERS:-}
 THREADS=${THREADS:-0}
 CTX=${CTX:-512}
 CHUNKS=${CHUNKS:-0}
-FORMATS=${FORMATS:-F32 F16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M}
+FORMATS=${FORMATS:-F32 F16 BF16 Q8_0 Q4_0 Q4_K Q5_K Q6_K Q4_K_M Q5_K_M}
 export MODELS
 B=$BUILD/llamad-bench
 for f in "$B" "$BUILD/llamad-genmodel" "$BUILD/llamad-quantize" "$LLAMA_CPP_BIN/llama-quantize" \
@@ -126,9 +128,10 @@ for fmt in $FORMATS; do
     F16) g=$OUT/$name-f16.gguf ;;
     *)
         g=$OUT/$name-$fmt.gguf
+        # BF16: llama-quantize's BF16 of the f16 file (the bf16 values again);
         # Q4_K, Q5_K: llama-quantize's Q4_K_S, Q5_K_S with --pure
         case $fmt in Q4_K | Q5_K) qt=${fmt}_S ;; *) qt=$fmt ;; esac
-        case $fmt in *_M) pure= ;; *) pure=--pure ;; esac
+        case $fmt in *_M | BF16) pure= ;; *) pure=--pure ;; esac
         # shellcheck disable=SC2086
         [ -f "$g" ] || "$LLAMA_CPP_BIN/llama-quantize" $pure "$OUT/$name-f16.gguf" "$g" "$qt" \
             > "$OUT/last.log" 2>&1 || { say "kl format=$fmt error=llama-quantize"; cat "$OUT/last.log" >&2;
@@ -136,11 +139,15 @@ for fmt in $FORMATS; do
         ;;
     esac
     bytes=$(stat -c %s "$g")
-    paths="default exact"   # LLAMAD_CPU_EXACT_Q changes nothing for float weights
+    # exact: LLAMAD_CPU_EXACT_Q (quantized weights) and LLAMAD_CPU_EXACT_BF16
+    # (bf16 weights: fp32 activations, not bf16 ones); f32 and f16 weights
+    # always take fp32 activations
+    paths="default exact"
     case $fmt in F32 | F16) paths=default ;; esac
     for path in $paths; do
         if [ "$path" = exact ]; then x=1; else x=0; fi
-        if l=$(LLAMAD_CPU_EXACT_Q=$x "$B" --model "$g" --kl-ref "$ref" --threads "$THREADS" \
+        if l=$(LLAMAD_CPU_EXACT_Q=$x LLAMAD_CPU_EXACT_BF16=$x "$B" --model "$g" --kl-ref "$ref" \
+               --threads "$THREADS" \
                2>"$OUT/last.log"); then
             say "$(echo "$l" | sed "s/^kl /kl format=$fmt engine=llamad bytes=$bytes /")"
         else
