@@ -36,7 +36,9 @@ struct cpu_backend {
 	size_t qx_len;          /* bytes at qx */
 	int qx_cols;            /* widest packed weight placed */
 	int bf16_dot;           /* bf16 weights x bf16-rounded activations
-				 * (AVX512-BF16; unless LLAMAD_CPU_EXACT_BF16) */
+				 * (CPUs with AVX512-BF16, unless
+				 * LLAMAD_CPU_EXACT_BF16; VDPBF16PS, or the
+				 * portable loop under LLAMAD_NO_AVX512) */
 	uint16_t *xb;           /* the bf16 activations of such a matmul */
 	size_t xb_len;          /* bytes at xb */
 	int xb_cols;            /* widest bf16 weight placed for matmul */

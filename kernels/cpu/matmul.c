@@ -1301,7 +1301,8 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 		 * fp32 path, as packed quantized weights fall back */
 		if (cpu_xb_reserve(cb, (size_t)n_tok * w->cols) == 0) {
 			int nth = tpool_size(cb->pool);
-			struct bmm_job b = { y, x, w, cb->xb, n_tok, CPU_ISA_AVX512 };
+			struct bmm_job b = { y, x, w, cb->xb, n_tok,
+					     cb->have_avx512 ? CPU_ISA_AVX512 : CPU_ISA_PORTABLE };
 			tpool_run(cb->pool, xb_worker, &b, n_tok < 4 * nth ? 1 : nth);
 			tpool_run(cb->pool, bmm_worker, &b, wbytes < (256u << 10) ? 1 : nth);
 			return;

@@ -981,9 +981,10 @@ struct backend *backend_cpu_new(int n_threads)
 	cb->have_vnni = cb->have_avx512 && vnni;
 	/* bf16 weights take bf16 activations where VDPBF16PS does the
 	 * products (twice the fp32 FMA's rate); elsewhere, or with
-	 * LLAMAD_CPU_EXACT_BF16, fp32 activations as for f16 weights */
-	cb->bf16_dot = cb->have_avx512 && cpu_has(CPU_BF16) &&
-		       !backend_env_flag("LLAMAD_CPU_EXACT_BF16");
+	 * LLAMAD_CPU_EXACT_BF16, fp32 activations as for f16 weights. As
+	 * for packing, LLAMAD_NO_AVX512 keeps the numerics and runs the
+	 * portable loop (the same bits, slowly) */
+	cb->bf16_dot = cpu_has(CPU_BF16) && !backend_env_flag("LLAMAD_CPU_EXACT_BF16");
 	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s%s", n_threads,
 		 n_threads == 1 ? "" : "s",
 		 cb->have_avx512 ? ", avx512" : cb->have_avx2 ? ", avx2" : "",

@@ -659,14 +659,15 @@ static void test_matmul_bf16_flush(void **state)
 
 /* The backend: with AVX512-BF16, bf16 weights take rounded activations on
  * 1 and 2 threads (the rows above, bit for bit) and say so in the
- * description; LLAMAD_CPU_EXACT_BF16=1 keeps fp32 activations (the rows
- * path of f16 weights); f16 weights never take the bf16 route. */
+ * description, LLAMAD_NO_AVX512=1 too (the portable loop: same bits);
+ * LLAMAD_CPU_EXACT_BF16=1 keeps fp32 activations (the rows path of f16
+ * weights). */
 static void test_matmul_bf16_backend(void **state)
 {
 	(void)state;
 	rng_seed(23);
-	const char *e = getenv("LLAMAD_CPU_EXACT_BF16");
-	char *saved = e ? strdup(e) : NULL;
+	const char *e = getenv("LLAMAD_CPU_EXACT_BF16"), *e2 = getenv("LLAMAD_NO_AVX512");
+	char *saved = e ? strdup(e) : NULL, *saved2 = e2 ? strdup(e2) : NULL;
 	struct mm_case c;
 	const int R = 130, K = 300;
 	mm_case_make(&c, KT_BF16, R, K);
@@ -674,14 +675,18 @@ static void test_matmul_bf16_backend(void **state)
 	uint16_t *xb = xmalloc((size_t)MAX_TOK * K * sizeof(uint16_t));
 	cpu_bf16_round(CPU_ISA_PORTABLE, xb, c.x, (size_t)MAX_TOK * K);
 	float *a = xmalloc(ny * sizeof(float)), *b = xmalloc(ny * sizeof(float));
-	for (int exact = 0; exact < 2; exact++) {
+	for (int mode = 0; mode < 3; mode++) {  /* default, exact, no AVX-512 */
+		int exact = mode == 1;
 		assert_int_equal(exact ? setenv("LLAMAD_CPU_EXACT_BF16", "1", 1)
 				       : unsetenv("LLAMAD_CPU_EXACT_BF16"), 0);
+		assert_int_equal(mode == 2 ? setenv("LLAMAD_NO_AVX512", "1", 1)
+					   : unsetenv("LLAMAD_NO_AVX512"), 0);
 		for (int nth = 1; nth <= 2; nth++) {
 			struct backend *be = backend_cpu_new(nth);
 			assert_non_null(be);
 			struct cpu_backend *cb = (struct cpu_backend *)be;
 			int dot = !exact && have_bf16();
+			assert_int_equal(cb->have_avx512, mode != 2 && have_avx512());
 			assert_int_equal(cb->bf16_dot, dot);
 			assert_int_equal(strstr(be->desc, ", bf16 dot") != NULL, dot);
 			struct kt_weight pw;
@@ -704,7 +709,10 @@ static void test_matmul_bf16_backend(void **state)
 	}
 	assert_int_equal(saved ? setenv("LLAMAD_CPU_EXACT_BF16", saved, 1)
 			       : unsetenv("LLAMAD_CPU_EXACT_BF16"), 0);
+	assert_int_equal(saved2 ? setenv("LLAMAD_NO_AVX512", saved2, 1)
+				: unsetenv("LLAMAD_NO_AVX512"), 0);
 	free(saved);
+	free(saved2);
 	free(xb);
 	free(a);
 	free(b);
