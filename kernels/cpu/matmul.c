@@ -975,13 +975,7 @@ static void rows_generic_q(float *y, const float *x, const struct kt_weight *w,
  * (VCVTNEPS2BF16's rule), NaN to a quiet NaN of the same sign. */
 static inline uint16_t bf16_round1(float f)
 {
-	uint32_t u;
-	memcpy(&u, &f, sizeof(u));
-	if ((u & 0x7f800000u) == 0)
-		return (uint16_t)((u >> 16) & 0x8000u);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	return fabsf(f) < 0x1p-126f ? (uint16_t)(signbit(f) ? 0x8000u : 0) : kt_f32_to_bf16(f);
 }
 
 /* A bf16 input as VDPBF16PS reads it: denormals as a signed zero. */
@@ -1162,6 +1156,7 @@ void cpu_matmul_rows(int isa, float *y, const float *x,
 struct mm_job {
 	float *y;
 	const float *x;
+	const uint16_t *xb;     /* bf16 dot products: x rounded (cpu_bf16_round) */
 	const struct kt_weight *w;
 	int n_tok;
 	int isa;
@@ -1186,7 +1181,9 @@ static void mm_worker(void *ctx, int ith, int nth)
 	struct mm_job *j = ctx;
 	int r0, r1;
 	share(j->w->rows, ith, nth, 8, &r0, &r1);
-	if (r0 < r1)
+	if (r0 < r1 && j->xb)
+		cpu_matmul_rows_bf16(j->isa, j->y, j->xb, j->w, j->n_tok, r0, r1);
+	else if (r0 < r1)
 		cpu_matmul_rows(j->isa, j->y, j->x, j->w, j->n_tok, r0, r1);
 }
 
@@ -1257,33 +1254,17 @@ static void qmm_worker(void *ctx, int ith, int nth)
 	}
 }
 
-/* bf16 dot products: the activations rounded (tokens split over the
- * threads), then the rows split as mm_worker splits them. */
-struct bmm_job {
-	float *y;
-	const float *x;
-	const struct kt_weight *w;
-	uint16_t *xb;
-	int n_tok, isa;
-};
-
+/* bf16 dot products: the activations rounded into j->xb, tokens split
+ * over the threads (mm_worker then takes the rows). */
 static void xb_worker(void *ctx, int ith, int nth)
 {
-	struct bmm_job *j = ctx;
+	struct mm_job *j = ctx;
 	int t0, t1;
 	share(j->n_tok, ith, nth, 1, &t0, &t1);
 	size_t K = (size_t)j->w->cols;
 	if (t0 < t1)
-		cpu_bf16_round(j->isa, j->xb + t0 * K, j->x + t0 * K, (size_t)(t1 - t0) * K);
-}
-
-static void bmm_worker(void *ctx, int ith, int nth)
-{
-	struct bmm_job *j = ctx;
-	int r0, r1;
-	share(j->w->rows, ith, nth, 8, &r0, &r1);
-	if (r0 < r1)
-		cpu_matmul_rows_bf16(j->isa, j->y, j->xb, j->w, j->n_tok, r0, r1);
+		cpu_bf16_round(j->isa, (uint16_t *)j->xb + t0 * K, j->x + t0 * K,
+			       (size_t)(t1 - t0) * K);
 }
 
 int cpu_xb_reserve(struct cpu_backend *cb, size_t n)
@@ -1296,19 +1277,16 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	size_t wbytes = (size_t)w->rows * kt_row_bytes(w->dtype, (size_t)w->cols);
-	if (w->dtype == KT_BF16 && cb->bf16_dot) {
-		/* room reserved up front (cpu_reserve); without it, the
-		 * fp32 path, as packed quantized weights fall back */
-		if (cpu_xb_reserve(cb, (size_t)n_tok * w->cols) == 0) {
-			int nth = tpool_size(cb->pool);
-			struct bmm_job b = { y, x, w, cb->xb, n_tok,
-					     cb->have_avx512 ? CPU_ISA_AVX512 : CPU_ISA_PORTABLE };
-			tpool_run(cb->pool, xb_worker, &b, n_tok < 4 * nth ? 1 : nth);
-			tpool_run(cb->pool, bmm_worker, &b, wbytes < (256u << 10) ? 1 : nth);
-			return;
-		}
-	}
-	if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
+	struct mm_job j = { y, x, NULL, w, n_tok, cpu_mm_isa(cb) };
+	/* bf16 dot products (room reserved up front by cpu_reserve; without
+	 * it, the fp32 path, as packed quantized weights fall back): the
+	 * activations rounded, then the rows as below. The isa picks the
+	 * kernels of both: VDPBF16PS with AVX-512, else the portable loop */
+	if (w->dtype == KT_BF16 && cb->bf16_dot && cpu_xb_reserve(cb, (size_t)n_tok * w->cols) == 0) {
+		j.xb = cb->xb;
+		int nth = tpool_size(cb->pool);
+		tpool_run(cb->pool, xb_worker, &j, n_tok < 4 * nth ? 1 : nth);
+	} else if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
 		int nth = tpool_size(cb->pool), ng = cpu_qpack_groups(w->pack);
 		/* about 8 chunks a worker, whole tiles of 4 groups */
 		int chunk = ((ng + 8 * nth - 1) / (8 * nth) + 3) & ~3;
@@ -1317,8 +1295,8 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 		tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);
 		return;
 	}
-	/* not packed (or no memory for the activations: the exact path) */
-	struct mm_job j = { y, x, w, n_tok, cpu_mm_isa(cb) };
+	/* rows over the threads: fp32 activations (not packed, or no memory
+	 * for the 8-bit ones: the exact path), or the bf16 ones above */
 	size_t work = wbytes + (size_t)n_tok * w->rows * w->cols / 4;
 	/* below ~256 KiB of weights a second thread costs more than it gives */
 	int nth = work < (256u << 10) ? 1 : tpool_size(cb->pool);
