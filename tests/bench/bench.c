@@ -297,13 +297,22 @@ static int perplexity(struct model *m, const char *path, int threads)
 	return 0;
 }
 
+/* One layer's matrix parameters: Wq, Wk, Wv (qkv) and the rest (Wo and
+ * the feed-forward). */
+static void layer_params(const struct model_config *c, double *qkv, double *rest)
+{
+	double qd = (double)c->n_heads * c->head_dim, kv = model_kv_dim(c);
+	*qkv = c->dim * (qd + 2 * kv);
+	*rest = qd * c->dim + 3.0 * c->dim * c->ffn_dim;
+}
+
 /* Parameters in the matrices read per token (embedding excluded). */
 static double model_params(const struct model *m)
 {
 	const struct model_config *c = &m->cfg;
-	double qd = (double)c->n_heads * c->head_dim, kv = model_kv_dim(c);
-	double layer = c->dim * (qd + 2 * kv) + qd * c->dim + 3.0 * c->dim * c->ffn_dim;
-	return layer * c->n_layers + (double)c->vocab * c->dim;
+	double qkv, rest;
+	layer_params(c, &qkv, &rest);
+	return (qkv + rest) * c->n_layers + (double)c->vocab * c->dim;
 }
 
 /* Flops of an n-token prefill on an empty sequence, as the engine runs it:
@@ -315,8 +324,9 @@ static double model_params(const struct model *m)
 static double prefill_flops(const struct model *m, int n)
 {
 	const struct model_config *c = &m->cfg;
-	double qd = (double)c->n_heads * c->head_dim, kv = model_kv_dim(c);
-	double qkv = c->dim * (qd + 2 * kv), rest = qd * c->dim + 3.0 * c->dim * c->ffn_dim;
+	double qkv, rest;
+	layer_params(c, &qkv, &rest);
+	double qd = (double)c->n_heads * c->head_dim;
 	double cls = (double)c->vocab * c->dim, L = c->n_layers;
 	double mat = n * (L * qkv + (L - 1) * rest) + rest + cls;
 	double attn = 4.0 * qd * ((L - 1) * ((double)n * (n + 1) / 2) + n);
