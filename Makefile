@@ -279,6 +279,9 @@ $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/tests/test_gateway: $(GW_PURE_OBJ)
+# the request checks, linked before the libraries they use
+$(BUILD)/tests/test_validate: $(BUILD)/tests/unit/test_validate.o $(BUILD)/daemon/validate.o $(MODEL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)
 
 $(TEXT_TESTS): $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(TEXT_LIBS)
 	@mkdir -p $(dir $@)

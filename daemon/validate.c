@@ -136,6 +136,49 @@ int request_scan(const uint8_t *body, size_t len, const char **why)
 	return 0;
 }
 
+/* Every enum field present in m (at any depth, repeated ones included)
+ * holds one of its enum's values, as the descriptors name them: the one
+ * table of what the wire may carry. protobuf-c takes any int32 for a
+ * proto2 enum, and the C enums are unsigned to the compiler, so a
+ * template of -1 would pass a range check written by hand. 1, or 0 with
+ * *why naming the field and the value. */
+static int enums_ok(const ProtobufCMessage *m, int depth, const char **why)
+{
+	const ProtobufCMessageDescriptor *d = m->descriptor;
+	const char *base = (const char *)m;
+	for (unsigned i = 0; i < d->n_fields; i++) {
+		const ProtobufCFieldDescriptor *f = &d->fields[i];
+		if (f->type != PROTOBUF_C_TYPE_ENUM && f->type != PROTOBUF_C_TYPE_MESSAGE)
+			continue;
+		size_t n = 1;
+		const void *at = base + f->offset;
+		if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+			n = *(const size_t *)(base + f->quantifier_offset);
+			at = *(void *const *)at;
+		} else if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+			if (*(const uint32_t *)(base + f->quantifier_offset) != f->id)
+				continue;
+		} else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type == PROTOBUF_C_TYPE_ENUM &&
+			   !*(const protobuf_c_boolean *)(base + f->quantifier_offset)) {
+			continue;
+		}
+		for (size_t k = 0; k < n; k++) {
+			if (f->type == PROTOBUF_C_TYPE_ENUM) {
+				int v = ((const int *)at)[k];
+				if (protobuf_c_enum_descriptor_get_value(f->descriptor, v))
+					continue;
+				*why = say("%s.%s: %d is not a %s value", d->short_name, f->name, v,
+					   ((const ProtobufCEnumDescriptor *)f->descriptor)->short_name);
+				return 0;
+			}
+			const ProtobufCMessage *sub = ((const ProtobufCMessage *const *)at)[k];
+			if (sub && depth < 8 && !enums_ok(sub, depth + 1, why))
+				return 0;
+		}
+	}
+	return 1;
+}
+
 static int id_ok(const char *id)
 {
 	return id && sess_id_valid(id);
@@ -147,6 +190,8 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 	uint32_t mt = max_text;
 	int bad = -EINVAL, big = -E2BIG;
 	const char *bad_id = LLAMAD_SESSION_ID_RULE;
+	if (!enums_ok(&q->base, 0, why))
+		return bad;
 	switch (q->op_case) {
 	case LLAMAD__REQUEST__OP_HELLO:
 		if (q->hello->client && strlen(q->hello->client) > 256)
@@ -166,10 +211,6 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = bad_id, bad);
 		if (!text_ok(o->system, mt, why))
 			return strlen(o->system) > mt ? big : bad;
-		if (o->has_template_ && (o->template_ < 0 || (int)o->template_ > CHAT_TEMPLATE_MAX))
-			return (*why = "unknown template", bad);
-		if (o->has_context_policy && (o->context_policy < 0 || o->context_policy > 2))
-			return (*why = "unknown context policy", bad);
 		return 0;
 	}
 	case LLAMAD__REQUEST__OP_APPEND: {
@@ -180,8 +221,6 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = "append needs a text (an empty turn adds nothing)", bad);
 		if (!text_ok(a->text, mt, why))
 			return strlen(a->text) > mt ? big : bad;
-		if (a->has_role && (a->role < 0 || a->role > 3))
-			return (*why = "unknown role", bad);
 		return 0;
 	}
 	case LLAMAD__REQUEST__OP_GENERATE: {
@@ -190,8 +229,6 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 			return (*why = bad_id, bad);
 		if (!text_ok(g->prompt, mt, why))
 			return strlen(g->prompt) > mt ? big : bad;
-		if (g->has_role && (g->role < 0 || g->role > 3))
-			return (*why = "unknown role", bad);
 		if (g->has_max_tokens && g->max_tokens > MAX_GEN_TOKENS)
 			return (*why = say("max_tokens %u is more than %u", g->max_tokens,
 					   MAX_GEN_TOKENS), big);

@@ -14,7 +14,10 @@
 #define MAX_GEN_TOKENS (1u << 20)
 
 /* Check request q (as unpacked by protobuf-c; not modified, not owned).
- * max_text bounds every text field and the token count of a Detokenize.
+ * Every enum field present, at any depth, must hold a value its enum's
+ * descriptor names (protobuf-c takes any int32: -1 is refused here, naming
+ * the field). max_text bounds every text field and the token count of a
+ * Detokenize.
  * Returns 0, or -EINVAL (BAD_REQUEST), -E2BIG (TOO_LARGE) or -ENOSYS
  * (UNKNOWN_OP; the wire codes by reply_code, daemon/reply.h) with *why set
  * to a one-line message (static, or for TOO_LARGE, naming the size and the
