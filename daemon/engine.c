@@ -718,7 +718,7 @@ static void push_cmd(struct engine *e, struct cmd *c)
 	pthread_mutex_unlock(&e->mu);
 }
 
-void engine_submit(struct engine *e, uint64_t conn, uid_t uid, Llamad__Request *req)
+void engine_submit(struct engine *e, uint64_t conn, uid_t uid, int own_only, Llamad__Request *req)
 {
 	struct cmd *c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -728,6 +728,7 @@ void engine_submit(struct engine *e, uint64_t conn, uid_t uid, Llamad__Request *
 	c->kind = CMD_REQUEST;
 	c->conn = conn;
 	c->uid = uid;
+	c->own_only = own_only;
 	c->req = req;
 	c->t_arrive = clock_mono_s();
 	push_cmd(e, c);

@@ -30,9 +30,12 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 /* Start the thread; outputs are signalled by writing to notify_fd (an
  * eventfd). 0 or -errno. */
 int engine_start(struct engine *e, int notify_fd);
-/* Queue a request from connection conn (peer uid) for the engine; takes
- * ownership of req (freed with llamad__request__free_unpacked). */
-void engine_submit(struct engine *e, uint64_t conn, uid_t uid, Llamad__Request *req);
+/* Queue a request from connection conn, acting as uid, for the engine;
+ * takes ownership of req (freed with llamad__request__free_unpacked).
+ * own_only: the connection sees uid's sessions only, even when uid is
+ * root (a gateway acting for a caller: its names, lists and saves never
+ * reach another user's sessions); else root sees every user's. */
+void engine_submit(struct engine *e, uint64_t conn, uid_t uid, int own_only, Llamad__Request *req);
 /* Connection conn closed: cancel its requests, drop its ephemeral sessions. */
 void engine_disconnect(struct engine *e, uint64_t conn);
 /* Apply the run-time-changeable settings of cfg (SIGHUP). */

@@ -31,6 +31,8 @@ struct cmd {
 	int kind;
 	uint64_t conn;
 	uid_t uid;
+	int own_only;            /* sees uid's sessions only, even as root (a
+				  * connection acting for a caller) */
 	Llamad__Request *req;
 	double t_arrive;         /* clock_mono_s() when it was queued */
 };

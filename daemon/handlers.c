@@ -32,6 +32,7 @@ enum { NEED_SESSION = 1, NOT_BUSY = 2, QUOTA = 4, RESIDENT = 8 };
 struct req {
 	uint64_t conn, id;
 	uid_t uid;
+	int own_only;            /* struct cmd's: uid's sessions only, even root's */
 	double t_arrive;         /* queued for the engine (struct cmd's) */
 	const Llamad__Request *q;
 	struct session *s;       /* NEED_SESSION: the session it names */
@@ -91,6 +92,30 @@ static void count_one(struct session *s, void *ctx)
 	c->on_disk += s->loc == SESS_DISK;
 }
 
+/* The session called name that a request of uid sees: uid's own; for
+ * root also another user's of that name (sess_find), unless own_only (a
+ * connection acting for a caller: a gateway's callers reach their own
+ * sessions only, whatever the names). NULL if none. */
+static struct session *find_as(struct engine *e, uid_t uid, int own_only, const char *name)
+{
+	return own_only ? sess_get(&e->st, uid, name) : sess_find(&e->st, uid, name);
+}
+
+static struct session *find_for(struct engine *e, const struct req *rq, const char *name)
+{
+	return find_as(e, rq->uid, rq->own_only, name);
+}
+
+/* Visit the sessions rq's sender sees (root's own connections: all). */
+static void visit_for(struct engine *e, const struct req *rq, void (*fn)(struct session *, void *),
+		      void *ctx)
+{
+	if (rq->own_only)
+		sess_foreach_owned(&e->st, rq->uid, fn, ctx);
+	else
+		sess_foreach(&e->st, rq->uid, fn, ctx);
+}
+
 /* -EDQUOT if uid holds its quota of sessions. */
 static int check_quota(struct engine *e, struct req *rq)
 {
@@ -144,7 +169,7 @@ _Static_assert((int)LLAMAD__TEMPLATE__TEMPLATE_DEFAULT == CHAT_TEMPLATE_AUTO &&
 static int on_open(struct engine *e, struct req *rq)
 {
 	const Llamad__OpenSession *o = rq->q->open;
-	struct session *s = sess_find(&e->st, rq->uid, o->session);
+	struct session *s = find_for(e, rq, o->session);
 	if (s && s->uid != rq->uid)
 		s = NULL;  /* root opening its own session of a name another uid has */
 	if (s) {
@@ -281,7 +306,7 @@ static int on_generate(struct engine *e, struct req *rq)
 static int on_fork(struct engine *e, struct req *rq)
 {
 	const Llamad__Fork *f = rq->q->fork;
-	struct session *dst = sess_find(&e->st, rq->uid, f->target);
+	struct session *dst = find_for(e, rq, f->target);
 	if (dst && dst->uid == rq->uid)
 		return fail(rq, -EEXIST, "'%s' is taken: fork to another name, or drop it first",
 			    f->target);
@@ -378,7 +403,7 @@ static int on_list(struct engine *e, struct req *rq)
 		free(cut);
 		return fail(rq, -ENOMEM, "out of memory");
 	}
-	sess_foreach(&e->st, rq->uid, list_one, &l);
+	visit_for(e, rq, list_one, &l);
 	qsort(l.v, l.n, sizeof(*l.v), list_order);
 	size_t budget = e->cfg.max_frame > 1024 ? e->cfg.max_frame - 512 : 512, used = 0, n = 0;
 	char next[SESSION_ID_MAX + 16] = "";
@@ -512,7 +537,7 @@ static int cancel_parked(struct engine *e, uint64_t conn, uint64_t id, const str
  * for it, whichever connection sent them (the caller owns the session). */
 static int cancel_session(struct engine *e, struct req *rq, const char *name)
 {
-	struct session *s = sess_find(&e->st, rq->uid, name);
+	struct session *s = find_for(e, rq, name);
 	if (!s)
 		return fail(rq, -ENOENT, "no session named '%s'", name);
 	for (struct job *j = e->jobs; j; j = j->next)
@@ -602,7 +627,7 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, uptime_s, clock_mono_s() - e->t_start);
 	/* a non-root client sees only the count of its own sessions */
 	struct count_ctx k = { 0 };
-	sess_foreach(&e->st, rq->uid, count_one, &k);
+	visit_for(e, rq, count_one, &k);
 	PB_SET(&st, sessions, (uint32_t)k.n);
 	PB_SET(&st, sessions_in_ram, (uint32_t)k.in_ram);
 	PB_SET(&st, sessions_on_disk, (uint32_t)k.on_disk);
@@ -636,6 +661,17 @@ static int on_status(struct engine *e, struct req *rq)
 	return 0;
 }
 
+struct save_ctx {
+	struct engine *e;
+	struct res_saved *out;
+};
+
+static void save_one(struct session *s, void *ctx)
+{
+	struct save_ctx *sc = ctx;
+	res_save_into(&sc->e->res, s, 0, sc->out);
+}
+
 static int on_save(struct engine *e, struct req *rq)
 {
 	const Llamad__Save *sv = rq->q->save;
@@ -643,9 +679,10 @@ static int on_save(struct engine *e, struct req *rq)
 		return fail(rq, -EIO, "persistence is off (state_dir = none)");
 	struct res_saved c = { 0 };
 	if (sv->all) {
-		res_save_all(&e->res, rq->uid, 0, &c);
+		struct save_ctx sc = { e, &c };
+		visit_for(e, rq, save_one, &sc);
 	} else {
-		struct session *s = sv->session ? sess_find(&e->st, rq->uid, sv->session) : NULL;
+		struct session *s = sv->session ? find_for(e, rq, sv->session) : NULL;
 		if (!s)
 			return fail(rq, -ENOENT, "no session named '%s'", sv->session ? sv->session : "");
 		if (s->ephemeral)
@@ -859,7 +896,7 @@ static int check(struct engine *e, const struct op *op, struct req *rq)
 {
 	if (op->pre & NEED_SESSION) {
 		const char *name = op->session_of(rq->q);
-		rq->s = name ? sess_find(&e->st, rq->uid, name) : NULL;
+		rq->s = name ? find_for(e, rq, name) : NULL;
 		if (!rq->s)
 			return fail(rq, -ENOENT, "no session named '%s'", name ? name : "");
 	}
@@ -891,8 +928,8 @@ static const struct op *op_of(const Llamad__Request *q)
 static void run_request(struct engine *e, const struct cmd *c)
 {
 	const Llamad__Request *q = c->req;
-	struct req rq = { .conn = c->conn, .id = q->id, .uid = c->uid, .t_arrive = c->t_arrive,
-			  .q = q };
+	struct req rq = { .conn = c->conn, .id = q->id, .uid = c->uid, .own_only = c->own_only,
+			  .t_arrive = c->t_arrive, .q = q };
 	const struct op *op = op_of(q);
 	int rc = op ? check(e, op, &rq) : fail(&rq, -ENOSYS, "unknown operation");
 	if (rc == 0)
@@ -909,7 +946,7 @@ static struct session *waits_for(struct engine *e, const struct cmd *c)
 	if (!op || !(op->pre & NOT_BUSY))
 		return NULL;
 	const char *name = op->session_of(c->req);
-	return name ? sess_find(&e->st, c->uid, name) : NULL;
+	return name ? find_as(e, c->uid, c->own_only, name) : NULL;
 }
 
 int handle_request(struct engine *e, struct cmd *c)

@@ -68,6 +68,8 @@ struct conn {
 	uid_t uid;               /* the uid it acts as: its requests', its budget's */
 	uid_t peer;              /* the peer's own (SO_PEERCRED): differs from uid
 				  * once a gateway's Hello names another */
+	int own_only;            /* its Hello named on_behalf_of_uid (any, its own
+				  * too): it sees uid's sessions only, root's too */
 	pid_t pid;
 	uint64_t frames;         /* frames read */
 	int closing;             /* close once the output is flushed */
@@ -453,6 +455,12 @@ static const char *loggable(const char *s, char *buf, size_t n)
  * own user gains nothing by it: it reads every state file already (so
  * llamad-http.service runs as that user with nothing to configure). The unfinished-frame bytes c holds move
  * to the new uid's account.
+ *
+ * Any such Hello, one naming the peer's own uid included, makes c see the
+ * sessions of the uid it acts as only (own_only): root's view of every
+ * user's sessions (their names, ListSessions, Save all) is root's own,
+ * never a gateway's caller's, even when the caller is root. A gateway
+ * therefore names its caller in every Hello, itself included.
  */
 static int act_for(struct conn *c, const Llamad__Hello *h, int first, char *why, size_t n)
 {
@@ -462,9 +470,12 @@ static int act_for(struct conn *c, const Llamad__Hello *h, int first, char *why,
 		snprintf(why, n, "on_behalf_of_uid is only accepted in the first request");
 		return -EINVAL;
 	}
-	if ((h->has_protocol_version && h->protocol_version != LLAMAD_PROTOCOL_VERSION) ||
-	    u == c->peer)
+	if ((h->has_protocol_version && h->protocol_version != LLAMAD_PROTOCOL_VERSION))
 		return 0;
+	if (u == c->peer) {
+		c->own_only = 1;
+		return 0;
+	}
 	if (c->peer != 0 && c->peer != geteuid() &&
 	    !config_uid_listed(&s->cfg->trusted_gateways, (uint32_t)c->peer)) {
 		snprintf(why, n, "uid %u is not a trusted gateway (trusted_gateways in llamad.conf)",
@@ -483,6 +494,7 @@ static int act_for(struct conn *c, const Llamad__Hello *h, int first, char *why,
 	size_t held = c->held;
 	hold(c, 0);
 	c->uid = u;
+	c->own_only = 1;
 	hold(c, held);
 	return 0;
 }
@@ -568,7 +580,7 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 			llamad__request__free_unpacked(q, NULL);
 			continue;
 		}
-		engine_submit(s->eng, c->id, c->uid, q);
+		engine_submit(s->eng, c->id, c->uid, c->own_only, q);
 	}
 }
 

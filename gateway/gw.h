@@ -17,6 +17,9 @@
 #include "gateway/conv.h"
 
 #define GW_VERSION "0.2.0"
+/* The names of the sessions the gateway makes: GW_SESSION_PREFIX UID-RANDOM
+ * (X-Llamad-Session may not name one) */
+#define GW_SESSION_PREFIX "http-"
 
 struct gw_model {
 	char *name;                /* what requests call it ("model") */

@@ -207,7 +207,10 @@ struct up *http_dial(struct gw *g, struct gw_model *m, const struct caller *c, u
 	Llamad__Hello h = LLAMAD__HELLO__INIT;
 	PB_SET(&h, protocol_version, LLAMAD_PROTOCOL_VERSION);
 	h.client = (char *)"llamad-http " GW_VERSION;
-	if (c && c->uid != g->self_uid) {
+	/* named even when it is the gateway's own: a connection acting for
+	 * a uid sees that uid's sessions only, so a caller served as root
+	 * never reaches another user's sessions by their names */
+	if (c) {
 		PB_SET(&h, on_behalf_of_uid, (uint32_t)c->uid);
 		h.caller = (char *)c->who;
 	}

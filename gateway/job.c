@@ -231,7 +231,7 @@ static void new_name(char *buf, size_t n, uid_t uid)
 	uint64_t r = 0;
 	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
 		r = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
-	snprintf(buf, n, "http-%u-%016llx", (unsigned)uid, (unsigned long long)r);
+	snprintf(buf, n, GW_SESSION_PREFIX "%u-%016llx", (unsigned)uid, (unsigned long long)r);
 }
 
 /* A message's text as llamad takes it: an empty one (an answer that was
@@ -532,7 +532,10 @@ static void on_done(struct job *j, const Llamad__Done *d)
  * transcript into the index, so that its conversations continue where
  * they were (and --max-conversations counts them). A session whose
  * transcript cannot be hashed as it was sent (a context shift dropped
- * turns, a turn cut to fit a frame) is left out.
+ * turns, a turn cut to fit a frame) is left out. Only sessions that
+ * llamad says the caller owns are taken, whatever their names: the
+ * connection acts for the caller (own sessions only, even as root), and
+ * the owner of each listed session is checked again here.
  */
 
 static bool known(struct gw *g, uint32_t uid, uint32_t model)
@@ -597,12 +600,14 @@ static void on_list(struct job *j, const Llamad__Response *r)
 		return;
 	}
 	char prefix[32];
-	int pl = snprintf(prefix, sizeof(prefix), "http-%u-", (unsigned)j->who.uid);
+	int pl = snprintf(prefix, sizeof(prefix), GW_SESSION_PREFIX "%u-", (unsigned)j->who.uid);
 	const Llamad__SessionList *l = r->sessions;
 	for (size_t i = 0; i < l->n_sessions; i++) {
-		const char *name = l->sessions[i]->session;
-		if (!name || strncmp(name, prefix, (size_t)pl) || strlen(name) >= CONV_NAME_MAX ||
-		    conv_get(&j->g->conv, name))
+		const Llamad__SessionInfo *si = l->sessions[i];
+		const char *name = si->session;
+		if (!name || !si->has_owner_uid || si->owner_uid != (uint32_t)j->who.uid ||
+		    si->ephemeral || strncmp(name, prefix, (size_t)pl) ||
+		    strlen(name) >= CONV_NAME_MAX || conv_get(&j->g->conv, name))
 			continue;
 		char **n = realloc(j->found, (j->n_found + 1) * sizeof(*n));
 		if (!n || !(n[j->n_found] = strdup(name))) {
@@ -877,6 +882,11 @@ void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
 	if (hs && *hs) {
 		if (strlen(hs) >= CONV_NAME_MAX + 64) {
 			job_fail(j, 400, "X-Llamad-Session: the name is too long");
+			return;
+		}
+		if (!strncmp(hs, GW_SESSION_PREFIX, strlen(GW_SESSION_PREFIX))) {
+			job_fail(j, 400, "X-Llamad-Session: names beginning with " GW_SESSION_PREFIX
+				 " are the gateway's own conversations; choose another name");
 			return;
 		}
 		snprintf(j->session, sizeof(j->session), "%s", hs);

@@ -395,15 +395,27 @@ int sess_shared_blocks(const struct sess_table *t, const struct session *s)
 	return n;
 }
 
-void sess_foreach(struct sess_table *t, uid_t uid,
+static void visit(struct sess_table *t, uid_t uid, int all,
 		  void (*fn)(struct session *s, void *ctx), void *ctx)
 {
 	for (int b = 0; b < t->n_buckets; b++)
 		for (struct session *s = t->buckets[b], *next; s; s = next) {
 			next = s->hnext;  /* fn may drop s */
-			if (uid == 0 || s->uid == uid)
+			if (all || s->uid == uid)
 				fn(s, ctx);
 		}
+}
+
+void sess_foreach(struct sess_table *t, uid_t uid,
+		  void (*fn)(struct session *s, void *ctx), void *ctx)
+{
+	visit(t, uid, uid == 0, fn, ctx);
+}
+
+void sess_foreach_owned(struct sess_table *t, uid_t uid,
+			void (*fn)(struct session *s, void *ctx), void *ctx)
+{
+	visit(t, uid, 0, fn, ctx);
 }
 
 uint32_t sess_length(const struct session *s)

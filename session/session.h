@@ -202,5 +202,8 @@ uint32_t sess_length(const struct session *s);
  * session it is given (and no other). */
 void sess_foreach(struct sess_table *t, uid_t uid,
 		  void (*fn)(struct session *s, void *ctx), void *ctx);
+/* The same over uid's own sessions only (root's too: no others). */
+void sess_foreach_owned(struct sess_table *t, uid_t uid,
+			void (*fn)(struct session *s, void *ctx), void *ctx);
 
 #endif
