@@ -26,18 +26,6 @@
 #include "gateway/limit.h"
 #include "gateway/render.h"
 
-void gw_log(struct gw *g, int level, const char *fmt, ...)
-{
-	if ((level == GW_DEBUG && g->verbose < 1) || (level == GW_INFO && g->quiet))
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "<%d>llamad-http: ", level);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
-
 struct gw_model *gw_find_model(struct gw *g, const char *name)
 {
 	for (size_t i = 0; i < g->n_models; i++)
