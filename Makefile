@@ -279,6 +279,9 @@ $(BUILD)/llamad-bench-daemon: $(BUILD)/tests/bench/daemon_bench.o $(PROTO_LIB)
 	$(CC) $(LDFLAGS) -o $@ $^ $(PROTO_LDLIBS) $(LDLIBS)
 
 $(BUILD)/tests/test_gateway: $(GW_PURE_OBJ)
+# the gateway's request framing, against libevent's server
+$(BUILD)/tests/test_reqscan: $(BUILD)/tests/unit/test_reqscan.o $(BUILD)/gateway/reqscan.o
+	$(CC) $(LDFLAGS) -o $@ $^ $(GW_LDLIBS) -lcmocka $(LDLIBS)
 # the request checks, linked before the libraries they use
 $(BUILD)/tests/test_validate: $(BUILD)/tests/unit/test_validate.o $(BUILD)/daemon/validate.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)
@@ -362,6 +365,7 @@ TEXT_FUZZ := $(patsubst %,$(BUILD)/%,fuzz_tokenizer fuzz_bpe fuzz_template)
 $(TEXT_FUZZ): $(BUILD)/%: $(BUILD)/tests/fuzz/%.o $(TEXT_LIBS)
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(TEXT_LDLIBS) $(LDLIBS)
 $(BUILD)/fuzz_http: $(GW_PURE_OBJ)
+$(BUILD)/fuzz_head: $(BUILD)/gateway/reqscan.o
 $(BUILD)/fuzz_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/daemon/validate.o $(MODEL_LIBS)
 	$(CXX) $(LDFLAGS) -fsanitize=fuzzer -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
