@@ -43,6 +43,10 @@ struct gw_stats {
 	uint64_t streamed_tokens, conv_exact, conv_forked, conv_new;
 	uint32_t active;           /* requests being answered now */
 	uint32_t streams;          /* of which streaming */
+	uint32_t conns_open;       /* callers' connections (conn.c) */
+	uint64_t conns_refused;    /* over --max-caller-connections */
+	uint64_t conns_cut;        /* a request not whole by its deadline */
+	uint64_t heads_refused;    /* 431, or 400 for a head (conn.c) */
 };
 
 struct gw {
@@ -53,7 +57,10 @@ struct gw {
 	struct gw_token *tokens;   /* --token-file: bearer token -> caller */
 	size_t n_tokens;
 	size_t max_body;           /* bytes of a request body */
+	size_t max_header;         /* bytes of a request head */
 	int timeout_s;             /* a stalled client, read or write */
+	int header_timeout;        /* a request's head whole within, from its first byte */
+	uint32_t max_caller_conns; /* connections one caller holds */
 	size_t max_convs;          /* sessions kept per caller and model */
 	bool log_prompts;
 	bool quiet;

@@ -23,7 +23,7 @@
 
 #include "gateway/http_int.h"
 #include "util/clock.h"
-#include "gateway/limit.h"
+#include "gateway/conn.h"
 #include "gateway/render.h"
 
 struct gw_model *gw_find_model(struct gw *g, const char *name)
@@ -102,86 +102,39 @@ void http_send_error(struct gw *g, struct evhttp_request *req, enum api_kind kin
 
 /* ---- callers ------------------------------------------------------------- */
 
-/* The uid that owns the local TCP socket whose address is peer and whose
- * peer is self (/proc/net/tcp, tcp6): the caller on loopback. */
-static int tcp_owner(const struct sockaddr_storage *peer, const struct sockaddr_storage *self, uid_t *uid)
-{
-	char want_l[80], want_r[80];
-	const char *file;
-	if (peer->ss_family == AF_INET) {
-		const struct sockaddr_in *p = (const void *)peer, *s = (const void *)self;
-		snprintf(want_l, sizeof(want_l), "%08X:%04X", p->sin_addr.s_addr, ntohs(p->sin_port));
-		snprintf(want_r, sizeof(want_r), "%08X:%04X", s->sin_addr.s_addr, ntohs(s->sin_port));
-		file = "/proc/net/tcp";
-	} else {
-		const struct sockaddr_in6 *p = (const void *)peer, *s = (const void *)self;
-		uint32_t a[4], b[4];
-		memcpy(a, &p->sin6_addr, 16);
-		memcpy(b, &s->sin6_addr, 16);
-		snprintf(want_l, sizeof(want_l), "%08X%08X%08X%08X:%04X", a[0], a[1], a[2], a[3], ntohs(p->sin6_port));
-		snprintf(want_r, sizeof(want_r), "%08X%08X%08X%08X:%04X", b[0], b[1], b[2], b[3], ntohs(s->sin6_port));
-		file = "/proc/net/tcp6";
-	}
-	FILE *f = fopen(file, "r");
-	if (!f)
-		return -errno;
-	char line[512], l[80], r[80];
-	unsigned u;
-	int rc = -ESRCH;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, " %*u: %79s %79s %*x %*x:%*x %*x:%*x %*x %u", l, r, &u) == 3 &&
-		    !strcmp(l, want_l) && !strcmp(r, want_r)) {
-			*uid = u;
-			rc = 0;
-			break;
-		}
-	fclose(f);
-	return rc;
-}
-
-/* Who sent req: SO_PEERCRED on the Unix socket; on TCP the bearer token's
- * user (--token-file), else the owner of the loopback peer socket.
- * 0, or the HTTP status to refuse with (401) and *why. */
+/* Who sent req: the connection's peer (conn.c: SO_PEERCRED on the Unix
+ * socket, the owner of a loopback TCP peer), or on TCP with --token-file
+ * the user its bearer token names (whose share of connections the
+ * connection then counts in). 0, or the HTTP status to refuse with (401,
+ * 429) and *why. */
 static int identify(struct gw *g, struct evhttp_request *req, struct caller *c, const char **why)
 {
-	struct evhttp_connection *hc = evhttp_request_get_connection(req);
-	struct bufferevent *bev = evhttp_connection_get_bufferevent(hc);
-	int fd = bev ? bufferevent_getfd(bev) : -1;
-	struct sockaddr_storage self, peer;
-	socklen_t sl = sizeof(self), pl = sizeof(peer);
 	*why = "the caller could not be identified";
-	if (fd < 0 || getsockname(fd, (struct sockaddr *)&self, &sl) < 0)
-		return 500;
-	if (self.ss_family == AF_UNIX) {
-		struct ucred cr;
-		socklen_t cl = sizeof(cr);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0)
-			return 500;
-		c->uid = cr.uid;
-		snprintf(c->who, sizeof(c->who), "unix:uid %u", (unsigned)cr.uid);
+	int rc = conn_caller(req, c);
+	if (rc == 0)
 		return 0;
-	}
-	if (g->n_tokens) {
-		const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-		*why = "a bearer token is required (Authorization: Bearer TOKEN)";
-		if (!auth || strncasecmp(auth, "Bearer ", 7))
-			return 401;
-		const char *t = auth + 7;
-		while (*t == ' ')
-			t++;
-		for (size_t i = 0; i < g->n_tokens; i++)
-			if (!strcmp(g->tokens[i].token, t)) {
-				c->uid = g->tokens[i].uid;
-				snprintf(c->who, sizeof(c->who), "token:%s", g->tokens[i].who);
-				return 0;
-			}
-		*why = "the bearer token is not known";
-		return 401;
-	}
-	if (getpeername(fd, (struct sockaddr *)&peer, &pl) < 0 || tcp_owner(&peer, &self, &c->uid) < 0)
+	if (rc != -ENOENT || !g->n_tokens)
 		return 500;
-	snprintf(c->who, sizeof(c->who), "tcp:uid %u", (unsigned)c->uid);
-	return 0;
+	const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+	*why = "a bearer token is required (Authorization: Bearer TOKEN)";
+	if (!auth || strncasecmp(auth, "Bearer ", 7))
+		return 401;
+	const char *t = auth + 7;
+	while (*t == ' ')
+		t++;
+	for (size_t i = 0; i < g->n_tokens; i++)
+		if (!strcmp(g->tokens[i].token, t)) {
+			c->uid = g->tokens[i].uid;
+			snprintf(c->who, sizeof(c->who), "token:%s", g->tokens[i].who);
+			if (conn_claim(req, c->uid) == -EUSERS) {
+				*why = "this caller holds the most connections a caller may "
+				       "(--max-caller-connections)";
+				return 429;
+			}
+			return 0;
+		}
+	*why = "the bearer token is not known";
+	return 401;
 }
 
 /* ---- the connection to llamad --------------------------------------------- */
@@ -280,12 +233,15 @@ static void route(struct evhttp_request *req, void *arg)
 		http_send_error(g, req, ek, 503, "llamad-http is shutting down");
 		return;
 	}
+	conn_answering(req);
 	struct caller c = { 0 };
 	const char *why;
 	int st = identify(g, req, &c, &why);
 	if (st) {
 		if (st == 401)
 			evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
+		if (st == 429)
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 		http_send_error(g, req, ek, st, "%s", why);
 		return;
 	}
@@ -363,5 +319,5 @@ void gw_http_setup(struct gw *g)
 	evhttp_set_max_body_size(g->http, (ev_ssize_t)g->max_body);
 	evhttp_set_timeout(g->http, g->timeout_s);
 	evhttp_set_default_content_type(g->http, "application/json");
-	limit_setup(g);
+	conn_setup(g);
 }

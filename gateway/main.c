@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -27,6 +28,7 @@
 #include <event2/http.h>
 #include <systemd/sd-daemon.h>
 
+#include "gateway/conn.h"
 #include "gateway/gw.h"
 #include "proto/frame.h"
 #include "proto/path.h"
@@ -58,8 +60,15 @@ static const char usage[] =
 	"      --socket-mode MODE   permissions of the Unix socket (default 0660)\n"
 	"      --socket-group GROUP group of the Unix socket (default: that of llamad's socket)\n"
 	"      --max-body BYTES     largest request body (default 8388608); larger: 413\n"
+	"      --max-header-size BYTES  largest request head: request line and headers\n"
+	"                           (default 32768; at most 100 header lines); larger: 431\n"
+	"      --header-timeout SECONDS  a request's head must be whole this long after its\n"
+	"                           first byte, its body that plus 1 s per 64 KiB (default 10);\n"
+	"                           later: 408 and the connection is closed\n"
 	"      --timeout SECONDS    a client that sends or reads nothing this long is cut off\n"
 	"                           (default 120)\n"
+	"      --max-caller-connections N  connections one caller (a user; a remote address\n"
+	"                           until its token) may hold at once (default 64); more: 429\n"
 	"      --max-conversations N  sessions kept per caller and model (default 64); the\n"
 	"                           least recently used is dropped for a new one\n"
 	"      --log-prompts        log each request's messages (never by default)\n"
@@ -222,6 +231,7 @@ static void accept_fd(int fd, const char *what)
 	bound[n_bound] = evhttp_accept_socket_with_handle(G.http, fd);
 	if (!bound[n_bound])
 		die("cannot listen on %s", what);
+	conn_listener(&G, evhttp_bound_socket_get_listener(bound[n_bound]));
 	n_bound++;
 }
 
@@ -326,6 +336,22 @@ static char *default_listen(const char *llamad_sock)
 	return p;
 }
 
+/* Take the hard open-file limit as the soft one: every caller's
+ * connection, and each one's llamad connection, is a descriptor (the
+ * default soft limit of 1024 let 1,100 connections of one user stop
+ * every caller's accept). */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+	struct rlimit nl = { want, rl.rlim_max };
+	if (setrlimit(RLIMIT_NOFILE, &nl) != 0)
+		gw_log(&G, GW_WARN, "cannot raise the open-file limit to %llu: %s",
+		       (unsigned long long)want, strerror(errno));
+}
+
 static struct event *timer_ev;
 
 static void stop_check(evutil_socket_t fd, short what, void *arg)
@@ -359,7 +385,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 int main(int argc, char **argv)
 {
 	enum { O_NAME = 256, O_INST, O_TOKENS, O_REMOTE, O_MODE, O_GROUP, O_BODY, O_TIMEOUT, O_CONVS,
-	       O_LOGP, O_VERSION };
+	       O_LOGP, O_VERSION, O_HEADER, O_HTIMEOUT, O_CALLER };
 	static const struct option opts[] = {
 		{ "listen", required_argument, NULL, 'l' },
 		{ "socket", required_argument, NULL, 's' },
@@ -371,6 +397,9 @@ int main(int argc, char **argv)
 		{ "socket-mode", required_argument, NULL, O_MODE },
 		{ "socket-group", required_argument, NULL, O_GROUP },
 		{ "max-body", required_argument, NULL, O_BODY },
+		{ "max-header-size", required_argument, NULL, O_HEADER },
+		{ "header-timeout", required_argument, NULL, O_HTIMEOUT },
+		{ "max-caller-connections", required_argument, NULL, O_CALLER },
 		{ "timeout", required_argument, NULL, O_TIMEOUT },
 		{ "max-conversations", required_argument, NULL, O_CONVS },
 		{ "log-prompts", no_argument, NULL, O_LOGP },
@@ -386,6 +415,9 @@ int main(int argc, char **argv)
 	bool remote = false;
 	long mode = 0660;
 	G.max_body = 8u << 20;
+	G.max_header = 32u << 10;
+	G.header_timeout = 10;
+	G.max_caller_conns = 64;
 	G.timeout_s = 120;
 	G.max_convs = 64;
 	setvbuf(stderr, NULL, _IOLBF, 0);
@@ -434,6 +466,21 @@ int main(int argc, char **argv)
 			if (*end || G.max_body < 1024 || G.max_body > (1u << 30))
 				die("--max-body %s: want 1024 to 1073741824 bytes", optarg);
 			break;
+		case O_HEADER:
+			G.max_header = strtoul(optarg, &end, 10);
+			if (*end || G.max_header < 1024 || G.max_header > (1u << 20))
+				die("--max-header-size %s: want 1024 to 1048576 bytes", optarg);
+			break;
+		case O_HTIMEOUT:
+			G.header_timeout = (int)strtol(optarg, &end, 10);
+			if (*end || G.header_timeout < 1 || G.header_timeout > 3600)
+				die("--header-timeout %s: want 1 to 3600 seconds", optarg);
+			break;
+		case O_CALLER:
+			G.max_caller_conns = (uint32_t)strtoul(optarg, &end, 10);
+			if (*end || G.max_caller_conns < 1 || G.max_caller_conns > 1000000)
+				die("--max-caller-connections %s: want 1 to 1000000", optarg);
+			break;
 		case O_TIMEOUT:
 			G.timeout_s = (int)strtol(optarg, &end, 10);
 			if (*end || G.timeout_s < 1 || G.timeout_s > 86400)
@@ -467,6 +514,7 @@ int main(int argc, char **argv)
 	if (optind < argc)
 		die("unexpected argument '%s' (try --help)", argv[optind]);
 	signal(SIGPIPE, SIG_IGN);
+	raise_fd_limit();
 	char *def_sock = NULL, *def_listen = NULL;
 	if (!G.n_models) {
 		if (!sock)

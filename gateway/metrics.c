@@ -196,6 +196,10 @@ static void finish(struct mstate *s)
 		{ "llamad_http_conversations_forked_total", "Requests continuing a fork of a held session.", M_COUNTER, (double)g->st.conv_forked },
 		{ "llamad_http_conversations_new_total", "Requests that opened a new session.", M_COUNTER, (double)g->st.conv_new },
 		{ "llamad_http_active_requests", "Generation requests being answered.", M_GAUGE, (double)g->st.active },
+		{ "llamad_http_connections", "Callers' connections open.", M_GAUGE, (double)g->st.conns_open },
+		{ "llamad_http_connections_refused_total", "Connections refused: their caller held --max-caller-connections.", M_COUNTER, (double)g->st.conns_refused },
+		{ "llamad_http_connections_cut_total", "Connections closed: a request not whole by its deadline (--header-timeout).", M_COUNTER, (double)g->st.conns_cut },
+		{ "llamad_http_heads_refused_total", "Requests refused for their head: too large (431) or malformed (400).", M_COUNTER, (double)g->st.heads_refused },
 		{ "llamad_http_open_streams", "Streamed answers in progress.", M_GAUGE, (double)g->st.streams },
 		{ "llamad_http_conversations", "Sessions the gateway indexes.", M_GAUGE, (double)g->conv.count },
 	};
