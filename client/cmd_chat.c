@@ -19,6 +19,7 @@
 
 #include "client/cli.h"
 #include "client/editor.h"
+#include "util/clock.h"
 
 static int cmd_chat(struct cli *cli, int argc, char **argv);
 
@@ -124,15 +125,32 @@ static void print_info_line(FILE *f, const Llamad__SessionInfo *s);
 static bool reconnect(struct chat *c)
 {
 	struct pollfd p = { .fd = c->cli->conn.fd, .events = POLLIN };
+	bool closed_idle = false;
 	if (!c->lost && p.fd >= 0 && poll(&p, 1, 0) == 1) {
-		/* readable with no request out: the daemon closed it (it
-		 * stopped, or restarted) since the last turn */
+		/* readable with no request out: the daemon closed it since the
+		 * last turn (it stopped or restarted, or the connection was
+		 * idle for the daemon's idle_timeout) */
+		const struct conn *k = &c->cli->conn;
+		closed_idle = k->idle_timeout > 0 &&
+			      clock_mono_s() - k->last_reply >= (double)k->idle_timeout - 1;
 		conn_close(&c->cli->conn);
 		c->lost = true;
 	}
 	if (!c->lost)
 		return true;
 	struct cli *cli = c->cli;
+	if (closed_idle && cli_try_connect(cli) == 0) {
+		/* closed for idling: back at once, said only when the session
+		 * did not survive */
+		Llamad__Response *r = cli_open_chat(cli, c->session, c->open);
+		if (r->session && r->session->created) {
+			fputs("llamactl: reconnected; ", stderr);
+			print_info_line(stderr, r->session);
+		}
+		llamad__response__free_unpacked(r, NULL);
+		c->lost = false;
+		return true;
+	}
 	fprintf(stderr, "llamactl: reconnecting to %s ...\n", cli->socket);
 	editor_drain_sigint();
 	int rc = -ENOENT;

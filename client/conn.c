@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "client/conn.h"
+#include "util/clock.h"
 
 void conn_init(struct conn *c)
 {
@@ -53,6 +54,7 @@ int conn_hello(struct conn *c, Llamad__Response **out)
 			c->context_length = hr->context_length;
 		if (hr->has_max_text)
 			c->max_text = hr->max_text;
+		c->idle_timeout = hr->has_idle_timeout ? hr->idle_timeout : 0;
 		free(c->server);
 		free(c->model);
 		c->server = dup_or_null(hr->server);
@@ -144,6 +146,7 @@ int conn_wait(struct conn *c, uint64_t id, conn_event_fn fn, void *ctx,
 		Llamad__Response *r = frame_recv_response(c->fd, FRAME_MAX_DEFAULT, &err);
 		if (!r)
 			return err;
+		c->last_reply = clock_mono_s();
 		bool mine = r->has_id && r->id == id;
 		bool unattributed = (!r->has_id || r->id == 0) &&
 			r->body_case == LLAMAD__RESPONSE__BODY_ERROR;

@@ -27,6 +27,9 @@ struct conn {
 	uint32_t max_text;         /* largest text field; 0 if not told */
 	size_t refused_bytes;      /* the last frame conn_send refused (-EMSGSIZE) */
 	uint32_t context_length;   /* from HelloReply; 0 if not told */
+	uint32_t idle_timeout;     /* from HelloReply: closed after this many idle
+				    * seconds (0: never, or not told) */
+	double last_reply;         /* monotonic seconds of the last frame read */
 	char *server;              /* HelloReply.server, owned, may be NULL */
 	char *model;               /* HelloReply.model, owned, may be NULL */
 	/* Interrupts (used by the interactive chat; both may stay NULL):

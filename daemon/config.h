@@ -38,6 +38,7 @@ struct config {
 	float temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
 	int top_k, repeat_last_n;
 	int max_connections;
+	int max_connections_per_uid;  /* 0: no limit; root, our user, gateways: none */
 	int idle_timeout;        /* seconds; 0: none */
 	int max_kv_share_per_uid;  /* percent of the KV pool one uid's sessions may hold (root: any) */
 	int frame_timeout;       /* seconds an unfinished frame may take (+1 per 256 KiB) */

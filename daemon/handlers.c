@@ -154,6 +154,7 @@ static int on_hello(struct engine *e, struct req *rq)
 	PB_SET(&hr, max_text, e->cfg.max_text);
 	PB_SET(&hr, context_length, (uint32_t)engine_session_limit(e));
 	PB_SET(&hr, uid, (uint32_t)rq->uid);   /* a gateway's: the uid it acts for */
+	PB_SET(&hr, idle_timeout, (uint32_t)e->cfg.idle_timeout);
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_HELLO);
 	r.hello = &hr;
 	reply_body(e, rq, &r);

@@ -88,10 +88,12 @@ struct conn {
 	struct server *srv;
 };
 
-/* Bytes of unfinished frames buffered for one uid. */
-struct uid_held {
+/* What one uid holds: bytes of unfinished frames (by the uid connections
+ * act as), connections (by their peer's uid). */
+struct uid_acct {
 	uid_t uid;
 	size_t bytes;
+	uint32_t conns;
 };
 
 struct server {
@@ -112,8 +114,10 @@ struct server {
 	int stopping;
 	uint64_t watchdog_usec;
 	size_t held;             /* unfinished frames' bytes, all connections */
-	struct uid_held *uh;     /* ... by uid (a few entries: linear search) */
+	struct uid_acct *uh;     /* ... by uid (a few entries: linear search) */
 	size_t n_uh, cap_uh;
+	time_t refused_said;     /* the last logged refusal of a connection */
+	uint64_t refused;        /* refused since then, not logged */
 };
 
 /* ---- connection map ------------------------------------------------------ */
@@ -192,6 +196,7 @@ static void publish_counts(struct server *s)
 
 static void hold(struct conn *c, size_t now);
 static void wake_starved(struct server *s);
+static struct uid_acct *uid_acct(struct server *s, uid_t uid);
 
 static void conn_close(struct conn *c)
 {
@@ -201,6 +206,9 @@ static void conn_close(struct conn *c)
 		free(f);
 	}
 	map_del(s, c->id);
+	struct uid_acct *a = uid_acct(s, c->peer);
+	if (a && a->conns > 0)
+		a->conns--;
 	engine_disconnect(s->eng, c->id);
 	size_t held = c->held;
 	hold(c, 0);
@@ -265,23 +273,29 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
 	conn_close(c);
 }
 
-/* The bytes of unfinished frames buffered for uid (an entry made when
- * missing; NULL out of memory). */
-static size_t *uid_held(struct server *s, uid_t uid)
+/* What uid holds (an entry made when missing; NULL out of memory). */
+static struct uid_acct *uid_acct(struct server *s, uid_t uid)
 {
 	for (size_t i = 0; i < s->n_uh; i++)
 		if (s->uh[i].uid == uid)
-			return &s->uh[i].bytes;
+			return &s->uh[i];
 	if (s->n_uh == s->cap_uh) {
 		size_t cap = s->cap_uh ? 2 * s->cap_uh : 8;
-		struct uid_held *n = realloc(s->uh, cap * sizeof(*n));
+		struct uid_acct *n = realloc(s->uh, cap * sizeof(*n));
 		if (!n)
 			return NULL;
 		s->uh = n;
 		s->cap_uh = cap;
 	}
-	s->uh[s->n_uh] = (struct uid_held){ uid, 0 };
-	return &s->uh[s->n_uh++].bytes;
+	s->uh[s->n_uh] = (struct uid_acct){ uid, 0, 0 };
+	return &s->uh[s->n_uh++];
+}
+
+/* The bytes of unfinished frames buffered for uid (NULL out of memory). */
+static size_t *uid_held(struct server *s, uid_t uid)
+{
+	struct uid_acct *a = uid_acct(s, uid);
+	return a ? &a->bytes : NULL;
 }
 
 /* c now holds `now` bytes of an unfinished frame: the totals follow. */
@@ -625,6 +639,77 @@ static void on_event(struct bufferevent *bev, short what, void *arg)
 		conn_close(c);
 }
 
+/* Peers whose connections count against no user's share and may take the
+ * connections kept in reserve: root, the daemon's own user and the users
+ * in trusted_gateways (the gateways, which connect for their callers). */
+static int privileged(const struct server *s, uid_t peer)
+{
+	return peer == 0 || peer == geteuid() ||
+	       config_uid_listed(&s->cfg->trusted_gateways, (uint32_t)peer);
+}
+
+/*
+ * May a connection from peer (holding a's connections) be taken? The
+ * last max_connections / 16 connections are kept for the privileged
+ * peers, so that no user's connections can lock root, the daemon's own
+ * user or a gateway out; a user other than those holds at most
+ * max_connections_per_uid. 1, or 0 with why.
+ */
+static int admit(const struct server *s, uid_t peer, const struct uid_acct *a, char *why,
+		 size_t n)
+{
+	const struct config *cfg = s->cfg;
+	size_t max = (size_t)cfg->max_connections;
+	int priv = privileged(s, peer);
+	size_t reserve = max / 16;
+	if (s->stopping) {
+		snprintf(why, n, "the daemon is stopping");
+		return 0;
+	}
+	if (s->n_conns >= max) {
+		snprintf(why, n, "the daemon holds max_connections (%zu) connections", max);
+		return 0;
+	}
+	if (!priv && s->n_conns >= max - reserve) {
+		snprintf(why, n, "the daemon holds %zu connections; the last %zu of max_connections "
+			 "(%zu) are kept for root and trusted gateways", s->n_conns, reserve, max);
+		return 0;
+	}
+	if (!priv && cfg->max_connections_per_uid > 0 &&
+	    a->conns >= (uint32_t)cfg->max_connections_per_uid) {
+		snprintf(why, n, "uid %u holds %u connections, its share (max_connections_per_uid); "
+			 "close some", (unsigned)peer, a->conns);
+		return 0;
+	}
+	return 1;
+}
+
+/* Refuse a connection just accepted: an Error frame saying why
+ * (RESOURCE_EXHAUSTED; SHUTTING_DOWN when stopping), then closed. Logged
+ * at most every 10 s, with the number refused meanwhile. */
+static void refuse_connection(struct server *s, int fd, uid_t peer, const char *why)
+{
+	struct reply *r = reply_error(0, 0, reply_code(s->stopping ? -ESHUTDOWN : -EUSERS), why);
+	if (r) {
+		/* the first bytes on a new connection: the socket takes them */
+		if (send(fd, r->data, r->len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+			log_msg(LL_DEBUG, "refusing a connection: %s", strerror(errno));
+		free(r);
+	}
+	close(fd);
+	time_t now = time(NULL);
+	if (now - s->refused_said >= 10) {
+		log_msg(LL_WARN, "refusing a connection from uid %u: %s", (unsigned)peer, why);
+		if (s->refused)
+			log_msg(LL_WARN, "(%llu more connections refused in the last %lld s)",
+				(unsigned long long)s->refused, (long long)(now - s->refused_said));
+		s->refused_said = now;
+		s->refused = 0;
+	} else {
+		s->refused++;
+	}
+}
+
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
 		      int socklen, void *arg)
 {
@@ -639,10 +724,10 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		close(fd);
 		return;
 	}
-	if (s->stopping || s->n_conns >= (size_t)s->cfg->max_connections) {
-		log_msg(LL_WARN, "refusing a connection from uid %u: %s", (unsigned)cred.uid,
-			s->stopping ? "stopping" : "max_connections reached");
-		close(fd);
+	char why[200];
+	struct uid_acct *a = uid_acct(s, cred.uid);
+	if (!a || !admit(s, cred.uid, a, why, sizeof(why))) {
+		refuse_connection(s, fd, cred.uid, a ? why : "out of memory");
 		return;
 	}
 	struct conn *c = calloc(1, sizeof(*c));
@@ -680,6 +765,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 		return;
 	}
 	s->accepted++;
+	a->conns++;
 	publish_counts(s);
 	bufferevent_setcb(bev, on_read, on_write, on_event, c);
 	idle_arm(c);

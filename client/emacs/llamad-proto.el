@@ -63,7 +63,7 @@
     (HelloReply
      (1 :protocol-version uint32) (2 :server string) (3 :model string)
      (4 :max-frame uint32) (5 :context-length uint32) (6 :max-text uint32)
-     (7 :uid uint32))
+     (7 :uid uint32) (8 :idle-timeout uint32))
     (SessionInfo
      (1 :session string) (2 :tokens uint32) (3 :cached-tokens uint32)
      (4 :kv-bytes uint64) (5 :kv-blocks uint32) (6 :shared-blocks uint32)

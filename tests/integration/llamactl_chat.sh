@@ -126,6 +126,22 @@ if grep -q "reconnected" "$dir/t5" && grep -q "\[exit 0\]" "$dir/t5" && [ "$turn
     ok "chat reconnects after the daemon restarts (4 turns in the session)"
 else bad "reconnect: turns $turns: $(cat "$dir/t5")"; fi
 
+# the daemon closes the connection for idling (idle_timeout 2) between two
+# turns: chat connects again without a word, the session goes on
+"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+    --socket "$dir/idle.sock" --state-dir none --idle-timeout 2 --log-level debug 2>"$dir/idle.log" &
+ipid=$!
+wait_socket "$dir/idle.sock" "$ipid" "$dir/idle.log"
+printf 'Hello there\n@sleep 3.5\nAnd then?\n' > "$dir/keys"
+TERM=xterm python3 tests/tools/chatpty.py "$CTL" "$dir/idle.sock" "$dir/keys" --session idle -n 4 \
+    --temperature 0 > "$dir/t8" 2>&1
+turns=$("$CTL" --socket "$dir/idle.sock" --json show idle | sed -n 's/.*"turns":\([0-9]*\).*/\1/p')
+if grep -q "idle for 2 s; closing" "$dir/idle.log" && ! grep -q "reconnect\|lost" "$dir/t8" &&
+    grep -q "\[exit 0\]" "$dir/t8" && [ "$turns" = 4 ]; then
+    ok "chat after the daemon closed its idle connection: connected again quietly (4 turns)"
+else bad "idle close: turns $turns: $(cat "$dir/t8"); log: $(grep idle "$dir/idle.log")"; fi
+kill $ipid
+
 # ---- summarize shows progress when stderr is a terminal ----------------------------
 for i in $(seq 1 60); do
     echo "Lily and Ben went to the park. They played on the swings and saw a big dog."

@@ -7,7 +7,8 @@ Runs LLAMACTL --socket SOCKET chat OPTIONS with stdin, stderr (and stdout,
 unless $OUT names a file to write it to instead) on a pty; once the prompt
 shows, types each line of the file KEYS and Enter, waiting for the next
 prompt after each (\\e, \\r and \\n in KEYS stand for ESC, CR and LF; a line
-"@restart" runs $RESTART, a shell script, instead of typing; a line
+"@restart" runs $RESTART, a shell script, instead of typing; "@sleep S"
+waits S seconds; a line
 "@intr TEXT" types TEXT and Enter, waits for 8 characters of the answer
 after "assistant: ", then types Ctrl-C); then Ctrl-D.
 Prints what the terminal showed, then "[exit N]". Every wait is bounded.
@@ -52,6 +53,9 @@ for line in open(keys, "rb"):
     line = line.rstrip(b"\n").replace(b"\\e", b"\x1b").replace(b"\\r", b"\r").replace(b"\\n", b"\n")
     if line == b"@restart":
         subprocess.run(["sh", os.environ["RESTART"]], check=True)
+        continue
+    if line.startswith(b"@sleep "):
+        time.sleep(float(line[7:]))
         continue
     if p.poll() is not None:
         break

@@ -36,7 +36,7 @@ local defs = {
   HelloReply = {
     { 1, 'protocol_version', 'uint32' }, { 2, 'server', 'string' }, { 3, 'model', 'string' },
     { 4, 'max_frame', 'uint32' }, { 5, 'context_length', 'uint32' }, { 6, 'max_text', 'uint32' },
-    { 7, 'uid', 'uint32' },
+    { 7, 'uid', 'uint32' }, { 8, 'idle_timeout', 'uint32' },
   },
   OpenSession = {
     { 1, 'session', 'string' }, { 2, 'system', 'string' }, { 3, 'template', 'enum' },
