@@ -31,6 +31,7 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
+#include "gateway/conn.h"
 #include "gateway/http_int.h"
 #include "gateway/render.h"
 #include "util/clock.h"
@@ -96,7 +97,7 @@ static void job_free(struct job *j)
 		j->g->st.streams--;
 	j->g->st.active--;
 	if (j->hconn)
-		evhttp_connection_set_closecb(j->hconn, NULL, NULL);
+		conn_on_close(j->hconn, NULL, NULL);
 	up_close(j->up);
 	api_req_free(&j->q);
 	free(j->chain);
@@ -147,7 +148,7 @@ static void start_stream(struct job *j)
 static void detach(struct job *j)
 {
 	if (j->hconn) {
-		evhttp_connection_set_closecb(j->hconn, NULL, NULL);
+		conn_on_close(j->hconn, NULL, NULL);
 		j->hconn = NULL;
 	}
 }
@@ -930,7 +931,7 @@ void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
 	}
 	j->step = ST_HELLO;
 	j->hconn = evhttp_request_get_connection(req);
-	evhttp_connection_set_closecb(j->hconn, on_client_close, j);
+	conn_on_close(j->hconn, on_client_close, j);
 	j->watch = evtimer_new(g->base, watch_client, j);
 	if (j->watch) {
 		struct timeval tv = { 0, (int)(WATCH_S * 1e6) };

@@ -18,8 +18,12 @@
 #    connections, 8 are held and the rest get 429 in JSON; root's /health
 #    meanwhile answers in under 1 s; once nobody's connections have gone,
 #    nobody is served again;
+#  - twelve chats of nobody one after another, each on a connection of
+#    its own: all answered (each connection, a generation's too, is
+#    counted out when it closes);
 #  - /metrics counts them (llamad_http_connections_refused_total,
-#    _cut_total, _heads_refused_total).
+#    _cut_total, _heads_refused_total), and llamad_http_connections is
+#    back to the one asking once the callers are gone.
 #
 # Needs python3; the per-caller part needs root (setpriv), else skipped.
 # Env: BUILD (build folder), MODELS.
@@ -213,6 +217,13 @@ if [ "$(id -u)" -eq 0 ] && getent passwd nobody >/dev/null && command -v setpriv
     out=$(setpriv --reuid="$N" --regid="$N" --clear-groups curl -s -o /dev/null -w '%{http_code}' \
         --unix-socket "$HSOCK" http://x/health)
     [ "$out" = 200 ] && ok "nobody is served again once its connections have gone" || bad "nobody after: $out"
+    # a connection that carried a generation is counted out when it goes
+    # too: twelve chats one after another, each on a connection of its own
+    codes=$(for i in $(seq 12); do setpriv --reuid="$N" --regid="$N" --clear-groups curl -s -o /dev/null \
+        -w '%{http_code} ' --unix-socket "$HSOCK" -d '{"model":"m","messages":[{"role":"user","content":"Hi"}]}' \
+        http://x/v1/chat/completions; done)
+    [ "$codes" = "$(printf '200 %.0s' $(seq 12))" ] &&
+        ok "twelve chats of nobody one after another (a cap of 8): all 200" || bad "twelve chats: $codes"
     [ "$(metric llamad_http_connections_refused_total)" -ge 32 ] 2>/dev/null &&
         ok "metrics: $(metric llamad_http_connections_refused_total) connections refused" ||
         bad "metrics refused: $(metric llamad_http_connections_refused_total)"
@@ -223,6 +234,10 @@ fi
     [ "$(metric llamad_http_heads_refused_total)" -ge 4 ] 2>/dev/null &&
     ok "metrics: $(metric llamad_http_connections_cut_total) cut, $(metric llamad_http_heads_refused_total) heads refused" ||
     bad "metrics: cut $(metric llamad_http_connections_cut_total), heads $(metric llamad_http_heads_refused_total)"
+sleep 0.3
+n=$(metric llamad_http_connections)
+[ "$n" = 1 ] && ok "every connection gone is counted out (llamad_http_connections: the one asking)" ||
+    bad "llamad_http_connections after the callers left: $n"
 kill -0 $gpid && ok "the gateway is still up" || bad "the gateway died: $(tail -5 "$dir/http.log")"
 
 kill $gpid $pid
