@@ -44,15 +44,21 @@
 /* Flow control: a connection's requests are read while fewer than this
  * many, and fewer than max_frame bytes of them, wait for their last reply. */
 #define MAX_INFLIGHT 256
-/* Unfinished frames: once its header is in, a frame claims its whole
- * length from a budget for all connections and one for each uid; a frame
- * that does not fit waits, unread, until others complete (a frame, once
- * admitted, is never stopped halfway, so two large frames of one uid
- * cannot wait for each other). A frame must be complete within
- * frame_timeout seconds of its first byte, plus one second per
- * FRAME_MIN_RATE bytes of its length. */
+/* Request memory: once its header is in, a frame claims its whole length
+ * from a budget for all connections and one for each uid, and keeps it
+ * until its request's last reply (the request, unpacked, is about as large
+ * as its frame); a frame that does not fit waits, unread, until others
+ * are answered (a frame, once admitted, is never stopped halfway, so two
+ * large frames of one uid cannot wait for each other). Frames of up to
+ * SMALL_FRAME bytes wait only for their own uid's share, never for the
+ * others' total, so that no user's large frames can hold back everyone's
+ * small requests. A large frame is read into a buffer of its own, whole
+ * and contiguous when it is complete (evbuffer_pullup would copy it once
+ * more). A frame must be complete within frame_timeout seconds of its
+ * first byte, plus one second per FRAME_MIN_RATE bytes of its length. */
 #define HELD_ALL(max_frame) (4 * (size_t)(max_frame))
 #define HELD_UID(max_frame) ((size_t)(max_frame) + (1u << 20))
+#define SMALL_FRAME (64u << 10)
 #define FRAME_MIN_RATE (256u << 10)
 
 /* A request of a connection that has not had its last reply yet. */
@@ -60,6 +66,7 @@ struct inflight {
 	struct inflight *next;
 	uint64_t id;
 	uint32_t bytes;          /* its frame */
+	uid_t uid;               /* whose budget they count in */
 };
 
 struct conn {
@@ -82,17 +89,21 @@ struct conn {
 	size_t held;             /* bytes claimed by an unfinished frame: all of it
 				  * once admitted, else what is buffered */
 	int admitted;            /* the unfinished frame's whole length is granted */
-	int starved;             /* not read: the unfinished-frame budget is spent */
+	int starved;             /* not read: the request-memory budget is spent */
+	uint8_t *fbuf;           /* a large admitted frame's body, read so far: */
+	uint32_t flen, fgot;     /* its length, the bytes of it in fbuf */
 	struct event *ev_frame;  /* the unfinished frame's deadline (pending: set) */
 	struct event *ev_idle;   /* idle_timeout, while no request is in flight */
 	struct server *srv;
 };
 
-/* What one uid holds: bytes of unfinished frames (by the uid connections
- * act as), connections (by their peer's uid). */
+/* What one uid holds: bytes of unfinished frames and of requests waiting
+ * for their last reply (by the uid connections act as), connections (by
+ * their peer's uid). */
 struct uid_acct {
 	uid_t uid;
 	size_t bytes;
+	size_t inflight;
 	uint32_t conns;
 };
 
@@ -114,6 +125,8 @@ struct server {
 	int stopping;
 	uint64_t watchdog_usec;
 	size_t held;             /* unfinished frames' bytes, all connections */
+	size_t inflight;         /* requests' bytes waiting for their last reply */
+	size_t n_starved;        /* connections waiting for the budget */
 	struct uid_acct *uh;     /* ... by uid (a few entries: linear search) */
 	size_t n_uh, cap_uh;
 	time_t refused_said;     /* the last logged refusal of a connection */
@@ -201,10 +214,19 @@ static struct uid_acct *uid_acct(struct server *s, uid_t uid);
 static void conn_close(struct conn *c)
 {
 	struct server *s = c->srv;
+	size_t released = 0;
 	for (struct inflight *f = c->fl_head, *n; f; f = n) {
 		n = f->next;
+		struct uid_acct *fa = uid_acct(s, f->uid);
+		if (fa)
+			fa->inflight -= f->bytes;
+		s->inflight -= f->bytes;
+		released += f->bytes;
 		free(f);
 	}
+	free(c->fbuf);
+	if (c->starved)
+		s->n_starved--;
 	map_del(s, c->id);
 	struct uid_acct *a = uid_acct(s, c->peer);
 	if (a && a->conns > 0)
@@ -220,7 +242,7 @@ static void conn_close(struct conn *c)
 	log_msg(LL_DEBUG, "connection %llu closed", (unsigned long long)c->id);
 	free(c);
 	publish_counts(s);
-	if (held)
+	if (held || released)
 		wake_starved(s);
 }
 
@@ -287,7 +309,7 @@ static struct uid_acct *uid_acct(struct server *s, uid_t uid)
 		s->uh = n;
 		s->cap_uh = cap;
 	}
-	s->uh[s->n_uh] = (struct uid_acct){ uid, 0, 0 };
+	s->uh[s->n_uh] = (struct uid_acct){ uid, 0, 0, 0 };
 	return &s->uh[s->n_uh++];
 }
 
@@ -309,27 +331,40 @@ static void hold(struct conn *c, size_t now)
 	c->held = now;
 }
 
-/* c may not read more: its bytes, with all connections' or its uid's,
- * pass the budget of unfinished frames. */
+/* c may not read more: its claim, with the bytes of all connections'
+ * or its uid's unfinished frames and waiting requests, passes the budget
+ * (a claim of SMALL_FRAME or less: its uid's only). */
 static int over_budget(struct conn *c)
 {
 	struct server *s = c->srv;
-	size_t *u = uid_held(s, c->uid);
-	return s->held > HELD_ALL(s->cfg->max_frame) ||
-	       (u && *u > HELD_UID(s->cfg->max_frame));
+	struct uid_acct *u = uid_acct(s, c->uid);
+	if (u && u->bytes + u->inflight > HELD_UID(s->cfg->max_frame))
+		return 1;
+	return c->held > SMALL_FRAME && s->held + s->inflight > HELD_ALL(s->cfg->max_frame);
+}
+
+static void starve(struct conn *c, int on)
+{
+	if (c->starved == on)
+		return;
+	c->starved = on;
+	if (on)
+		c->srv->n_starved++;
+	else
+		c->srv->n_starved--;
 }
 
 static void on_read(struct bufferevent *bev, void *arg);
 
-/* Unfinished-frame bytes went away: read the connections that waited for
- * them again, while the budget lasts. */
+/* Budgeted bytes went away: read the connections that waited for them
+ * again, while the budget lasts. */
 static void wake_starved(struct server *s)
 {
-	for (size_t i = 0; i < s->n_slots; i++) {
+	for (size_t i = 0; s->n_starved > 0 && i < s->n_slots; i++) {
 		struct conn *c = s->slots[i];
 		if (!c || !c->starved || c->closing || over_budget(c))
 			continue;
-		c->starved = 0;
+		starve(c, 0);
 		if (!c->paused)
 			bufferevent_enable(c->bev, EV_READ);
 	}
@@ -349,6 +384,16 @@ static void on_frame_late(evutil_socket_t fd, short what, void *arg)
 	conn_close_after_flush(c);
 }
 
+/* Move what came of c's large frame into its buffer: 1 when it is whole. */
+static int fill_frame(struct conn *c, struct evbuffer *in)
+{
+	size_t have = evbuffer_get_length(in), want = c->flen - c->fgot;
+	size_t n = have < want ? have : want;
+	if (n > 0 && evbuffer_remove(in, c->fbuf + c->fgot, n) == (int)n)
+		c->fgot += (uint32_t)n;
+	return c->fgot == c->flen;
+}
+
 /* After a read: the unfinished frame buffered claims its whole length
  * (once its header is in) if the budgets allow, else c stops being read,
  * holding only what came, until others complete theirs; an admitted frame
@@ -360,7 +405,11 @@ static void settle(struct conn *c)
 	struct evbuffer *in = bufferevent_get_input(c->bev);
 	size_t was = c->held, now = c->closing ? 0 : evbuffer_get_length(in), claim = now;
 	uint32_t len = s->cfg->max_frame;
-	if (now >= FRAME_HDR) {
+	if (c->fbuf && !c->closing) {
+		now += FRAME_HDR + c->fgot;
+		len = c->flen;
+		claim = FRAME_HDR + (size_t)len;
+	} else if (now >= FRAME_HDR) {
 		uint8_t hdr[FRAME_HDR];
 		evbuffer_copyout(in, hdr, FRAME_HDR);
 		len = frame_get_len(hdr);
@@ -376,12 +425,21 @@ static void settle(struct conn *c)
 			hold(c, now);
 			if (!c->starved)
 				log_msg(LL_DEBUG, "connection %llu (uid %u): a frame of %u bytes waits for "
-					"others to complete (%zu bytes claimed in all)",
-					(unsigned long long)c->id, (unsigned)c->uid, len, s->held);
-			c->starved = 1;
+					"others to be answered (%zu bytes claimed in all)",
+					(unsigned long long)c->id, (unsigned)c->uid, len,
+					s->held + s->inflight);
+			starve(c, 1);
 			bufferevent_disable(c->bev, EV_READ);
 		} else {
 			c->admitted = now >= FRAME_HDR;
+			if (c->admitted && !c->fbuf && len > SMALL_FRAME && now < claim &&
+			    (c->fbuf = malloc(len))) {
+				/* from now on its bytes go straight into a buffer of its own */
+				evbuffer_drain(in, FRAME_HDR);
+				c->flen = len;
+				c->fgot = 0;
+				fill_frame(c, in);
+			}
 		}
 	}
 	if (now == 0 || c->starved) {
@@ -394,13 +452,19 @@ static void settle(struct conn *c)
 		wake_starved(s);
 }
 
-/* Request id of bytes went to the engine: 0, or -ENOMEM. */
+/* Request id of bytes went to the engine: 0, or -ENOMEM. Its bytes count
+ * in the budgets until its last reply. */
 static int track(struct conn *c, uint64_t id, uint32_t bytes)
 {
 	struct inflight *f = malloc(sizeof(*f));
-	if (!f)
+	struct uid_acct *a = uid_acct(c->srv, c->uid);
+	if (!f || !a) {
+		free(f);
 		return -ENOMEM;
-	*f = (struct inflight){ NULL, id, bytes };
+	}
+	*f = (struct inflight){ NULL, id, bytes, c->uid };
+	a->inflight += bytes;
+	c->srv->inflight += bytes;
 	if (c->fl_tail)
 		c->fl_tail->next = f;
 	else
@@ -428,9 +492,14 @@ static void untrack(struct conn *c, uint64_t id)
 			c->fl_tail = prev;
 		c->n_inflight--;
 		c->inflight_bytes -= f->bytes;
+		struct uid_acct *a = uid_acct(c->srv, f->uid);
+		if (a)
+			a->inflight -= f->bytes;
+		c->srv->inflight -= f->bytes;
 		free(f);
 		if (c->n_inflight == 0)
 			idle_arm(c);
+		wake_starved(c->srv);
 		return;
 	}
 }
@@ -525,6 +594,23 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 			bufferevent_disable(bev, EV_READ);
 			return;
 		}
+		uint8_t *body, *own = NULL;
+		uint32_t len;
+		if (c->fbuf) {
+			if (!fill_frame(c, in)) {
+				if (c->read_eof) {   /* the client will send no more of it */
+					conn_error(c, 0, -EINVAL, "connection shut down mid-frame");
+					free(c->fbuf);
+					c->fbuf = NULL;
+					maybe_finish(c);
+				}
+				return;
+			}
+			body = own = c->fbuf;
+			len = c->flen;
+			c->fbuf = NULL;
+			goto whole;
+		}
 		size_t avail = evbuffer_get_length(in);
 		if (avail < FRAME_HDR) {
 			maybe_finish(c);
@@ -532,7 +618,7 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 		}
 		uint8_t hdr[FRAME_HDR];
 		evbuffer_copyout(in, hdr, FRAME_HDR);
-		uint32_t len = frame_get_len(hdr);
+		len = frame_get_len(hdr);
 		if (len > s->cfg->max_frame) {
 			char msg[96];
 			snprintf(msg, sizeof(msg), "frame of %u bytes exceeds the limit of %u", len,
@@ -552,15 +638,21 @@ static void read_frames(struct bufferevent *bev, struct conn *c)
 			return;
 		}
 		evbuffer_drain(in, FRAME_HDR);
+		body = evbuffer_pullup(in, len);
+whole:
 		c->admitted = 0;   /* the next frame is judged on its own */
 		int first = c->frames++ == 0;
-		uint8_t *body = evbuffer_pullup(in, len);
 		const char *why = NULL;
-		int rc = request_scan(body, len, &why);   /* before protobuf-c's work */
+		/* before protobuf-c's work */
+		uint64_t sid;
+		int rc = request_scan(body, len, s->cfg->max_text, &sid, &why);
 		Llamad__Request *q = rc != -E2BIG ? llamad__request__unpack(NULL, len, body) : NULL;
-		evbuffer_drain(in, len);
+		if (own)
+			free(own);
+		else
+			evbuffer_drain(in, len);
 		if (rc == -E2BIG) {
-			conn_error(c, 0, rc, why);
+			conn_error(c, sid, rc, why);
 			continue;
 		}
 		if (!q) {

@@ -58,6 +58,8 @@ static int64_t varint(const uint8_t *p, size_t n, size_t *i)
 /* What a walk of the wire bytes found (request_scan). */
 struct scan {
 	int nul;                 /* a string field holds a NUL byte */
+	size_t longest;          /* the longest string field's bytes */
+	uint64_t id;             /* Request.id, when the top level has it */
 	size_t unknown_fields, unknown_bytes;
 	size_t strings;          /* string, bytes and message fields: each one an
 				  * allocation once unpacked */
@@ -80,10 +82,14 @@ static void walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n
 					       : NULL;
 		int64_t len = 0;
 		switch (tag & 7) {
-		case 0:
-			if (varint(p, n, &i) < 0)
+		case 0: {
+			int64_t v = varint(p, n, &i);
+			if (v < 0)
 				return;
+			if (depth == 0 && tag >> 3 == 1)
+				sc->id = (uint64_t)v;
 			break;
+		}
 		case 1:
 			i += 8;
 			break;
@@ -104,6 +110,8 @@ static void walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n
 		} else if ((tag & 7) == 2 && f->type == PROTOBUF_C_TYPE_STRING) {
 			sc->strings++;
 			sc->nul |= memchr(p + i, 0, (size_t)len) != NULL;
+			if ((size_t)len > sc->longest)
+				sc->longest = (size_t)len;
 		} else if ((tag & 7) == 2 && f->type == PROTOBUF_C_TYPE_MESSAGE) {
 			sc->strings++;
 			if (depth < 8)
@@ -115,10 +123,16 @@ static void walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n
 	}
 }
 
-int request_scan(const uint8_t *body, size_t len, const char **why)
+int request_scan(const uint8_t *body, size_t len, uint32_t max_text, uint64_t *id,
+		 const char **why)
 {
 	struct scan sc = { 0 };
 	walk(&llamad__request__descriptor, body, len, 0, &sc);
+	*id = sc.id;
+	if (sc.longest > max_text) {
+		*why = say("text is %zu bytes, more than max_text (%u)", sc.longest, max_text);
+		return -E2BIG;
+	}
 	if (sc.unknown_fields > REQUEST_UNKNOWN_FIELDS) {
 		*why = say("%zu unknown fields (%zu bytes) in one request, more than %d: not read",
 			   sc.unknown_fields, sc.unknown_bytes, REQUEST_UNKNOWN_FIELDS);

@@ -37,11 +37,16 @@ int request_validate(const Llamad__Request *q, uint32_t max_text, const char **w
 /* Scan the serialized Request body[0, len) before it is unpacked: more
  * unknown fields than REQUEST_UNKNOWN_FIELDS, or more string,
  * bytes and message fields than REQUEST_STRINGS, at any depth, is -E2BIG
- * (TOO_LARGE); a string field, at any depth, holding a NUL byte
+ * (TOO_LARGE), and so is a string field over max_text bytes (no string
+ * of a request may be longer: a frame of one 16 MiB text is refused
+ * without protobuf-c copying it); a string field, at any depth, holding a
+ * NUL byte
  * (protobuf-c would hand it over cut at the NUL: "name\0x" would open
  * session "name") is -EINVAL. 0 otherwise, with *why set on an error (a
- * message in this thread's buffer for TOO_LARGE). Bytes that do not parse
- * are left to the unpacker. */
-int request_scan(const uint8_t *body, size_t len, const char **why);
+ * message in this thread's buffer for TOO_LARGE). *id is the request's id
+ * (0 when the bytes hold none), for the error's reply. Bytes that do not
+ * parse are left to the unpacker. */
+int request_scan(const uint8_t *body, size_t len, uint32_t max_text, uint64_t *id,
+		 const char **why);
 
 #endif

@@ -25,7 +25,10 @@ static void one(const uint8_t *body, size_t len)
 	if (code && (!why || !*why))
 		abort();        /* every refusal carries a message */
 	const char *nwhy = NULL;
-	int scan = request_scan(body, len, &nwhy);
+	uint64_t id;
+	int scan = request_scan(body, len, MAX_TEXT, &id, &nwhy);
+	if (id != q->id && q->has_id)
+		abort();   /* the id read from the wire bytes is the unpacker's */
 	if (scan && ((scan != -EINVAL && scan != -E2BIG) || !nwhy || !*nwhy))
 		abort();
 	size_t n = llamad__request__get_packed_size(q);

@@ -10,6 +10,9 @@
 #     all; before, every connection buffered its 15 MiB: 326 MB), and the
 #     victim's generations go on being answered meanwhile (their latency
 #     is printed, as a ratio to the same generations unloaded);
+#   - 8 uids x 20 connections send whole 16 MiB frames (texts over
+#     max_text, bytes that are not a Request) for 3 s: the peak RSS grows
+#     by less than 64 + 12 MiB (before: +82 MiB with 8 uids);
 #   - two 12 MiB frames of one uid sent side by side (24 MiB, over its
 #     budget) are both read and answered: a frame, once admitted, claims
 #     its whole length, so two cannot wait for each other;
@@ -84,6 +87,70 @@ san=; grep -qaE "__asan_init|__tsan_init" "$BUILD/llamad" && san=1   # its alloc
     ok "20 stalled 16 MiB frames ($sent bytes sent): RSS +$grow MiB (< 40)" ||
     bad "RSS grew by $grow MiB ($sent bytes sent)"
 [ -n "$t1" ] && ok "the victim was served during the attack" || bad "victim not served"
+
+# ---- whole 16 MiB frames from 8 uids x 20 connections: memory within budget ------
+# (an Append of a 16 MiB text, refused for max_text before it is unpacked,
+# and 16 MiB of bytes that are not a Request): the peak RSS grows by less
+# than the 64 MiB of the budget plus 12 (before: the frames were copied
+# contiguous once more, and unpacked, outside the budget: +82 MiB)
+cat > "$dir/whole.py" <<'PY'
+import socket, struct, sys, time, select
+path, n, secs, mode = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+L = 16 << 20
+def v(x):
+    o = b""
+    while True:
+        b = x & 0x7f; x >>= 7
+        o += bytes([b | (0x80 if x else 0)])
+        if not x: return o
+if mode == "bytes":
+    body = b"\xff" * L
+else:
+    text = b"a" * (L - 64)
+    app = b"\x0a\x01s\x1a" + v(len(text)) + text
+    body = b"\x08\x01\x22" + v(len(app)) + app
+frame = struct.pack(">I", len(body)) + body
+socks = []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX); s.connect(path); s.setblocking(False); socks.append([s, 0])
+t0, sent = time.time(), 0
+while time.time() - t0 < secs:
+    _, w, _ = select.select([], [c[0] for c in socks], [], 0.1)
+    for c in socks:
+        if c[0] in w:
+            try:
+                k = c[0].send(frame[c[1]:c[1] + 262144]); c[1] = (c[1] + k) % len(frame); sent += k
+            except (BlockingIOError, BrokenPipeError, ConnectionResetError):
+                pass
+        try:
+            c[0].recv(65536)
+        except (BlockingIOError, ConnectionResetError):
+            pass
+print(sent >> 20)
+PY
+chmod 644 "$dir/whole.py"
+# a daemon of its own (no step delay): its peak is this attack's
+"$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+    --socket "$dir/w.sock" --socket-mode 0666 --state-dir none --log-level warning 2>"$dir/w.log" &
+wpid=$!
+wait_socket "$dir/w.sock" "$wpid" "$dir/w.log" 30
+sleep 1
+hwm0=$(awk '/^VmRSS:/ { print $2 }' "/proc/$wpid/status")
+wpids=
+for u in 5001 5002 5003 5004 5005 5006 5007 5008; do
+    mode=append; [ $u -gt 5006 ] && mode=bytes
+    setpriv --reuid=$u --regid=$u --clear-groups /usr/bin/python3 "$dir/whole.py" "$dir/w.sock" 20 3 $mode \
+        >"$dir/whole.$u" 2>&1 &
+    wpids="$wpids $!"
+done
+wait $wpids
+hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$wpid/status")
+kill $wpid
+grow=$(( (hwm - hwm0) / 1024 ))
+mib=$(cat "$dir"/whole.50* | awk '{ s += $1 } END { print s + 0 }')
+[ "$grow" -lt 76 ] && [ "$mib" -ge 64 ] &&
+    ok "whole 16 MiB frames of 8 uids ($mib MiB sent): peak RSS +$grow MiB (< 64 + 12)" ||
+    bad "whole frames: peak RSS +$grow MiB, $mib MiB sent"
 
 # ---- two large frames of one uid, together over its budget: both read -------------
 out=$(timeout 90 python3 tests/tools/two_frames.py "$SOCK" 2>&1) &&

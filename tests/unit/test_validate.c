@@ -57,7 +57,9 @@ static int through_wire(const Llamad__Request *q, const char **why)
 	uint8_t *buf = malloc(n ? n : 1);
 	assert_non_null(buf);
 	llamad__request__pack(q, buf);
-	int rc = request_scan(buf, n, why);
+	uint64_t id;
+	int rc = request_scan(buf, n, 1 << 20, &id, why);
+	assert_int_equal(id, q->id);
 	if (rc == 0) {
 		Llamad__Request *u = llamad__request__unpack(NULL, n, buf);
 		assert_non_null(u);
