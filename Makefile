@@ -282,6 +282,9 @@ $(BUILD)/tests/test_gateway: $(GW_PURE_OBJ)
 # the gateway's request framing, against libevent's server
 $(BUILD)/tests/test_reqscan: $(BUILD)/tests/unit/test_reqscan.o $(BUILD)/gateway/reqscan.o
 	$(CC) $(LDFLAGS) -o $@ $^ $(GW_LDLIBS) -lcmocka $(LDLIBS)
+# the step's fair shares (pure arithmetic)
+$(BUILD)/tests/test_fair: $(BUILD)/tests/unit/test_fair.o $(BUILD)/daemon/fair.o
+	$(CC) $(LDFLAGS) -o $@ $^ -lcmocka -lm $(LDLIBS)
 # the request checks, linked before the libraries they use
 $(BUILD)/tests/test_validate: $(BUILD)/tests/unit/test_validate.o $(BUILD)/daemon/validate.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) -lcmocka $(LDLIBS)

@@ -113,6 +113,9 @@ static const struct key keys[] = {
 	{ "max_frame", K_U32, O(max_frame), 1024, 1 << 30, 16 << 20, 1, "largest request frame in bytes" },
 	{ "max_text", K_U32, O(max_text), 1, 1 << 30, 1 << 20, 1, "largest text field in bytes" },
 	{ "step_tokens", K_INT, O(step_tokens), 1, 65536, 512, 1, "tokens per forward step, all sessions together" },
+	{ "fair_share", K_ENUM, O(fair_share), 0, 0, 1, 1,
+	  "users with work share each step's rows equally, steps kept within twice the time of one "
+	  "row's: on or off", NAMES(onoff_names) },
 	{ "max_tokens", K_INT, O(max_tokens), 1, 1 << 20, 512, 1, "default reply length in tokens" },
 	{ "template", K_ENUM, O(tmpl), 0, 0, CHAT_TEMPLATE_AUTO, 1,
 	  "template of new sessions: auto (the model file's), llama3, llama2 or raw",

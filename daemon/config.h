@@ -32,6 +32,7 @@ struct config {
 	uint32_t max_frame;
 	uint32_t max_text;
 	int step_tokens;         /* tokens per forward step (all sessions) */
+	int fair_share;          /* 1: users share a step's rows (daemon/fair.h) */
 	int max_tokens;          /* default reply length */
 	int tmpl;                /* enum chat_template (CHAT_TEMPLATE_AUTO: the model file's) */
 	int context_policy;      /* enum sess_policy */

@@ -26,6 +26,7 @@
 #include <xxhash.h>
 
 #include "daemon/engine_int.h"
+#include "daemon/fair.h"
 #include "daemon/log.h"
 #include "proto/frame.h"
 #include "session/kvsize.h"
@@ -214,6 +215,78 @@ static int within_share(struct engine *e, struct session *s, int tokens, int *sh
 	}
 }
 
+/*
+ * With fair_share on, deal this step's rows among the users with work
+ * (daemon/fair.h; one user alone: a step of FAIR_SOLO_FACTOR its cheapest
+ * row's time, at least FAIR_SOLO_S): cand[0, n) are the jobs in the
+ * step's order, limit[k] becomes the most rows cand[k] may run. The users'
+ * credit carries from step to step while they have work. The number of
+ * users sharing, or 0 (limit[] as it was: every row within budget).
+ */
+static int share_step(struct engine *e, struct job **cand, int n, int budget, int *limit)
+{
+	if (!e->cfg.fair_share || !fair_known(&e->cost))
+		return 0;
+	struct fair_user users[n];
+	struct fair_job jobs[n];
+	int n_users = 0;
+	double a, k1, k2;
+	int told = fair_line(&e->cost, &a, &k1, &k2);
+	for (int i = 0; i < n; i++) {
+		const struct session *s = cand[i]->s;
+		int want = s->n_tokens - s->n_cached - (cand[i]->kind == JOB_APPEND);
+		int u = 0;
+		while (u < n_users && users[u].uid != (uint32_t)s->uid)
+			u++;
+		if (want > 0 && u == n_users) {
+			users[n_users].uid = (uint32_t)s->uid;
+			users[n_users++].credit = 0;
+			for (int f = 0; f < e->n_fusers; f++)
+				if (e->fusers[f].uid == (uint32_t)s->uid)
+					users[u].credit = e->fusers[f].credit;
+		}
+		jobs[i].user = u;
+		jobs[i].want = want > 0 ? (want < budget ? want : budget) : 0;
+		int logits = cand[i]->kind == JOB_GENERATE && want == 1;
+		jobs[i].cost0 = k1 * (e->shape.row + (logits ? e->shape.logits : 0)) +
+				k2 * e->shape.per_pos * s->n_cached;
+		jobs[i].dcost = k2 * e->shape.per_pos;
+	}
+	if (n_users == 0) {
+		e->n_fusers = 0;
+		return 0;
+	}
+	if (n_users == 1 && !told) {
+		/* one user, a not known: every row (batching may pay), and now
+		 * and then half of them, so that the fit learns a */
+		e->n_fusers = 0;
+		int rows = 0;
+		for (int i = 0; i < n; i++)
+			rows += jobs[i].want;
+		if (e->n_forward % FAIR_PROBE != 0 || rows < 2)
+			return 0;
+		for (int i = 0, half = rows / 2; i < n; i++) {
+			limit[i] = jobs[i].want < half ? jobs[i].want : half;
+			half -= limit[i];
+		}
+		return 1;
+	}
+	fair_pick(users, n_users, jobs, n, a, budget, e->rr_user++);
+	for (int i = 0; i < n; i++)
+		limit[i] = jobs[i].take;
+	/* the credit of the users with work, for the next step */
+	if (n_users > e->cap_fusers) {
+		struct fair_user *nf = realloc(e->fusers, (size_t)n_users * sizeof(*nf));
+		if (!nf)
+			return n_users;
+		e->fusers = nf;
+		e->cap_fusers = n_users;
+	}
+	memcpy(e->fusers, users, (size_t)n_users * sizeof(*users));
+	e->n_fusers = n_users;
+	return n_users;
+}
+
 static void step(struct engine *e)
 {
 	/* retire cancelled jobs and finished appends first */
@@ -266,11 +339,22 @@ static void step(struct engine *e)
 		order[decode ? 0 : 1][n_order[decode ? 0 : 1]++] = j;
 	}
 	int budget = e->cfg.step_tokens < e->step_cap ? e->cfg.step_tokens : e->step_cap;
+	struct job *cand[e->n_jobs];
+	int n_cand = 0, limit[e->n_jobs];
+	for (int pass = 0; pass < 2; pass++)
+		for (int k = 0; k < n_order[pass]; k++) {
+			limit[n_cand] = budget;
+			cand[n_cand++] = order[pass][k];
+		}
+	share_step(e, cand, n_cand, budget, limit);
 	int nb = 0;
-	for (int pass = 0; pass < 2; pass++) {
-		for (int k = 0; k < n_order[pass] && budget > 0; k++) {
-			struct job *j = order[pass][k];
+	double work = 0, attn = 0;   /* the step's (fair.h: x1, x2) */
+	for (int k = 0; k < n_cand && budget > 0; k++) {
+		{
+			struct job *j = cand[k];
 			struct session *s = j->s;
+			if (limit[k] <= 0)
+				continue;   /* its user's share of this step is taken */
 			/* whole blocks another session of its owner holds */
 			int hit = sess_share_prefix(&e->st, s);
 			if (j->kind == JOB_GENERATE && j->t_first == 0)
@@ -278,6 +362,8 @@ static void step(struct engine *e)
 			int pending = s->n_tokens - s->n_cached;
 			int want = j->kind == JOB_APPEND ? pending - 1 : pending;
 			int take = want < budget ? want : budget;
+			if (take > limit[k])
+				take = limit[k];
 			if (take <= 0)
 				continue;
 			int share;
@@ -307,10 +393,13 @@ static void step(struct engine *e)
 			q->all_logits = 0;
 			e->batch[nb++] = j;
 			budget -= take;
+			work += take * e->shape.row + (q->logits ? e->shape.logits : 0);
+			attn += e->shape.per_pos * ((double)take * q->pos + (double)take * (take - 1) / 2);
 		}
 	}
 	if (nb == 0)
 		return;
+	double t0 = clock_mono_s();
 	int rc = fwd_run(e->fwd, &e->pool->kv, e->seqs, nb);
 	e->n_forward++;
 	if (e->step_delay_ms > 0)  /* LLAMAD_TEST_STEP_DELAY_MS: a slow model, for tests */
@@ -340,6 +429,8 @@ static void step(struct engine *e)
 		if (q->logits)
 			after_logits(e, j);
 	}
+	/* what a step of this much work costs, sampling included */
+	fair_observe(&e->cost, work, attn, clock_mono_s() - t0);
 }
 
 /* ---- thread ----------------------------------------------------------- */
@@ -622,6 +713,9 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 		log_msg(LL_INFO, "device auto: using the CPU (%s)", note);
 	free(note);
 	log_msg(LL_INFO, "backend: %s", e->be->desc);
+	const struct model_config *mc = &m->cfg;
+	e->shape = fair_shape_of(mc->dim, mc->n_layers, mc->n_heads, mc->n_kv_heads, mc->head_dim,
+				 mc->ffn_dim, mc->vocab);
 	e->step_cap = cfg->step_tokens > 64 ? cfg->step_tokens : 64;
 	if (e->step_cap < 4096)
 		e->step_cap = 4096 < e->ctx ? 4096 : (e->ctx > 64 ? e->ctx : 64);
@@ -823,6 +917,7 @@ void engine_free(struct engine *e)
 	backend_free(e->be);
 	free(e->seqs);
 	free(e->batch);
+	free(e->fusers);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e);

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "daemon/engine.h"
+#include "daemon/fair.h"
 #include "daemon/reply.h"
 #include "gen/generate.h"
 #include "model/forward.h"
@@ -107,6 +108,14 @@ struct engine {
 	 * arrival order (jobs.c's list; handlers.c: which wait, run_parked) */
 	struct cmd *parked_head, *parked_tail;
 	unsigned rr;             /* round-robin start */
+	/* fair shares of the steps among users (daemon/fair.h): the model's
+	 * work per row, step times by work, the credit of the users with work,
+	 * whose turn is first */
+	struct fair_shape shape;
+	struct fair_cost cost;
+	struct fair_user *fusers;
+	int n_fusers, cap_fusers;
+	unsigned rr_user;
 	struct fwd_seq *seqs;
 	struct job **batch;
 	int batch_cap;

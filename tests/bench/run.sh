@@ -131,6 +131,10 @@ idle_missed=0
 BUILD=$BUILD MODELS=$MODELS sh tests/bench/idle.sh | tee -a "$log"
 grep -q '^bench=idle_conns .* met$' "$log" || idle_missed=1
 
+# ---- one user's 64 generations against another's one (fair_share) ----------
+echo "== daemon: stories260K, root's 32-token generation beside uid 65534's 64, fair_share on / off"
+BUILD=$BUILD MODELS=$MODELS THREADS=$THREADS sh tests/bench/fair.sh | tee -a "$log"
+
 # ---- transcripts: a 3,000-turn session, in memory and on disk ---------------
 echo "== daemon: llama3-tiny shape, GetTranscript of a 3,000-turn session"
 tiny=$OUT/llama3-tiny-f32
