@@ -114,12 +114,18 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 			printf("template:     %s\n", s->chat_template);
 		printf("state dir:    %s\n", s->state_dir && *s->state_dir ? s->state_dir
 							    : "none (sessions are not saved)");
-		printf("connections:  %u open\n", s->connections);
+		/* a user other than root and llamad's own sees its own figures
+		 * only (Status.own): what counts others' work is not sent */
+		if (s->has_connections)
+			printf("connections:  %u open\n", s->connections);
 		/* what the pool holds, in tokens and in contexts of the session
 		 * limit: under one, a session cannot reach its context */
 		uint64_t kv_tokens = (uint64_t)s->kv_blocks_total * s->kv_block_tokens;
-		printf("kv cache:     %u of %u blocks free (%u tokens each), %s%s%s: %llu tokens, "
-		       "%.1f contexts%s\n", s->kv_blocks_free, s->kv_blocks_total, s->kv_block_tokens,
+		printf("kv cache:     ");
+		if (s->has_kv_blocks_free)
+			printf("%u of ", s->kv_blocks_free);
+		printf("%u blocks%s (%u tokens each), %s%s%s: %llu tokens, %.1f contexts%s\n",
+		       s->kv_blocks_total, s->has_kv_blocks_free ? " free" : "", s->kv_block_tokens,
 		       kv, s->kv_type && *s->kv_type ? " of " : "", s->kv_type ? s->kv_type : "",
 		       (unsigned long long)kv_tokens,
 		       s->context_length ? (double)kv_tokens / s->context_length : 0.0,
@@ -127,25 +133,31 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 		/* prefix sharing: free blocks that still hold a prefix its owner's
 		 * next session may take (a daemon that does not say: no line) */
 		if (s->has_prefix_sharing) {
-			printf("sharing:      prefix sharing %s, %u free blocks cached", s->prefix_sharing
-			       ? "on" : "off", s->kv_blocks_cached);
-			if (s->counters)
+			printf("sharing:      prefix sharing %s", s->prefix_sharing ? "on" : "off");
+			if (s->has_kv_blocks_cached)
+				printf(", %u free blocks cached", s->kv_blocks_cached);
+			if (s->counters && s->counters->has_prefix_hit_tokens)
 				printf(", %llu prompt tokens shared",
 				       (unsigned long long)s->counters->prefix_hit_tokens);
 			putchar('\n');
 		}
-		printf("evicted K/V:  %s of %s host memory\n", ru, rt);
+		if (s->has_ram_bytes_used)
+			printf("evicted K/V:  %s of %s host memory\n", ru, rt);
 		printf("weights:      %s\n", w);
 		if (s->has_rss_bytes)
 			printf("rss:          %s\n", rss);
 		if (s->counters) {
 			const Llamad__Counters *c = s->counters;
-			printf("requests:     %llu (%llu errors), %llu connections accepted\n",
-			       (unsigned long long)c->requests, (unsigned long long)c->errors,
-			       (unsigned long long)c->connections);
-			printf("tokens:       %llu prefilled, %llu generated\n",
+			printf("requests:     %llu", (unsigned long long)c->requests);
+			if (c->has_errors)
+				printf(" (%llu errors), %llu connections accepted",
+				       (unsigned long long)c->errors, (unsigned long long)c->connections);
+			printf("\ntokens:       %llu prefilled, %llu generated\n",
 			       (unsigned long long)c->prefilled_tokens,
 			       (unsigned long long)c->generated_tokens);
+		}
+		if (s->counters && s->counters->has_forward_passes) {
+			const Llamad__Counters *c = s->counters;
 			printf("passes:       %llu forward, %llu copy-on-write copies\n",
 			       (unsigned long long)c->forward_passes,
 			       (unsigned long long)c->cow_copies);
@@ -164,13 +176,24 @@ static int cmd_status(struct cli *cli, int argc, char **argv)
 			char bf[32];
 			cli_human_bytes(bf, sizeof(bf), s->block_file_bytes);
 			printf("block files:  %u (%s) shared by saved sessions", s->block_files, bf);
-			if (s->counters)
+			if (s->counters && s->counters->has_block_files_written)
 				printf("; %llu written, %llu removed, %llu refused",
 				       (unsigned long long)s->counters->block_files_written,
 				       (unsigned long long)s->counters->block_files_removed,
 				       (unsigned long long)s->counters->block_files_refused);
 			putchar('\n');
 		}
+		if (s->has_disk_bytes) {
+			char db[32], dq[32];
+			cli_human_bytes(db, sizeof(db), s->disk_bytes);
+			cli_human_bytes(dq, sizeof(dq), s->disk_quota_bytes);
+			printf("disk:         %s of saved sessions", db);
+			if (s->disk_quota_bytes)
+				printf(", %s your share (disk_share_per_uid)", dq);
+			putchar('\n');
+		}
+		if (s->own)
+			printf("counts:       your own (root and llamad's user see every user's)\n");
 		if (cli->verbose && s->ttft)
 			print_hist("first token:", s->ttft, "generations");
 		if (cli->verbose && s->token_time)

@@ -18,9 +18,10 @@ enum {
 	PBJ_ROUND3 = 16,      /* a number rounded to 3 decimals (timings: µs) */
 };
 
-/* A form chosen on purpose for one field of one message. With `after`, the
- * field is written right after that one instead of in field-number order
- * (rows apply in this order, so one may follow another that moved). */
+/* A form chosen on purpose for one field of one message ("*": every field
+ * of it that has no row of its own). With `after`, the field is written
+ * right after that one instead of in field-number order (rows apply in
+ * this order, so one may follow another that moved). */
 struct rule {
 	const ProtobufCMessageDescriptor *msg;
 	const char *field;
@@ -61,8 +62,19 @@ static const struct rule rules[] = {
 	{ &llamad__status__descriptor, "counters", 0, "ram_bytes_total" },
 	/* the free blocks that hold prefixes, with the other counts of blocks;
 	 * whether sharing is on: null from a daemon that does not say */
-	{ &llamad__status__descriptor, "kv_blocks_cached", 0, "kv_blocks_free" },
+	{ &llamad__status__descriptor, "kv_blocks_cached", PBJ_NULL_UNSET, "kv_blocks_free" },
 	{ &llamad__status__descriptor, "prefix_sharing", PBJ_NULL_UNSET, NULL },
+	/* what counts other users' work is not sent to a user other than root
+	 * and the daemon's own (Status.own, then present and true): null */
+	{ &llamad__status__descriptor, "connections", PBJ_NULL_UNSET, NULL },
+	{ &llamad__status__descriptor, "kv_blocks_free", PBJ_NULL_UNSET, NULL },
+	{ &llamad__status__descriptor, "ram_bytes_used", PBJ_NULL_UNSET, NULL },
+	{ &llamad__status__descriptor, "rss_bytes", PBJ_NULL_UNSET, NULL },
+	{ &llamad__counters__descriptor, "*", PBJ_NULL_UNSET, NULL },
+	{ &llamad__status__descriptor, "own", PBJ_OMIT_UNSET, NULL },
+	/* the saved sessions' bytes: null without a state directory */
+	{ &llamad__status__descriptor, "disk_bytes", PBJ_NULL_UNSET, NULL },
+	{ &llamad__status__descriptor, "disk_quota_bytes", PBJ_NULL_UNSET, NULL },
 	/* the latency histograms: absent from a daemon that does not keep them */
 	{ &llamad__status__descriptor, "ttft", PBJ_OMIT_UNSET, NULL },
 	{ &llamad__status__descriptor, "token_time", PBJ_OMIT_UNSET, NULL },
@@ -72,10 +84,16 @@ static const struct rule rules[] = {
 
 static const struct rule *rule_of(const ProtobufCMessageDescriptor *d, const char *field)
 {
-	for (size_t i = 0; i < N_RULES; i++)
-		if (rules[i].msg == d && strcmp(rules[i].field, field) == 0)
+	const struct rule *all = NULL;
+	for (size_t i = 0; i < N_RULES; i++) {
+		if (rules[i].msg != d)
+			continue;
+		if (strcmp(rules[i].field, field) == 0)
 			return &rules[i];
-	return NULL;
+		if (strcmp(rules[i].field, "*") == 0)
+			all = &rules[i];
+	}
+	return all;
 }
 
 /* Whether field f of m is set: has_ for optional scalars and bytes, a

@@ -108,6 +108,7 @@ static const struct key keys[] = {
 	  "its memory goes back (0: at once)" },
 	{ "max_sessions_per_uid", K_INT, O(max_sessions_per_uid), 0, 1e7, 256, 1, "sessions per user other than root (0: no quota)" },
 	{ "max_kv_share_per_uid", K_INT, O(max_kv_share_per_uid), 1, 100, 50, 1, "percent of the KV cache one user other than root may hold (100: no limit)" },
+	{ "disk_share_per_uid", K_INT, O(disk_share_per_uid), 1, 100, 10, 1, "percent of the state directory's file system one user other than root may fill with saved sessions (100: no limit)" },
 	{ "max_sessions", K_INT, O(max_sessions), 1, 1e7, 1024, 1, "most sessions held at once" },
 	{ "max_session_tokens", K_INT, O(max_session_tokens), 0, 1 << 24, 0, 1, "tokens per session (0: the model's context)" },
 	{ "max_frame", K_U32, O(max_frame), 1024, 1 << 30, 16 << 20, 1, "largest request frame in bytes" },

@@ -42,6 +42,7 @@ struct config {
 	int max_connections_per_uid;  /* 0: no limit; root, our user, gateways: none */
 	int idle_timeout;        /* seconds; 0: none */
 	int max_kv_share_per_uid;  /* percent of the KV pool one uid's sessions may hold (root: any) */
+	int disk_share_per_uid;  /* percent of the state dir's file system; 100: all */
 	int frame_timeout;       /* seconds an unfinished frame may take (+1 per 256 KiB) */
 	int log_level;           /* 0 error, 1 warning, 2 info, 3 debug */
 	char *state_dir;         /* NULL: the default; "none": no persistence */

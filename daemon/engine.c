@@ -188,6 +188,7 @@ static void after_logits(struct engine *e, struct job *j)
 	j->answer_turn = 1;
 	s->generated++;
 	e->n_generated++;
+	engine_uid_stats(e, s->uid)->generated++;
 	int why = gen_accept(&j->gen, next);
 	if (why != GEN_EOS)
 		send_token_event(e, j, &next, 1);
@@ -197,7 +198,7 @@ static void after_logits(struct engine *e, struct job *j)
 
 /* s may grow to `tokens` cached tokens only within its owner's share of the
  * KV pool (max_kv_share_per_uid; root has no limit): the owner's other idle
- * sessions leave the pool first. 0, or -EDQUOT with the share in *share. */
+ * sessions leave the pool first. 0, or -EUSERS with the share in *share. */
 static int within_share(struct engine *e, struct session *s, int tokens, int *share)
 {
 	int pct = e->cfg.max_kv_share_per_uid;
@@ -211,7 +212,7 @@ static int within_share(struct engine *e, struct session *s, int tokens, int *sh
 		if (held + need <= *share)
 			return 0;
 		if (!res_evict_one_of(&e->res, s, s->uid))
-			return -EDQUOT;
+			return -EUSERS;
 	}
 }
 
@@ -373,7 +374,7 @@ static void step(struct engine *e)
 					 "%d blocks: max_kv_share_per_uid %d%%); drop or save sessions",
 					 (unsigned)s->uid, share, e->pool->kv.n_blocks,
 					 e->cfg.max_kv_share_per_uid);
-				fail_job(e, j, -EDQUOT, msg);
+				fail_job(e, j, -EUSERS, msg);
 				continue;
 			}
 			int rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
@@ -424,6 +425,7 @@ static void step(struct engine *e)
 		sess_name_blocks(&e->st, s);
 		s->prefilled += (uint64_t)q->n_tokens;
 		e->n_prefilled += (uint64_t)q->n_tokens;
+		engine_uid_stats(e, s->uid)->prefilled += (uint64_t)q->n_tokens;
 		if (j->kind == JOB_GENERATE && j->t_first == 0)
 			j->prompt_tokens += q->n_tokens;
 		if (q->logits)
@@ -540,6 +542,7 @@ static void *engine_main(void *arg)
 			new_tmpl = e->cfg.tmpl != e->pending_cfg.tmpl;
 			e->cfg = e->pending_cfg;
 			e->res.refuse_foreign = e->cfg.foreign_cache;
+			e->res.disk_share = e->cfg.disk_share_per_uid;
 			e->st.share = e->cfg.prefix_sharing;
 			e->have_pending_cfg = 0;
 		}
@@ -769,6 +772,7 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	}
 	res_init(&e->res, &e->st, m->fingerprint, e->ctx, m->cfg.vocab, cfg->ram_cache, report, e);
 	e->res.refuse_foreign = cfg->foreign_cache;
+	e->res.disk_share = cfg->disk_share_per_uid;
 	{
 		/* block names: this model, this KV type and layout */
 		uint64_t v[4] = { m->fingerprint, (uint64_t)e->pool->kv.dtype,
@@ -918,6 +922,7 @@ void engine_free(struct engine *e)
 	free(e->seqs);
 	free(e->batch);
 	free(e->fusers);
+	free(e->ustats);
 	pthread_mutex_destroy(&e->mu);
 	pthread_cond_destroy(&e->cv);
 	free(e);

@@ -40,6 +40,12 @@ struct cmd {
 
 enum job_kind { JOB_APPEND, JOB_GENERATE };
 
+/* What one uid's requests did since the start. */
+struct uid_stats {
+	uid_t uid;
+	uint64_t requests, prefilled, generated;
+};
+
 /* A request that runs over several steps: an Append being prefilled or a
  * Generate. Its session is busy while it runs. */
 struct job {
@@ -124,6 +130,10 @@ struct engine {
 	double t_start;
 	double last_idle_scan;
 	uint64_t n_requests, n_prefilled, n_generated, n_forward;
+	/* the same by uid (Status shows a user other than root and the
+	 * daemon's own its own figures) */
+	struct uid_stats *ustats;
+	int n_ustats, cap_ustats;
 	/* since start-up: time to a Generate's first token event, and
 	 * between its token events (Status.ttft, token_time) */
 	struct hist ttft, token_time;
@@ -139,6 +149,9 @@ void engine_reply(struct engine *e, uint64_t conn, const Llamad__Response *r);
 /* An Error reply for -errno err (reply_code) with a printf message. */
 void engine_error(struct engine *e, uint64_t conn, uint64_t id, int err, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
+/* uid's figures (an entry made when missing; a scratch entry when out of
+ * memory, so that counting never fails). */
+struct uid_stats *engine_uid_stats(struct engine *e, uid_t uid);
 /* Tokens one session may hold (the model's context, or max_session_tokens). */
 int engine_session_limit(const struct engine *e);
 /* The turn rules' view of the engine. */

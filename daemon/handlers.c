@@ -116,16 +116,23 @@ static void visit_for(struct engine *e, const struct req *rq, void (*fn)(struct 
 		sess_foreach(&e->st, rq->uid, fn, ctx);
 }
 
-/* -EDQUOT if uid holds its quota of sessions. */
+/* -EUSERS if uid holds its quota of sessions, -EDQUOT if its saved
+ * sessions fill its share of the disk (a new one could not be saved). */
 static int check_quota(struct engine *e, struct req *rq)
 {
+	uint64_t used, quota;
+	if (e->res.dir && res_disk_use(&e->res, rq->uid, &used, &quota))
+		return fail(rq, -EDQUOT, "uid %u's saved sessions take %llu MiB, its share of the disk "
+			    "(disk_share_per_uid %d%%: %llu MiB); drop some", (unsigned)rq->uid,
+			    (unsigned long long)(used >> 20), e->cfg.disk_share_per_uid,
+			    (unsigned long long)(quota >> 20));
 	if (e->cfg.max_sessions_per_uid <= 0 || rq->uid == 0)
 		return 0;
 	struct count_ctx c = { 0 };
 	sess_foreach(&e->st, rq->uid, count_one, &c);
 	if (c.n < e->cfg.max_sessions_per_uid)
 		return 0;
-	return fail(rq, -EDQUOT, "uid %u holds its quota of %d sessions", (unsigned)rq->uid,
+	return fail(rq, -EUSERS, "uid %u holds its quota of %d sessions", (unsigned)rq->uid,
 		    e->cfg.max_sessions_per_uid);
 }
 
@@ -595,30 +602,50 @@ static void wire_hist(const struct hist *h, Llamad__Histogram *w)
 	PB_SET(w, count, h->count);
 }
 
+static void add_file_bytes(struct session *s, void *ctx)
+{
+	*(uint64_t *)ctx += s->file_bytes;
+}
+
+/*
+ * Status: root and the daemon's own user see every user's figures; any
+ * other caller (a gateway's caller as well: the uid it acts for) sees its
+ * own sessions, requests, tokens and files, and nothing that counts other
+ * users' work (Status.own).
+ */
 static int on_status(struct engine *e, struct req *rq)
 {
+	int all = rq->uid == 0 || rq->uid == geteuid();
 	const struct res_counters *n = &e->res.n;
 	Llamad__Counters c = LLAMAD__COUNTERS__INIT;
-	PB_SET(&c, requests, e->n_requests);
-	PB_SET(&c, errors, reply_errors());
-	PB_SET(&c, prefilled_tokens, e->n_prefilled);
-	PB_SET(&c, generated_tokens, e->n_generated);
-	PB_SET(&c, forward_passes, e->n_forward);
-	PB_SET(&c, cow_copies, e->pool->cow_copies);
-	PB_SET(&c, prefix_hit_tokens, e->st.prefix_hit_tokens);
-	PB_SET(&c, block_files_written, e->res.n.blocks_written);
-	PB_SET(&c, block_files_removed, e->res.n.blocks_removed);
-	PB_SET(&c, block_files_refused, e->res.n.blocks_refused);
-	PB_SET(&c, evictions_ram, n->evict_ram);
-	PB_SET(&c, evictions_disk, n->evict_disk);
-	PB_SET(&c, restores, n->restores);
-	PB_SET(&c, saves, n->saves);
-	PB_SET(&c, save_errors, n->save_errors);
-	PB_SET(&c, files_set_aside, n->set_aside);
-	pthread_mutex_lock(&e->mu);
-	PB_SET(&c, connections, e->conns_accepted);
-	int open = e->conns_open;
-	pthread_mutex_unlock(&e->mu);
+	int open = 0;
+	if (all) {
+		PB_SET(&c, requests, e->n_requests);
+		PB_SET(&c, errors, reply_errors());
+		PB_SET(&c, prefilled_tokens, e->n_prefilled);
+		PB_SET(&c, generated_tokens, e->n_generated);
+		PB_SET(&c, forward_passes, e->n_forward);
+		PB_SET(&c, cow_copies, e->pool->cow_copies);
+		PB_SET(&c, prefix_hit_tokens, e->st.prefix_hit_tokens);
+		PB_SET(&c, block_files_written, e->res.n.blocks_written);
+		PB_SET(&c, block_files_removed, e->res.n.blocks_removed);
+		PB_SET(&c, block_files_refused, e->res.n.blocks_refused);
+		PB_SET(&c, evictions_ram, n->evict_ram);
+		PB_SET(&c, evictions_disk, n->evict_disk);
+		PB_SET(&c, restores, n->restores);
+		PB_SET(&c, saves, n->saves);
+		PB_SET(&c, save_errors, n->save_errors);
+		PB_SET(&c, files_set_aside, n->set_aside);
+		pthread_mutex_lock(&e->mu);
+		PB_SET(&c, connections, e->conns_accepted);
+		open = e->conns_open;
+		pthread_mutex_unlock(&e->mu);
+	} else {
+		const struct uid_stats *u = engine_uid_stats(e, rq->uid);
+		PB_SET(&c, requests, u->requests);
+		PB_SET(&c, prefilled_tokens, u->prefilled);
+		PB_SET(&c, generated_tokens, u->generated);
+	}
 	Llamad__Status st = LLAMAD__STATUS__INIT;
 	st.server = (char *)"llamad " LLAMAD_VERSION;
 	st.model = e->model_desc;
@@ -632,30 +659,53 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, sessions, (uint32_t)k.n);
 	PB_SET(&st, sessions_in_ram, (uint32_t)k.in_ram);
 	PB_SET(&st, sessions_on_disk, (uint32_t)k.on_disk);
+	PB_SET(&st, active, (uint32_t)k.active);
 	st.state_dir = e->res.dir ? e->res.dir : (char *)"";
-	PB_SET(&st, ram_bytes_used, (uint64_t)e->res.ram_used);
 	PB_SET(&st, ram_bytes_total, e->cfg.ram_cache);
 	st.chat_template = e->default_tmpl_why;
-	PB_SET(&st, active, (uint32_t)k.active);
-	PB_SET(&st, connections, (uint32_t)open);
 	PB_SET(&st, kv_blocks_total, (uint32_t)e->pool->kv.n_blocks);
-	PB_SET(&st, kv_blocks_free, (uint32_t)kvpool_n_free(e->pool));
 	PB_SET(&st, kv_block_tokens, (uint32_t)e->pool->kv.block_size);
 	PB_SET(&st, kv_bytes_total, (uint64_t)e->pool->kv.n_blocks * kt_kv_block_bytes(&e->pool->kv));
 	st.kv_type = (char *)kt_dtype_name(e->pool->kv.dtype);
-	PB_SET(&st, kv_blocks_cached, (uint32_t)kvpool_n_cached(e->pool));
 	PB_SET(&st, prefix_sharing, e->st.share != 0);
-	PB_SET(&st, block_files, (uint32_t)e->res.blocks.n);
-	PB_SET(&st, block_file_bytes, e->res.blocks.bytes);
 	PB_SET(&st, weight_bytes, e->m->weight_bytes);
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;
 	Llamad__Histogram ttft, token_time;
-	wire_hist(&e->ttft, &ttft);
-	wire_hist(&e->token_time, &token_time);
-	st.ttft = &ttft;
-	st.token_time = &token_time;
-	PB_SET(&st, rss_bytes, rss_bytes());
+	uint64_t used = 0, quota = 0;
+	if (e->res.dir)
+		res_disk_use(&e->res, rq->uid, &used, &quota);
+	if (all) {
+		PB_SET(&st, ram_bytes_used, (uint64_t)e->res.ram_used);
+		PB_SET(&st, connections, (uint32_t)open);
+		PB_SET(&st, kv_blocks_free, (uint32_t)kvpool_n_free(e->pool));
+		PB_SET(&st, kv_blocks_cached, (uint32_t)kvpool_n_cached(e->pool));
+		PB_SET(&st, block_files, (uint32_t)e->res.blocks.n);
+		PB_SET(&st, block_file_bytes, e->res.blocks.bytes);
+		wire_hist(&e->ttft, &ttft);
+		wire_hist(&e->token_time, &token_time);
+		st.ttft = &ttft;
+		st.token_time = &token_time;
+		PB_SET(&st, rss_bytes, rss_bytes());
+		/* every user's files */
+		used = e->res.blocks.bytes;
+		sess_foreach(&e->st, 0, add_file_bytes, &used);
+	} else {
+		uint32_t nb = 0;
+		uint64_t bb = 0;
+		for (size_t i = 0; i < e->res.blocks.cap; i++)
+			if (e->res.blocks.v[i].count && e->res.blocks.v[i].uid == (uint32_t)rq->uid) {
+				nb++;
+				bb += e->res.blocks.v[i].bytes;
+			}
+		PB_SET(&st, block_files, nb);
+		PB_SET(&st, block_file_bytes, bb);
+		PB_SET(&st, own, 1);
+	}
+	if (e->res.dir) {
+		PB_SET(&st, disk_bytes, used);
+		PB_SET(&st, disk_quota_bytes, quota);
+	}
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_STATUS);
 	r.status = &st;
 	reply_body(e, rq, &r);
@@ -691,10 +741,11 @@ static int on_save(struct engine *e, struct req *rq)
 		res_save_into(&e->res, s, 1, &c);  /* in RAM or on disk: saved already */
 	}
 	if (c.errors) {
-		fail(rq, -EIO, "%d session%s not saved: %s", c.errors, c.errors == 1 ? "" : "s",
+		int rc = c.first_rc == -EDQUOT ? -EDQUOT : -EIO;
+		fail(rq, rc, "%d session%s not saved: %s", c.errors, c.errors == 1 ? "" : "s",
 		     c.first_error ? c.first_error : "");
 		free(c.first_error);
-		return -EIO;
+		return rc;
 	}
 	Llamad__Saved sd = LLAMAD__SAVED__INIT;
 	PB_SET(&sd, sessions, (uint32_t)c.n);
@@ -953,6 +1004,7 @@ static struct session *waits_for(struct engine *e, const struct cmd *c)
 int handle_request(struct engine *e, struct cmd *c)
 {
 	e->n_requests++;
+	engine_uid_stats(e, c->uid)->requests++;
 	struct session *s = waits_for(e, c);
 	int queued = 0;
 	for (struct cmd *p = e->parked_head; s && p; p = p->next)

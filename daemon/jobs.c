@@ -61,6 +61,24 @@ void engine_error(struct engine *e, uint64_t conn, uint64_t id, int err, const c
 	engine_send(e, reply_error(conn, id, reply_code(err), msg));
 }
 
+struct uid_stats *engine_uid_stats(struct engine *e, uid_t uid)
+{
+	static struct uid_stats scratch;
+	for (int i = 0; i < e->n_ustats; i++)
+		if (e->ustats[i].uid == uid)
+			return &e->ustats[i];
+	if (e->n_ustats == e->cap_ustats) {
+		int cap = e->cap_ustats ? 2 * e->cap_ustats : 8;
+		struct uid_stats *n = realloc(e->ustats, (size_t)cap * sizeof(*n));
+		if (!n)
+			return &scratch;
+		e->ustats = n;
+		e->cap_ustats = cap;
+	}
+	e->ustats[e->n_ustats] = (struct uid_stats){ .uid = uid };
+	return &e->ustats[e->n_ustats++];
+}
+
 int engine_session_limit(const struct engine *e)
 {
 	int lim = e->ctx;

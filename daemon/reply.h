@@ -11,9 +11,10 @@
  *   E2BIG TOO_LARGE            ECANCELED CANCELLED      ESRCH UNKNOWN_REQUEST
  *   EPROTONOSUPPORT BAD_VERSION                         ENOSYS UNKNOWN_OP
  *   EACCES PERMISSION_DENIED
- *   ENOMEM, ENOBUFS (the KV cache is full), EDQUOT (a uid's quota),
- *   EUSERS (max_sessions) RESOURCE_EXHAUSTED
+ *   ENOMEM, ENOBUFS (the KV cache is full), EUSERS (max_sessions, a uid's
+ *   quota of sessions or share of the KV cache) RESOURCE_EXHAUSTED
  *   EIO, ESTALE (the state directory, a state file) STORAGE
+ *   EDQUOT (a uid's share of the disk) STORAGE_QUOTA
  *   ESHUTDOWN SHUTTING_DOWN    anything else INTERNAL
  */
 #ifndef LLAMAD_DAEMON_REPLY_H

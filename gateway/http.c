@@ -58,6 +58,8 @@ int http_status_of(int code)
 		return 429;
 	case LLAMAD__ERROR_CODE__SHUTTING_DOWN:
 		return 503;
+	case LLAMAD__ERROR_CODE__STORAGE_QUOTA:
+		return 507;
 	default:
 		return 500;
 	}
@@ -78,6 +80,7 @@ void http_send_json(struct gw *g, struct evhttp_request *req, int status, const 
 	const char *why = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 401 ? "Unauthorized"
 		: status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
 		: status == 413 ? "Payload Too Large" : status == 429 ? "Too Many Requests"
+		: status == 507 ? "Insufficient Storage"
 		: status == 503 ? "Service Unavailable" : "Internal Server Error";
 	evhttp_send_reply(req, status, why, b);
 	if (b)
@@ -286,7 +289,7 @@ static void route(struct evhttp_request *req, void *arg)
 			send_ps(g, req);
 			return;
 		case -5:
-			metrics_serve(g, req);
+			metrics_serve(g, req, &c);
 			return;
 		case -6:
 			http_send_json(g, req, 200, "{\"status\":\"ok\"}");

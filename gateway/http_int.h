@@ -37,7 +37,7 @@ struct up *http_dial(struct gw *g, struct gw_model *m, const struct caller *c, u
 void job_start(struct gw *g, struct evhttp_request *req, enum api_kind kind,
 	       const struct caller *c);
 
-/* GET /metrics (metrics.c). */
-void metrics_serve(struct gw *g, struct evhttp_request *req);
+/* GET /metrics (metrics.c), for caller c. */
+void metrics_serve(struct gw *g, struct evhttp_request *req, const struct caller *c);
 
 #endif

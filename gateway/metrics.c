@@ -1,10 +1,15 @@
 /*
  * gateway/metrics.c — GET /metrics: each model's llamad Status and the
  * gateway's own counters in Prometheus' text format (version 0.0.4).
- * The models are asked one after the other on fresh connections; one that
- * does not answer is reported as llamad_up 0.
+ * The models are asked one after the other on fresh connections acting
+ * for the caller, so a caller other than root and llamad's own user gets
+ * llamad's figures of its own work (Status.own: what counts others' work
+ * is not sent, and its metric is left out); the gateway's own counters,
+ * which count every caller's requests, go to root and the gateway's own
+ * user only. A model that does not answer is reported as llamad_up 0.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,8 +29,11 @@ struct metric {
 	double (*get)(const Llamad__Status *s);
 };
 
-#define SF(field) static double s_##field(const Llamad__Status *s) { return (double)s->field; }
-#define CF(field) static double c_##field(const Llamad__Status *s) { return s->counters ? (double)s->counters->field : 0; }
+/* A field not sent is NAN: its metric is not written. */
+#define SF(field) static double s_##field(const Llamad__Status *s) \
+	{ return s->has_##field ? (double)s->field : NAN; }
+#define CF(field) static double c_##field(const Llamad__Status *s) \
+	{ return s->counters && s->counters->has_##field ? (double)s->counters->field : NAN; }
 SF(uptime_s) SF(sessions) SF(active) SF(connections) SF(kv_blocks_total) SF(kv_blocks_free)
 SF(kv_blocks_cached) SF(kv_bytes_total) SF(weight_bytes) SF(rss_bytes) SF(ram_bytes_used)
 SF(ram_bytes_total) SF(sessions_in_ram) SF(sessions_on_disk) SF(block_files) SF(block_file_bytes)
@@ -79,6 +87,7 @@ struct hist {
 struct mstate {
 	struct gw *g;
 	struct evhttp_request *req;
+	struct caller who;
 	struct up *up;
 	size_t at;                 /* model asked now */
 	bool *up_ok;
@@ -176,7 +185,7 @@ static void finish(struct mstate *s)
 		evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n", metrics[i].name, metrics[i].help,
 				    metrics[i].name, metrics[i].type == M_COUNTER ? "counter" : "gauge");
 		for (size_t m = 0; m < g->n_models; m++) {
-			if (!s->up_ok[m])
+			if (!s->up_ok[m] || isnan(s->vals[m][i]))
 				continue;
 			evbuffer_add_printf(b, "%s", metrics[i].name);
 			put_label(b, g->models[m].name);
@@ -203,7 +212,9 @@ static void finish(struct mstate *s)
 		{ "llamad_http_open_streams", "Streamed answers in progress.", M_GAUGE, (double)g->st.streams },
 		{ "llamad_http_conversations", "Sessions the gateway indexes.", M_GAUGE, (double)g->conv.count },
 	};
-	for (size_t i = 0; i < sizeof(own) / sizeof(own[0]); i++)
+	/* every caller's requests: root's and the gateway's own user's to see */
+	bool all = s->who.uid == 0 || s->who.uid == g->self_uid;
+	for (size_t i = 0; all && i < sizeof(own) / sizeof(own[0]); i++)
 		evbuffer_add_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", own[i].name, own[i].help,
 				    own[i].name, own[i].type == M_COUNTER ? "counter" : "gauge", own[i].name,
 				    own[i].v);
@@ -221,7 +232,7 @@ static void ask_next(struct mstate *s)
 {
 	while (s->at < s->g->n_models) {
 		int err;
-		s->up = http_dial(s->g, &s->g->models[s->at], NULL, on_status, s, &err);
+		s->up = http_dial(s->g, &s->g->models[s->at], &s->who, on_status, s, &err);
 		if (s->up)
 			return;
 		s->at++;
@@ -229,7 +240,7 @@ static void ask_next(struct mstate *s)
 	finish(s);
 }
 
-void metrics_serve(struct gw *g, struct evhttp_request *req)
+void metrics_serve(struct gw *g, struct evhttp_request *req, const struct caller *c)
 {
 	struct mstate *s = calloc(1, sizeof(*s));
 	size_t n = g->n_models ? g->n_models : 1;
@@ -250,5 +261,6 @@ void metrics_serve(struct gw *g, struct evhttp_request *req)
 	}
 	s->g = g;
 	s->req = req;
+	s->who = *c;
 	ask_next(s);
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -350,6 +351,40 @@ static int save_due(const struct session *s)
 	return !s->save_fails || clock_mono_s() >= s->save_retry_s;
 }
 
+/* s's save failed with rc: counted, and its automatic saves wait longer.
+ * Returns rc. */
+static int save_failed(struct residency *r, struct session *s, int rc)
+{
+	r->n.save_errors++;
+	s->save_wait_s = !s->save_fails ? SAVE_RETRY_MIN_S
+		: s->save_wait_s * 2 < SAVE_RETRY_MAX_S ? s->save_wait_s * 2 : SAVE_RETRY_MAX_S;
+	s->save_fails++;
+	s->save_retry_s = clock_mono_s() + s->save_wait_s;
+	return rc;
+}
+
+static void add_file(struct session *s, void *ctx)
+{
+	*(uint64_t *)ctx += s->file_bytes;
+}
+
+int res_disk_use(struct residency *r, uid_t uid, uint64_t *used, uint64_t *quota)
+{
+	uint64_t bytes = 0;
+	sess_foreach_owned(r->st, uid, add_file, &bytes);
+	for (size_t i = 0; i < r->blocks.cap; i++)
+		if (r->blocks.v[i].count && r->blocks.v[i].uid == (uint32_t)uid)
+			bytes += r->blocks.v[i].bytes;
+	*used = bytes;
+	*quota = 0;
+	struct statvfs fs;
+	if (!r->dir || uid == 0 || r->disk_share <= 0 || r->disk_share >= 100 ||
+	    statvfs(r->dir, &fs) != 0)
+		return 0;
+	*quota = (uint64_t)((double)fs.f_blocks * fs.f_frsize * r->disk_share / 100);
+	return *used >= *quota;
+}
+
 /* Write pool session s's state file. 0, 1 if there is nothing to write
  * (persistence off, ephemeral, not in the pool), or -errno with *cause
  * (malloc'd: the reason, without the file's path); a failure starts or
@@ -358,6 +393,16 @@ static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes,
 {
 	if (!r->dir || s->ephemeral || s->loc != SESS_POOL)
 		return 1;
+	uint64_t used, quota;
+	if (res_disk_use(r, s->uid, &used, &quota) && used - s->file_bytes >= quota) {
+		/* its own file is replaced: a session may be saved again while
+		 * the others' files leave it room */
+		cause_set(cause, "uid %u's saved sessions take %llu MiB, its share of the disk "
+			  "(disk_share_per_uid %d%%: %llu MiB); drop some", (unsigned)s->uid,
+			  (unsigned long long)(used >> 20), r->disk_share,
+			  (unsigned long long)(quota >> 20));
+		return save_failed(r, s, -EDQUOT);
+	}
 	/* with sharing on, its full cached blocks go to block files, written
 	 * once for every state file of the owner that begins with them */
 	int n_refs = r->st->share && !s->inexact ? s->n_cached / r->pool->kv.block_size : 0;
@@ -376,12 +421,7 @@ static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes,
 		*blk_bytes += (uint64_t)written * blk_file_bytes(&r->pool->kv);
 	if (rc) {
 		free(refs);  /* new block files nothing refers to: the next start's */
-		r->n.save_errors++;
-		s->save_wait_s = !s->save_fails ? SAVE_RETRY_MIN_S
-			: s->save_wait_s * 2 < SAVE_RETRY_MAX_S ? s->save_wait_s * 2 : SAVE_RETRY_MAX_S;
-		s->save_fails++;
-		s->save_retry_s = clock_mono_s() + s->save_wait_s;
-		return rc;
+		return save_failed(r, s, rc);
 	}
 	char *p = store_path(r->dir, s->uid, s->id);
 	struct stat st;
@@ -429,6 +469,8 @@ void res_save_into(struct residency *r, struct session *s, int count_saved, stru
 		out->n++;
 		out->bytes += s->file_bytes;
 	} else if (rc < 0) {
+		if (!out->errors)
+			out->first_rc = rc;
 		out->errors++;
 		say_save_failed(r, s, "", cause, rc);
 		if (!out->first_error)

@@ -54,6 +54,8 @@ struct residency {
 	size_t ram_cache;        /* bound of ram_used */
 	int refuse_foreign;      /* files of another model: refuse (1) or keep
 				  * their history and recompute the cache (0) */
+	int disk_share;          /* percent of dir's file system one uid other than
+				  * root may fill (disk_share_per_uid; 100: all) */
 	size_t ram_used;         /* bytes of evicted K/V in host memory */
 	unsigned scan;           /* current eviction pass */
 	struct res_counters n;
@@ -69,6 +71,7 @@ struct residency {
 /* What res_save_all did. */
 struct res_saved {
 	int n, errors;
+	int first_rc;            /* the first error's -errno (-EDQUOT: a quota) */
 	uint64_t bytes;          /* of the state files written */
 	uint64_t block_bytes;    /* of the shared block files written */
 	char *first_error;       /* malloc'd: "session 'ID': reason" (no path) */
@@ -112,9 +115,18 @@ char *res_dir_of(const char *setting);
  * -errno if the folder cannot be read. */
 int res_list(struct residency *r, int max_sessions);
 
+/* The bytes uid's saved sessions take in the state directory (its state
+ * files and its block files) in *used, and its share (disk_share percent
+ * of the file system; 0: no limit, for root or at 100 %) in *quota. 1
+ * when used has reached quota (new sessions and saves of uid are
+ * refused), else 0. */
+int res_disk_use(struct residency *r, uid_t uid, uint64_t *used, uint64_t *quota);
+
 /* Save session s into *out (counted, or its error reported and the first
  * one kept without the path); a session in host memory or on disk is
- * saved already and counts with its file's size when `count_saved`. */
+ * saved already and counts with its file's size when `count_saved`. A
+ * save of a uid over its share of the disk (res_disk_use) fails with
+ * -EDQUOT: the session stays in memory, as after any failed save. */
 void res_save_into(struct residency *r, struct session *s, int count_saved,
 		   struct res_saved *out);
 /* Save every session visible to uid (all for 0), only the changed ones if

@@ -20,6 +20,8 @@
 #   5. nobody's own ListSessions, as a connection acting for itself (what
 #      the gateway does), lists nobody's sessions only; so does root's
 #      gateway connection (root's, acting for root): root's own only.
+#   6. Status and /metrics count nobody's own work for nobody (no
+#      connections, errors, RSS, gateway totals), every user's for root.
 #
 # Needs root (setpriv), curl and python3. Not root: skipped.
 # Env: BUILD (build folder), MODELS.
@@ -144,6 +146,37 @@ grep -q "owner=$N" "$dir/listall" && ok "root's own connection still lists every
 grep -q "UNKNOWN_SESSION\|unknown_session" "$dir/info0" &&
     ok "a connection acting for root does not find nobody's http-0-planted by name" ||
     bad "root acting for root: $(cat "$dir/info0")"
+
+# 6. what Status and /metrics count: root (and llamad's own user) every
+#    user's work, anyone else its own
+st() {   # st UID KEY: a field of `llamactl --json status` as UID (null: not sent)
+    if [ "$1" = 0 ]; then run=""; else run="setpriv --reuid=$1 --regid=$1 --clear-groups"; fi
+    $run "$BUILD/llamactl" --socket "$SOCK" --json status |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); v=d
+for k in sys.argv[1].split("."): v=v.get(k) if isinstance(v, dict) else None
+print("null" if v is None else json.dumps(v))' "$2"
+}
+n_own=$(owners "" | tr ' ' '\n' | grep -c ":$N$")
+[ "$(st "$N" own)" = true ] && [ "$(st "$N" sessions)" = "$n_own" ] &&
+    [ "$(st "$N" connections)" = null ] && [ "$(st "$N" counters.errors)" = null ] &&
+    [ "$(st "$N" counters.requests)" != null ] && [ "$(st "$N" rss_bytes)" = null ] &&
+    ok "nobody's status: its own $n_own sessions and requests; connections, errors, RSS not sent" ||
+    bad "nobody's status: own $(st "$N" own) sessions $(st "$N" sessions)/$n_own connections $(st "$N" connections) errors $(st "$N" counters.errors)"
+[ "$(st 0 own)" = null ] && [ "$(st 0 connections)" != null ] && [ "$(st 0 sessions)" -gt "$n_own" ] &&
+    ok "root's status: every user's ($(st 0 sessions) sessions)" || bad "root's status: $(st 0 own) $(st 0 sessions)"
+metrics_as() {
+    if [ "$1" = 0 ]; then run=""; else run="setpriv --reuid=$1 --regid=$1 --clear-groups"; fi
+    $run curl -s --unix-socket "$HSOCK" http://x/metrics
+}
+metrics_as "$N" >"$dir/m.nobody"
+metrics_as 0 >"$dir/m.root"
+if ! grep -q '^llamad_http_requests_total' "$dir/m.nobody" && ! grep -q '^llamad_connections{' "$dir/m.nobody" &&
+    grep -q "^llamad_sessions{model=\"m\"} $n_own\$" "$dir/m.nobody" &&
+    grep -q '^llamad_http_requests_total' "$dir/m.root" && grep -q '^llamad_connections{' "$dir/m.root"; then
+    ok "/metrics: nobody sees its own $n_own sessions, not the gateway's or llamad's totals; root sees them"
+else
+    bad "/metrics per caller: nobody: $(grep -c '^llamad' "$dir/m.nobody") lines, $(grep '^llamad_sessions' "$dir/m.nobody"); root: $(grep -c '^llamad' "$dir/m.root")"
+fi
 
 kill $gpid $pid
 wait $gpid 2>/dev/null

@@ -14,7 +14,9 @@
 #    an unexpected reply, a connection closed during the handshake.
 # Before the comparison only what varies between runs or machines is masked,
 # its key and place kept and its form checked: timings and uptime (a number
-# with at most 3 decimals) become <ms>; last use, rss, owner uid <int>; a
+# with at most 3 decimals) become <ms>; last use, rss, owner uid, the
+# saved sessions' bytes on disk (an idle save may or may not have run), the
+# forward passes (fair_share cuts steps by their measured time) <int>; a
 # latency histogram's bucket counts <counts> and sum <num>; the
 # backend's description <str>; the temporary folder $DIR, the models' folder
 # $MODELS. A session list is sorted by name (the daemon's order is its hash
@@ -51,6 +53,9 @@ NUM = r"-?[0-9.]+(?:[eE][-+]?[0-9]+)?"
 STR = r'"(?:[^"\\]|\\.)*"'
 VARY = (("uptime_s", MS, "<ms>"), ("prefill_ms", MS, "<ms>"), ("generate_ms", MS, "<ms>"),
         ("last_use_ms", INT, "<int>"), ("rss_bytes", INT, "<int>"), ("owner_uid", INT, "<int>"),
+        # which sessions an idle save has written yet varies, and how the
+        # steps were cut (fair_share times them)
+        ("disk_bytes", INT, "<int>"), ("forward_passes", INT, "<int>"),
         ("backend", STR, "<str>"),
         # status's latency histograms: which bucket a time falls in varies
         ("counts", r"\[[0-9,]*\]", "<counts>"), ("sum", NUM, "<num>"))
