@@ -82,8 +82,10 @@ int blk_open_dir(const char *dir, int create)
 		free(path);
 		return e;
 	}
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	int e = fd < 0 ? -errno : fd;
+	/* never through a symbolic link: whoever could make blocks/ one would
+	 * choose where the daemon writes */
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int e = fd < 0 ? (errno == ENOTDIR ? -ELOOP : -errno) : fd;
 	free(path);
 	return e;
 }

@@ -47,7 +47,8 @@ uint64_t blk_name(uint64_t parent, const int32_t *tokens, int block_size);
 void blk_file_name(char *buf, size_t cap, uint32_t uid, uint64_t name);
 
 /* Open (creating it, mode 0700, when create) dir's blocks folder: an
- * O_DIRECTORY descriptor, or -errno. */
+ * O_DIRECTORY descriptor, or -errno; -ELOOP when it is a symbolic link
+ * (never followed) or not a folder. */
 int blk_open_dir(const char *dir, int create);
 
 /* What a block file holds besides its K/V. */

@@ -601,6 +601,9 @@ static int write_blocks(const char *dir, const struct session *s, const struct k
 			uint8_t *fresh, char **cause)
 {
 	int bdfd = blk_open_dir(dir, 1);
+	if (bdfd == -ELOOP)
+		return fail(cause, -EIO, "the blocks folder is a symbolic link or not a folder: "
+			    "not followed");
 	if (bdfd < 0)
 		return fail(cause, bdfd, "cannot open the blocks folder: %s", strerror(-bdfd));
 	int bs = pool->kv.block_size, rc = 0;

@@ -2180,6 +2180,44 @@ static void test_v3_save_readonly_state_dir(void **state)
 	free(bdir);
 }
 
+/* A blocks folder that is a symbolic link (to where its maker would have
+ * the daemon write) is not followed: the save fails saying so, and
+ * nothing is written where it points; a blocks "folder" that is a file
+ * likewise. */
+static void test_v3_blocks_symlink(void **state)
+{
+	struct fx *f = *state;
+	char *bdir = path_join(f->dir, BLK_DIR);
+	char *elsewhere = tmpdir_new();
+	assert_int_equal(symlink(elsewhere, bdir), 0);
+	struct chain c;
+	struct session *a = make_v3(&f->e, "v3", 75, 75, 0, 4, &c);
+	char *cause = NULL;
+	int written = -1;
+	assert_int_equal(save_v3(f->dir, f->e.pool, a, &c, &written, &cause), -EIO);
+	assert_non_null(cause);
+	assert_non_null(strstr(cause, "symbolic link"));
+	free(cause);
+	assert_int_equal(written, 0);
+	assert_int_equal(dir_count(elsewhere), 0);
+	char *path = store_path(f->dir, V3_UID, "v3");
+	assert_int_not_equal(access(path, F_OK), 0);
+	free(path);
+	/* a file in its place */
+	assert_int_equal(unlink(bdir), 0);
+	FILE *fp = fopen(bdir, "w");
+	assert_non_null(fp);
+	fclose(fp);
+	cause = NULL;
+	assert_int_equal(save_v3(f->dir, f->e.pool, a, &c, &written, &cause), -EIO);
+	assert_non_null(cause);
+	free(cause);
+	unlink(bdir);
+	rmdir(elsewhere);
+	free(elsewhere);
+	free(bdir);
+}
+
 /*
  * K/V element types: a version 3 file saved from an f32, f16 or q8_0 pool
  * has its block files in that type, and loads into a pool of any of the
@@ -2297,6 +2335,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_v3_save_readonly_blocks, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_save_enospc, setup_env, teardown),
 		cmocka_unit_test_setup_teardown(test_v3_save_readonly_state_dir, setup_env, teardown),
+		cmocka_unit_test_setup_teardown(test_v3_blocks_symlink, setup_env, teardown),
 		cmocka_unit_test(test_v3_kv_types),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
