@@ -41,18 +41,25 @@ static int text_ok(const char *t, uint32_t max, const char **why)
 	return 1;
 }
 
-/* A varint at p[*i, n): its value, *i moved past it; -1 if cut or over
- * 10 bytes. */
-static int64_t varint(const uint8_t *p, size_t n, size_t *i)
+/* A varint at p[*i, n): 0 with its value in *v (the low 64 bits, as
+ * protobuf-c reads it), *i moved past it; -1 if cut or over 10 bytes. */
+static int varint_u64(const uint8_t *p, size_t n, size_t *i, uint64_t *v)
 {
-	uint64_t v = 0;
+	*v = 0;
 	for (int shift = 0; *i < n && shift < 70; shift += 7) {
 		uint8_t b = p[(*i)++];
-		v |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 0);
+		*v |= (uint64_t)(b & 0x7f) << (shift < 64 ? shift : 0);
 		if (!(b & 0x80))
-			return (int64_t)(v & INT64_MAX);
+			return 0;
 	}
 	return -1;
+}
+
+/* The same as a length or a tag: its value without the top bit, or -1. */
+static int64_t varint(const uint8_t *p, size_t n, size_t *i)
+{
+	uint64_t v;
+	return varint_u64(p, n, i, &v) ? -1 : (int64_t)(v & INT64_MAX);
 }
 
 /* What a walk of the wire bytes found (request_scan). */
@@ -83,11 +90,11 @@ static void walk(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t n
 		int64_t len = 0;
 		switch (tag & 7) {
 		case 0: {
-			int64_t v = varint(p, n, &i);
-			if (v < 0)
+			uint64_t v;
+			if (varint_u64(p, n, &i, &v))
 				return;
 			if (depth == 0 && tag >> 3 == 1)
-				sc->id = (uint64_t)v;
+				sc->id = v;
 			break;
 		}
 		case 1:
