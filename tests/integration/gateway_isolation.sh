@@ -29,15 +29,7 @@ BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 
-if [ "$(id -u)" -ne 0 ]; then
-    echo "skipped: not root (cannot switch uids)"
-    exit 0
-fi
-for c in setpriv curl python3; do
-    command -v $c >/dev/null 2>&1 || { echo "FAIL: $c is missing"; exit 1; }
-done
-need_files "$BUILD/llamad" "$BUILD/llamad-http" "$BUILD/llamactl" "$MODELS/stories260K.bin" "$MODELS/tok512.model"
-getent passwd nobody >/dev/null || { echo "skipped: no user nobody"; exit 0; }
+http_uid_frame
 N=$(id -u nobody)
 
 test_frame 755

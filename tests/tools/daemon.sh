@@ -71,6 +71,18 @@ uid_test_frame() {
     test_frame 755
     SOCK=$dir/s
 }
+# http_uid_frame: the checks of a test where llamad-http serves other
+# users: skipped (exit 0) when not root or without the user nobody; FAIL
+# without setpriv, curl or python3, or the binaries and model files.
+http_uid_frame() {
+    if [ "$(id -u)" -ne 0 ]; then echo "skipped: not root (cannot switch uids)"; exit 0; fi
+    for _c in setpriv curl python3; do
+        command -v $_c >/dev/null 2>&1 || { echo "FAIL: $_c is missing"; exit 1; }
+    done
+    need_files "$BUILD/llamad" "$BUILD/llamad-http" "$BUILD/llamactl" "$MODELS/stories260K.bin" \
+        "$MODELS/tok512.model"
+    getent passwd nobody >/dev/null || { echo "skipped: no user nobody"; exit 0; }
+}
 # victim_ms SOCKET N: the milliseconds N generations of 8 tokens take
 # through llamactl, one after another (the victim's side of an attack).
 victim_ms() {
