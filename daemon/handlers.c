@@ -120,12 +120,13 @@ static void visit_for(struct engine *e, const struct req *rq, void (*fn)(struct 
  * sessions fill its share of the disk (a new one could not be saved). */
 static int check_quota(struct engine *e, struct req *rq)
 {
-	uint64_t used, quota;
-	if (e->res.dir && res_disk_use(&e->res, rq->uid, &used, &quota))
-		return fail(rq, -EDQUOT, "uid %u's saved sessions take %llu MiB, its share of the disk "
-			    "(disk_share_per_uid %d%%: %llu MiB); drop some", (unsigned)rq->uid,
-			    (unsigned long long)(used >> 20), e->cfg.disk_share_per_uid,
-			    (unsigned long long)(quota >> 20));
+	char *cause = NULL;
+	int rc = res_disk_full(&e->res, rq->uid, 0, &cause);
+	if (rc) {
+		fail(rq, rc, "%s", cause ? cause : "out of memory");
+		free(cause);
+		return rc;
+	}
 	if (e->cfg.max_sessions_per_uid <= 0 || rq->uid == 0)
 		return 0;
 	struct count_ctx c = { 0 };
@@ -602,11 +603,6 @@ static void wire_hist(const struct hist *h, Llamad__Histogram *w)
 	PB_SET(w, count, h->count);
 }
 
-static void add_file_bytes(struct session *s, void *ctx)
-{
-	*(uint64_t *)ctx += s->file_bytes;
-}
-
 /*
  * Status: root and the daemon's own user see every user's figures; any
  * other caller (a gateway's caller as well: the uid it acts for) sees its
@@ -672,39 +668,26 @@ static int on_status(struct engine *e, struct req *rq)
 	PB_SET(&st, context_length, (uint32_t)engine_session_limit(e));
 	st.counters = &c;
 	Llamad__Histogram ttft, token_time;
-	uint64_t used = 0, quota = 0;
-	if (e->res.dir)
-		res_disk_use(&e->res, rq->uid, &used, &quota);
+	struct res_disk d;
+	res_disk_use(&e->res, all ? 0 : rq->uid, &d);  /* all: every user's files */
+	PB_SET(&st, block_files, d.blocks);
+	PB_SET(&st, block_file_bytes, d.block_bytes);
 	if (all) {
 		PB_SET(&st, ram_bytes_used, (uint64_t)e->res.ram_used);
 		PB_SET(&st, connections, (uint32_t)open);
 		PB_SET(&st, kv_blocks_free, (uint32_t)kvpool_n_free(e->pool));
 		PB_SET(&st, kv_blocks_cached, (uint32_t)kvpool_n_cached(e->pool));
-		PB_SET(&st, block_files, (uint32_t)e->res.blocks.n);
-		PB_SET(&st, block_file_bytes, e->res.blocks.bytes);
 		wire_hist(&e->ttft, &ttft);
 		wire_hist(&e->token_time, &token_time);
 		st.ttft = &ttft;
 		st.token_time = &token_time;
 		PB_SET(&st, rss_bytes, rss_bytes());
-		/* every user's files */
-		used = e->res.blocks.bytes;
-		sess_foreach(&e->st, 0, add_file_bytes, &used);
 	} else {
-		uint32_t nb = 0;
-		uint64_t bb = 0;
-		for (size_t i = 0; i < e->res.blocks.cap; i++)
-			if (e->res.blocks.v[i].count && e->res.blocks.v[i].uid == (uint32_t)rq->uid) {
-				nb++;
-				bb += e->res.blocks.v[i].bytes;
-			}
-		PB_SET(&st, block_files, nb);
-		PB_SET(&st, block_file_bytes, bb);
 		PB_SET(&st, own, 1);
 	}
 	if (e->res.dir) {
-		PB_SET(&st, disk_bytes, used);
-		PB_SET(&st, disk_quota_bytes, quota);
+		PB_SET(&st, disk_bytes, d.bytes);
+		PB_SET(&st, disk_quota_bytes, res_disk_quota(&e->res, rq->uid));
 	}
 	Llamad__Response r = response(LLAMAD__RESPONSE__BODY_STATUS);
 	r.status = &st;

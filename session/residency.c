@@ -368,21 +368,47 @@ static void add_file(struct session *s, void *ctx)
 	*(uint64_t *)ctx += s->file_bytes;
 }
 
-int res_disk_use(struct residency *r, uid_t uid, uint64_t *used, uint64_t *quota)
+void res_disk_use(struct residency *r, uid_t uid, struct res_disk *d)
 {
-	uint64_t bytes = 0;
-	sess_foreach_owned(r->st, uid, add_file, &bytes);
-	for (size_t i = 0; i < r->blocks.cap; i++)
-		if (r->blocks.v[i].count && r->blocks.v[i].uid == (uint32_t)uid)
-			bytes += r->blocks.v[i].bytes;
-	*used = bytes;
-	*quota = 0;
+	*d = (struct res_disk){ 0 };
+	if (uid == 0) {
+		sess_foreach(r->st, 0, add_file, &d->bytes);
+		d->blocks = (uint32_t)r->blocks.n;
+		d->block_bytes = r->blocks.bytes;
+	} else {
+		sess_foreach_owned(r->st, uid, add_file, &d->bytes);
+		for (size_t i = 0; i < r->blocks.cap; i++)
+			if (r->blocks.v[i].count && r->blocks.v[i].uid == (uint32_t)uid) {
+				d->blocks++;
+				d->block_bytes += r->blocks.v[i].bytes;
+			}
+	}
+	d->bytes += d->block_bytes;
+}
+
+uint64_t res_disk_quota(const struct residency *r, uid_t uid)
+{
 	struct statvfs fs;
 	if (!r->dir || uid == 0 || r->disk_share <= 0 || r->disk_share >= 100 ||
 	    statvfs(r->dir, &fs) != 0)
 		return 0;
-	*quota = (uint64_t)((double)fs.f_blocks * fs.f_frsize * r->disk_share / 100);
-	return *used >= *quota;
+	return (uint64_t)((double)fs.f_blocks * fs.f_frsize * r->disk_share / 100);
+}
+
+int res_disk_full(struct residency *r, uid_t uid, uint64_t replaced, char **cause)
+{
+	uint64_t quota = res_disk_quota(r, uid);
+	if (!quota)
+		return 0;  /* no limit: the files are not walked */
+	struct res_disk d;
+	res_disk_use(r, uid, &d);
+	if (d.bytes - replaced < quota)
+		return 0;
+	cause_set(cause, "uid %u's saved sessions take %llu MiB, its share of the disk "
+		  "(disk_share_per_uid %d%%: %llu MiB); drop some", (unsigned)uid,
+		  (unsigned long long)(d.bytes >> 20), r->disk_share,
+		  (unsigned long long)(quota >> 20));
+	return -EDQUOT;
 }
 
 /* Write pool session s's state file. 0, 1 if there is nothing to write
@@ -393,16 +419,11 @@ static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes,
 {
 	if (!r->dir || s->ephemeral || s->loc != SESS_POOL)
 		return 1;
-	uint64_t used, quota;
-	if (res_disk_use(r, s->uid, &used, &quota) && used - s->file_bytes >= quota) {
-		/* its own file is replaced: a session may be saved again while
-		 * the others' files leave it room */
-		cause_set(cause, "uid %u's saved sessions take %llu MiB, its share of the disk "
-			  "(disk_share_per_uid %d%%: %llu MiB); drop some", (unsigned)s->uid,
-			  (unsigned long long)(used >> 20), r->disk_share,
-			  (unsigned long long)(quota >> 20));
-		return save_failed(r, s, -EDQUOT);
-	}
+	/* its own file is replaced: a session may be saved again while the
+	 * others' files leave it room */
+	int rc = res_disk_full(r, s->uid, s->file_bytes, cause);
+	if (rc)
+		return save_failed(r, s, rc);
 	/* with sharing on, its full cached blocks go to block files, written
 	 * once for every state file of the owner that begins with them */
 	int n_refs = r->st->share && !s->inexact ? s->n_cached / r->pool->kv.block_size : 0;
@@ -415,7 +436,7 @@ static int res_save(struct residency *r, struct session *s, uint64_t *blk_bytes,
 		memcpy(refs, s->chain, (size_t)n_refs * sizeof(uint64_t));
 	struct store_chain ch = { .seed = s->chain_seed, .names = refs, .n = n_refs };
 	int written = 0;
-	int rc = store_save_shared(r->dir, s, r->pool, r->fingerprint, &ch, &written, cause);
+	rc = store_save_shared(r->dir, s, r->pool, r->fingerprint, &ch, &written, cause);
 	r->n.blocks_written += (uint64_t)written;
 	if (blk_bytes)
 		*blk_bytes += (uint64_t)written * blk_file_bytes(&r->pool->kv);

@@ -115,17 +115,26 @@ char *res_dir_of(const char *setting);
  * -errno if the folder cannot be read. */
 int res_list(struct residency *r, int max_sessions);
 
-/* The bytes uid's saved sessions take in the state directory (its state
- * files and its block files) in *used, and its share (disk_share percent
- * of the file system; 0: no limit, for root or at 100 %) in *quota. 1
- * when used has reached quota (new sessions and saves of uid are
- * refused), else 0. */
-int res_disk_use(struct residency *r, uid_t uid, uint64_t *used, uint64_t *quota);
+/* What uid's saved sessions take in the state directory (every user's for
+ * uid 0): its state files and its block files. */
+struct res_disk {
+	uint64_t bytes;        /* state and block files */
+	uint64_t block_bytes;  /* of which block files */
+	uint32_t blocks;       /* block files */
+};
+void res_disk_use(struct residency *r, uid_t uid, struct res_disk *d);
+/* uid's share of the disk: disk_share percent of the state directory's
+ * file system; 0 for no limit (root, 100 %, persistence off). */
+uint64_t res_disk_quota(const struct residency *r, uid_t uid);
+/* -EDQUOT with *cause (malloc'd) when uid's saved sessions, less
+ * `replaced` bytes (the file a save would replace), have reached its share
+ * (new sessions and saves of uid are refused), else 0. */
+int res_disk_full(struct residency *r, uid_t uid, uint64_t replaced, char **cause);
 
 /* Save session s into *out (counted, or its error reported and the first
  * one kept without the path); a session in host memory or on disk is
  * saved already and counts with its file's size when `count_saved`. A
- * save of a uid over its share of the disk (res_disk_use) fails with
+ * save of a uid over its share of the disk (res_disk_full) fails with
  * -EDQUOT: the session stays in memory, as after any failed save. */
 void res_save_into(struct residency *r, struct session *s, int count_saved,
 		   struct res_saved *out);
