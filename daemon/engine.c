@@ -221,13 +221,14 @@ static int within_share(struct engine *e, struct session *s, int tokens, int *sh
  * (daemon/fair.h; one user alone: a step of FAIR_SOLO_FACTOR its cheapest
  * row's time, at least FAIR_SOLO_S): cand[0, n) are the jobs in the
  * step's order, limit[k] becomes the most rows cand[k] may run. The users'
- * credit carries from step to step while they have work. The number of
- * users sharing, or 0 (limit[] as it was: every row within budget).
+ * credit carries from step to step while they have work. limit[] stays as
+ * it was (every row within budget) when fair_share is off, the costs are
+ * not known yet, or no job has rows to run.
  */
-static int share_step(struct engine *e, struct job **cand, int n, int budget, int *limit)
+static void share_step(struct engine *e, struct job **cand, int n, int budget, int *limit)
 {
 	if (!e->cfg.fair_share || !fair_known(&e->cost))
-		return 0;
+		return;
 	struct fair_user users[n];
 	struct fair_job jobs[n];
 	int n_users = 0;
@@ -255,7 +256,7 @@ static int share_step(struct engine *e, struct job **cand, int n, int budget, in
 	}
 	if (n_users == 0) {
 		e->n_fusers = 0;
-		return 0;
+		return;
 	}
 	if (n_users == 1 && !told) {
 		/* one user, a not known: every row (batching may pay), and now
@@ -265,12 +266,12 @@ static int share_step(struct engine *e, struct job **cand, int n, int budget, in
 		for (int i = 0; i < n; i++)
 			rows += jobs[i].want;
 		if (e->n_forward % FAIR_PROBE != 0 || rows < 2)
-			return 0;
+			return;
 		for (int i = 0, half = rows / 2; i < n; i++) {
 			limit[i] = jobs[i].want < half ? jobs[i].want : half;
 			half -= limit[i];
 		}
-		return 1;
+		return;
 	}
 	fair_pick(users, n_users, jobs, n, a, budget, e->rr_user++);
 	for (int i = 0; i < n; i++)
@@ -279,13 +280,12 @@ static int share_step(struct engine *e, struct job **cand, int n, int budget, in
 	if (n_users > e->cap_fusers) {
 		struct fair_user *nf = realloc(e->fusers, (size_t)n_users * sizeof(*nf));
 		if (!nf)
-			return n_users;
+			return;
 		e->fusers = nf;
 		e->cap_fusers = n_users;
 	}
 	memcpy(e->fusers, users, (size_t)n_users * sizeof(*users));
 	e->n_fusers = n_users;
-	return n_users;
 }
 
 static void step(struct engine *e)
@@ -325,78 +325,71 @@ static void step(struct engine *e)
 			return;  /* retried next step */
 		e->batch_cap = cap;
 	}
-	/* order: decode tokens first (one per generating session), then
-	 * prefill chunks, round-robin from a rotating start */
-	struct job *order[2][e->n_jobs];
-	int n_order[2] = { 0, 0 };
+	/* the step's order: decode tokens first (one per generating session),
+	 * then prefill chunks, round-robin from a rotating start */
 	int idx = 0, start = (int)(e->rr++ % (unsigned)e->n_jobs);
-	struct job *all[e->n_jobs];
+	struct job *all[e->n_jobs], *cand[e->n_jobs];
 	for (struct job *j = e->jobs; j; j = j->next)
 		all[idx++] = j;
-	for (int k = 0; k < e->n_jobs; k++) {
-		struct job *j = all[(start + k) % e->n_jobs];
-		int pending = j->s->n_tokens - j->s->n_cached;
-		int decode = j->kind == JOB_GENERATE && pending == 1;
-		order[decode ? 0 : 1][n_order[decode ? 0 : 1]++] = j;
-	}
 	int budget = e->cfg.step_tokens < e->step_cap ? e->cfg.step_tokens : e->step_cap;
-	struct job *cand[e->n_jobs];
 	int n_cand = 0, limit[e->n_jobs];
 	for (int pass = 0; pass < 2; pass++)
-		for (int k = 0; k < n_order[pass]; k++) {
-			limit[n_cand] = budget;
-			cand[n_cand++] = order[pass][k];
+		for (int k = 0; k < e->n_jobs; k++) {
+			struct job *j = all[(start + k) % e->n_jobs];
+			int decode = j->kind == JOB_GENERATE && j->s->n_tokens - j->s->n_cached == 1;
+			if (decode == (pass == 0)) {
+				limit[n_cand] = budget;
+				cand[n_cand++] = j;
+			}
 		}
 	share_step(e, cand, n_cand, budget, limit);
 	int nb = 0;
 	double work = 0, attn = 0;   /* the step's (fair.h: x1, x2) */
 	for (int k = 0; k < n_cand && budget > 0; k++) {
-		{
-			struct job *j = cand[k];
-			struct session *s = j->s;
-			if (limit[k] <= 0)
-				continue;   /* its user's share of this step is taken */
-			/* whole blocks another session of its owner holds */
-			int hit = sess_share_prefix(&e->st, s);
-			if (j->kind == JOB_GENERATE && j->t_first == 0)
-				j->shared_tokens += hit;
-			int pending = s->n_tokens - s->n_cached;
-			int want = j->kind == JOB_APPEND ? pending - 1 : pending;
-			int take = want < budget ? want : budget;
-			if (take > limit[k])
-				take = limit[k];
-			if (take <= 0)
-				continue;
-			int share;
-			if (within_share(e, s, s->n_cached + take, &share)) {
-				char msg[160];
-				snprintf(msg, sizeof(msg), "uid %u holds its share of the KV cache (%d of "
-					 "%d blocks: max_kv_share_per_uid %d%%); drop or save sessions",
-					 (unsigned)s->uid, share, e->pool->kv.n_blocks,
-					 e->cfg.max_kv_share_per_uid);
-				fail_job(e, j, -EUSERS, msg);
-				continue;
-			}
-			int rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
-			while (rc == -ENOSPC && res_evict_one(&e->res, s))
-				rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
-			if (rc) {
-				fail_job(e, j, rc == -ENOSPC ? -ENOBUFS : rc,
-					 "the KV cache is full (raise kv_memory or drop sessions)");
-				continue;
-			}
-			struct fwd_seq *q = &e->seqs[nb];
-			q->tokens = s->tokens + s->n_cached;
-			q->n_tokens = take;
-			q->pos = s->n_cached;
-			q->block_table = s->kv.blocks;
-			q->logits = j->kind == JOB_GENERATE && take == want ? j->logits : NULL;
-			q->all_logits = 0;
-			e->batch[nb++] = j;
-			budget -= take;
-			work += take * e->shape.row + (q->logits ? e->shape.logits : 0);
-			attn += e->shape.per_pos * ((double)take * q->pos + (double)take * (take - 1) / 2);
+		struct job *j = cand[k];
+		struct session *s = j->s;
+		if (limit[k] <= 0)
+			continue;   /* its user's share of this step is taken */
+		/* whole blocks another session of its owner holds */
+		int hit = sess_share_prefix(&e->st, s);
+		if (j->kind == JOB_GENERATE && j->t_first == 0)
+			j->shared_tokens += hit;
+		int pending = s->n_tokens - s->n_cached;
+		int want = j->kind == JOB_APPEND ? pending - 1 : pending;
+		int take = want < budget ? want : budget;
+		if (take > limit[k])
+			take = limit[k];
+		if (take <= 0)
+			continue;
+		int share;
+		if (within_share(e, s, s->n_cached + take, &share)) {
+			char msg[160];
+			snprintf(msg, sizeof(msg), "uid %u holds its share of the KV cache (%d of "
+				 "%d blocks: max_kv_share_per_uid %d%%); drop or save sessions",
+				 (unsigned)s->uid, share, e->pool->kv.n_blocks,
+				 e->cfg.max_kv_share_per_uid);
+			fail_job(e, j, -EUSERS, msg);
+			continue;
 		}
+		int rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
+		while (rc == -ENOSPC && res_evict_one(&e->res, s))
+			rc = kvseq_prepare(e->pool, &s->kv, s->n_cached + take, s->n_cached);
+		if (rc) {
+			fail_job(e, j, rc == -ENOSPC ? -ENOBUFS : rc,
+				 "the KV cache is full (raise kv_memory or drop sessions)");
+			continue;
+		}
+		struct fwd_seq *q = &e->seqs[nb];
+		q->tokens = s->tokens + s->n_cached;
+		q->n_tokens = take;
+		q->pos = s->n_cached;
+		q->block_table = s->kv.blocks;
+		q->logits = j->kind == JOB_GENERATE && take == want ? j->logits : NULL;
+		q->all_logits = 0;
+		e->batch[nb++] = j;
+		budget -= take;
+		work += take * e->shape.row + (q->logits ? e->shape.logits : 0);
+		attn += e->shape.per_pos * ((double)take * q->pos + (double)take * (take - 1) / 2);
 	}
 	if (nb == 0)
 		return;
