@@ -382,18 +382,6 @@ static void identify(struct gwc *c, int fd, struct key *k)
 
 /* ---- refusals ----------------------------------------------------------------- */
 
-static const char *reason(int status)
-{
-	switch (status) {
-	case 400: return "Bad Request";
-	case 408: return "Request Timeout";
-	case 413: return "Payload Too Large";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	default: return "Error";
-	}
-}
-
 /* Answer status with msg in the API's form straight to c's socket, shut
  * its sending side, throw away what comes, and close it in LINGER_S
  * seconds (the client reads the answer meanwhile). */
@@ -403,7 +391,7 @@ static void refuse(struct gwc *c, int status, int ollama, const char *msg)
 	const char *b = body ? body : "{\"error\":\"refused\"}";
 	char out[1024];
 	int k = snprintf(out, sizeof(out), "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\n"
-			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n", status, reason(status),
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n", status, http_reason(status),
 			 strlen(b) + 1, b);
 	free(body);
 	int fd = bufferevent_getfd(c->bev);
@@ -532,7 +520,7 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 		int nv = evbuffer_peek(in, (ev_ssize_t)left, &at, v, 8);
 		if (nv <= 0)
 			return;
-		for (int i = 0; i < nv && i < 8 && left > 0; i++) {
+		for (int i = 0; i < nv && left > 0; i++) {
 			size_t len = v[i].iov_len < left ? v[i].iov_len : left;
 			size_t off = 0;
 			for (;;) {

@@ -65,6 +65,24 @@ int http_status_of(int code)
 	}
 }
 
+const char *http_reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Payload Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 503: return "Service Unavailable";
+	case 507: return "Insufficient Storage";
+	default: return "Internal Server Error";
+	}
+}
+
 void http_send_json(struct gw *g, struct evhttp_request *req, int status, const char *body)
 {
 	struct evbuffer *b = evbuffer_new();
@@ -77,12 +95,7 @@ void http_send_json(struct gw *g, struct evhttp_request *req, int status, const 
 		g->st.errors_5xx++;
 	else if (status >= 400)
 		g->st.errors_4xx++;
-	const char *why = status == 200 ? "OK" : status == 400 ? "Bad Request" : status == 401 ? "Unauthorized"
-		: status == 404 ? "Not Found" : status == 405 ? "Method Not Allowed"
-		: status == 413 ? "Payload Too Large" : status == 429 ? "Too Many Requests"
-		: status == 507 ? "Insufficient Storage"
-		: status == 503 ? "Service Unavailable" : "Internal Server Error";
-	evhttp_send_reply(req, status, why, b);
+	evhttp_send_reply(req, status, http_reason(status), b);
 	if (b)
 		evbuffer_free(b);
 }

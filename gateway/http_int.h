@@ -17,6 +17,9 @@ struct caller {
 	char who[64];              /* for the log and Hello.caller */
 };
 
+/* The reason phrase of an HTTP status the gateway sends. */
+const char *http_reason(int status);
+
 /* Send a JSON body (NUL-terminated) with status; counts errors. */
 void http_send_json(struct gw *g, struct evhttp_request *req, int status, const char *body);
 
