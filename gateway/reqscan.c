@@ -32,11 +32,6 @@ void rscan_init(struct rscan *r, size_t max_head, unsigned max_lines, uint64_t m
 	r->state = RS_IDLE;
 }
 
-int rscan_in_request(const struct rscan *r)
-{
-	return r->state != RS_IDLE && r->state != RS_REFUSED;
-}
-
 static void start(struct rscan *r)
 {
 	size_t mh = r->max_head;

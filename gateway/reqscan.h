@@ -32,7 +32,7 @@
  *   - 413: a body over max_body bytes (from its Content-Length, or as its
  *     chunks come).
  *
- * Pure (no sockets, no allocation): tests/unit/test_gateway.c,
+ * Pure (no sockets, no allocation): tests/unit/test_reqscan.c,
  * tests/fuzz/fuzz_head.c.
  */
 #ifndef LLAMAD_GATEWAY_REQSCAN_H
@@ -90,8 +90,5 @@ void rscan_init(struct rscan *r, size_t max_head, unsigned max_lines, uint64_t m
  * is RS_NONE; the event's last byte included otherwise). After RS_ERROR
  * the scanner reads everything and says nothing (RS_NONE). */
 size_t rscan_feed(struct rscan *r, const char *p, size_t n, struct rs_event *ev);
-
-/* 1 between a request's first byte and its last (a deadline runs). */
-int rscan_in_request(const struct rscan *r);
 
 #endif
