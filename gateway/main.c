@@ -382,6 +382,17 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 	event_add(timer_ev, &tv);
 }
 
+/* optarg as a number of lo to hi (unit: what it counts, for the error). */
+static unsigned long num_opt(const char *opt, unsigned long lo, unsigned long hi, const char *unit)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(optarg, &end, 10);
+	if (*end || end == optarg || errno || optarg[strspn(optarg, " \t")] == '-' || v < lo || v > hi)
+		die("%s %s: want %lu to %lu%s", opt, optarg, lo, hi, unit);
+	return v;
+}
+
 int main(int argc, char **argv)
 {
 	enum { O_NAME = 256, O_INST, O_TOKENS, O_REMOTE, O_MODE, O_GROUP, O_BODY, O_TIMEOUT, O_CONVS,
@@ -462,34 +473,22 @@ int main(int argc, char **argv)
 			group = optarg;
 			break;
 		case O_BODY:
-			G.max_body = strtoul(optarg, &end, 10);
-			if (*end || G.max_body < 1024 || G.max_body > (1u << 30))
-				die("--max-body %s: want 1024 to 1073741824 bytes", optarg);
+			G.max_body = num_opt("--max-body", 1024, 1u << 30, " bytes");
 			break;
 		case O_HEADER:
-			G.max_header = strtoul(optarg, &end, 10);
-			if (*end || G.max_header < 1024 || G.max_header > (1u << 20))
-				die("--max-header-size %s: want 1024 to 1048576 bytes", optarg);
+			G.max_header = num_opt("--max-header-size", 1024, 1u << 20, " bytes");
 			break;
 		case O_HTIMEOUT:
-			G.header_timeout = (int)strtol(optarg, &end, 10);
-			if (*end || G.header_timeout < 1 || G.header_timeout > 3600)
-				die("--header-timeout %s: want 1 to 3600 seconds", optarg);
+			G.header_timeout = (int)num_opt("--header-timeout", 1, 3600, " seconds");
 			break;
 		case O_CALLER:
-			G.max_caller_conns = (uint32_t)strtoul(optarg, &end, 10);
-			if (*end || G.max_caller_conns < 1 || G.max_caller_conns > 1000000)
-				die("--max-caller-connections %s: want 1 to 1000000", optarg);
+			G.max_caller_conns = (uint32_t)num_opt("--max-caller-connections", 1, 1000000, "");
 			break;
 		case O_TIMEOUT:
-			G.timeout_s = (int)strtol(optarg, &end, 10);
-			if (*end || G.timeout_s < 1 || G.timeout_s > 86400)
-				die("--timeout %s: want 1 to 86400 seconds", optarg);
+			G.timeout_s = (int)num_opt("--timeout", 1, 86400, " seconds");
 			break;
 		case O_CONVS:
-			G.max_convs = strtoul(optarg, &end, 10);
-			if (*end || G.max_convs < 1 || G.max_convs > 1000000)
-				die("--max-conversations %s: want 1 to 1000000", optarg);
+			G.max_convs = num_opt("--max-conversations", 1, 1000000, "");
 			break;
 		case O_LOGP:
 			G.log_prompts = true;

@@ -23,7 +23,9 @@
 #    counted out when it closes);
 #  - /metrics counts them (llamad_http_connections_refused_total,
 #    _cut_total, _heads_refused_total), and llamad_http_connections is
-#    back to the one asking once the callers are gone.
+#    back to the one asking once the callers are gone;
+#  - the limits' options out of range, not numbers, or negative: refused
+#    by name with the range.
 #
 # Needs python3; the per-caller part needs root (setpriv), else skipped.
 # Env: BUILD (build folder), MODELS.
@@ -244,5 +246,18 @@ kill $gpid $pid
 wait $gpid
 rc=$?
 [ "$rc" = 0 ] && ok "the gateway stops on SIGTERM, exit 0" || bad "the gateway's exit: $rc"
+
+# the limits' options: a value out of range, not a number, or negative
+# (strtoul would wrap it) is refused by name, with the range, exit 1
+for a in "--max-header-size 512" "--header-timeout 2s" "--max-caller-connections 0" \
+         "--max-body -18446744073709551615" "--timeout ''"; do
+    eval "\"\$BUILD/llamad-http\" --socket \"\$SOCK\" $a" >"$dir/opt.out" 2>&1
+    rc=$? opt=${a%% *}
+    if [ "$rc" = 1 ] && grep -q -- "$opt .*: want [0-9]* to [0-9]*" "$dir/opt.out"; then
+        ok "$a: refused ($(cat "$dir/opt.out"))"
+    else
+        bad "$a: exit $rc, $(cat "$dir/opt.out")"
+    fi
+done
 echo "gateway_limits: $([ "$fail" -eq 0 ] && echo all ok || echo FAILED)"
 exit "$fail"
