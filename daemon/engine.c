@@ -361,8 +361,11 @@ static void step(struct engine *e)
 			take = limit[k];
 		if (take <= 0)
 			continue;
+		/* the whole of what it wants must fit its owner's share, not
+		 * only this step's part: refused before it takes blocks that
+		 * it would then hold for nothing */
 		int share;
-		if (within_share(e, s, s->n_cached + take, &share)) {
+		if (within_share(e, s, s->n_cached + want, &share)) {
 			char msg[160];
 			snprintf(msg, sizeof(msg), "uid %u holds its share of the KV cache (%d of "
 				 "%d blocks: max_kv_share_per_uid %d%%); drop or save sessions",

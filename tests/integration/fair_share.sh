@@ -6,7 +6,10 @@
 #   - uid 65534 fills sessions of ~467 tokens (30 blocks each): five fit
 #     in its half of the pool (max_kv_share_per_uid 50: 153 blocks), the
 #     sixth fails with RESOURCE_EXHAUSTED naming the share; before, it
-#     took all ten the pool holds;
+#     took all ten the pool holds; the sixth is refused before it takes
+#     any block (steps of 16 tokens here: before, it was prefilled up to
+#     the share and kept 3 blocks, which then crowded out the next
+#     session's 2);
 #   - root, meanwhile, still gets four such sessions of its own;
 #   - the session quota (max_sessions_per_uid 256) refuses uid 65534's
 #     257th session, naming the quota, and does not apply to root; with a
@@ -19,7 +22,7 @@ MODELS=${MODELS:-../shared/models}
 uid_test_frame
 "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" --socket "$SOCK" \
     --socket-mode 0666 --state-dir none --kv-memory 6M --kv-type f32 --ram-cache 0 \
-    --log-level warning \
+    --step-tokens 16 --log-level warning \
     2>"$dir/llamad.log" &
 pid=$!
 wait_socket "$SOCK" "$pid" "$dir/llamad.log" 30
@@ -43,6 +46,10 @@ fill 65534 n6
 if [ "$okn" -eq 5 ] && [ "$rc" -eq 1 ] && echo "$out" | grep -q "holds its share of the KV cache"; then
     ok "uid 65534: five 469-token sessions, the sixth refused for its share"
 else bad "uid 65534: $okn of 5 filled; the sixth: rc $rc: $out"; fi
+as 65534 show --json n6
+cached=$(printf '%s' "$out" | python3 -c 'import json, sys; print(json.load(sys.stdin)["cached_tokens"])' 2>&1)
+[ "$cached" = 0 ] && ok "the sixth holds no K/V: refused before its prompt took blocks" ||
+    bad "the sixth holds $cached cached tokens: $out"
 # one that begins as n1 shares its 28 whole prompt blocks, which count once
 # toward the share: 150 + 2 of the 153 blocks
 as 65534 generate --raw -s n1b -n 16 --temperature 0 "n1 $long"
