@@ -114,7 +114,8 @@ LDLIBS   += -lm
 
 # The libraries, leaf first. A program links those it uses in the reverse
 # order: core, text, format, proto, util (MODEL_LIBS: all of them).
-#   util    util/: causes, clocks, whole-file reads, UTF-8 (libc only)
+#   util    util/: causes, clocks, whole-file reads, UTF-8, element types
+#           (libc only)
 #   proto   proto/: the wire contract, framing, socket path, enum names
 #   format  format/: GGUF, safetensors and llama2.c readers
 #   text    text/: tokenizers, detokenizer, chat templates, stop strings
@@ -228,7 +229,7 @@ $(BUILD)/kernels/%.o: kernels/%.c | $(PROTO_GEN) $(SPM_GEN)
 	@mkdir -p $(dir $@)
 	$(KERNEL_CC) $(CPPFLAGS) $(PKG_CFLAGS) $(KERNEL_CFLAGS) $(KERNEL_ALIGN) -c $< -o $@
 
-$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h) kernels/backend.h
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu $(wildcard kernels/cuda/*.cuh kernels/cuda/*.h) kernels/backend.h util/dtype.h
 	$(cuda_say)
 	@mkdir -p $(dir $@)
 	$(NVCC) -I. -DLLAMAD_CUDA $(NVCCFLAGS) -c $< -o $@

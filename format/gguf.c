@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "format/gguf.h"
-#include "kernels/backend.h"
+#include "util/dtype.h"
 #include "util/cause.h"
 #include "util/grow.h"
 

@@ -38,7 +38,7 @@ enum {
  * for error messages. */
 struct ggml_type {
 	const char *name;
-	int kt;          /* enum kt_dtype (kernels/backend.h), or -1 if not supported */
+	int kt;          /* enum kt_dtype (util/dtype.h), or -1 if not supported */
 	int block;       /* elements per block */
 	int bytes;       /* bytes per block */
 };

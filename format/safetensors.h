@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/backend.h"
+#include "util/dtype.h"
 
 struct st_tensor {
 	char *name;

@@ -1,85 +1,13 @@
 /*
- * kernels/convert.c — dtype helpers (sizes, names, fp16/bf16 conversions,
- * GGML Q8_0/Q4_0 and Q4_K/Q5_K/Q6_K block quantization and dequantization)
- * and the KV store
- * address arithmetic shared by every backend.
+ * kernels/convert.c — fp16/bf16 conversions, GGML Q8_0/Q4_0 and
+ * Q4_K/Q5_K/Q6_K block quantization and dequantization, and the KV store
+ * address arithmetic shared by every backend (the types' sizes and names:
+ * util/dtype.c).
  */
 #include <math.h>
 #include <string.h>
 
 #include "kernels/backend.h"
-
-size_t kt_dtype_size(enum kt_dtype t)
-{
-	switch (t) {
-	case KT_F32: return 4;
-	case KT_F16: return 2;
-	case KT_BF16: return 2;
-	case KT_Q8_0:
-	case KT_Q4_0:
-	case KT_Q4_K:
-	case KT_Q5_K:
-	case KT_Q6_K: return 0;
-	}
-	return 0;
-}
-
-/* Bytes of one quantization block. */
-#define Q8_0_BYTES (2 + KT_QBLOCK)
-#define Q4_0_BYTES (2 + KT_QBLOCK / 2)
-#define Q4_K_BYTES (2 + 2 + 12 + KT_QK_K / 2)
-#define Q5_K_BYTES (2 + 2 + 12 + KT_QK_K / 8 + KT_QK_K / 2)
-#define Q6_K_BYTES (KT_QK_K / 2 + KT_QK_K / 4 + KT_QK_K / 16 + 2)
-
-size_t kt_block_weights(enum kt_dtype t)
-{
-	switch (t) {
-	case KT_F32:
-	case KT_F16:
-	case KT_BF16: return 1;
-	case KT_Q8_0:
-	case KT_Q4_0: return KT_QBLOCK;
-	case KT_Q4_K:
-	case KT_Q5_K:
-	case KT_Q6_K: return KT_QK_K;
-	}
-	return 1;
-}
-
-size_t kt_row_bytes(enum kt_dtype t, size_t n)
-{
-	switch (t) {
-	case KT_F32: return 4 * n;
-	case KT_F16:
-	case KT_BF16: return 2 * n;
-	case KT_Q8_0: return n / KT_QBLOCK * Q8_0_BYTES;
-	case KT_Q4_0: return n / KT_QBLOCK * Q4_0_BYTES;
-	case KT_Q4_K: return n / KT_QK_K * Q4_K_BYTES;
-	case KT_Q5_K: return n / KT_QK_K * Q5_K_BYTES;
-	case KT_Q6_K: return n / KT_QK_K * Q6_K_BYTES;
-	}
-	return 0;
-}
-
-int kt_dtype_is_quant(enum kt_dtype t)
-{
-	return t == KT_Q8_0 || t == KT_Q4_0 || t == KT_Q4_K || t == KT_Q5_K || t == KT_Q6_K;
-}
-
-const char *kt_dtype_name(enum kt_dtype t)
-{
-	switch (t) {
-	case KT_F32: return "f32";
-	case KT_F16: return "f16";
-	case KT_BF16: return "bf16";
-	case KT_Q8_0: return "q8_0";
-	case KT_Q4_0: return "q4_0";
-	case KT_Q4_K: return "q4_k";
-	case KT_Q5_K: return "q5_k";
-	case KT_Q6_K: return "q6_k";
-	}
-	return "?";
-}
 
 int kt_kv_group_for(int hd)
 {
@@ -312,7 +240,7 @@ static void st_u16(uint8_t *p, uint16_t v)
 void kt_quantize_q8_0(const float *x, void *out, size_t n)
 {
 	uint8_t *o = out;
-	for (size_t b = 0; b < n / KT_QBLOCK; b++, x += KT_QBLOCK, o += Q8_0_BYTES) {
+	for (size_t b = 0; b < n / KT_QBLOCK; b++, x += KT_QBLOCK, o += KT_Q8_0_BYTES) {
 		float amax = 0;
 		for (int j = 0; j < KT_QBLOCK; j++)
 			amax = fmaxf(amax, fabsf(x[j]));
@@ -333,7 +261,7 @@ void kt_quantize_q8_0(const float *x, void *out, size_t n)
 void kt_quantize_q4_0(const float *x, void *out, size_t n)
 {
 	uint8_t *o = out;
-	for (size_t b = 0; b < n / KT_QBLOCK; b++, x += KT_QBLOCK, o += Q4_0_BYTES) {
+	for (size_t b = 0; b < n / KT_QBLOCK; b++, x += KT_QBLOCK, o += KT_Q4_0_BYTES) {
 		float amax = 0, m = 0;
 		for (int j = 0; j < KT_QBLOCK; j++)
 			if (amax < fabsf(x[j])) {
@@ -544,21 +472,21 @@ static void quant_q45_k(const float *x, uint8_t *blk, uint8_t *qh, uint8_t *qs, 
 void kt_quantize_q4_k(const float *x, void *out, size_t n)
 {
 	uint8_t *o = out;
-	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += Q4_K_BYTES)
+	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += KT_Q4_K_BYTES)
 		quant_q45_k(x, o, NULL, o + 16, 15);
 }
 
 void kt_quantize_q5_k(const float *x, void *out, size_t n)
 {
 	uint8_t *o = out;
-	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += Q5_K_BYTES)
+	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += KT_Q5_K_BYTES)
 		quant_q45_k(x, o, o + 16, o + 48, 31);
 }
 
 void kt_quantize_q6_k(const float *x, void *out, size_t n)
 {
 	uint8_t *o = out;
-	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += Q6_K_BYTES) {
+	for (size_t b = 0; b < n / KT_QK_K; b++, x += KT_QK_K, o += KT_Q6_K_BYTES) {
 		float step[16], smax = 0;
 		for (int j = 0; j < 16; j++) {
 			float amax = 0;
@@ -570,7 +498,7 @@ void kt_quantize_q6_k(const float *x, void *out, size_t n)
 		uint16_t hd = k_super_scale(smax, 127);
 		float d = kt_f16_to_f32(hd);
 		uint8_t *ql = o, *qh = o + 128;
-		memset(o, 0, Q6_K_BYTES);
+		memset(o, 0, KT_Q6_K_BYTES);
 		for (int j = 0; j < 16; j++)
 			o[192 + j] = (uint8_t)(int8_t)k_sub_scale(step[j], d, 127);
 		st_u16(o + 208, hd);
