@@ -32,7 +32,7 @@
 #include <event2/http.h>
 
 #include "gateway/conn.h"
-#include "gateway/http_int.h"
+#include "gateway/reply.h"
 #include "gateway/render.h"
 #include "gateway/reqscan.h"
 
