@@ -2,8 +2,9 @@
 # No two object files of the product call each other in a circle, except
 # the circles docs/ARCHITECTURE.md names and justifies (its lines
 # "- circle: a.o b.o ..."). tests/tools/circles.py finds them from nm over
-# $BUILD; first it must find the circle of two scratch objects made here,
-# so a broken finder cannot pass.
+# $BUILD (every folder of it but tests/), and the circles of folders that
+# the same calls make; first it must find the circles of scratch objects
+# made here, so a broken finder cannot pass.
 BUILD=${BUILD:-build}
 set -e
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -15,6 +16,19 @@ cc -c "$tmp/a.c" -o "$tmp/b/util/a.o" && cc -c "$tmp/b.c" -o "$tmp/b/util/b.o"
 got=$(python3 tests/tools/circles.py "$tmp/b")
 [ "$got" = "circle: util/a.o util/b.o" ] || { echo "circles.py missed a known circle: '$got'"; exit 1; }
 echo "ok   the finder sees a circle of two scratch objects"
+
+# no two objects in a circle, but their folders are: util/ calls newdir/
+# (a folder no list names) and newdir/ calls back into util/
+mkdir -p "$tmp/c/util" "$tmp/c/newdir"
+printf 'int up(void);\nint a(void) { return up(); }\n' > "$tmp/ca.c"
+printf 'int up(void) { return 1; }\n' > "$tmp/cu.c"
+printf 'int b(void) { return 2; }\n' > "$tmp/cb.c"
+printf 'int b(void);\nint down(void) { return b(); }\n' > "$tmp/cd.c"
+cc -c "$tmp/ca.c" -o "$tmp/c/util/a.o" && cc -c "$tmp/cu.c" -o "$tmp/c/newdir/u.o"
+cc -c "$tmp/cb.c" -o "$tmp/c/util/b.o" && cc -c "$tmp/cd.c" -o "$tmp/c/newdir/d.o"
+got=$(python3 tests/tools/circles.py "$tmp/c")
+[ "$got" = "circle: newdir/ util/" ] || { echo "circles.py missed a circle of folders: '$got'"; exit 1; }
+echo "ok   the finder sees a circle of two folders, one of them new"
 
 python3 tests/tools/circles.py "$BUILD" > "$tmp/found"
 sed -n 's/^- circle: \([^:]*\):.*/circle: \1/p' docs/ARCHITECTURE.md | sort > "$tmp/named"

@@ -1,12 +1,19 @@
 #!/usr/bin/env python3
-"""Circles of object files that call each other.
+"""Circles of object files, and of folders, that call each other.
 
-For every object of the product (the folders below, not tests/), nm gives
-the symbols it defines and those it uses; an edge a -> b means a uses a
-symbol b defines. A circle is a strongly connected component of two or
-more objects (Tarjan). Prints one line per circle, "circle: a.o b.o ...",
-objects relative to the build folder and sorted, circles sorted; nothing
-when there is none.
+For every object of the product, nm gives the symbols it defines and those
+it uses; an edge a -> b means a uses a symbol b defines. A circle is a
+strongly connected component of two or more objects (Tarjan). The same
+graph with each object replaced by its top-level folder gives the folders'
+circles (one folder's objects calling another's, and back, by any path).
+
+The product is every top-level folder of the build folder but tests/ (and
+deb/, the package's own build): a new source folder is checked as soon as
+it is built, with no list to update.
+
+Prints one line per circle, "circle: a.o b.o ..." (objects relative to the
+build folder) or "circle: folder/ folder/ ..." (folders), each sorted,
+circles sorted; nothing when there is none.
 
 usage: circles.py BUILD
 """
@@ -15,13 +22,14 @@ import os
 import subprocess
 import sys
 
-PRODUCT = ('client', 'daemon', 'format', 'gen', 'kernels', 'model', 'proto', 'quantize',
-           'session', 'text', 'util')
+NOT_PRODUCT = ('tests', 'deb')
 
 
 def objects(build):
     out = []
-    for top in PRODUCT:
+    for top in sorted(os.listdir(build)):
+        if top in NOT_PRODUCT or not os.path.isdir(os.path.join(build, top)):
+            continue
         for root, _, files in os.walk(os.path.join(build, top)):
             out += [os.path.join(root, f) for f in files if f.endswith('.o')]
     return sorted(out)
@@ -44,6 +52,16 @@ def graph(objs):
             if d and d != o:
                 g[o].add(d)
     return g
+
+
+def folders(g, build):
+    """The graph of top-level folders: an edge where an object of one uses
+    a symbol an object of another defines."""
+    top = {o: os.path.relpath(o, build).split(os.sep)[0] + '/' for o in g}
+    f = {t: set() for t in top.values()}
+    for o, ds in g.items():
+        f[top[o]] |= {top[d] for d in ds if top[d] != top[o]}
+    return f
 
 
 def circles(g):
@@ -84,8 +102,11 @@ def main():
     objs = objects(build)
     if not objs:
         sys.exit('circles.py: no objects under %s (build first)' % build)
-    for c in circles(graph(objs)):
+    g = graph(objs)
+    for c in circles(g):
         print('circle: ' + ' '.join(os.path.relpath(o, build) for o in c))
+    for c in circles(folders(g, build)):
+        print('circle: ' + ' '.join(c))
 
 
 if __name__ == '__main__':
