@@ -99,7 +99,8 @@ struct info_env engine_info_env(struct engine *e, const struct session *s)
 
 struct turn_env engine_turns(struct engine *e)
 {
-	struct turn_env te = { &e->st, e->m, engine_session_limit(e) };
+	struct turn_env te = { &e->st, e->m->tok, e->m->cfg.bos, e->m->cfg.eos,
+				engine_session_limit(e) };
 	return te;
 }
 

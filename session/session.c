@@ -7,14 +7,13 @@
 
 #include <xxhash.h>
 
-#include "proto/limits.h"
 #include "session/blocks.h"
 #include "session/session.h"
 #include "util/grow.h"
 
 int sess_id_valid(const char *id)
 {
-	return llamad_session_id_ok(id);
+	return session_id_ok(id);
 }
 
 static uint32_t hash_id(uid_t uid, const char *id)

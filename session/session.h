@@ -16,8 +16,7 @@
 
 #include "session/kvpool.h"
 #include "text/chat.h"
-
-#define SESSION_ID_MAX 128   /* = LLAMAD_SESSION_ID_MAX, proto/limits.h */
+#include "util/session_id.h"
 
 /* Roles and templates are text/chat.h's enum chat_role / chat_template
  * (the session stores and checks them, never interprets them). Values

@@ -26,11 +26,11 @@ static struct chat_ctx history_upto(const struct turn_env *te, const struct sess
 	int has_user = 0;
 	for (int i = 0; i < upto && !has_user; i++)
 		has_user = s->turns[i].role == CHAT_USER;
-	int32_t eot = chat_end_of_turn(te->m->tok, s->tmpl, te->m->cfg.eos);
+	int32_t eot = chat_end_of_turn(te->tok, s->tmpl, te->eos);
 	struct chat_ctx c = {
 		.tmpl = (enum chat_template)s->tmpl,
-		.bos = te->m->cfg.bos,
-		.eos = te->m->cfg.eos,
+		.bos = te->bos,
+		.eos = te->eos,
 		.n_tokens = n,
 		.has_user_turn = has_user,
 		.last_role = last,
@@ -68,10 +68,10 @@ static int encode_at(const struct turn_env *te, const struct session *s, int at,
 	struct chat_ctx c = history_upto(te, s, at);
 	*ids = NULL;
 	if (at == 0)
-		return chat_encode_first_turn(te->m->tok, &c, (enum chat_role)role, text, old, n_old,
+		return chat_encode_first_turn(te->tok, &c, (enum chat_role)role, text, old, n_old,
 					      ids);
 	if (text)  /* llama3: a user or system turn after the kept ones */
-		return chat_encode_turn(te->m->tok, &c, (enum chat_role)role, text, ids);
+		return chat_encode_turn(te->tok, &c, (enum chat_role)role, text, ids);
 	return 0;
 }
 
@@ -167,7 +167,7 @@ static int answer_body(const struct turn_env *te, const struct session *s, int i
 	const struct sess_turn *t = &s->turns[i];
 	if (t->role != CHAT_ASSISTANT || t->text)
 		return -1;
-	return chat_answer_start(te->m->tok, s->tmpl, s->tokens + t->start, turn_end(s, i) - t->start);
+	return chat_answer_start(te->tok, s->tmpl, s->tokens + t->start, turn_end(s, i) - t->start);
 }
 
 /* Tokens of the generated answers from turn `from` on that may slide out. */
@@ -282,7 +282,7 @@ static void turn_error(const struct turn_env *te, const struct session *s, int n
 {
 	if (n == -ENOTSUP)
 		snprintf(msg, cap, "template %s: %s", chat_template_name(s->tmpl),
-			 chat_template_unusable(te->m->tok, s->tmpl));
+			 chat_template_unusable(te->tok, s->tmpl));
 	else
 		snprintf(msg, cap, "%s", n == -ENOMEM ? "out of memory" : "cannot tokenize the text");
 }
@@ -340,7 +340,7 @@ int turn_append(const struct turn_env *te, struct session *s, int role, const ch
 {
 	struct chat_ctx c = history_of(te, s);
 	int32_t *ids = NULL;
-	int n = chat_encode_turn(te->m->tok, &c, (enum chat_role)role, text, &ids);
+	int n = chat_encode_turn(te->tok, &c, (enum chat_role)role, text, &ids);
 	if (n < 0) {
 		turn_error(te, s, n, msg, cap);
 		return n == -ENOTSUP ? -EINVAL : n;
@@ -370,7 +370,7 @@ int turn_generation(const struct turn_env *te, struct session *s, char *msg, siz
 {
 	struct chat_ctx c = history_of(te, s);
 	int32_t *ids = NULL;
-	int n = chat_encode_generation(te->m->tok, &c, &ids);
+	int n = chat_encode_generation(te->tok, &c, &ids);
 	if (n <= 0) {
 		if (n < 0)
 			turn_error(te, s, n, msg, cap);

@@ -19,13 +19,17 @@
 
 #include <stddef.h>
 
-#include "model/model.h"
+#include <stdint.h>
+
 #include "session/session.h"
+
+struct tok;
 
 /* What the turn rules need besides the session. */
 struct turn_env {
 	struct sess_table *st;
-	const struct model *m;
+	const struct tok *tok;   /* the model's tokenizer */
+	int32_t bos, eos;        /* the model's BOS and EOS ids */
 	int limit;               /* tokens a session may hold */
 };
 

@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "llamad.pb-c.h"
-#include "proto/names.h"
 #include "text/chat_int.h"
 
 /* The templates; a model file's template text is classified in this
@@ -26,17 +24,14 @@ static const struct chat_tmpl *row(int tmpl)
 	return &chat_raw;
 }
 
-/* The templates' names are the wire's (proto/llamad.proto's Template,
- * whose values chat.h's enum takes): TEMPLATE_LLAMA3 is "llama3";
- * TEMPLATE_DEFAULT, a setting only, is "auto". */
-static const struct pb_enum_alias tmpl_alias[] = { { CHAT_TEMPLATE_AUTO, "auto" }, { 0, NULL } };
-static struct pb_enum_names tmpl_names = PB_ENUM_NAMES(&llamad__template__descriptor, '_',
-						       tmpl_alias);
-
 const char *chat_template_name(int tmpl)
 {
-	const char *n = pb_enum_name(&tmpl_names, tmpl);
-	return n ? n : "?";
+	if (tmpl == CHAT_TEMPLATE_AUTO)
+		return "auto";  /* TEMPLATE_DEFAULT, a setting only */
+	for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+		if ((int)rows[i]->id == tmpl)
+			return rows[i]->name;
+	return "?";
 }
 
 enum chat_template chat_classify_template(const char *text, size_t len)

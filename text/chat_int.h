@@ -15,6 +15,9 @@
 
 struct chat_tmpl {
 	enum chat_template id;
+	/* chat_template_name's: the wire's name of the value (llamad.proto's
+	 * Template, TEMPLATE_ dropped, lowercased; test_chat compares) */
+	const char *name;
 	/* a model file's template text is this one when it holds both
 	 * (NULL: never classified as this one) */
 	const char *marker[2];

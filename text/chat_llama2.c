@@ -272,6 +272,7 @@ static int llama2_first_turn(const struct tok *t, const struct chat_ctx *c, enum
 
 const struct chat_tmpl chat_llama2 = {
 	.id = CHAT_TEMPLATE_LLAMA2,
+	.name = "llama2",
 	.marker = { "[INST]", "<<SYS>>" },
 	.rules = {
 		.system_sets_prompt = 1,

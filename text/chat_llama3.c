@@ -354,6 +354,7 @@ static int llama3_answer_start(const struct tok *t, const int32_t *ids, int n)
 
 const struct chat_tmpl chat_llama3 = {
 	.id = CHAT_TEMPLATE_LLAMA3,
+	.name = "llama3",
 	.marker = { "<|start_header_id|>", "<|eot_id|>" },
 	.rules = {
 		.prompt_opens_answer = 1,

@@ -38,6 +38,7 @@ static int raw_first_turn(const struct tok *t, const struct chat_ctx *c, enum ch
 
 const struct chat_tmpl chat_raw = {
 	.id = CHAT_TEMPLATE_RAW,
+	.name = "raw",
 	.rules = {
 		.turns_are_raw = 1,
 		.exchange_starts = ~0u,

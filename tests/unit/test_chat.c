@@ -62,6 +62,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
+#include "llamad.pb-c.h"
+#include "proto/names.h"
 #include "tests/unit/llama2_chat.h"
 
 /* BOS "[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\nHi there [/INST] Hello! " EOS */
@@ -899,6 +901,28 @@ static void test_l3_trim(void **state)
 	free(g);
 }
 
+/* The templates' names are the wire's: for every value of llamad.proto's
+ * Template, chat_template_name says what proto/names.c derives from the
+ * descriptor (TEMPLATE_DEFAULT, a setting only, is "auto"); other values
+ * are "?". */
+static void test_template_names(void **state)
+{
+	(void)state;
+	static const struct pb_enum_alias alias[] = { { CHAT_TEMPLATE_AUTO, "auto" }, { 0, NULL } };
+	static struct pb_enum_names wire = PB_ENUM_NAMES(&llamad__template__descriptor, '_', alias);
+	const ProtobufCEnumDescriptor *d = &llamad__template__descriptor;
+	assert_true(d->n_values >= 4);
+	for (unsigned i = 0; i < d->n_values; i++) {
+		int v = d->values[i].value;
+		const char *want = pb_enum_name(&wire, v);
+		assert_non_null(want);
+		assert_string_equal(chat_template_name(v), want);
+	}
+	assert_string_equal(chat_template_name(CHAT_TEMPLATE_LLAMA3), "llama3");
+	assert_string_equal(chat_template_name(CHAT_TEMPLATE_MAX + 1), "?");
+	assert_string_equal(chat_template_name(-1), "?");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -921,6 +945,7 @@ int main(void)
 		cmocka_unit_test(test_l3_detection),
 		cmocka_unit_test(test_l3_unusable),
 		cmocka_unit_test(test_l3_trim),
+		cmocka_unit_test(test_template_names),
 	};
 	int failed = cmocka_run_group_tests(tests, setup, teardown);
 	return failed + cmocka_run_group_tests(l3_tests, l3_setup, l3_teardown);

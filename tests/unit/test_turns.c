@@ -24,7 +24,7 @@
 #include "tests/unit/llama2_chat.h"
 
 struct fx {
-	struct model m;
+	struct tok *tok;         /* te.tok, owned */
 	struct kvpool *pool;
 	struct sess_table st;
 	struct turn_env te;
@@ -39,14 +39,14 @@ static int fx_setup(void **state, struct tok *t, int bos, int eos)
 		tok_free(t);
 		return -1;
 	}
-	f->m.tok = t;
-	f->m.cfg.bos = bos >= 0 ? bos : tok_bos(t);
-	f->m.cfg.eos = eos >= 0 ? eos : tok_eos(t);
+	f->tok = t;
+	f->te.tok = t;
+	f->te.bos = bos >= 0 ? bos : tok_bos(t);
+	f->te.eos = eos >= 0 ? eos : tok_eos(t);
 	f->pool = kvpool_new(64, KV_BLOCK_TOKENS, 1, 8);
 	if (!f->pool || sess_table_init(&f->st, f->pool) != 0)
 		return -1;
 	f->te.st = &f->st;
-	f->te.m = &f->m;
 	f->te.limit = 4096;
 	*state = f;
 	return 0;
@@ -62,7 +62,7 @@ static int teardown(void **state)
 	struct fx *f = *state;
 	sess_table_done(&f->st);
 	kvpool_free(f->pool);
-	tok_free(f->m.tok);
+	tok_free(f->tok);
 	free(f);
 	return 0;
 }
@@ -94,7 +94,7 @@ static void assert_holds(struct fx *f, const struct session *s, int tmpl,
 			 const struct chat_msg *d, int n)
 {
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, tmpl, d, n, &want);
+	int nw = chat_encode_dialog(f->te.tok, tmpl, d, n, &want);
 	assert_true(nw > 0);
 	if (s->n_tokens != nw || memcmp(s->tokens, want, (size_t)nw * sizeof(int32_t))) {
 		fprintf(stderr, "session:");
@@ -139,7 +139,7 @@ static void test_append_dialog(void **state)
 	add(f, s, CHAT_USER, "Hi there");
 	assert_null(s->next_system);
 	int32_t *u = NULL;
-	int nu = chat_encode_user_turn(f->m.tok, "Be brief.", "Hi there", &u);
+	int nu = chat_encode_user_turn(f->te.tok, "Be brief.", "Hi there", &u);
 	assert_int_equal(s->n_tokens - before, nu);
 	assert_memory_equal(s->tokens + before, u, (size_t)nu * sizeof(int32_t));
 	free(u);
@@ -170,7 +170,7 @@ static void test_context_shift(void **state)
 	struct session *s = dialog_session(f, "s", SESS_CTX_SHIFT, 5);
 	const struct chat_msg left[] = { dialog[0], dialog[3], dialog[4], dialog[5] };
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 4, &want);
+	int nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA2, left, 4, &want);
 	free(want);
 	assert_true(nw < s->n_tokens + 13);
 	f->te.limit = nw;  /* exactly what is left */
@@ -198,7 +198,7 @@ static void test_shift_drops_the_last_exchange(void **state)
 	struct session *s = dialog_session(f, "last", SESS_CTX_SHIFT, 5);
 	const struct chat_msg left[] = { dialog[0], dialog[5] };
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 2, &want);
+	int nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA2, left, 2, &want);
 	free(want);
 	f->te.limit = nw;  /* room for the system prompt and the new turn only */
 	add(f, s, CHAT_USER, dialog[5].text);
@@ -209,7 +209,7 @@ static void test_shift_drops_the_last_exchange(void **state)
 	s = dialog_session(f, "full", SESS_CTX_SHIFT, 3);
 	f->te.limit = s->n_tokens;
 	const struct chat_msg then[] = { dialog[0], { CHAT_USER, "More?" } };
-	nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, then, 2, &want);
+	nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA2, then, 2, &want);
 	free(want);
 	assert_true(nw <= s->n_tokens);
 	add(f, s, CHAT_USER, then[1].text);
@@ -236,7 +236,7 @@ static void test_shift_refuses_what_never_fits(void **state)
 	memcpy(before, s->tokens, (size_t)n * sizeof(int32_t));
 	const struct chat_msg left[] = { dialog[0], dialog[5] };
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA2, left, 2, &want);
+	int nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA2, left, 2, &want);
 	free(want);
 	f->te.limit = nw - 1;
 	char msg[256];
@@ -267,7 +267,7 @@ static void test_raw_shift_new_turn(void **state)
 	add(f, s, CHAT_USER, "Once upon a time");
 	add(f, s, CHAT_USER, " there was a dog");
 	int32_t *ids = NULL;
-	int n = tok_encode(f->m.tok, "The end", 7, 1, &ids);
+	int n = tok_encode(f->te.tok, "The end", 7, 1, &ids);
 	f->te.limit = n;
 	add(f, s, CHAT_USER, "The end");
 	assert_int_equal(s->n_turns, 1);
@@ -295,7 +295,7 @@ static void test_slide_drops_exchanges_first(void **state)
 	int q = s->turns[4].start, n = s->n_tokens;
 	int before = q - s->turns[0].start;  /* the two exchanges before the question */
 	int32_t *u = NULL;
-	int nu = chat_encode_user_turn(f->m.tok, dialog[0].text, dialog[5].text, &u);
+	int nu = chat_encode_user_turn(f->te.tok, dialog[0].text, dialog[5].text, &u);
 	int moved = nu - (s->turns[5].start - q);   /* the system prompt moves to it */
 	f->te.limit = n;
 	int keep = 4;
@@ -482,8 +482,8 @@ static void test_l3_generation(void **state)
 	/* the answer as the engine appends it: its tokens, then <|eot_id|>
 	 * in place of whichever end id the model chose */
 	int32_t *ids = NULL;
-	int k = tok_encode(f->m.tok, "Seven.", 6, 0, &ids);
-	assert_int_equal(chat_end_of_turn(f->m.tok, s->tmpl, f->m.cfg.eos), EOT);
+	int k = tok_encode(f->te.tok, "Seven.", 6, 0, &ids);
+	assert_int_equal(chat_end_of_turn(f->te.tok, s->tmpl, f->te.eos), EOT);
 	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
 	int32_t eot = EOT;
 	assert_int_equal(sess_append(s, &eot, 1, CHAT_ASSISTANT, NULL, 0), 0);
@@ -513,7 +513,7 @@ static void test_l3_generation(void **state)
 	o->system = strdup(l3_dialog[0].text);
 	assert_int_equal(turn_generation(&f->te, o, msg, sizeof(msg)), 1);
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, l3_dialog, 1, &want);
+	int nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA3, l3_dialog, 1, &want);
 	assert_int_equal(o->n_tokens, nw);
 	assert_memory_equal(o->tokens, want, (size_t)nw * sizeof(int32_t));
 	free(want);
@@ -533,7 +533,7 @@ static void test_l3_shift(void **state)
 		const struct chat_msg left[] = { l3_dialog[0], l3_dialog[3], l3_dialog[4],
 						 l3_dialog[5] };
 		int32_t *want = NULL;
-		int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, left, 4, &want);
+		int nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA3, left, 4, &want);
 		free(want);
 		f->te.limit = nw;
 		add(f, s, CHAT_USER, l3_dialog[5].text);
@@ -554,7 +554,7 @@ static void test_l3_shift(void **state)
 	add(f, s, CHAT_SYSTEM, l3_dialog[0].text);
 	add(f, s, CHAT_USER, l3_dialog[1].text);
 	int32_t *ids = NULL;
-	int k = tok_encode(f->m.tok, "Seven", 5, 0, &ids);
+	int k = tok_encode(f->te.tok, "Seven", 5, 0, &ids);
 	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
 	free(ids);
 	add(f, s, CHAT_USER, l3_dialog[3].text);
@@ -575,7 +575,7 @@ static void test_l3_shift_new_turn(void **state)
 	add(f, s, CHAT_SYSTEM, l3_dialog[0].text);
 	add(f, s, CHAT_USER, l3_dialog[1].text);
 	int32_t *ids = NULL;
-	int k = tok_encode(f->m.tok, "Seven", 5, 0, &ids);
+	int k = tok_encode(f->te.tok, "Seven", 5, 0, &ids);
 	assert_int_equal(sess_append(s, ids, k, CHAT_ASSISTANT, NULL, 1), 0);
 	free(ids);
 	f->te.limit = s->n_tokens;
@@ -595,7 +595,7 @@ static void test_l3_shift_new_turn(void **state)
 	assert_int_equal(g->turns[1].role, CHAT_USER);
 	const struct chat_msg kept[] = { l3_dialog[0], l3_dialog[3], l3_dialog[4] };
 	int32_t *want = NULL;
-	int nw = chat_encode_dialog(f->m.tok, CHAT_TEMPLATE_LLAMA3, kept, 3, &want);
+	int nw = chat_encode_dialog(f->te.tok, CHAT_TEMPLATE_LLAMA3, kept, 3, &want);
 	assert_int_equal(g->n_tokens, nw);   /* the dialog ends with the prompt */
 	assert_memory_equal(g->tokens, want, (size_t)nw * sizeof(int32_t));
 	free(want);
