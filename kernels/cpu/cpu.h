@@ -99,4 +99,28 @@ int cpu_xb_reserve(struct cpu_backend *cb, size_t n);
 /* Dot product of n fp32 values with the fixed reduction order every op uses. */
 float cpu_dot(const float *a, const float *b, int n);
 
+/* The table's ops (struct backend_ops, kernels/backend.h), each in its file:
+ * elementwise.c */
+void cpu_rmsnorm(struct backend *be, float *y, const float *x, const float *w, int n, int n_tok,
+		 float eps);
+void cpu_rope(struct backend *be, float *q, float *k, const int *pos, int n_tok, int n_heads,
+	      int n_kv_heads, int hd, const float *inv_freq, enum kt_rope_layout layout);
+void cpu_silu_mul(struct backend *be, float *g, const float *u, size_t n);
+void cpu_add(struct backend *be, float *y, const float *x, size_t n);
+void cpu_embed(struct backend *be, float *y, const struct kt_weight *table, const int32_t *tok,
+	       int n_tok);
+/* kv_store.c */
+void cpu_kv_store(struct backend *be, const struct kt_kv *kv, int layer, const float *k,
+		  const float *v, const struct kt_attn_row *rows, int n_tok);
+/* attention.c */
+void cpu_attention(struct backend *be, float *out, const float *q, const struct kt_kv *kv,
+		   int layer, const struct kt_attn_row *rows, int n_tok, int n_heads,
+		   int n_kv_heads, int hd);
+
+/* Query vectors attended together (attention.c's tiles); the per-thread
+ * scratch holds ATTN_TILE rows of scores. */
+#define ATTN_TILE 8
+/* Room for len floats in every thread's attention scratch: 0 or -ENOMEM. */
+int cpu_scratch_reserve(struct cpu_backend *cb, size_t len);
+
 #endif

@@ -1,155 +1,23 @@
 /*
- * kernels/cpu/ops.c — the CPU backend: element-wise ops, RMSNorm, RoPE,
- * paged KV store and attention, and the backend table. Matmul lives in
- * matmul.c. Reductions use a fixed order per row so results are independent
- * of batch composition and thread count.
+ * kernels/cpu/attention.c — the CPU backend's paged attention: causal
+ * attention of each row over its sequence's K/V blocks (f32, f16, q8_0),
+ * sixteen-float single rows, eight-float rows and tiles of the query
+ * vectors that share a KV head, split over the pool's threads; and the
+ * per-thread score scratch. Reductions use a fixed order per row, so a
+ * row's result never depends on what shares its call.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/vec.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
-
-
-float cpu_dot(const float *a, const float *b, int n)
-{
-	float acc[16] = { 0 };
-	int k = 0;
-	for (; k + 16 <= n; k += 16)
-		for (int j = 0; j < 16; j++)
-			acc[j] += a[k + j] * b[k + j];
-	for (int j = 0; k + j < n; j++)
-		acc[j] += a[k + j] * b[k + j];
-	for (int s = 8; s >= 1; s /= 2)
-		for (int j = 0; j < s; j++)
-			acc[j] += acc[j + s];
-	return acc[0];
-}
-
-/* Eight floats as one value: GCC/clang vector extension, an AVX register
- * where the target has one. Loads and stores go through memcpy (unaligned). */
-typedef float v8f __attribute__((vector_size(32)));
-
-static inline v8f ld8(const float *p)
-{
-	v8f v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-typedef float v16f __attribute__((vector_size(64)));
-
-/* Sixteen-float values never cross a real call (everything using them is
- * inlined), so the ABI note GCC gives for them does not apply. */
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-static inline __attribute__((always_inline)) v16f ld16(const float *p)
-{
-	v16f v;
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static inline float hsum8(v8f v)
-{
-	return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
-}
-
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-static inline void st8(float *p, v8f v)
-{
-	memcpy(p, &v, sizeof(v));
-}
-
-static void cpu_rmsnorm(struct backend *be, float *y, const float *x,
-			const float *w, int n, int n_tok, float eps)
-{
-	(void)be;
-	for (int t = 0; t < n_tok; t++) {
-		const float *xr = x + (size_t)t * n;
-		float *yr = y + (size_t)t * n;
-		float ss = cpu_dot(xr, xr, n);
-		float s = 1.0f / sqrtf(ss / n + eps);
-		for (int i = 0; i < n; i++)
-			yr[i] = w[i] * (s * xr[i]);
-	}
-}
-
-static void rope_heads(float *v, int n_heads, int hd, const float *c, const float *s,
-		       enum kt_rope_layout layout)
-{
-	int half = hd / 2;
-	for (int h = 0; h < n_heads; h++) {
-		float *x = v + (size_t)h * hd;
-		if (layout == KT_ROPE_INTERLEAVED) {
-			for (int i = 0; i < half; i++) {
-				float a = x[2 * i], b = x[2 * i + 1];
-				x[2 * i] = a * c[i] - b * s[i];
-				x[2 * i + 1] = a * s[i] + b * c[i];
-			}
-		} else {
-			float tmp[512];
-			for (int i = 0; i < half; i++) {
-				float a = x[i], b = x[i + half];
-				tmp[2 * i] = a * c[i] - b * s[i];
-				tmp[2 * i + 1] = a * s[i] + b * c[i];
-			}
-			memcpy(x, tmp, (size_t)hd * sizeof(float));
-		}
-	}
-}
-
-static void cpu_rope(struct backend *be, float *q, float *k, const int *pos,
-		     int n_tok, int n_heads, int n_kv_heads, int hd,
-		     const float *inv_freq, enum kt_rope_layout layout)
-{
-	(void)be;
-	float c[256], s[256];
-	int half = hd / 2;
-	if (hd > 512)
-		abort();  /* loaders refuse head_dim > 512 */
-	for (int t = 0; t < n_tok; t++) {
-		for (int i = 0; i < half; i++) {
-			float ang = (float)pos[t] * inv_freq[i];
-			c[i] = cosf(ang);
-			s[i] = sinf(ang);
-		}
-		rope_heads(q + (size_t)t * n_heads * hd, n_heads, hd, c, s, layout);
-		rope_heads(k + (size_t)t * n_kv_heads * hd, n_kv_heads, hd, c, s, layout);
-	}
-}
-
-static void cpu_kv_store(struct backend *be, const struct kt_kv *kv, int layer,
-			 const float *k, const float *v,
-			 const struct kt_attn_row *rows, int n_tok)
-{
-	(void)be;
-	int bs = kv->block_size, kd = kv->kv_dim;
-	for (int t = 0; t < n_tok; t++) {
-		int p = rows[t].pos;
-		int32_t b = rows[t].block_table[p / bs];
-		if (kv->dtype != KT_F32) {
-			kt_kv_put(kv, b, layer, p % bs, k + (size_t)t * kd, v + (size_t)t * kd);
-			continue;
-		}
-		int r = p % bs;
-		float *kt = kt_kv_kt(kv, b, layer);
-		const float *kr = k + (size_t)t * kd;
-		for (int c = 0; c < kd; c++)
-			kt[(size_t)c * bs + r] = kr[c];
-		memcpy((float *)kt_kv_vspan(kv, b, layer) + (size_t)r * kd, v + (size_t)t * kd,
-		       (size_t)kd * sizeof(float));
-	}
-}
 
 /* The f32 store's K span / V row of (block, layer, row). */
 static inline const float *kv_kt32(const struct kt_kv *kv, int32_t b, int layer)
@@ -174,36 +42,10 @@ struct attn_job {
 	int wide;                /* sixteen-float code (attn_one) */
 };
 
-/* From here on (attention, SiLU) multiply-adds may fuse (FMA): the same
+/* From here on (attention) multiply-adds may fuse (FMA): the same
  * binary always fuses the same way, so results stay deterministic and
- * batch-invariant. RoPE above stays unfused so that its two pair layouts
- * give identical bits. */
+ * batch-invariant. */
 #pragma GCC optimize("fp-contract=fast")
-
-/* exp of eight floats to ~1 ulp in vector arithmetic: range reduction by
- * ln 2 and a degree-6 minimax polynomial (Cephes' expf). Every lane runs the
- * same instructions, so a value's result never depends on its neighbours. */
-static inline v8f vexp8(v8f x)
-{
-	const v8f lo = { -87, -87, -87, -87, -87, -87, -87, -87 };
-	const v8f hi = { 88, 88, 88, 88, 88, 88, 88, 88 };
-	v8i m = x < lo;
-	x = (v8f)(((v8i)x & ~m) | ((v8i)lo & m));
-	m = x > hi;
-	x = (v8f)(((v8i)x & ~m) | ((v8i)hi & m));
-	const float magic = 12582912.0f;  /* 1.5 * 2^23: round to integer */
-	v8f fn = x * 1.44269504088896341f + magic;
-	v8i n = (v8i)fn - 0x4b400000;
-	fn -= magic;
-	v8f r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
-	v8f p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-	p = p * r + 8.3334519073e-3f;
-	p = p * r + 4.1665795894e-2f;
-	p = p * r + 1.6666665459e-1f;
-	p = p * r + 5.0000001201e-1f;
-	p = p * r * r + r + 1.0f;
-	return p * (v8f)((n + 127) << 23);
-}
 
 /* Scores of one block: s[i] = sum_d q[d] * kt[d*bs + i] for i < bs, each a
  * sequential sum over d (the same order for every i, block and batch). */
@@ -542,8 +384,6 @@ static inline __attribute__((always_inline)) v8f tld8(const char *span, size_t i
  * row's result is the same bits whatever else shares its tile or call.
  * Block size 16, head_dim a multiple of 8.
  */
-#define ATTN_TILE 8
-
 static inline __attribute__((always_inline)) v8f kload8(const char *span, size_t i, const int DT)
 {
 	if (DT == KT_F32)
@@ -730,7 +570,7 @@ static void attn_worker(void *ctx, int ith, int nth)
 	}
 }
 
-static int ensure_scratch(struct cpu_backend *cb, size_t len)
+int cpu_scratch_reserve(struct cpu_backend *cb, size_t len)
 {
 	if (len <= cb->scratch_len)
 		return 0;
@@ -745,10 +585,10 @@ static int ensure_scratch(struct cpu_backend *cb, size_t len)
 	return 0;
 }
 
-static void cpu_attention(struct backend *be, float *out, const float *q,
-			  const struct kt_kv *kv, int layer,
-			  const struct kt_attn_row *rows, int n_tok,
-			  int n_heads, int n_kv_heads, int hd)
+void cpu_attention(struct backend *be, float *out, const float *q,
+		   const struct kt_kv *kv, int layer,
+		   const struct kt_attn_row *rows, int n_tok,
+		   int n_heads, int n_kv_heads, int hd)
 {
 	struct cpu_backend *cb = (struct cpu_backend *)be;
 	size_t maxlen = 0, work = 0;
@@ -759,7 +599,7 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 	}
 	/* fwd_new() reserved room for the model's context; a caller that goes
 	 * past it without reserving is a bug, not a run-time condition */
-	if (ensure_scratch(cb, ATTN_TILE * (maxlen + 64)) != 0)
+	if (cpu_scratch_reserve(cb, ATTN_TILE * (maxlen + 64)) != 0)
 		abort();
 	struct attn_job j = { out, q, kv, layer, rows, n_tok, n_heads, n_kv_heads, hd,
 			      cb->scratch, cb->scratch_len, cb->attn_wide };
@@ -767,237 +607,3 @@ static void cpu_attention(struct backend *be, float *out, const float *q,
 	int nth = work < 262144 ? 1 : tpool_size(cb->pool);
 	tpool_run(cb->pool, attn_worker, &j, nth);
 }
-
-struct ew_job {
-	float *g;
-	const float *u;
-	size_t n;
-};
-
-static void silu_worker(void *ctx, int ith, int nth)
-{
-	struct ew_job *j = ctx;
-	size_t per = ((j->n + nth - 1) / nth + 15) & ~(size_t)15;
-	size_t a = (size_t)ith * per, b = a + per < j->n ? a + per : j->n;
-	float *g = j->g;
-	const float *u = j->u;
-	size_t i = a;
-	for (; i + 8 <= b; i += 8) {
-		v8f x = ld8(g + i);
-		st8(g + i, x / (1.0f + vexp8(-x)) * ld8(u + i));
-	}
-	if (i < b) {  /* the tail through the same vector code */
-		float tg[8] = { 0 }, tu[8] = { 0 };
-		memcpy(tg, g + i, (b - i) * sizeof(float));
-		memcpy(tu, u + i, (b - i) * sizeof(float));
-		v8f x = ld8(tg);
-		st8(tg, x / (1.0f + vexp8(-x)) * ld8(tu));
-		memcpy(g + i, tg, (b - i) * sizeof(float));
-	}
-}
-
-static void cpu_silu_mul(struct backend *be, float *g, const float *u, size_t n)
-{
-	struct cpu_backend *cb = (struct cpu_backend *)be;
-	struct ew_job j = { g, u, n };
-	tpool_run(cb->pool, silu_worker, &j, n < 65536 ? 1 : tpool_size(cb->pool));
-}
-
-static void cpu_add(struct backend *be, float *y, const float *x, size_t n)
-{
-	(void)be;
-	for (size_t i = 0; i < n; i++)
-		y[i] += x[i];
-}
-
-static void cpu_embed(struct backend *be, float *y, const struct kt_weight *table,
-		      const int32_t *tok, int n_tok)
-{
-	(void)be;
-	int d = table->cols;
-	size_t rb = kt_row_bytes(table->dtype, (size_t)d);
-	for (int t = 0; t < n_tok; t++)
-		kt_row_to_f32(table->dtype, (const uint8_t *)table->data + (size_t)tok[t] * rb,
-			      y + (size_t)t * d, (size_t)d);
-}
-
-static int cpu_reserve(struct backend *be, int max_pos, int max_tokens)
-{
-	struct cpu_backend *cb = (struct cpu_backend *)be;
-	if (cb->qx_cols > 0 && cpu_qx_reserve(cb, max_tokens, cb->qx_cols) != 0)
-		return -ENOMEM;
-	if (cb->xb_cols > 0 &&
-	    cpu_xb_reserve(cb, (size_t)(max_tokens > 0 ? max_tokens : 1) * cb->xb_cols) != 0)
-		return -ENOMEM;
-	/* scores are computed a whole block at a time: room for four rows'
-	 * scores, each up to a whole block past max_pos */
-	return ensure_scratch(cb, ATTN_TILE * ((size_t)(max_pos > 0 ? max_pos : 1) + 64));
-}
-
-static void cpu_free(struct backend *be)
-{
-	struct cpu_backend *cb = (struct cpu_backend *)be;
-	if (cb->scratch) {
-		for (int i = 0; i < tpool_size(cb->pool); i++)
-			free(cb->scratch[i]);
-		free(cb->scratch);
-	}
-	tpool_free(cb->pool);
-	free(cb->qx);
-	free(cb->xb);
-	free(cb);
-}
-
-/* Backend memory is host memory: plain allocations and memcpy. */
-static void *cpu_mem_alloc(struct backend *be, size_t bytes)
-{
-	(void)be;
-	return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-}
-
-static void cpu_mem_free(struct backend *be, void *p)
-{
-	(void)be;
-	free(p);
-}
-
-static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes)
-{
-	(void)be;
-	if (bytes)
-		memmove(dst, src, bytes);
-	return 0;
-}
-
-/* Weights are read where they lie (mmapped or converted at load); with
- * AVX512-VNNI, quantized matrices for matmul also get their packed form;
- * bf16 ones with bf16 dot products set the room their activations need. */
-static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
-			    const struct kt_weight *src, int use)
-{
-	struct cpu_backend *cb = (struct cpu_backend *)be;
-	*dst = *src;
-	dst->pack = NULL;
-	if ((use & KT_USE_MATMUL) && cb->bf16_dot && src->dtype == KT_BF16 &&
-	    src->cols > cb->xb_cols)
-		cb->xb_cols = src->cols;
-	if (!(use & KT_USE_MATMUL) || !cb->pack_quant || !kt_dtype_is_quant(src->dtype))
-		return 0;
-	struct cpu_qpack *p;
-	int rc = cpu_qpack_new(src, cb->pool, &p);
-	if (rc == -ENOMEM) {
-		/* the mapped weights still serve, on the exact path: slower,
-		 * not fatal; status says so */
-		cb->pack_quant = 0;
-		size_t n = strlen(be->desc);
-		snprintf(be->desc + n, sizeof(be->desc) - n, " (out of memory packing: exact path)");
-		return 0;
-	}
-	if (rc)
-		return 0;      /* not packable (-EINVAL): matmul's exact path serves it */
-	dst->pack = p;
-	if (src->cols > cb->qx_cols)
-		cb->qx_cols = src->cols;
-	return 0;
-}
-
-static void cpu_weight_release(struct backend *be, struct kt_weight *w)
-{
-	(void)be;
-	cpu_qpack_free(w->pack);
-	w->pack = NULL;
-}
-
-static const struct backend_ops cpu_ops = {
-	.name = "cpu",
-	.matmul = cpu_matmul,
-	.rmsnorm = cpu_rmsnorm,
-	.rope = cpu_rope,
-	.kv_store = cpu_kv_store,
-	.attention = cpu_attention,
-	.silu_mul = cpu_silu_mul,
-	.add = cpu_add,
-	.embed = cpu_embed,
-	.reserve = cpu_reserve,
-	.free = cpu_free,
-	.mem_alloc = cpu_mem_alloc,
-	.mem_free = cpu_mem_free,
-	.upload = cpu_copy,
-	.download = cpu_copy,
-	.copy = cpu_copy,
-	.weight_place = cpu_weight_place,
-	.weight_release = cpu_weight_release,
-};
-
-/* The CPU's instruction sets (cpu.h); the switches apply to the paths only. */
-int cpu_has(enum cpu_feature f)
-{
-#if defined(__x86_64__)
-	__builtin_cpu_init();
-	switch (f) {
-	case CPU_AVX512F: return __builtin_cpu_supports("avx512f");
-	case CPU_AVX512:
-		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
-	case CPU_AVX2:
-		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-		       __builtin_cpu_supports("f16c");
-	case CPU_VNNI:
-		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni");
-	case CPU_BF16:
-		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
-	}
-#else
-	(void)f;
-#endif
-	return 0;
-}
-
-struct backend *backend_cpu_new(int n_threads)
-{
-	if (n_threads <= 0) {
-		long n = sysconf(_SC_NPROCESSORS_ONLN);
-		n_threads = n > 0 ? (int)n : 1;
-	}
-	struct cpu_backend *cb = calloc(1, sizeof(*cb));
-	if (!cb)
-		return NULL;
-	cb->be.ops = &cpu_ops;
-	cb->be.n_threads = n_threads;
-	cb->be.host_mem = 1;
-	cb->have_avx512 = cpu_has(CPU_AVX512) && !backend_env_flag("LLAMAD_NO_AVX512");
-	cb->have_avx2 = cpu_has(CPU_AVX2) && !backend_env_flag("LLAMAD_NO_AVX2");
-	/* sixteen-float attention where it is one register (the AVX-512
-	 * clone); the eight-float code elsewhere: the same results */
-	cb->attn_wide = cpu_has(CPU_AVX512F);
-	cb->be.kv_types = 1u << KT_F32 | 1u << KT_F16 | 1u << KT_Q8_0;
-	/* quantized weights are packed for 8-bit activations where the CPU
-	 * has AVX512-VNNI or AVX2; the packed form's results do not depend on
-	 * the kernel, so LLAMAD_NO_AVX512 / LLAMAD_NO_AVX2 keep packing and
-	 * run the next kernel down (AVX2, then the portable one) */
-	int vnni = cpu_has(CPU_VNNI);
-	cb->pack_quant = (vnni || cpu_has(CPU_AVX2)) && !backend_env_flag("LLAMAD_CPU_EXACT_Q");
-	cb->have_vnni = cb->have_avx512 && vnni;
-	/* bf16 weights take bf16 activations where VDPBF16PS does the
-	 * products (twice the fp32 FMA's rate); elsewhere, or with
-	 * LLAMAD_CPU_EXACT_BF16, fp32 activations as for f16 weights. As
-	 * for packing, LLAMAD_NO_AVX512 keeps the numerics and runs the
-	 * portable loop (the same bits, slowly) */
-	cb->bf16_dot = cpu_has(CPU_BF16) && !backend_env_flag("LLAMAD_CPU_EXACT_BF16");
-	snprintf(cb->be.desc, sizeof(cb->be.desc), "cpu, %d thread%s%s%s%s", n_threads,
-		 n_threads == 1 ? "" : "s",
-		 cb->have_avx512 ? ", avx512" : cb->have_avx2 ? ", avx2" : "",
-		 !cb->pack_quant ? "" : cb->have_vnni ? ", vnni" :
-		 cb->have_avx2 ? ", int8 dot" : ", packed quantized",
-		 cb->bf16_dot ? ", bf16 dot" : "");
-	cb->pool = tpool_new(n_threads);
-	cb->scratch = cb->pool ? calloc((size_t)n_threads, sizeof(float *)) : NULL;
-	if (!cb->pool || !cb->scratch || ensure_scratch(cb, 4096) != 0) {
-		cpu_free(&cb->be);
-		return NULL;
-	}
-	return &cb->be;
-}
-
-
