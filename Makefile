@@ -119,7 +119,7 @@ LDLIBS   += -lm
 #   proto   proto/: the wire contract, framing, socket path, enum names
 #   format  format/: GGUF, safetensors and llama2.c readers
 #   text    text/: tokenizers, detokenizer, chat templates, stop strings
-#   core    kernels/, model/ (weights, forward pass), gen/, session/
+#   core    kernels/, model/ (weights, forward pass), generate/, session/
 # text/ links without core: `make text` builds it and the programs that use
 # only it (the tokenizer and template tests; fuzz_tokenizer, fuzz_bpe and
 # fuzz_template link the same libraries in the fuzz build).
@@ -133,7 +133,7 @@ TEXT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard text/*.c)) \
               $(BUILD)/proto/sentencepiece_model.pb-c.o
 TEXT_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
 
-CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c gen/*.c session/*.c)
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c generate/*.c session/*.c)
 CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libllamad-core.a
 CORE_LDLIBS = $(TEXT_LDLIBS)

@@ -17,7 +17,7 @@
 #include "daemon/engine.h"
 #include "daemon/fair.h"
 #include "daemon/reply.h"
-#include "gen/generate.h"
+#include "generate/generate.h"
 #include "model/forward.h"
 #include "session/residency.h"
 #include "session/session.h"

@@ -1,13 +1,13 @@
 /*
  * daemon/oneshot.c — see oneshot.h. Prefill the prompt in one batch, then
- * decode token by token through gen/generate.c's loop.
+ * decode token by token through generate/generate.c's loop.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon/oneshot.h"
-#include "gen/generate.h"
+#include "generate/generate.h"
 #include "model/forward.h"
 #include "session/kvpool.h"
 #include "util/clock.h"

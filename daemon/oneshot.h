@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "gen/sampler.h"
+#include "generate/sampler.h"
 #include "model/model.h"
 #include "text/chat.h"
 

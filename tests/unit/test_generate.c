@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_generate.c — gen/generate.c's end of an answer: a
+ * tests/unit/test_generate.c — generate/generate.c's end of an answer: a
  * generation stops on every end-of-turn id of the tokenizer (tok_is_end),
  * not only on the model's EOS. With the real Llama 3 tokenizer
  * ($MODELS/llama3-tokenizer/tokenizer.json) the model's EOS is
@@ -19,7 +19,7 @@
 
 #include <cmocka.h>
 
-#include "gen/generate.h"
+#include "generate/generate.h"
 #include "tests/unit/real_tok.h"
 
 struct fx {

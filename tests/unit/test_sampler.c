@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_sampler.c — next-token selection (gen/sampler.c).
+ * tests/unit/test_sampler.c — next-token selection (generate/sampler.c).
  *
  * Greedy ties, PRNG reproducibility, the sampled distribution against the
  * softmax (chi-square bound), the truncations (top-k, top-p, min-p), the
@@ -17,7 +17,7 @@
 
 #include <cmocka.h>
 
-#include "gen/sampler.h"
+#include "generate/sampler.h"
 
 /* Parameters with every truncation and penalty off, temperature t. */
 static struct sampler_params plain(float t, uint64_t seed)

@@ -1,12 +1,12 @@
 /*
- * gen/sampler.c — see sampler.h.
+ * generate/sampler.c — see sampler.h.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gen/sampler.h"
+#include "generate/sampler.h"
 
 void sampler_params_default(struct sampler_params *p)
 {

@@ -1,5 +1,5 @@
 /*
- * gen/sampler.h — next-token selection from logits.
+ * generate/sampler.h — next-token selection from logits.
  *
  * Order of operations: repetition / presence / frequency penalties over the
  * last `penalty_last_n` tokens; then, if temperature <= 0, argmax (greedy,

@@ -1,5 +1,5 @@
 /*
- * gen/generate.h — the per-token generation loop, once for every caller
+ * generate/generate.h — the per-token generation loop, once for every caller
  * (the daemon's jobs and `llamad --prompt`): sample from the logits, count
  * the token, stream its text through the detokenizer and the stop strings,
  * and say when and why the generation ends.
@@ -14,7 +14,7 @@
 
 #include <stdint.h>
 
-#include "gen/sampler.h"
+#include "generate/sampler.h"
 #include "model/model.h"
 #include "text/stop.h"
 #include "text/tokenizer.h"

@@ -1,9 +1,9 @@
 /*
- * gen/generate.c — see generate.h.
+ * generate/generate.c — see generate.h.
  */
 #include <errno.h>
 
-#include "gen/generate.h"
+#include "generate/generate.h"
 
 int gen_init(struct gen *g, const struct model *m, const struct sampler_params *sp,
 	     const char *const *stops, int n_stops, int max_tokens, int at_start,
