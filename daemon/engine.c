@@ -288,6 +288,12 @@ static void share_step(struct engine *e, struct job **cand, int n, int budget, i
 	e->n_fusers = n_users;
 }
 
+/* The forward pass of the step's batch: e->pass unless a test wrapped it. */
+static int forward_pass(struct engine *e, int nb)
+{
+	return fwd_run(e->fwd, &e->pool->kv, e->seqs, nb);
+}
+
 static void step(struct engine *e)
 {
 	/* retire cancelled jobs and finished appends first */
@@ -397,14 +403,8 @@ static void step(struct engine *e)
 	if (nb == 0)
 		return;
 	double t0 = clock_mono_s();
-	int rc = fwd_run(e->fwd, &e->pool->kv, e->seqs, nb);
+	int rc = e->pass(e, nb);
 	e->n_forward++;
-	if (e->step_delay_ms > 0)  /* LLAMAD_TEST_STEP_DELAY_MS: a slow model, for tests */
-		usleep((useconds_t)e->step_delay_ms * 1000);
-	if (e->fail_after && e->n_forward >= e->fail_after) {
-		e->be->failed = 1;  /* LLAMAD_TEST_FAIL_AFTER: a backend failure on cue */
-		rc = -EIO;
-	}
 	if (rc && e->be->failed)
 		backend_died(e);
 	if (rc) {
@@ -692,10 +692,8 @@ struct engine *engine_new(struct model *m, const struct config *cfg, char **caus
 	e->t_start = clock_mono_s();
 	hist_init(&e->ttft, ttft_le, sizeof(ttft_le) / sizeof(ttft_le[0]));
 	hist_init(&e->token_time, token_time_le, sizeof(token_time_le) / sizeof(token_time_le[0]));
-	const char *fa = getenv("LLAMAD_TEST_FAIL_AFTER");
-	e->fail_after = fa && *fa ? strtoull(fa, NULL, 10) : 0;
-	const char *sd = getenv("LLAMAD_TEST_STEP_DELAY_MS");
-	e->step_delay_ms = sd && *sd ? (int)strtol(sd, NULL, 10) : 0;
+	e->pass = forward_pass;
+	test_hooks_install(e);
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_cond_init(&e->cv, NULL);
 	struct backend_opts bo = { .kind = (enum backend_kind)cfg->device, .n_threads = cfg->threads,

@@ -100,8 +100,14 @@ struct engine {
 	struct cmd *cmd_head, *cmd_tail;   /* under mu */
 	struct reply *out_head, *out_tail; /* under mu */
 	int notify_fd;
-	uint64_t fail_after;     /* LLAMAD_TEST_FAIL_AFTER (tests): fail at pass N */
-	int step_delay_ms;       /* LLAMAD_TEST_STEP_DELAY_MS (tests): sleep per pass */
+	/* the step's forward pass over e->seqs[0..nb): forward_pass
+	 * (engine.c), or test_hooks.c's wrapper of it */
+	int (*pass)(struct engine *e, int nb);
+	struct test_hooks {
+		int (*inner)(struct engine *e, int nb);  /* the wrapped pass */
+		uint64_t fail_after;  /* LLAMAD_TEST_FAIL_AFTER: fail at pass N */
+		int step_delay_ms;    /* LLAMAD_TEST_STEP_DELAY_MS: sleep per pass */
+	} hooks;
 	int idle_ticks, trimmed; /* seconds idle; memory given back since */
 	int shutdown;            /* under mu */
 	int finished;            /* under mu */
@@ -155,6 +161,11 @@ struct uid_stats *engine_uid_stats(struct engine *e, uid_t uid);
 /* Tokens one session may hold (the model's context, or max_session_tokens). */
 int engine_session_limit(const struct engine *e);
 /* The turn rules' view of the engine. */
+/* The test hooks the environment asks for (test_hooks.c): with
+ * LLAMAD_TEST_STEP_DELAY_MS or LLAMAD_TEST_FAIL_AFTER set, e->pass is
+ * wrapped in a slow or failing one; else it stays as it is. */
+void test_hooks_install(struct engine *e);
+
 struct turn_env engine_turns(struct engine *e);
 /* What a SessionInfo of s says besides the session: the engine's word. */
 struct info_env engine_info_env(struct engine *e, const struct session *s);
