@@ -1,6 +1,8 @@
 /*
  * client/cli.h — what llamactl's command files share: option tables and
- * parsing, exit codes, error reporting, and the generation helper.
+ * parsing (cli_opts.c), exit codes and error reporting (cli_error.c),
+ * connecting and sessions (cli_conn.c), the generation helper (cli_gen.c),
+ * transcripts, help and printing (cli_print.c).
  *
  * Unlike conn.c, these helpers print and exit: they are the program's
  * front end. A function documented as "exits" never returns on failure.
@@ -130,6 +132,13 @@ const char *cli_prog(const struct cli *cli);
  * the error line of cli_error, kind "usage"); exit 2. */
 noreturn void cli_usage_error(const struct cli *cli, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* --json was given: from now on errors also go to stdout as JSON objects. */
+void cli_errors_json(void);
+
+/* An option the command does not take (getopt said which): a hint to
+ * --help on stderr (with --json, the error line, kind "usage"); exit 2. */
+noreturn void cli_bad_option(const struct cli *cli);
 
 /* Print the current command's help (or the global help: the commands of
  * cli->commands and the global options) to f. */

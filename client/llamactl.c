@@ -2,8 +2,8 @@
  * client/llamactl.c — llamactl, the shell client of llamad: main. The
  * global options, then the command named next, found in the command table
  * (cmd.c) and run with the rest of the arguments. Each command is a file,
- * client/cmd_NAME.c, whose entry carries its usage and help; cli.c holds
- * what they share, conn.c speaks the protocol.
+ * client/cmd_NAME.c, whose entry carries its usage and help; cli_*.c hold
+ * what they share (cli.h), conn.c speaks the protocol.
  */
 #include <getopt.h>
 #include <locale.h>
