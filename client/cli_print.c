@@ -2,6 +2,7 @@
  * client/cli_print.c — llamactl's printing: transcripts, the help and the command table, bytes
  * and ages for people, single JSON objects (cli.h).
  */
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 

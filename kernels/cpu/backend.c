@@ -5,7 +5,6 @@
  * instruction sets the CPU has and the switches that turn them off.
  */
 #include <errno.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

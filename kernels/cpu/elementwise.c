@@ -5,7 +5,6 @@
  * composition and thread count.
  */
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 

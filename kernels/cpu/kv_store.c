@@ -3,7 +3,6 @@
  * V rows written at its position of the paged store (kernels/backend.h
  * layout; f16 and q8_0 through kt_kv_put).
  */
-#include <stdint.h>
 #include <string.h>
 
 #include "kernels/cpu/cpu.h"
