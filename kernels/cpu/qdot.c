@@ -1,6 +1,7 @@
 /*
  * kernels/cpu/qdot.c — quantized matmul with 8-bit activations and integer
- * dot products (AVX512-VNNI), over a row-interleaved copy of the weights.
+ * dot products (AVX512-VNNI, AVX2, portable), over a row-interleaved copy
+ * of the weights.
  *
  * Why: dequantizing 4-bit weights to fp32 inside the dot product costs
  * about 7 vector operations per 32 weights, so on two cores Q4_0 decode was
@@ -8,21 +9,7 @@
  * weights stay small integers and one VPDPBUSD multiplies 64 of them by 64
  * 8-bit activations and sums them in fours, 16 rows at a time.
  *
- * Layout (struct cpu_qpack, built once by cpu_qpack_new at weight
- * placement): rows in groups of QG = 16, row r of a group in 32-bit lane r.
- * Per group, per sub-block b of QB = 32 weights (its codes u[0..31], see
- * struct kt_qcodes), the u region holds chunks of 64 bytes whose lane r
- * carries four consecutive codes of row r:
- *   Q8_0: 8 chunks; chunk c lane r = u[4c .. 4c+3]
- *   4-bit (Q4_0, Q4_K, and the low four bits of Q5_K, Q6_K): 4 chunks;
- *     chunk c lane r byte i = u[4c+i] & 15 | (u[16+4c+i] & 15) << 4
- *   Q5_K: + 8 masks of 64 bits, mask c bit 4r+i = bit 4 of u[4c+i]
- *   Q6_K: + 2 planes of 64 bytes; plane h lane r byte i holds bits 4-5 of
- *     u[16h + 4c + i] at bits 2c..2c+1, c = 0..3
- * then the s region (32 bytes per sub-block: Q8_0/Q4_0 f16 d[16];
- * Q4_K/Q5_K sc[16], m[16] as bytes; Q6_K int8 sc[16] of codes 0-15 and
- * sc[16] of 16-31) and the h region (per 256-weight super-block: Q4_K/Q5_K
- * f16 d[16], dmin[16]; Q6_K f16 d[16]).
+ * Layout: qpack.h (struct cpu_qpack, built by qpack.c).
  *
  * Activations (cpu_qx_quantize): per token, per block of 32, dx = max|x| /
  * 127, xq = round-to-nearest-even(x * (1/dx)) as int8, and the sums sl, sh
@@ -40,208 +27,10 @@
  * result differs from the dequantized-f32 product by the activation
  * rounding (relative error ~1e-3 on a dot product; tests/unit/test_quant.c).
  */
-#include <errno.h>
 #include <math.h>
-#include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
-#include "kernels/cpu/cpu.h"
-
-#define QG 16    /* rows per group */
-#define QB 32    /* weights per sub-block (and activation block) */
-
-struct cpu_qpack {
-	enum kt_dtype dt;
-	int rows, cols, nb, n_groups;
-	size_t ub, s_off, h_off, group_bytes;
-	uint8_t *data;
-	int q8_min;     /* Q8_0: some code is -128 (u = 0); see the AVX2 kernel */
-};
-
-static size_t u_bytes(enum kt_dtype dt)
-{
-	switch (dt) {
-	case KT_Q8_0: return 512;
-	case KT_Q5_K: return 256 + 64;
-	case KT_Q6_K: return 256 + 128;
-	default: return 256;
-	}
-}
-
-static size_t h_bytes(enum kt_dtype dt)
-{
-	return dt == KT_Q4_K || dt == KT_Q5_K ? 64 : dt == KT_Q6_K ? 32 : 0;
-}
-
-static void st16(uint8_t *p, uint16_t v)
-{
-	memcpy(p, &v, 2);
-}
-
-static uint16_t ld16(const uint8_t *p)
-{
-	uint16_t v;
-	memcpy(&v, p, 2);
-	return v;
-}
-
-/* K-quants: sub-block j of a row's block (codes q) into the pack as
- * sub-block b of lane `lane` of group g. */
-static void pack_sub(const struct cpu_qpack *p, uint8_t *g, int lane, int b,
-		     const struct kt_qcodes *q, int j)
-{
-	const uint8_t *u = q->u + QB * j;
-	uint8_t *ur = g + (size_t)b * p->ub, *s = g + p->s_off + (size_t)b * 32;
-	for (int c = 0; c < 4; c++)
-		for (int i = 0; i < 4; i++)
-			ur[64 * c + 4 * lane + i] =
-				(uint8_t)((u[4 * c + i] & 15) | (u[16 + 4 * c + i] & 15) << 4);
-	if (p->dt == KT_Q5_K) {
-		for (int c = 0; c < 8; c++) {
-			uint64_t m;
-			memcpy(&m, ur + 256 + 8 * c, 8);
-			for (int i = 0; i < 4; i++)
-				m |= (uint64_t)((u[4 * c + i] >> 4) & 1) << (4 * lane + i);
-			memcpy(ur + 256 + 8 * c, &m, 8);
-		}
-	}
-	if (p->dt == KT_Q6_K) {
-		for (int h = 0; h < 2; h++)
-			for (int i = 0; i < 4; i++) {
-				int v = 0;
-				for (int c = 0; c < 4; c++)
-					v |= ((u[16 * h + 4 * c + i] >> 4) & 3) << (2 * c);
-				ur[256 + 64 * h + 4 * lane + i] = (uint8_t)v;
-			}
-	}
-	switch (p->dt) {
-	case KT_Q4_K:
-	case KT_Q5_K:
-		s[lane] = (uint8_t)q->sc[j];
-		s[16 + lane] = (uint8_t)q->m[j];
-		break;
-	case KT_Q6_K:
-		s[lane] = (uint8_t)(int8_t)q->sc[2 * j];
-		s[16 + lane] = (uint8_t)(int8_t)q->sc[2 * j + 1];
-		break;
-	default: break;
-	}
-	if (j == 0 && h_bytes(p->dt)) {
-		uint8_t *h = g + p->h_off + (size_t)(b / 8) * h_bytes(p->dt);
-		st16(h + 2 * lane, q->d);
-		if (p->dt != KT_Q6_K)
-			st16(h + 32 + 2 * lane, q->dmin);
-	}
-}
-
-struct pack_job {
-	struct cpu_qpack *p;
-	const struct kt_weight *w;
-};
-
-/* Q8_0 / Q4_0 rows: their blocks' bytes are already in chunk order (a
- * Q4_0 byte i holds codes i and i+16), so dwords are copied as they are,
- * Q8_0's offset by 128 per byte. Returns 1 if a Q8_0 code is -128. */
-static int pack_row_fast(const struct cpu_qpack *p, uint8_t *gp, int lane, const uint8_t *row)
-{
-	size_t bb = kt_row_bytes(p->dt, QB);
-	int nc = p->dt == KT_Q8_0 ? 8 : 4;
-	uint32_t zero = 0;
-	for (int b = 0; b < p->nb; b++) {
-		const uint8_t *blk = row + (size_t)b * bb;
-		uint8_t *ur = gp + (size_t)b * p->ub;
-		for (int c = 0; c < nc; c++) {
-			uint32_t v;
-			memcpy(&v, blk + 2 + 4 * c, 4);
-			if (p->dt == KT_Q8_0) {
-				v ^= 0x80808080u;
-				zero |= (v - 0x01010101u) & ~v & 0x80808080u;   /* a byte u = 0 */
-			}
-			memcpy(ur + 64 * c + 4 * lane, &v, 4);
-		}
-		memcpy(gp + p->s_off + (size_t)b * 32 + 2 * lane, blk, 2);
-	}
-	return zero != 0;
-}
-
-static void pack_worker(void *ctx, int ith, int nth)
-{
-	struct pack_job *j = ctx;
-	struct cpu_qpack *p = j->p;
-	int bw = (int)kt_block_weights(p->dt);
-	size_t rb = kt_row_bytes(p->dt, (size_t)p->cols), bb = kt_row_bytes(p->dt, (size_t)bw);
-	struct kt_qcodes q;
-	int min = 0;
-	for (int g = ith; g < p->n_groups; g += nth) {
-		uint8_t *gp = p->data + (size_t)g * p->group_bytes;   /* zeroed by mmap */
-		for (int lane = 0; lane < QG && g * QG + lane < p->rows; lane++) {
-			const uint8_t *row = (const uint8_t *)j->w->data + (size_t)(g * QG + lane) * rb;
-			if (p->dt == KT_Q8_0 || p->dt == KT_Q4_0) {
-				min |= pack_row_fast(p, gp, lane, row);
-				continue;
-			}
-			for (int blk = 0; blk < p->cols / bw; blk++) {
-				kt_block_codes(p->dt, row + (size_t)blk * bb, &q);
-				for (int s = 0; s < bw / QB; s++)
-					pack_sub(p, gp, lane, blk * (bw / QB) + s, &q, s);
-			}
-		}
-	}
-	if (min)
-		__atomic_store_n(&p->q8_min, 1, __ATOMIC_RELAXED);
-}
-
-int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out)
-{
-	*out = NULL;
-	if (!kt_dtype_is_quant(w->dtype) || w->cols <= 0 || w->rows <= 0 ||
-	    w->cols % (int)kt_block_weights(w->dtype))
-		return -EINVAL;
-	struct cpu_qpack *p = calloc(1, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
-	p->dt = w->dtype;
-	p->rows = w->rows;
-	p->cols = w->cols;
-	p->nb = w->cols / QB;
-	p->n_groups = (w->rows + QG - 1) / QG;
-	p->ub = u_bytes(p->dt);
-	p->s_off = (size_t)p->nb * p->ub;
-	p->h_off = p->s_off + (size_t)p->nb * 32;
-	p->group_bytes = (p->h_off + (size_t)(p->nb / 8) * h_bytes(p->dt) + 63) & ~(size_t)63;
-	/* its own mapping: page-aligned, transparent huge pages where the
-	 * system allows (fewer TLB misses on the streams) */
-	void *m = mmap(NULL, cpu_qpack_bytes(p), PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED) {
-		free(p);
-		return -ENOMEM;
-	}
-	madvise(m, cpu_qpack_bytes(p), MADV_HUGEPAGE);
-	p->data = m;
-	struct pack_job j = { p, w };
-	if (pool)
-		tpool_run(pool, pack_worker, &j, tpool_size(pool));
-	else
-		pack_worker(&j, 0, 1);
-	*out = p;
-	return 0;
-}
-
-void cpu_qpack_free(struct cpu_qpack *p)
-{
-	if (p) {
-		munmap(p->data, cpu_qpack_bytes(p));
-		free(p);
-	}
-}
-
-size_t cpu_qpack_bytes(const struct cpu_qpack *p)
-{
-	return (size_t)p->n_groups * p->group_bytes;
-}
+#include "kernels/cpu/qpack.h"
 
 /* ---- activations --------------------------------------------------------
  * Row of one token: int8 xq[cols], then per block float dx, int32 sl, sh. */
@@ -251,24 +40,7 @@ size_t cpu_qx_row_bytes(int cols)
 	return ((size_t)cols + (size_t)(cols / QB) * 12 + 63) & ~(size_t)63;
 }
 
-/* Token t's row of qx: codes, block scales, half sums. The pointers are
- * writable only where qx is (cpu_qx_quantize); the kernels only read. */
-struct qx_row {
-	int8_t *q;
-	float *d;
-	int32_t *sl, *sh;
-};
-
-static struct qx_row qx_row(const uint8_t *qx, int cols, int t)
-{
-	uint8_t *p = (uint8_t *)qx + (size_t)t * cpu_qx_row_bytes(cols);
-	int nb = cols / QB;
-	struct qx_row r = { (int8_t *)p, (float *)(p + cols), (int32_t *)(p + cols) + nb,
-			    (int32_t *)(p + cols) + 2 * nb };
-	return r;
-}
-
-static void qx_block_generic(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh)
+void cpu_generic_qx_block(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh)
 {
 	float amax = 0;
 	for (int j = 0; j < QB; j++)
@@ -288,10 +60,9 @@ static void qx_block_generic(const float *x, int8_t *q, float *d, int32_t *sl, i
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-VNNI static void qx_block_avx512(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh)
+VNNI void cpu_avx512_qx_block(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh)
 {
 	__m512 a = _mm512_loadu_ps(x), b = _mm512_loadu_ps(x + 16);
 	float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
@@ -311,33 +82,6 @@ VNNI static void qx_block_avx512(const float *x, int8_t *q, float *d, int32_t *s
 }
 #endif
 
-#if defined(__x86_64__)
-static void qx_block_avx2(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh);
-#endif
-
-void cpu_qx_quantize(int isa, uint8_t *qx, const float *x, int cols, int t0, int t1)
-{
-	for (int t = t0; t < t1; t++) {
-		struct qx_row r = qx_row(qx, cols, t);
-		const float *xr = x + (size_t)t * cols;
-		for (int b = 0; b < cols / QB; b++) {
-#if defined(__x86_64__)
-			if (isa == CPU_ISA_AVX512) {
-				qx_block_avx512(xr + b * QB, r.q + b * QB, r.d + b, r.sl + b, r.sh + b);
-				continue;
-			}
-			if (isa == CPU_ISA_AVX2) {
-				qx_block_avx2(xr + b * QB, r.q + b * QB, r.d + b, r.sl + b, r.sh + b);
-				continue;
-			}
-#else
-			(void)isa;
-#endif
-			qx_block_generic(xr + b * QB, r.q + b * QB, r.d + b, r.sl + b, r.sh + b);
-		}
-	}
-}
-
 /* ---- portable kernel ---------------------------------------------------- */
 
 static int code_at(const struct cpu_qpack *p, const uint8_t *ur, int lane, int k)
@@ -356,7 +100,7 @@ static int code_at(const struct cpu_qpack *p, const uint8_t *ur, int lane, int k
 	return v;
 }
 
-static void rows_generic(float *y, const uint8_t *qx, const struct cpu_qpack *p,
+void cpu_generic_qrows(float *y, const uint8_t *qx, const struct cpu_qpack *p,
 			 int n_tok, int g0, int g1)
 {
 	for (int g = g0; g < g1; g++) {
@@ -593,17 +337,17 @@ VNNI INLINE void rows_vnni(float *y, const uint8_t *qx, const struct cpu_qpack *
 }
 
 #define QROWS_FOR(name, dt)                                                            \
-	VNNI static void name(float *y, const uint8_t *qx, const struct cpu_qpack *p,    \
+	VNNI void name(float *y, const uint8_t *qx, const struct cpu_qpack *p,    \
 			      int n_tok, int g0, int g1)                                 \
 	{                                                                              \
 		rows_vnni(y, qx, p, dt, n_tok, g0, g1);                                  \
 	}
 
-QROWS_FOR(qrows_q8_0, KT_Q8_0)
-QROWS_FOR(qrows_q4_0, KT_Q4_0)
-QROWS_FOR(qrows_q4_k, KT_Q4_K)
-QROWS_FOR(qrows_q5_k, KT_Q5_K)
-QROWS_FOR(qrows_q6_k, KT_Q6_K)
+QROWS_FOR(cpu_vnni_qrows_q8_0, KT_Q8_0)
+QROWS_FOR(cpu_vnni_qrows_q4_0, KT_Q4_0)
+QROWS_FOR(cpu_vnni_qrows_q4_k, KT_Q4_K)
+QROWS_FOR(cpu_vnni_qrows_q5_k, KT_Q5_K)
+QROWS_FOR(cpu_vnni_qrows_q6_k, KT_Q6_K)
 
 /* ---- AVX2 kernel ---------------------------------------------------------
  *
@@ -626,7 +370,7 @@ QROWS_FOR(qrows_q6_k, KT_Q6_K)
  */
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-AVX2 static void qx_block_avx2(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh)
+AVX2 void cpu_avx2_qx_block(const float *x, int8_t *q, float *d, int32_t *sl, int32_t *sh)
 {
 	const __m256 sign = _mm256_set1_ps(-0.0f);
 	__m256 v[4], m = _mm256_setzero_ps();
@@ -832,7 +576,7 @@ AVX2 INLINE struct a2_scale a2_scales(const struct cpu_qpack *p, const uint8_t *
 }
 
 /* acc += sub-block b of one half group (codes v, scales sv) times token x:
- * rows_generic's fp32 operations. */
+ * cpu_generic_qrows's fp32 operations. */
 AVX2 INLINE __m256 a2_step(__m256 acc, const __m256i v[8], struct a2_scale sv,
 			   const struct qx_row *x, int b, enum kt_dtype dt, const int sgn)
 {
@@ -939,56 +683,21 @@ AVX2 INLINE void rows_avx2(float *y, const uint8_t *qx, const struct cpu_qpack *
 }
 
 #define QROWS2_FOR(name, dt, sgn)                                                      \
-	AVX2 static void name(float *y, const uint8_t *qx, const struct cpu_qpack *p,    \
+	AVX2 void name(float *y, const uint8_t *qx, const struct cpu_qpack *p,    \
 			      int n_tok, int g0, int g1)                                 \
 	{                                                                              \
 		rows_avx2(y, qx, p, dt, sgn, n_tok, g0, g1);                             \
 	}
 
-QROWS2_FOR(qrows2_q8_0, KT_Q8_0, 1)
-QROWS2_FOR(qrows2_q8_0n, KT_Q8_0, 0)
-QROWS2_FOR(qrows2_q4_0, KT_Q4_0, 0)
-QROWS2_FOR(qrows2_q4_k, KT_Q4_K, 0)
-QROWS2_FOR(qrows2_q5_k, KT_Q5_K, 0)
-QROWS2_FOR(qrows2_q6_k, KT_Q6_K, 0)
+QROWS2_FOR(cpu_avx2_qrows_q8_0, KT_Q8_0, 1)
+QROWS2_FOR(cpu_avx2_qrows_q8_0n, KT_Q8_0, 0)
+QROWS2_FOR(cpu_avx2_qrows_q4_0, KT_Q4_0, 0)
+QROWS2_FOR(cpu_avx2_qrows_q4_k, KT_Q4_K, 0)
+QROWS2_FOR(cpu_avx2_qrows_q5_k, KT_Q5_K, 0)
+QROWS2_FOR(cpu_avx2_qrows_q6_k, KT_Q6_K, 0)
 #endif /* __x86_64__ */
 
 int cpu_qpack_groups(const struct cpu_qpack *p)
 {
 	return p->n_groups;
-}
-
-void cpu_qpack_rows(int isa, float *y, const uint8_t *qx, const struct cpu_qpack *p,
-		    int n_tok, int g0, int g1)
-{
-#if defined(__x86_64__)
-	if (isa == CPU_ISA_AVX2) {
-		switch (p->dt) {
-		case KT_Q8_0:
-			if (p->q8_min)
-				qrows2_q8_0n(y, qx, p, n_tok, g0, g1);
-			else
-				qrows2_q8_0(y, qx, p, n_tok, g0, g1);
-			return;
-		case KT_Q4_0: qrows2_q4_0(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q4_K: qrows2_q4_k(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q5_K: qrows2_q5_k(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q6_K: qrows2_q6_k(y, qx, p, n_tok, g0, g1); return;
-		default: break;
-		}
-	}
-	if (isa == CPU_ISA_AVX512) {
-		switch (p->dt) {
-		case KT_Q8_0: qrows_q8_0(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q4_0: qrows_q4_0(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q4_K: qrows_q4_k(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q5_K: qrows_q5_k(y, qx, p, n_tok, g0, g1); return;
-		case KT_Q6_K: qrows_q6_k(y, qx, p, n_tok, g0, g1); return;
-		default: break;
-		}
-	}
-#else
-	(void)isa;
-#endif
-	rows_generic(y, qx, p, n_tok, g0, g1);
 }
