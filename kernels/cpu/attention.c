@@ -114,53 +114,83 @@ block_scores4(float *s, const float *q, const float *k0, const float *k1, const 
 	memcpy(s + 48, &a3, sizeof(a3));
 }
 
-/* out[d0, d0+16*NV) = sum_p sc[p]*inv * V[p][off, off+16*NV), the same with
- * sixteen-float vectors (one AVX-512 register, or two AVX ones). */
-static inline __attribute__((always_inline)) void
-v_accum16(float *out, const float *sc, float inv, const struct kt_kv *kv, const int32_t *tab,
-	  int layer, int n, size_t off, const int NV, int d0)
-{
-	int bs = kv->block_size;
-	size_t kd = (size_t)kv->kv_dim;
-	v16f acc[4] = { { 0 } };
-	for (int p0 = 0; p0 < n; p0 += bs) {
-		int m = n - p0 < bs ? n - p0 : bs;
-		const float *vb = kv_v32(kv, tab[p0 / bs], layer, 0) + off;
-		for (int i = 0; i < m; i++) {
-			float a = sc[p0 + i] * inv;
-#pragma GCC unroll 4
-			for (int k = 0; k < NV; k++)
-				acc[k] += a * ld16(vb + (size_t)i * kd + 16 * k);
-		}
-	}
-#pragma GCC unroll 4
-	for (int k = 0; k < NV; k++)
-		memcpy(out + d0 + 16 * k, &acc[k], sizeof(v16f));
-}
+#define PRAGMA(x) _Pragma(#x)
 
-/* out[d0, d0+8*NV) = sum_p sc[p]*inv * V[p][off, off+8*NV): NV registers
- * (a compile-time count, so they stay in registers) held across positions. */
-static inline __attribute__((always_inline)) void
-v_accum(float *out, const float *sc, float inv, const struct kt_kv *kv, const int32_t *tab,
-	int layer, int n, size_t off, const int NV, int d0)
-{
-	int bs = kv->block_size;
-	size_t kd = (size_t)kv->kv_dim;
-	v8f acc[8] = { { 0 } };
-	for (int p0 = 0; p0 < n; p0 += bs) {
-		int m = n - p0 < bs ? n - p0 : bs;
-		const float *vb = kv_v32(kv, tab[p0 / bs], layer, 0) + off;
-		for (int i = 0; i < m; i++) {
-			float a = sc[p0 + i] * inv;
-#pragma GCC unroll 8
-			for (int k = 0; k < NV; k++)
-				acc[k] += a * ld8(vb + (size_t)i * kd + 8 * k);
-		}
+/*
+ * out[d0, d0+W*NV) = sum_p sc[p]*inv * V[p][off, off+W*NV): NV registers of
+ * W floats (a compile-time count, so they stay in registers) held across
+ * positions. One source for both widths: v_accum16 in sixteen-float
+ * vectors (one AVX-512 register, or two AVX ones; NV <= 4), v_accum in
+ * eight-float ones (NV <= 8).
+ */
+#define V_ACCUM(NAME, VT, LD, W, MAXV)                                                   \
+	static inline __attribute__((always_inline)) void                               \
+	NAME(float *out, const float *sc, float inv, const struct kt_kv *kv,              \
+	     const int32_t *tab, int layer, int n, size_t off, const int NV, int d0)      \
+	{                                                                                \
+		int bs = kv->block_size;                                                 \
+		size_t kd = (size_t)kv->kv_dim;                                          \
+		VT acc[MAXV] = { { 0 } };                                                \
+		for (int p0 = 0; p0 < n; p0 += bs) {                                     \
+			int m = n - p0 < bs ? n - p0 : bs;                               \
+			const float *vb = kv_v32(kv, tab[p0 / bs], layer, 0) + off;      \
+			for (int i = 0; i < m; i++) {                                    \
+				float a = sc[p0 + i] * inv;                              \
+				PRAGMA(GCC unroll MAXV)                                  \
+				for (int k = 0; k < NV; k++)                             \
+					acc[k] += a * LD(vb + (size_t)i * kd + W * k);   \
+			}                                                                \
+		}                                                                        \
+		PRAGMA(GCC unroll MAXV)                                                  \
+		for (int k = 0; k < NV; k++)                                             \
+			memcpy(out + d0 + W * k, &acc[k], sizeof(VT));                   \
 	}
-#pragma GCC unroll 8
-	for (int k = 0; k < NV; k++)
-		memcpy(out + d0 + 8 * k, &acc[k], sizeof(v8f));
-}
+
+V_ACCUM(v_accum16, v16f, ld16, 16, 4)
+V_ACCUM(v_accum, v8f, ld8, 8, 8)
+
+/* The locals of one (token, head) of job j: its query and output rows,
+ * its sequence's block table and length, its KV head and that head's
+ * offset in a K span, its softmax scale, and its sequence's blocks. */
+#define HEAD_LOCALS(j, t, h)                                                      \
+	int kvh = h / (j->n_heads / j->n_kv_heads);                               \
+	const float *q = j->q + ((size_t)t * j->n_heads + h) * hd;                \
+	float *out = j->out + ((size_t)t * j->n_heads + h) * hd;                  \
+	const int32_t *tab = j->rows[t].block_table;                              \
+	int n = j->rows[t].pos + 1;                                               \
+	float scale = 1.0f / sqrtf((float)hd);                                    \
+	size_t hoff = (size_t)kvh * hd * bs;                                      \
+	int nb = (n + bs - 1) / bs
+
+/* The output dimensions [d0, hd) of a head (HEAD_LOCALS), once its scores
+ * are a softmax (times inv): eight-float vectors for all whole groups of
+ * eight, up to 64 dims at a time in registers held across positions, then
+ * one at a time; each output a sequential sum over p. */
+#define V_OUT8(j, sc, inv, d0)                                                            \
+	do {                                                                              \
+		while (hd - d0 >= 8) {                                                    \
+			int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;                   \
+			switch (nv) {                                                     \
+			case 1: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 1, d0); break; \
+			case 2: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 2, d0); break; \
+			case 3: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 3, d0); break; \
+			case 4: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 4, d0); break; \
+			case 5: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 5, d0); break; \
+			case 6: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 6, d0); break; \
+			case 7: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 7, d0); break; \
+			default: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 8, d0); break; \
+			}                                                                 \
+			d0 += nv * 8;                                                     \
+		}                                                                         \
+		for (; d0 < hd; d0++) {                                                   \
+			float acc = 0;                                                    \
+			for (int p = 0; p < n; p++)                                       \
+				acc += sc[p] * inv *                                      \
+				       kv_v32(kv, tab[p / bs], j->layer, p % bs)          \
+					       [(size_t)kvh * hd + d0];                   \
+			out[d0] = acc;                                                    \
+		}                                                                         \
+	} while (0)
 
 /* One (token, head): softmax(q K^T / sqrt(hd)) V over positions [0, pos].
  * sc has room for pos+1 rounded up to a whole block. Built twice: for
@@ -173,14 +203,8 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 {
 	const struct kt_kv *kv = j->kv;
 	int hd = j->hd, bs = kv->block_size;
-	int kvh = h / (j->n_heads / j->n_kv_heads);
-	const float *q = j->q + ((size_t)t * j->n_heads + h) * hd;
-	float *out = j->out + ((size_t)t * j->n_heads + h) * hd;
-	const int32_t *tab = j->rows[t].block_table;
-	int n = j->rows[t].pos + 1;
-	float scale = 1.0f / sqrtf((float)hd);
-	size_t hoff = (size_t)kvh * hd * bs;
-	int nb = (n + bs - 1) / bs, b = 0;
+	HEAD_LOCALS(j, t, h);
+	int b = 0;
 	if (bs == 16) {
 		/* four blocks at a time: four independent FMA chains, each block's
 		 * scores still a sequential sum over d */
@@ -193,8 +217,8 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 	for (; b < nb; b++)
 		block_scores(sc + b * bs, q, kv_kt32(kv, tab[b], j->layer) + hoff, hd, bs);
 	float inv = softmax_row(sc, n, scale);
-	/* out = sum_p a_p v_p: up to 64 dims at a time in registers held
-	 * across positions; each output a sequential sum over p */
+	/* out = sum_p a_p v_p: sixteen-float vectors, up to 64 dims at a time,
+	 * then v_out8 for the rest */
 	int d0 = 0;
 	while (hd - d0 >= 16) {
 		int nv = (hd - d0) / 16 < 4 ? (hd - d0) / 16 : 4;
@@ -207,27 +231,7 @@ static void attn_one(const struct attn_job *j, int t, int h, float *sc)
 		}
 		d0 += nv * 16;
 	}
-	while (hd - d0 >= 8) {
-		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
-		switch (nv) {
-		case 1: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 1, d0); break;
-		case 2: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 2, d0); break;
-		case 3: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 3, d0); break;
-		case 4: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 4, d0); break;
-		case 5: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 5, d0); break;
-		case 6: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 6, d0); break;
-		case 7: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 7, d0); break;
-		default: v_accum(out, sc, inv, kv, tab, j->layer, n, (size_t)kvh * hd + d0, 8, d0); break;
-		}
-		d0 += nv * 8;
-	}
-	for (; d0 < hd; d0++) {
-		float acc = 0;
-		for (int p = 0; p < n; p++)
-			acc += sc[p] * inv *
-			       kv_v32(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
-		out[d0] = acc;
-	}
+	V_OUT8(j, sc, inv, d0);
 }
 
 /*
@@ -275,14 +279,8 @@ static void attn_one8(const struct attn_job *j, int t, int h, float *sc)
 {
 	const struct kt_kv *kv = j->kv;
 	int hd = j->hd, bs = kv->block_size;
-	int kvh = h / (j->n_heads / j->n_kv_heads);
-	const float *q = j->q + ((size_t)t * j->n_heads + h) * hd;
-	float *out = j->out + ((size_t)t * j->n_heads + h) * hd;
-	const int32_t *tab = j->rows[t].block_table;
-	int n = j->rows[t].pos + 1;
-	float scale = 1.0f / sqrtf((float)hd);
-	size_t hoff = (size_t)kvh * hd * bs;
-	int nb = (n + bs - 1) / bs, b = 0;
+	HEAD_LOCALS(j, t, h);
+	int b = 0;
 	if (bs == 16) {
 		for (; b + 2 <= nb; b += 2)
 			block_scores2_8(sc + b * 16, q, kv_kt32(kv, tab[b], j->layer) + hoff,
@@ -294,28 +292,7 @@ static void attn_one8(const struct attn_job *j, int t, int h, float *sc)
 		block_scores(sc + b * bs, q, kv_kt32(kv, tab[b], j->layer) + hoff, hd, bs);
 	float inv = softmax_row(sc, n, scale);
 	int d0 = 0;
-	while (hd - d0 >= 8) {
-		int nv = (hd - d0) / 8 < 8 ? (hd - d0) / 8 : 8;
-		size_t off = (size_t)kvh * hd + d0;
-		switch (nv) {
-		case 1: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 1, d0); break;
-		case 2: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 2, d0); break;
-		case 3: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 3, d0); break;
-		case 4: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 4, d0); break;
-		case 5: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 5, d0); break;
-		case 6: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 6, d0); break;
-		case 7: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 7, d0); break;
-		default: v_accum(out, sc, inv, kv, tab, j->layer, n, off, 8, d0); break;
-		}
-		d0 += nv * 8;
-	}
-	for (; d0 < hd; d0++) {
-		float acc = 0;
-		for (int p = 0; p < n; p++)
-			acc += sc[p] * inv *
-			       kv_v32(kv, tab[p / bs], j->layer, p % bs)[(size_t)kvh * hd + d0];
-		out[d0] = acc;
-	}
+	V_OUT8(j, sc, inv, d0);
 }
 
 /*

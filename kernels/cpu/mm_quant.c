@@ -183,34 +183,46 @@ AVX512 INLINE void rows_q_1(float *y, const float *x, const uint8_t *w, enum kt_
 /* Dequantize NR rows (row[]) over columns [k0, k0+kn) into wbuf[r][0..kn);
  * if pf, prefetch the same columns pf bytes further on. K-quants (k0 and kn
  * multiples of KT_QK_K) go through kt_row_to_f32: the same fp32 values the
- * portable path uses. */
-AVX512 INLINE void q_deq_rows(float *wbuf, const uint8_t *const *row, enum kt_dtype dt,
-			      int k0, int kn, size_t pf, const int NR)
-{
-	if (dt == KT_Q4_K || dt == KT_Q5_K || dt == KT_Q6_K) {
-		const size_t bb = kt_row_bytes(dt, KT_QK_K);
-		for (int r = 0; r < NR; r++) {
-			const uint8_t *p = row[r] + (size_t)(k0 / KT_QK_K) * bb;
-			if (pf)
-				for (size_t o = 0; o < (size_t)(kn / KT_QK_K) * bb; o += 64)
-					_mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-			kt_row_to_f32(dt, p, wbuf + (size_t)r * QK, (size_t)kn);
-		}
-		return;
+ * portable path uses; Q8_0 / Q4_0 blocks through the isa's DEQ_STORE (one
+ * block's 32 weights to o). One source for every isa (ATTR its target). */
+#define Q_DEQ_ROWS(ATTR, NAME, DEQ_STORE)                                                  \
+	ATTR INLINE void NAME(float *wbuf, const uint8_t *const *row, enum kt_dtype dt,    \
+			      int k0, int kn, size_t pf, const int NR)                     \
+	{                                                                                  \
+		if (dt == KT_Q4_K || dt == KT_Q5_K || dt == KT_Q6_K) {                     \
+			const size_t bb = kt_row_bytes(dt, KT_QK_K);                       \
+			for (int r = 0; r < NR; r++) {                                     \
+				const uint8_t *p = row[r] + (size_t)(k0 / KT_QK_K) * bb;   \
+				if (pf)                                                    \
+					for (size_t o = 0; o < (size_t)(kn / KT_QK_K) * bb;   \
+					     o += 64)                                          \
+						_mm_prefetch((const char *)p + pf + o,         \
+							     _MM_HINT_T0);                     \
+				kt_row_to_f32(dt, p, wbuf + (size_t)r * QK, (size_t)kn);   \
+			}                                                                  \
+			return;                                                            \
+		}                                                                          \
+		const size_t bb = q_block_bytes(dt);                                       \
+		int b0 = k0 / KT_QBLOCK, nb = kn / KT_QBLOCK;                              \
+		for (int r = 0; r < NR; r++)                                               \
+			for (int b = 0; b < nb; b++) {                                     \
+				const uint8_t *blk = row[r] + (size_t)(b0 + b) * bb;       \
+				if (pf)                                                    \
+					_mm_prefetch((const char *)blk + pf, _MM_HINT_T0); \
+				DEQ_STORE(blk, dt, wbuf + (size_t)r * QK + b * KT_QBLOCK); \
+			}                                                                  \
 	}
-	const size_t bb = q_block_bytes(dt);
-	int b0 = k0 / KT_QBLOCK, nb = kn / KT_QBLOCK;
-	for (int r = 0; r < NR; r++)
-		for (int b = 0; b < nb; b++) {
-			const uint8_t *blk = row[r] + (size_t)(b0 + b) * bb;
-			if (pf)
-				_mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
-			__m512 w0, w1;
-			q_deq(blk, dt, q_scale(blk), &w0, &w1);
-			_mm512_storeu_ps(wbuf + (size_t)r * QK + b * KT_QBLOCK, w0);
-			_mm512_storeu_ps(wbuf + (size_t)r * QK + b * KT_QBLOCK + 16, w1);
-		}
-}
+
+/* One Q8_0 / Q4_0 block's 32 weights, dequantized, to o. */
+#define Q_DEQ_STORE(blk, dt, o)                                 \
+	do {                                                    \
+		__m512 w0, w1;                                  \
+		q_deq(blk, dt, q_scale(blk), &w0, &w1);         \
+		_mm512_storeu_ps(o, w0);                        \
+		_mm512_storeu_ps(o + 16, w1);                   \
+	} while (0)
+
+Q_DEQ_ROWS(AVX512, q_deq_rows, Q_DEQ_STORE)
 
 /* NT tokens x NR rows over one chunk: acc (abuf[t][r], 16 lanes) +=
  * x[t][k0..k0+kn) * wbuf[r][0..kn); first: start from zero. */
@@ -277,34 +289,40 @@ AVX512 INLINE void q_block_rows(float *y, const float *x, const uint8_t *const *
 				_mm512_reduce_add_ps(_mm512_loadu_ps(abuf + ((size_t)t * QR + r) * 16));
 }
 
-/* All tokens x rows [r0, r1) of a quantized matrix (dt constant per call).
- * K-quants always take the dequantize-then-tile route (batch 1 included):
- * rows dequantized a chunk at a time by kt_row_to_f32, then qtile_n. */
-AVX512 INLINE void rows_q_avx512(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
-				 int K, int N, int n_tok, int r0, int r1)
-{
-	if (n_tok == 1 && (dt == KT_Q8_0 || dt == KT_Q4_0)) {
-		rows_q_1(y, x, w, dt, K, r0, r1);
-		return;
+/*
+ * All tokens x rows [r0, r1) of a quantized matrix (dt constant per call):
+ * batch 1 of Q8_0 / Q4_0 through the isa's ROWS_1 (dequantized in
+ * registers); batches and the K-quants (batch 1 included) through its
+ * BLOCK_ROWS, QR streams of L consecutive rows each, then the rest one at
+ * a time. One source for every isa (ATTR its target).
+ */
+#define ROWS_Q(ATTR, NAME, ROWS_1, BLOCK_ROWS)                                             \
+	ATTR INLINE void NAME(float *y, const float *x, const uint8_t *w, enum kt_dtype dt, \
+			      int K, int N, int n_tok, int r0, int r1)                      \
+	{                                                                                   \
+		if (n_tok == 1 && (dt == KT_Q8_0 || dt == KT_Q4_0)) {                       \
+			ROWS_1(y, x, w, dt, K, r0, r1);                                     \
+			return;                                                             \
+		}                                                                           \
+		const size_t rb = kt_row_bytes(dt, (size_t)K);                              \
+		int L = (r1 - r0) / QR;                                                     \
+		for (int j = 0; j < L; j++) {                                               \
+			const uint8_t *row[QR];                                             \
+			for (int i = 0; i < QR; i++)                                        \
+				row[i] = w + (size_t)(r0 + j + i * L) * rb;                 \
+			for (int t = 0; t < n_tok; t += QT)                                 \
+				BLOCK_ROWS(y, x, row, dt, 2 * rb, K, N, t,                  \
+					   n_tok - t < QT ? n_tok - t : QT, r0 + j, L, QR); \
+		}                                                                           \
+		for (int r = r0 + QR * L; r < r1; r++) {                                    \
+			const uint8_t *row[1] = { w + (size_t)r * rb };                     \
+			for (int t = 0; t < n_tok; t += QT)                                 \
+				BLOCK_ROWS(y, x, row, dt, rb, K, N, t,                      \
+					   n_tok - t < QT ? n_tok - t : QT, r, 1, 1);       \
+		}                                                                           \
 	}
-	const size_t rb = kt_row_bytes(dt, (size_t)K);
-	/* QR streams of L consecutive rows each, then the rest one at a time */
-	int L = (r1 - r0) / QR;
-	for (int j = 0; j < L; j++) {
-		const uint8_t *row[QR];
-		for (int i = 0; i < QR; i++)
-			row[i] = w + (size_t)(r0 + j + i * L) * rb;
-		for (int t = 0; t < n_tok; t += QT)
-			q_block_rows(y, x, row, dt, 2 * rb, K, N, t, n_tok - t < QT ? n_tok - t : QT,
-				     r0 + j, L, QR);
-	}
-	for (int r = r0 + QR * L; r < r1; r++) {
-		const uint8_t *row[1] = { w + (size_t)r * rb };
-		for (int t = 0; t < n_tok; t += QT)
-			q_block_rows(y, x, row, dt, rb, K, N, t, n_tok - t < QT ? n_tok - t : QT,
-				     r, 1, 1);
-	}
-}
+
+ROWS_Q(AVX512, rows_q_avx512, rows_q_1, q_block_rows)
 
 ROWS_FOR(cpu_avx512_q8_0, rows_q_avx512, KT_Q8_0)
 ROWS_FOR(cpu_avx512_q4_0, rows_q_avx512, KT_Q4_0)
@@ -403,37 +421,18 @@ AVX2 INLINE void a2_rows_q_1(float *y, const float *x, const uint8_t *w, enum kt
 		a2_qtile_1(y, x, w, dt, K, r, 1, rb, 1);
 }
 
-/* Dequantize NR rows (row[]) over columns [k0, k0+kn) into wbuf[r][0..kn);
- * as q_deq_rows. */
-AVX2 INLINE void a2_q_deq_rows(float *wbuf, const uint8_t *const *row, enum kt_dtype dt,
-			       int k0, int kn, size_t pf, const int NR)
-{
-	if (dt == KT_Q4_K || dt == KT_Q5_K || dt == KT_Q6_K) {
-		const size_t bb = kt_row_bytes(dt, KT_QK_K);
-		for (int r = 0; r < NR; r++) {
-			const uint8_t *p = row[r] + (size_t)(k0 / KT_QK_K) * bb;
-			if (pf)
-				for (size_t o = 0; o < (size_t)(kn / KT_QK_K) * bb; o += 64)
-					_mm_prefetch((const char *)p + pf + o, _MM_HINT_T0);
-			kt_row_to_f32(dt, p, wbuf + (size_t)r * QK, (size_t)kn);
-		}
-		return;
-	}
-	const size_t bb = q_block_bytes(dt);
-	int b0 = k0 / KT_QBLOCK, nb = kn / KT_QBLOCK;
-	for (int r = 0; r < NR; r++)
-		for (int b = 0; b < nb; b++) {
-			const uint8_t *blk = row[r] + (size_t)(b0 + b) * bb;
-			if (pf)
-				_mm_prefetch((const char *)blk + pf, _MM_HINT_T0);
-			__m256 wv[4];
-			a2_q_deq(blk, dt, a2_q_scale(blk), wv);
-			float *o = wbuf + (size_t)r * QK + b * KT_QBLOCK;
-#pragma GCC unroll 4
-			for (int i = 0; i < 4; i++)
-				_mm256_storeu_ps(o + 8 * i, wv[i]);
-		}
-}
+/* One Q8_0 / Q4_0 block's 32 weights, dequantized, to o. */
+#define A2_Q_DEQ_STORE(blk, dt, o)                              \
+	do {                                                    \
+		__m256 wv[4];                                   \
+		a2_q_deq(blk, dt, a2_q_scale(blk), wv);         \
+		float *o_ = (o);                                \
+		_Pragma("GCC unroll 4")                         \
+		for (int i = 0; i < 4; i++)                     \
+			_mm256_storeu_ps(o_ + 8 * i, wv[i]);    \
+	} while (0)
+
+Q_DEQ_ROWS(AVX2, a2_q_deq_rows, A2_Q_DEQ_STORE)
 
 /* NT tokens x NR rows (row offsets rw[] into wbuf) over one chunk: the
  * halves (abuf[t][r], 16 floats) += x[t][k0..k0+kn) * wbuf rows; first:
@@ -513,32 +512,7 @@ AVX2 INLINE void a2_q_block_rows(float *y, const float *x, const uint8_t *const 
 		}
 }
 
-/* All tokens x rows [r0, r1) of a quantized matrix (dt constant per call),
- * as rows_q_avx512. */
-AVX2 INLINE void rows_q_avx2(float *y, const float *x, const uint8_t *w, enum kt_dtype dt,
-			     int K, int N, int n_tok, int r0, int r1)
-{
-	if (n_tok == 1 && (dt == KT_Q8_0 || dt == KT_Q4_0)) {
-		a2_rows_q_1(y, x, w, dt, K, r0, r1);
-		return;
-	}
-	const size_t rb = kt_row_bytes(dt, (size_t)K);
-	int L = (r1 - r0) / QR;
-	for (int j = 0; j < L; j++) {
-		const uint8_t *row[QR];
-		for (int i = 0; i < QR; i++)
-			row[i] = w + (size_t)(r0 + j + i * L) * rb;
-		for (int t = 0; t < n_tok; t += QT)
-			a2_q_block_rows(y, x, row, dt, 2 * rb, K, N, t,
-					n_tok - t < QT ? n_tok - t : QT, r0 + j, L, QR);
-	}
-	for (int r = r0 + QR * L; r < r1; r++) {
-		const uint8_t *row[1] = { w + (size_t)r * rb };
-		for (int t = 0; t < n_tok; t += QT)
-			a2_q_block_rows(y, x, row, dt, rb, K, N, t,
-					n_tok - t < QT ? n_tok - t : QT, r, 1, 1);
-	}
-}
+ROWS_Q(AVX2, rows_q_avx2, a2_rows_q_1, a2_q_block_rows)
 
 ROWS_FOR2(cpu_avx2_q8_0, rows_q_avx2, KT_Q8_0)
 ROWS_FOR2(cpu_avx2_q4_0, rows_q_avx2, KT_Q4_0)

@@ -160,23 +160,56 @@ void cpu_generic_qrows(float *y, const uint8_t *qx, const struct cpu_qpack *p,
 
 #if defined(__x86_64__)
 
+/*
+ * What unpacking a sub-block's codes does at any register width, written
+ * once for the VNNI kernel's 512-bit whole group and the AVX2 kernel's
+ * 256-bit half group (u: the first 64-byte chunk as the width reads it; LD,
+ * AND, OR, SRLI16, SLLI16, SET1_8: the width's load and byte operations):
+ * Q8_0's 8 chunks loaded as they are; the nibbles of chunks 0-3 split,
+ * the low ones to v[c], the high ones to v[c + 4]; Q6_K's two high bits of
+ * every code, from the two planes at q6, merged in above them.
+ */
+#define CODES_Q8(LD, u, v)                                                        \
+	do {                                                                      \
+		_Pragma("GCC unroll 8")                                           \
+		for (int c = 0; c < 8; c++)                                       \
+			v[c] = LD((u) + 64 * c);                                  \
+	} while (0)
+#define CODES_NIBBLES(VI, LD, AND, SRLI16, SET1_8, u, v)                          \
+	do {                                                                      \
+		const VI m4 = SET1_8(15);                                         \
+		_Pragma("GCC unroll 4")                                           \
+		for (int c = 0; c < 4; c++) {                                     \
+			VI b = LD((u) + 64 * c);                                  \
+			v[c] = AND(b, m4);                                        \
+			v[c + 4] = AND(SRLI16(b, 4), m4);                         \
+		}                                                                 \
+	} while (0)
+#define CODES_Q6_HIGH(VI, LD, AND, OR, SLLI16, SRLI16, SET1_8, q6, v)             \
+	do {                                                                      \
+		const VI m30 = SET1_8(0x30);                                      \
+		_Pragma("GCC unroll 2")                                           \
+		for (int h = 0; h < 2; h++) {                                     \
+			VI b = LD((q6) + 64 * h);                                 \
+			v[4 * h + 0] = OR(v[4 * h + 0], AND(SLLI16(b, 4), m30));  \
+			v[4 * h + 1] = OR(v[4 * h + 1], AND(SLLI16(b, 2), m30));  \
+			v[4 * h + 2] = OR(v[4 * h + 2], AND(b, m30));             \
+			v[4 * h + 3] = OR(v[4 * h + 3], AND(SRLI16(b, 2), m30));  \
+		}                                                                 \
+	} while (0)
+
+#define LD512(p) _mm512_load_si512((const void *)(p))
+#define LD256(p) _mm256_load_si256((const __m256i *)(p))
+
 /* The 8 chunks of sub-block codes of one group, as bytes (chunk c: codes
  * 4c..4c+3 of every row). */
 VNNI INLINE void unpack(const uint8_t *ur, enum kt_dtype dt, __m512i v[8])
 {
 	if (dt == KT_Q8_0) {
-#pragma GCC unroll 8
-		for (int c = 0; c < 8; c++)
-			v[c] = _mm512_load_si512((const void *)(ur + 64 * c));
+		CODES_Q8(LD512, ur, v);
 		return;
 	}
-	const __m512i m4 = _mm512_set1_epi8(15);
-#pragma GCC unroll 4
-	for (int c = 0; c < 4; c++) {
-		__m512i b = _mm512_load_si512((const void *)(ur + 64 * c));
-		v[c] = _mm512_and_si512(b, m4);
-		v[c + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m4);
-	}
+	CODES_NIBBLES(__m512i, LD512, _mm512_and_si512, _mm512_srli_epi16, _mm512_set1_epi8, ur, v);
 	if (dt == KT_Q5_K) {
 		const __m512i b4 = _mm512_set1_epi8(16);
 #pragma GCC unroll 8
@@ -186,17 +219,9 @@ VNNI INLINE void unpack(const uint8_t *ur, enum kt_dtype dt, __m512i v[8])
 			v[c] = _mm512_or_si512(v[c], _mm512_maskz_mov_epi8(k, b4));
 		}
 	}
-	if (dt == KT_Q6_K) {
-		const __m512i m30 = _mm512_set1_epi8(0x30);
-#pragma GCC unroll 2
-		for (int h = 0; h < 2; h++) {
-			__m512i b = _mm512_load_si512((const void *)(ur + 256 + 64 * h));
-			v[4 * h + 0] = _mm512_or_si512(v[4 * h + 0], _mm512_and_si512(_mm512_slli_epi16(b, 4), m30));
-			v[4 * h + 1] = _mm512_or_si512(v[4 * h + 1], _mm512_and_si512(_mm512_slli_epi16(b, 2), m30));
-			v[4 * h + 2] = _mm512_or_si512(v[4 * h + 2], _mm512_and_si512(b, m30));
-			v[4 * h + 3] = _mm512_or_si512(v[4 * h + 3], _mm512_and_si512(_mm512_srli_epi16(b, 2), m30));
-		}
-	}
+	if (dt == KT_Q6_K)
+		CODES_Q6_HIGH(__m512i, LD512, _mm512_and_si512, _mm512_or_si512, _mm512_slli_epi16,
+			      _mm512_srli_epi16, _mm512_set1_epi8, ur + 256, v);
 }
 
 /* Token-independent scale vectors of one group's sub-block b. */
@@ -417,18 +442,10 @@ AVX2 INLINE void a2_codes(const uint8_t *ur, int half, enum kt_dtype dt, __m256i
 {
 	const uint8_t *u = ur + 32 * half;
 	if (dt == KT_Q8_0) {
-#pragma GCC unroll 8
-		for (int c = 0; c < 8; c++)
-			v[c] = _mm256_load_si256((const __m256i *)(u + 64 * c));
+		CODES_Q8(LD256, u, v);
 		return;
 	}
-	const __m256i m4 = _mm256_set1_epi8(15);
-#pragma GCC unroll 4
-	for (int c = 0; c < 4; c++) {
-		__m256i b = _mm256_load_si256((const __m256i *)(u + 64 * c));
-		v[c] = _mm256_and_si256(b, m4);
-		v[c + 4] = _mm256_and_si256(_mm256_srli_epi16(b, 4), m4);
-	}
+	CODES_NIBBLES(__m256i, LD256, _mm256_and_si256, _mm256_srli_epi16, _mm256_set1_epi8, u, v);
 	if (dt == KT_Q5_K) {
 		/* mask c: this half's 32 bits; bit j -> 16 in byte j */
 		const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
@@ -444,17 +461,9 @@ AVX2 INLINE void a2_codes(const uint8_t *ur, int half, enum kt_dtype dt, __m256i
 			v[c] = _mm256_or_si256(v[c], _mm256_and_si256(e, b4));
 		}
 	}
-	if (dt == KT_Q6_K) {
-		const __m256i m30 = _mm256_set1_epi8(0x30);
-#pragma GCC unroll 2
-		for (int h = 0; h < 2; h++) {
-			__m256i b = _mm256_load_si256((const __m256i *)(ur + 256 + 64 * h + 32 * half));
-			v[4 * h + 0] = _mm256_or_si256(v[4 * h + 0], _mm256_and_si256(_mm256_slli_epi16(b, 4), m30));
-			v[4 * h + 1] = _mm256_or_si256(v[4 * h + 1], _mm256_and_si256(_mm256_slli_epi16(b, 2), m30));
-			v[4 * h + 2] = _mm256_or_si256(v[4 * h + 2], _mm256_and_si256(b, m30));
-			v[4 * h + 3] = _mm256_or_si256(v[4 * h + 3], _mm256_and_si256(_mm256_srli_epi16(b, 2), m30));
-		}
-	}
+	if (dt == KT_Q6_K)
+		CODES_Q6_HIGH(__m256i, LD256, _mm256_and_si256, _mm256_or_si256, _mm256_slli_epi16,
+			      _mm256_srli_epi16, _mm256_set1_epi8, ur + 256 + 32 * half, v);
 }
 
 /* Activation dword c (codes 4c..4c+3) of xq, broadcast: loaded straight
