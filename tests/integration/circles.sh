@@ -1,5 +1,7 @@
 #!/bin/sh
-# No two object files of the product call each other in a circle, except
+# No two object files of the product call each other in a circle, no two
+# folders do, and no folder includes a header of its own floor or a higher
+# one (the floors of docs/ARCHITECTURE.md's lines "- floor N: ..."), except
 # the circles docs/ARCHITECTURE.md names and justifies (its lines
 # "- circle: a.o b.o ..."). tests/tools/circles.py finds them from nm over
 # $BUILD (every folder of it but tests/), and the circles of folders that
@@ -30,8 +32,26 @@ got=$(python3 tests/tools/circles.py "$tmp/c")
 [ "$got" = "circle: newdir/ util/" ] || { echo "circles.py missed a circle of folders: '$got'"; exit 1; }
 echo "ok   the finder sees a circle of two folders, one of them new"
 
-python3 tests/tools/circles.py "$BUILD" > "$tmp/found"
-sed -n 's/^- circle: \([^:]*\):.*/circle: \1/p' docs/ARCHITECTURE.md | sort > "$tmp/named"
+# two folders whose headers include each other: an include up a floor
+mkdir -p "$tmp/d/b/util" "$tmp/d/b/newdir" "$tmp/d/s/util" "$tmp/d/s/newdir"
+printf 'int f(void) { return 0; }\n' > "$tmp/f.c"
+cc -c "$tmp/f.c" -o "$tmp/d/b/util/f.o" && cc -c "$tmp/f.c" -o "$tmp/d/b/newdir/f.o"
+printf '#include "newdir/n.h"\n' > "$tmp/d/s/util/u.h"
+printf '#include "util/u.h"\n' > "$tmp/d/s/newdir/n.h"
+mkdir -p "$tmp/d/s/docs"
+printf -- '- floor 0: util/\n- floor 1: newdir/\n' > "$tmp/d/s/docs/ARCHITECTURE.md"
+got=$(python3 tests/tools/circles.py "$tmp/d/b" --includes "$tmp/d/s" | tr '\n' ';')
+[ "$got" = "include: newdir/ util/;up: util/ -> newdir/;" ] ||
+    { echo "circles.py missed an include circle or an include up a floor: '$got'"; exit 1; }
+echo "ok   the finder sees two folders including each other, one of them up a floor"
+printf -- '- floor 0: util/\n' > "$tmp/d/s/docs/ARCHITECTURE.md"
+got=$(python3 tests/tools/circles.py "$tmp/d/b" --includes "$tmp/d/s" | tr '\n' ';')
+[ "$got" = "include: newdir/ util/;floor: newdir/;" ] ||
+    { echo "circles.py missed a folder on no floor: '$got'"; exit 1; }
+echo "ok   the finder sees a folder that no floor names"
+
+python3 tests/tools/circles.py "$BUILD" --includes . > "$tmp/found"
+sed -n 's/^- \(circle\|include\): \([^:]*\):.*/\1: \2/p' docs/ARCHITECTURE.md | sort > "$tmp/named"
 sort "$tmp/found" > "$tmp/found.s"
 if ! cmp -s "$tmp/found.s" "$tmp/named"; then
     echo "circles found in $BUILD (<) differ from those docs/ARCHITECTURE.md names (>):"

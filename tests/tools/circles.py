@@ -11,14 +11,23 @@ The product is every top-level folder of the build folder but tests/ (and
 deb/, the package's own build): a new source folder is checked as soon as
 it is built, with no list to update.
 
+With --includes SRC, the #include "folder/..." lines of the product's
+sources under SRC (the folders the build has): a folder that includes a
+header of another folder has an edge to it. Each folder stands on a floor
+that SRC/docs/ARCHITECTURE.md gives (its lines "- floor N: a/ b/ ...");
+an include must go to a lower floor. Printed: "include: a/ b/ ..." for a
+circle of folders, "up: a/ -> b/" for an include to the same floor or a
+higher one, "floor: a/" for a folder no floor names.
+
 Prints one line per circle, "circle: a.o b.o ..." (objects relative to the
 build folder) or "circle: folder/ folder/ ..." (folders), each sorted,
 circles sorted; nothing when there is none.
 
-usage: circles.py BUILD
+usage: circles.py BUILD [--includes SRC]
 """
 import collections
 import os
+import re
 import subprocess
 import sys
 
@@ -64,6 +73,38 @@ def folders(g, build):
     return f
 
 
+def includes(src, tops):
+    """The graph of top-level folders by their sources' #include "x/..."
+    lines (a header of the build's own, such as llamad.pb-c.h, names no
+    folder and makes no edge)."""
+    inc = re.compile(r'^\s*#\s*include\s+"([^"/]+)/')
+    f = {t: set() for t in tops}
+    for t in tops:
+        for root, _, files in os.walk(os.path.join(src, t)):
+            for name in files:
+                if not name.endswith(('.c', '.cc', '.h', '.cu', '.cuh')):
+                    continue
+                with open(os.path.join(root, name), errors='replace') as fh:
+                    for line in fh:
+                        m = inc.match(line)
+                        if m and m.group(1) in f and m.group(1) != t:
+                            f[t].add(m.group(1))
+    return {t + '/': {d + '/' for d in ds} for t, ds in f.items()}
+
+
+def floors(src):
+    """{folder/: N} from the lines "- floor N: a/ b/ ..." of
+    SRC/docs/ARCHITECTURE.md."""
+    out = {}
+    with open(os.path.join(src, 'docs', 'ARCHITECTURE.md')) as fh:
+        for line in fh:
+            m = re.match(r'^- floor (\d+): (.*)$', line.strip())
+            if m:
+                for f in m.group(2).split():
+                    out[f] = int(m.group(1))
+    return out
+
+
 def circles(g):
     index, low, stack, on, out = {}, {}, [], set(), []
 
@@ -96,9 +137,14 @@ def circles(g):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    src = None
+    if len(args) == 3 and args[1] == '--includes':
+        src = args[2]
+        args = args[:1]
+    if len(args) != 1:
         sys.exit(__doc__.strip().splitlines()[-1])
-    build = sys.argv[1]
+    build = args[0]
     objs = objects(build)
     if not objs:
         sys.exit('circles.py: no objects under %s (build first)' % build)
@@ -107,6 +153,20 @@ def main():
         print('circle: ' + ' '.join(os.path.relpath(o, build) for o in c))
     for c in circles(folders(g, build)):
         print('circle: ' + ' '.join(c))
+    if src is not None:
+        tops = sorted({os.path.relpath(o, build).split(os.sep)[0] for o in objs})
+        tops = [t for t in tops if os.path.isdir(os.path.join(src, t))]
+        ig = includes(src, tops)
+        for c in circles(ig):
+            print('include: ' + ' '.join(c))
+        fl = floors(src)
+        for a in sorted(ig):
+            if a not in fl:
+                print('floor: ' + a)
+                continue
+            for b in sorted(ig[a]):
+                if b in fl and fl[b] >= fl[a]:
+                    print('up: %s -> %s' % (a, b))
 
 
 if __name__ == '__main__':
