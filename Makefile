@@ -64,13 +64,14 @@ DEB_PKGS       := $(DEB_PKGS_BUILD) $(DEB_PKGS_DEB) $(DEB_PKGS_TEST)
 # a node installed otherwise (with its own npm) is kept as it is.
 DEB_PKGS_NODE  := nodejs npm
 
-# CUDA hook: the CUDA backend (kernels/cuda/*.cu) is compiled when nvcc is
+# CUDA hook: the CUDA backend (kernels/cuda/*.cu, and the layer candidates
+# that wait for a GPU in kernels/cuda/candidates/) is compiled when nvcc is
 # found, unless CUDA=0.
 NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
 ifeq ($(CUDA),0)
   NVCC :=
 endif
-CUDA_SRCS := $(wildcard kernels/cuda/*.cu)
+CUDA_SRCS := $(wildcard kernels/cuda/*.cu kernels/cuda/candidates/*.cu)
 ifneq ($(NVCC),)
   ifneq ($(CUDA_SRCS),)
     HAVE_CUDA := 1
@@ -89,8 +90,9 @@ NVCCFLAGS   ?= -O3 -std=c++17 -lineinfo $(CUDA_GENCODE) -Werror all-warnings \
                -Xcompiler -Wall,-Wextra,-Werror,-fPIC
 # What compiling it costs (docs/PERF.md, "Build cost"), said by the first
 # nvcc command a make runs: nvcc's CPU time over kernels/cuda/*.cu on the
-# 2-core AMD EPYC machine kind, 84 % of it fused.cu and matmul.cu (their
-# matrix-vector kernels: one per batch size, dtype, mode and staging)
+# 2-core AMD EPYC machine kind, 84 % of it candidates/fused.cu and
+# matmul.cu (their matrix-vector kernels: one per batch size, dtype, mode
+# and staging)
 CUDA_COST  := about 5 min of CPU
 CUDA_SAID  :=
 cuda_say = $(if $(CUDA_SAID),,$(eval CUDA_SAID := 1)@echo "building the CUDA backend with nvcc \
@@ -133,7 +135,8 @@ TEXT_OBJ   := $(patsubst %.c,$(BUILD)/%.o,$(wildcard text/*.c)) \
               $(BUILD)/proto/sentencepiece_model.pb-c.o
 TEXT_LDLIBS = $(CORE_PKG_LDLIBS) -lstdc++ -lm
 
-CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c model/*.c generate/*.c session/*.c)
+CORE_C   := $(wildcard kernels/*.c kernels/cpu/*.c kernels/cuda/*.c kernels/cuda/candidates/*.c \
+                      model/*.c generate/*.c session/*.c)
 CORE_OBJ := $(CORE_C:%.c=$(BUILD)/%.o)
 CORE_LIB := $(BUILD)/libllamad-core.a
 CORE_LDLIBS = $(TEXT_LDLIBS)

@@ -4,7 +4,7 @@
  * through the read-only cache, for a kernel that wrote them itself) and
  * the merge of the splits,
  * shared by attention.cu's kernels and the persistent layer kernel
- * (layer.cu). attention.cu says how they work.
+ * (candidates/layer.cu). attention.cu says how they work.
  */
 #ifndef LLAMAD_KERNELS_CUDA_ATTN_CUH
 #define LLAMAD_KERNELS_CUDA_ATTN_CUH

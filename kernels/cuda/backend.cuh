@@ -8,7 +8,8 @@
  *   stage.cu     batch staging
  *   graph.cu     CUDA graph record and replay
  *   ops.cu       the ops (cuBLAS, or the launchers of the per-op files)
- *   layer_op.cu  the layer op executing a candidate's plan (plan.h)
+ *   candidates/layer_op.cu  the layer op executing a candidate's plan
+ *                (plan.h)
  *
  * Everything runs on one stream in issue order, so ops need no events
  * between them; downloads synchronize. cuBLAS is loaded with dlopen when the
@@ -178,7 +179,7 @@ void cu_op_add(struct backend *be, float *y, const float *x, size_t n);
 void cu_op_embed(struct backend *be, float *y, const struct kt_weight *table,
 		 const int32_t *tok, int n_tok);
 
-/* layer_op.cu: persist_prepare, the persistent kernel's occupancy for the
+/* candidates/layer_op.cu: persist_prepare, the persistent kernel's occupancy for the
  * dtypes placed (before any recording); the layer op of the op table
  * (backend.h); set_kernels: the candidates per dtype from spec as
  * LLAMAD_CUDA_KERNELS takes it, 0 or -EINVAL (nothing changed). */

@@ -151,7 +151,7 @@ void cu_attn_fill(struct attn_args *a, float *out, const float *q, const struct 
 		  int layer, const struct cu_batch *b, int n_heads, int n_kv_heads, int hd,
 		  float *part);
 
-/* The persistent layer kernel's arguments (layer.cu): the four products
+/* The persistent layer kernel's arguments (candidates/layer.cu): the four products
  * (qkv with its epilogue and norm, o, gate/up with its norm, down; their y
  * and x are the layer's buffers: o.y[0] = down.y[0] = x, ffn.y[0] = hb)
  * and the attention's (its out = att, the input of o). */

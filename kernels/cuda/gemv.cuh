@@ -1,7 +1,7 @@
 /*
  * kernels/cuda/gemv.cuh — the pieces of the matrix-vector kernels, shared
  * by the one-op-at-a-time kernel (matmul.cu), the fused and split-K ones
- * (matmul.cu) and the persistent layer kernel (layer.cu).
+ * (matmul.cu) and the persistent layer kernel (candidates/layer.cu).
  *
  * A warp computes the dot products of one or two weight rows (NWR) with up
  * to CU_GEMV_MAX activation rows (NT) staged in shared memory:

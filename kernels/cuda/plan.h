@@ -1,6 +1,6 @@
 /*
  * kernels/cuda/plan.h — the CUDA backend's layer candidates and their launch
- * plans, in C: the backend (layer_op.cu) executes a plan step by step, and a
+ * plans, in C: the backend (candidates/layer_op.cu) executes a plan step by step, and a
  * CPU test (tests/unit/test_cuplan.c) computes and prints the same plans, so
  * the launches per layer and the bytes each reads are known before a GPU
  * says anything.

@@ -2,12 +2,13 @@
 # tests/gpu/ptxas.sh [FILE.cu...] — registers, spills and shared memory of
 # every kernel as ptxas compiles it for sm_90a (no GPU needed): one line per
 # kernel instantiation, "regs spill_st spill_ld smem name", sorted by name.
-# Default files: the matrix-vector and layer kernels (matmul.cu, fused.cu,
-# layer.cu, attention.cu). docs/PERF.md keeps the figures.
+# Default files: the matrix-vector and layer kernels (matmul.cu,
+# candidates/fused.cu, candidates/layer.cu, attention.cu). docs/PERF.md
+# keeps the figures.
 cd "$(dirname "$0")/../.." || exit 1
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
-[ $# -gt 0 ] || set -- kernels/cuda/matmul.cu kernels/cuda/fused.cu kernels/cuda/layer.cu \
-                       kernels/cuda/attention.cu
+[ $# -gt 0 ] || set -- kernels/cuda/matmul.cu kernels/cuda/candidates/fused.cu \
+                       kernels/cuda/candidates/layer.cu kernels/cuda/attention.cu
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for f in "$@"; do

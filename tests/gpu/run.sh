@@ -23,7 +23,7 @@
 # decode tok/s and % of the copy-bandwidth roof per candidate x dtype, and
 # the winners: per dtype the fastest candidate that passed step 6 at batch
 # 1, written as an LLAMAD_CUDA_KERNELS spec to LOGDIR/winners.txt (the fixed
-# table in kernels/cuda/plan.c takes it).
+# table in kernels/cuda/candidates/plan.c takes it).
 # Exit status: 0 when every check passed.
 #
 # Env: BUILD (default build), GPU_PACK (default gpu-pack: libs/, models/,

@@ -1,6 +1,6 @@
 /*
  * tests/unit/test_cuplan.c — the CUDA backend's layer candidates, checked on
- * the CPU (kernels/cuda/plan.c, plan.h: built without nvcc):
+ * the CPU (kernels/cuda/candidates/plan.c, plan.h: built without nvcc):
  *   - the launch plan of every candidate for the 7B shape and a Llama 3 8B
  *     shape (GQA), f16 / Q8_0 / Q4_0 / Q4_K, batch 1 and 8: the launches per
  *     layer each must have, the bytes read (the layer's weights once, within

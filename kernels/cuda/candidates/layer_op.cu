@@ -1,5 +1,6 @@
 /*
- * kernels/cuda/layer_op.cu — the layer op: a whole layer for a staged batch of
+ * kernels/cuda/candidates/layer_op.cu — the layer op: a whole layer for a
+ * staged batch of
  * up to CU_GEMV_MAX rows of one dtype, run step by step as the dtype's
  * candidate plans it (plan.h); set_kernels, the candidates per dtype.
  * Never run on a GPU yet (written 2026-12-02 without one): the fused,

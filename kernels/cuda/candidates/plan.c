@@ -1,5 +1,6 @@
 /*
- * kernels/cuda/plan.c — launch plans of the CUDA backend's layer candidates
+ * kernels/cuda/candidates/plan.c — launch plans of the CUDA backend's layer
+ * candidates
  * (plan.h). Plain C, built with or without nvcc: the backend executes these
  * plans, and tests/unit/test_cuplan.c checks and prints them on the CPU.
  */

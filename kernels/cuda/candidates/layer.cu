@@ -1,5 +1,6 @@
 /*
- * kernels/cuda/layer.cu — the persistent candidate (plan.h): a whole layer
+ * kernels/cuda/candidates/layer.cu — the persistent candidate (plan.h): a
+ * whole layer
  * of a batch-1 decode step as one cooperative kernel, its phases separated
  * by grid-wide barriers instead of kernel boundaries:
  *   1. RMSNorm of x (every block computes it for itself), q/k/v, RoPE, the

@@ -1,5 +1,6 @@
 /*
- * kernels/cuda/fused.cu — the fused matrix-vector kernels of the layer
+ * kernels/cuda/candidates/fused.cu — the fused matrix-vector kernels of the
+ * layer
  * candidates (plan.h): RMSNorm inside the products that read it (8-bit
  * activations made there for Q8_0 / Q4_0), the q/k/v product with RoPE and
  * the KV store in its epilogue, and split-K products for Q8_0 / Q4_0. Built
