@@ -16,19 +16,8 @@ static bool json_errors;
 /* The error object of cli_error, on stdout. */
 static void json_error(const char *kind, int code, const char *msg)
 {
-	struct json j;
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_key(&j, "event");
-	json_str(&j, "error");
-	json_key(&j, "error");
-	json_str(&j, kind);
-	json_key(&j, "code");
-	json_u64(&j, (uint64_t)(code > 0 ? code : 0));
-	json_key(&j, "message");
-	json_str(&j, msg);
-	json_obj_end(&j);
-	json_end(&j);
+	pbjson_line("{s:s, s:s, s:u, s:s}", "event", "error", "error", kind, "code",
+		    (uint64_t)(code > 0 ? code : 0), "message", msg);
 	fflush(stdout);
 }
 

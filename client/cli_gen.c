@@ -21,14 +21,7 @@ struct gen_ctx {
 static int json_token_event(const Llamad__TokenEvent *t)
 {
 	Llamad__TokenEvent none = LLAMAD__TOKEN_EVENT__INIT;
-	struct json j;
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_key(&j, "event");
-	json_str(&j, "token");
-	pbjson_members(&j, t ? &t->base : &none.base);
-	json_obj_end(&j);
-	json_end(&j);
+	pbjson_line("{s:s, M}", "event", "token", t ? &t->base : &none.base);
 	return fflush(stdout) != 0 || ferror(stdout) ? -EIO : 0;
 }
 
@@ -168,18 +161,8 @@ void cli_report_done(const struct cli *cli, const Llamad__Done *d)
 
 void cli_json_done_line(const char *session, const struct gen_result *res)
 {
-	struct json j;
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_key(&j, "event");
-	json_str(&j, "done");
-	json_key(&j, "session");
-	json_str(&j, session);
-	json_key(&j, "text");
-	json_strn(&j, res->text ? res->text : "", res->len);
-	pbjson_members(&j, &res->term->done->base);
-	json_obj_end(&j);
-	json_end(&j);
+	pbjson_line("{s:s, s:s, s:s#, M}", "event", "done", "session", session, "text",
+		    res->text ? res->text : "", res->len, &res->term->done->base);
 }
 
 int cli_gen_finish(struct cli *cli, const char *session, struct gen_result *res)

@@ -160,13 +160,7 @@ void cli_human_age(char *buf, size_t n, int64_t last_use_ms)
 
 void cli_json_named(const char *key, const char *name)
 {
-	struct json j;
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_key(&j, key);
-	json_str(&j, name);
-	json_obj_end(&j);
-	json_end(&j);
+	pbjson_line("{s:s}", key, name);
 	cli_flush_stdout();
 }
 

@@ -300,23 +300,9 @@ static void progress(struct summ *s, int round, size_t part, size_t parts, uint3
 			parts, in_tok, out_tok);
 	if (!s->cli->json)
 		return;
-	struct json j;
-	json_init(&j, stdout);
-	json_obj_begin(&j);
-	json_key(&j, "event");
-	json_str(&j, "progress");
-	json_key(&j, "round");
-	json_u64(&j, (uint64_t)round);
-	json_key(&j, "part");
-	json_u64(&j, part);
-	json_key(&j, "parts");
-	json_u64(&j, parts);
-	json_key(&j, "input_tokens");
-	json_u64(&j, in_tok);
-	json_key(&j, "summary_tokens");
-	json_u64(&j, out_tok);
-	json_obj_end(&j);
-	json_end(&j);
+	pbjson_line("{s:s, s:u, s:u, s:u, s:u, s:u}", "event", "progress", "round",
+		    (uint64_t)round, "part", (uint64_t)part, "parts", (uint64_t)parts,
+		    "input_tokens", (uint64_t)in_tok, "summary_tokens", (uint64_t)out_tok);
 	cli_flush_stdout();
 }
 
@@ -529,26 +515,11 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 	if (cli->json) {
 		size_t sl = res.len;
 		char *sum = res.text ? trim(res.text, &sl) : "";
-		struct json j;
-		json_init(&j, stdout);
-		json_obj_begin(&j);
-		json_key(&j, "event");
-		json_str(&j, "done");
-		json_key(&j, "summary");
-		json_strn(&j, sum, sl);
-		json_key(&j, "text");  /* as the token events gave it, untrimmed */
-		json_strn(&j, res.text ? res.text : "", res.len);
-		json_key(&j, "session");
-		json_str(&j, session);
-		json_key(&j, "parts");
-		json_u64(&j, s.parts);
-		json_key(&j, "rounds");
-		json_u64(&j, (uint64_t)round + 1);
-		json_key(&j, "input_tokens");
-		json_u64(&j, n_input);
-		pbjson_members(&j, &res.term->done->base);
-		json_obj_end(&j);
-		json_end(&j);
+		/* text: as the token events gave it, untrimmed */
+		pbjson_line("{s:s, s:s#, s:s#, s:s, s:u, s:u, s:u, M}", "event", "done", "summary",
+			    sum, sl, "text", res.text ? res.text : "", res.len, "session", session,
+			    "parts", (uint64_t)s.parts, "rounds", (uint64_t)round + 1,
+			    "input_tokens", (uint64_t)n_input, &res.term->done->base);
 	} else {
 		fputc('\n', stdout);
 	}

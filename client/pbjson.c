@@ -2,8 +2,11 @@
  * client/pbjson.c — see pbjson.h.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client/enums.h"
@@ -244,4 +247,76 @@ void pbjson_object(struct json *j, const ProtobufCMessage *msg)
 	json_obj_begin(j);
 	pbjson_members(j, msg);
 	json_obj_end(j);
+}
+
+void pbjson_line(const char *fmt, ...)
+{
+	struct json j;
+	json_init(&j, stdout);
+	/* per open container: 1 an object (then: a key is next), 0 an array */
+	bool obj[JSON_MAX_DEPTH + 1] = { false }, key_next[JSON_MAX_DEPTH + 1] = { false };
+	int depth = 0;
+	va_list ap;
+	va_start(ap, fmt);
+	for (const char *f = fmt; *f; f++) {
+		char c = *f;
+		if (c == ' ' || c == ':' || c == ',')
+			continue;
+		bool in_obj = depth > 0 && obj[depth];
+		if (in_obj && key_next[depth] && c != '}') {
+			if (c == 's') {
+				json_key(&j, va_arg(ap, const char *));
+				key_next[depth] = false;
+			} else if (c == 'M') {
+				pbjson_members(&j, va_arg(ap, const ProtobufCMessage *));
+			} else {
+				abort();  /* a value where a key belongs */
+			}
+			continue;
+		}
+		switch (c) {
+		case '{':
+		case '[':
+			if (depth == JSON_MAX_DEPTH)
+				abort();
+			if (c == '{')
+				json_obj_begin(&j);
+			else
+				json_arr_begin(&j);
+			depth++;
+			obj[depth] = c == '{';
+			key_next[depth] = c == '{';
+			continue;
+		case '}':
+		case ']':
+			if (depth == 0 || obj[depth] != (c == '}') || (c == '}' && !key_next[depth]))
+				abort();
+			if (c == '}')
+				json_obj_end(&j);
+			else
+				json_arr_end(&j);
+			depth--;
+			break;
+		case 's':
+			if (f[1] == '#') {
+				const char *s = va_arg(ap, const char *);
+				json_strn(&j, s, va_arg(ap, size_t));
+				f++;
+			} else {
+				json_str(&j, va_arg(ap, const char *));
+			}
+			break;
+		case 'u': json_u64(&j, va_arg(ap, uint64_t)); break;
+		case 'i': json_i64(&j, va_arg(ap, int64_t)); break;
+		case 'b': json_bool(&j, va_arg(ap, int) != 0); break;
+		case 'n': json_null(&j); break;
+		default: abort();
+		}
+		if (depth > 0 && obj[depth])
+			key_next[depth] = true;  /* a value was written: a key is next */
+	}
+	va_end(ap);
+	if (depth != 0)
+		abort();
+	json_end(&j);
 }

@@ -27,4 +27,18 @@ void pbjson_object(struct json *j, const ProtobufCMessage *msg);
  * caller can add its own keys before or after them ("event", ...). */
 void pbjson_members(struct json *j, const ProtobufCMessage *msg);
 
+/*
+ * One JSON document on stdout, a line, its shape written as a format (as
+ * jansson's json_pack reads one), so that an object is one call and not
+ * a call a field: '{' '}' '[' ']' open and close; in an object a key is
+ * 's' (const char *) and its value follows; values: 's' a string
+ * (const char *; NULL is null), 's#' a string of a length (const char *,
+ * size_t), 'u' a uint64_t, 'i' an int64_t, 'b' a bool (int), 'n' null,
+ * 'M' (in an object, in a key's place) the members of a protocol message
+ * (const ProtobufCMessage *, as pbjson_members). Spaces, ':' and ',' are
+ * for the reader and ignored. Numbers must be passed as the format's type
+ * (cast them). A malformed format is a programming error and aborts.
+ */
+void pbjson_line(const char *fmt, ...);
+
 #endif
