@@ -37,7 +37,7 @@ enum {
 enum {
 	OPT_SOCKET = 256, OPT_JSON, OPT_VERSION,
 	OPT_TEMP, OPT_TOPK, OPT_TOPP, OPT_MINP, OPT_REPEAT, OPT_LASTN,
-	OPT_PRESENCE, OPT_FREQ, OPT_SEED, OPT_MAXTOK, OPT_STOP,
+	OPT_PRESENCE, OPT_FREQ, OPT_SEED, OPT_MAXTOK, OPT_STOP, OPT_POLICY,
 	OPT_CMD = 320,
 };
 
@@ -47,6 +47,12 @@ enum {
 	{ "json", no_argument, NULL, OPT_JSON }, \
 	{ "verbose", no_argument, NULL, 'v' }, \
 	{ "help", no_argument, NULL, 'h' }
+
+/* The session a generating command works in and what a full one does
+ * (generate, chat: gen_opts.session, gen_opts.policy). */
+#define CLI_SESSION_OPTS \
+	{ "session", required_argument, NULL, 's' }, \
+	{ "context-policy", required_argument, NULL, OPT_POLICY }
 
 /* Accepted by every command that generates. */
 #define CLI_SAMPLER_OPTS \
@@ -120,6 +126,8 @@ struct gen_opts {
 	uint32_t max_tokens;
 	char *stop[LLAMAD_MAX_STOPS];
 	size_t n_stop;
+	const char *session;            /* -s, --session (checked); NULL: none */
+	Llamad__ContextPolicy policy;   /* --context-policy; CONTEXT_DEFAULT */
 };
 
 /* Initialise g with nothing set. */

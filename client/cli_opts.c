@@ -140,6 +140,14 @@ void cli_opt(struct cli *cli, struct gen_opts *g, int o, const char *arg)
 	}
 	if (g && sampler_opt(cli, g, o, arg))
 		return;
+	if (o == 's' && g) {
+		g->session = cli_want_session(cli, arg);
+		return;
+	}
+	if (o == OPT_POLICY && g) {
+		g->policy = cli_parse_policy(cli, arg);
+		return;
+	}
 	if (o == 'n' && g) {   /* -n is --max-tokens */
 		sampler_opt(cli, g, OPT_MAXTOK, arg);
 		return;

@@ -575,15 +575,12 @@ static int chat_once(struct chat *c, char *text)
 
 static int cmd_chat(struct cli *cli, int argc, char **argv)
 {
-	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE, O_RECAP, O_POLICY };
-	Llamad__ContextPolicy policy = LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT;
+	enum { O_SYSTEM = OPT_CMD, O_TEMPLATE, O_RECAP };
 	static const struct option opts[] = {
-		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
-		{ "session", required_argument, NULL, 's' },
+		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS, CLI_SESSION_OPTS,
 		{ "system", required_argument, NULL, O_SYSTEM },
 		{ "template", required_argument, NULL, O_TEMPLATE },
 		{ "recap", required_argument, NULL, O_RECAP },
-		{ "context-policy", required_argument, NULL, O_POLICY },
 		{ 0 },
 	};
 	struct chat c;
@@ -591,19 +588,13 @@ static int cmd_chat(struct cli *cli, int argc, char **argv)
 	c.cli = cli;
 	c.recap = 4;
 	gen_opts_init(&c.g);
-	const char *session = NULL, *system = NULL;
+	const char *system = NULL;
 	Llamad__Template tmpl = LLAMAD__TEMPLATE__TEMPLATE_DEFAULT;
 	int o;
 	while ((o = getopt_long(argc, argv, "hvn:s:", opts, NULL)) != -1) {
 		switch (o) {
-		case 's':
-			session = cli_want_session(cli, optarg);
-			break;
 		case O_SYSTEM:
 			system = optarg;
-			break;
-		case O_POLICY:
-			policy = cli_parse_policy(cli, optarg);
 			break;
 		case O_RECAP:
 			c.recap = (uint32_t)cli_parse_u64(cli, "--recap", optarg, 0, UINT32_MAX);
@@ -625,6 +616,7 @@ static int cmd_chat(struct cli *cli, int argc, char **argv)
 		cli_usage_error(cli, "unexpected argument '%s'", argv[optind]);
 
 	char eph[64];
+	const char *session = c.g.session;
 	if (!session) {
 		cli_ephemeral_name(eph, sizeof(eph));
 		session = eph;
@@ -648,7 +640,7 @@ static int cmd_chat(struct cli *cli, int argc, char **argv)
 			cli_usage_error(cli, "no message on stdin");
 		}
 	}
-	struct open_opts oo = { .system = system, .tmpl = tmpl, .policy = policy,
+	struct open_opts oo = { .system = system, .tmpl = tmpl, .policy = c.g.policy,
 				.ephemeral = c.ephemeral, .create_only = c.ephemeral };
 	Llamad__Response *r = cli_open_chat(cli, c.session, oo);
 	c.open = oo;

@@ -38,35 +38,23 @@ CLI_SAMPLER_HELP
 
 static int cmd_generate(struct cli *cli, int argc, char **argv)
 {
-	enum { O_SESSION = OPT_CMD, O_RAW, O_POLICY };
+	enum { O_RAW = OPT_CMD };
 	static const struct option opts[] = {
-		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS,
-		{ "session", required_argument, NULL, 's' },
+		CLI_COMMON_OPTS, CLI_SAMPLER_OPTS, CLI_SESSION_OPTS,
 		{ "raw", no_argument, NULL, O_RAW },
-		{ "context-policy", required_argument, NULL, O_POLICY },
 		{ 0 },
 	};
-	Llamad__ContextPolicy policy = LLAMAD__CONTEXT_POLICY__CONTEXT_DEFAULT;
 	struct gen_opts g;
 	gen_opts_init(&g);
-	const char *session = NULL;
 	bool raw = false;
 	int o;
 	while ((o = getopt_long(argc, argv, "hvn:s:", opts, NULL)) != -1) {
-		switch (o) {
-		case 's':
-			session = cli_want_session(cli, optarg);
-			break;
-		case O_RAW:
+		if (o == O_RAW)
 			raw = true;
-			break;
-		case O_POLICY:
-			policy = cli_parse_policy(cli, optarg);
-			break;
-		default:
+		else
 			cli_opt(cli, &g, o, optarg);
-		}
 	}
+	const char *session = g.session;
 	cli_want_args(cli, argc, argv, 0, 1);
 	if (optind >= argc && !session)
 		cli_usage_error(cli, "no PROMPT (- reads stdin); to continue a session, "
@@ -86,7 +74,7 @@ static int cmd_generate(struct cli *cli, int argc, char **argv)
 	char eph[64];
 	Llamad__Template tmpl = raw ? LLAMAD__TEMPLATE__TEMPLATE_RAW
 				    : LLAMAD__TEMPLATE__TEMPLATE_DEFAULT;
-	struct open_opts oo = { .tmpl = tmpl, .policy = policy };
+	struct open_opts oo = { .tmpl = tmpl, .policy = g.policy };
 	if (!session) {
 		cli_ephemeral_name(eph, sizeof(eph));
 		session = eph;
