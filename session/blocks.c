@@ -17,6 +17,7 @@
 
 #include "session/blocks.h"
 #include "util/cause.h"
+#include "util/file.h"
 #include "util/le.h"
 
 /* Header field offsets (blocks.h lists the fields in this order). */
@@ -458,12 +459,9 @@ int blk_collect(const char *dir, struct blk_refs *m,
 	int removed = 0, rc = 0;
 	char why[160];
 	for (;;) {
-		errno = 0;
-		struct dirent *de = readdir(d);
-		if (!de) {
-			rc = errno ? -errno : 0;
+		struct dirent *de = file_readdir(d, &rc);
+		if (!de)
 			break;
-		}
 		const char *fname = de->d_name;
 		uint32_t uid;
 		uint64_t name;

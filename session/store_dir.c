@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "session/store_int.h"
+#include "util/file.h"
 
 /* ---- list, remove ------------------------------------------------------- */
 
@@ -96,12 +97,9 @@ int store_list(const char *dir, struct store_entry **entries,
 	int n = 0, cap = 0, rc = 0;
 	char why[320];
 	for (;;) {
-		errno = 0;
-		struct dirent *de = readdir(d);
-		if (!de) {
-			rc = errno ? -errno : 0;
+		struct dirent *de = file_readdir(d, &rc);
+		if (!de)
 			break;
-		}
 		const char *name = de->d_name;
 		int is_tmp = store_is_temp_name(name);
 		if (!is_tmp && !has_suffix(name, ".session"))

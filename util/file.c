@@ -138,3 +138,11 @@ int file_has_magic(const char *path, const void *magic, size_t len)
 	close(fd);
 	return r == (ssize_t)len && memcmp(b, magic, len) == 0;
 }
+
+struct dirent *file_readdir(DIR *d, int *err)
+{
+	errno = 0;
+	struct dirent *de = readdir(d);
+	*err = !de && errno ? -errno : 0;
+	return de;
+}

@@ -1,7 +1,7 @@
 /*
  * util/file.h — reading whole files: into memory (tokenizer files, JSON
  * side files, a client's standard input) or mapped read-only (model files,
- * whose gigabytes are paged in as they are used).
+ * whose gigabytes are paged in as they are used); and a folder's entries.
  *
  * Errors are negative errno values; only file_map, whose callers name the
  * file to a user, also gives a cause (util/cause.h).
@@ -9,6 +9,7 @@
 #ifndef LLAMAD_UTIL_FILE_H
 #define LLAMAD_UTIL_FILE_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -33,5 +34,9 @@ void file_unmap(const uint8_t *data, size_t len);
 /* 1 if the file at path starts with the len bytes of magic, else 0 (also
  * when it cannot be read). */
 int file_has_magic(const char *path, const void *magic, size_t len);
+
+/* The next entry of the folder d, or NULL: at its end (*err 0) or on a
+ * read error (*err the -errno; readdir's end and its errors told apart). */
+struct dirent *file_readdir(DIR *d, int *err);
 
 #endif
