@@ -291,23 +291,29 @@ VNNI INLINE __m512 qstep(__m512 acc, const __m512i v[8], struct vscale sv, const
 #define QT_MAX 4   /* tokens per tile */
 #define QGR_MAX 4  /* groups per tile */
 
+/* A tile's NT token rows of the activations (x[t]: token t0 + t) and its
+ * NG groups of the packed weights (gp[g]: group g0 + g); every isa's. */
+#define TILE_ROWS(x, gp)                                                          \
+	struct qx_row x[QT_MAX];                                                  \
+	const uint8_t *gp[QGR_MAX];                                               \
+	_Pragma("GCC unroll 4")                                                   \
+	for (int t = 0; t < NT; t++)                                              \
+		x[t] = qx_row(qx, p->cols, t0 + t);                               \
+	_Pragma("GCC unroll 4")                                                   \
+	for (int g = 0; g < NG; g++)                                              \
+		gp[g] = p->data + (size_t)(g0 + g) * p->group_bytes
+
 /* Groups g0 .. g0+NG-1 x tokens t0 .. t0+NT-1, all sub-blocks. */
 VNNI INLINE void qtile(float *y, const uint8_t *qx, const struct cpu_qpack *p, enum kt_dtype dt,
 		       int g0, int t0, const int NG, const int NT)
 {
 	__m512 acc[QGR_MAX][QT_MAX];
-	struct qx_row x[QT_MAX];
-	const uint8_t *gp[QGR_MAX];
+	TILE_ROWS(x, gp);
 #pragma GCC unroll 4
-	for (int t = 0; t < NT; t++)
-		x[t] = qx_row(qx, p->cols, t0 + t);
-#pragma GCC unroll 4
-	for (int g = 0; g < NG; g++) {
-		gp[g] = p->data + (size_t)(g0 + g) * p->group_bytes;
+	for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
 		for (int t = 0; t < NT; t++)
 			acc[g][t] = _mm512_setzero_ps();
-	}
 	for (int b = 0; b < p->nb; b++) {
 #pragma GCC unroll 4
 		for (int g = 0; g < NG; g++) {
@@ -628,18 +634,12 @@ AVX2 INLINE void a2_qtile(float *y, const uint8_t *qx, const struct cpu_qpack *p
 			  const int sgn, int g0, int t0, const int NG, const int NT)
 {
 	__m256 acc[QGR_MAX][2][QT_MAX];
-	struct qx_row x[QT_MAX];
-	const uint8_t *gp[QGR_MAX];
+	TILE_ROWS(x, gp);
 #pragma GCC unroll 4
-	for (int t = 0; t < NT; t++)
-		x[t] = qx_row(qx, p->cols, t0 + t);
-#pragma GCC unroll 4
-	for (int g = 0; g < NG; g++) {
-		gp[g] = p->data + (size_t)(g0 + g) * p->group_bytes;
+	for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
 		for (int t = 0; t < NT; t++)
 			acc[g][0][t] = acc[g][1][t] = _mm256_setzero_ps();
-	}
 	for (int b = 0; b < p->nb; b++) {
 #pragma GCC unroll 4
 		for (int g = 0; g < NG; g++) {
