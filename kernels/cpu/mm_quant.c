@@ -259,35 +259,51 @@ AVX512 INLINE void qtile_n(float *abuf, const float *x, const float *wbuf, int K
 			_mm512_storeu_ps(abuf + ((size_t)t * QR + r) * 16, acc[t][r]);
 }
 
-/* Tokens [t0, t0+nt) (nt <= QT) x the NR rows of one row block (row[];
- * output rows r0, r0 + stride, ...), all chunks; pf as q_deq_rows. */
-AVX512 INLINE void q_block_rows(float *y, const float *x, const uint8_t *const *row,
-				enum kt_dtype dt, size_t pf, int K, int N, int t0, int nt,
-				int r0, int stride, const int NR)
-{
-	float wbuf[QR * QK] __attribute__((aligned(64)));
-	float abuf[QT * QR * 16] __attribute__((aligned(64)));
-	const float *xt = x + (size_t)t0 * K;
-	for (int k0 = 0; k0 < K; k0 += QK) {
-		int kn = K - k0 < QK ? K - k0 : QK, first = k0 == 0;
-		q_deq_rows(wbuf, row, dt, k0, kn, t0 == 0 ? pf : 0, NR);
-		int t = 0;
-		for (; t + 4 <= nt; t += 4)
-			qtile_n(abuf + (size_t)t * QR * 16, xt + (size_t)t * K, wbuf, K, k0, kn,
-				first, 4, NR);
-		float *ab = abuf + (size_t)t * QR * 16;
-		const float *xr = xt + (size_t)t * K;
-		switch (nt - t) {
-		case 3: qtile_n(ab, xr, wbuf, K, k0, kn, first, 3, NR); break;
-		case 2: qtile_n(ab, xr, wbuf, K, k0, kn, first, 2, NR); break;
-		case 1: qtile_n(ab, xr, wbuf, K, k0, kn, first, 1, NR); break;
-		}
+/*
+ * Tokens [t0, t0+nt) (nt <= QT) x the NR rows of one row block (row[];
+ * output rows r0, r0 + stride, ...), all chunks; pf as DEQ_ROWS's. One
+ * source for every isa (ATTR its target, ALIGN its vectors' bytes): per
+ * chunk the rows dequantized by DEQ_ROWS into wbuf, then the isa's
+ * CHUNK_TILES (its register tiles over the chunk, the tokens' 16-lane
+ * accumulators kept in abuf); last each accumulator summed by SUM16.
+ */
+#define Q_BLOCK_ROWS(ATTR, NAME, ALIGN, DEQ_ROWS, CHUNK_TILES, SUM16)                      \
+	ATTR INLINE void NAME(float *y, const float *x, const uint8_t *const *row,          \
+			      enum kt_dtype dt, size_t pf, int K, int N, int t0, int nt,    \
+			      int r0, int stride, const int NR)                             \
+	{                                                                                   \
+		float wbuf[QR * QK] __attribute__((aligned(ALIGN)));                        \
+		float abuf[QT * QR * 16] __attribute__((aligned(ALIGN)));                   \
+		const float *xt = x + (size_t)t0 * K;                                       \
+		for (int k0 = 0; k0 < K; k0 += QK) {                                        \
+			int kn = K - k0 < QK ? K - k0 : QK, first = k0 == 0;                \
+			DEQ_ROWS(wbuf, row, dt, k0, kn, t0 == 0 ? pf : 0, NR);              \
+			CHUNK_TILES();                                                      \
+		}                                                                           \
+		for (int t = 0; t < nt; t++)                                                \
+			for (int r = 0; r < NR; r++)                                        \
+				y[(size_t)(t0 + t) * N + r0 + r * stride] =                 \
+					SUM16(abuf + ((size_t)t * QR + r) * 16);            \
 	}
-	for (int t = 0; t < nt; t++)
-		for (int r = 0; r < NR; r++)
-			y[(size_t)(t0 + t) * N + r0 + r * stride] =
-				_mm512_reduce_add_ps(_mm512_loadu_ps(abuf + ((size_t)t * QR + r) * 16));
-}
+
+/* AVX-512: tiles of 4 tokens x the block's rows, then the token tail. */
+#define Q512_CHUNK_TILES()                                                                  \
+	do {                                                                                \
+		int t = 0;                                                                  \
+		for (; t + 4 <= nt; t += 4)                                                 \
+			qtile_n(abuf + (size_t)t * QR * 16, xt + (size_t)t * K, wbuf, K,    \
+				k0, kn, first, 4, NR);                                      \
+		float *ab = abuf + (size_t)t * QR * 16;                                     \
+		const float *xr = xt + (size_t)t * K;                                       \
+		switch (nt - t) {                                                           \
+		case 3: qtile_n(ab, xr, wbuf, K, k0, kn, first, 3, NR); break;              \
+		case 2: qtile_n(ab, xr, wbuf, K, k0, kn, first, 2, NR); break;              \
+		case 1: qtile_n(ab, xr, wbuf, K, k0, kn, first, 1, NR); break;              \
+		}                                                                           \
+	} while (0)
+#define Q512_SUM16(a) _mm512_reduce_add_ps(_mm512_loadu_ps(a))
+
+Q_BLOCK_ROWS(AVX512, q_block_rows, 64, q_deq_rows, Q512_CHUNK_TILES, Q512_SUM16)
 
 /*
  * All tokens x rows [r0, r1) of a quantized matrix (dt constant per call):
@@ -472,45 +488,31 @@ AVX2 INLINE void a2_qtile_n(float *abuf, const float *x, const float *wbuf, int 
 		}
 }
 
-/* Tokens [t0, t0+nt) (nt <= QT) x the NR rows of one row block (row[];
- * output rows r0, r0 + stride, ...), all chunks; pf as a2_q_deq_rows. */
-AVX2 INLINE void a2_q_block_rows(float *y, const float *x, const uint8_t *const *row,
-				 enum kt_dtype dt, size_t pf, int K, int N, int t0, int nt,
-				 int r0, int stride, const int NR)
-{
-	float wbuf[QR * QK] __attribute__((aligned(32)));
-	float abuf[QT * QR * 16] __attribute__((aligned(32)));
-	const float *xt = x + (size_t)t0 * K;
-	for (int k0 = 0; k0 < K; k0 += QK) {
-		int kn = K - k0 < QK ? K - k0 : QK, first = k0 == 0;
-		a2_q_deq_rows(wbuf, row, dt, k0, kn, t0 == 0 ? pf : 0, NR);
-		for (int rp = 0; rp < NR; rp += 2) {
-			int t = 0;
-			for (; t + 3 <= nt; t += 3) {
-				float *ab = abuf + (size_t)t * QR * 16;
-				const float *xr = xt + (size_t)t * K;
-				if (NR - rp >= 2)
-					a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 3, 2);
-				else
-					a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 3, 1);
-			}
-			float *ab = abuf + (size_t)t * QR * 16;
-			const float *xr = xt + (size_t)t * K;
-			switch ((nt - t) * 2 + (NR - rp >= 2 ? 2 : 1)) {
-			case 6: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 2, 2); break;
-			case 5: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 2, 1); break;
-			case 4: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 1, 2); break;
-			case 3: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 1, 1); break;
-			}
-		}
+/* AVX2: tiles of 3 tokens x 2 rows (12 of the 16 registers), then the
+ * tails. */
+#define A2_CHUNK_TILES()                                                                    \
+	for (int rp = 0; rp < NR; rp += 2) {                                                \
+		int t = 0;                                                                  \
+		for (; t + 3 <= nt; t += 3) {                                               \
+			float *ab = abuf + (size_t)t * QR * 16;                             \
+			const float *xr = xt + (size_t)t * K;                               \
+			if (NR - rp >= 2)                                                   \
+				a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 3, 2);       \
+			else                                                                \
+				a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 3, 1);       \
+		}                                                                           \
+		float *ab = abuf + (size_t)t * QR * 16;                                     \
+		const float *xr = xt + (size_t)t * K;                                       \
+		switch ((nt - t) * 2 + (NR - rp >= 2 ? 2 : 1)) {                            \
+		case 6: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 2, 2); break;        \
+		case 5: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 2, 1); break;        \
+		case 4: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 1, 2); break;        \
+		case 3: a2_qtile_n(ab, xr, wbuf, K, k0, kn, first, rp, 1, 1); break;        \
+		}                                                                           \
 	}
-	for (int t = 0; t < nt; t++)
-		for (int r = 0; r < NR; r++) {
-			const float *a = abuf + ((size_t)t * QR + r) * 16;
-			y[(size_t)(t0 + t) * N + r0 + r * stride] =
-				a2_hsum(_mm256_loadu_ps(a), _mm256_loadu_ps(a + 8));
-		}
-}
+#define A2_SUM16(a) a2_hsum(_mm256_loadu_ps(a), _mm256_loadu_ps((a) + 8))
+
+Q_BLOCK_ROWS(AVX2, a2_q_block_rows, 32, a2_q_deq_rows, A2_CHUNK_TILES, A2_SUM16)
 
 ROWS_Q(AVX2, rows_q_avx2, a2_rows_q_1, a2_q_block_rows)
 
