@@ -59,8 +59,8 @@ for s in socks:
         idle = fields(r[3][0]).get(8, [0])[0]; held.append(s)
 print("refused %d why=%s" % (refused, why.replace(" ", "_")))
 print("idle %s" % idle, flush=True)
-closed, first = 0, None
-while time.time() - t0 < secs and closed < len(held):
+closed, first, n_held = 0, None, len(held)
+while time.time() - t0 < secs and closed < n_held:
     r, _, _ = select.select(held, [], [], 0.1)
     for s in r:
         if s.recv(1) == b"":
