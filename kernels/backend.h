@@ -19,6 +19,10 @@
 
 #include "util/dtype.h"
 
+#ifdef __cplusplus
+extern "C" {   /* the CUDA backend's .cu files include it */
+#endif
+
 /* Dequantize / convert one row of n elements of any dtype to fp32. */
 void kt_row_to_f32(enum kt_dtype t, const void *row, float *out, size_t n);
 /*
@@ -364,5 +368,9 @@ float kt_f16_to_f32(uint16_t h);
 uint16_t kt_f32_to_f16(float f);
 float kt_bf16_to_f32(uint16_t h);
 uint16_t kt_f32_to_bf16(float f);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,6 +8,10 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum kt_dtype {
 	KT_F32 = 0,
 	KT_F16 = 1,
@@ -51,5 +55,9 @@ int kt_dtype_is_quant(enum kt_dtype t);
 /* Lower-case name ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_k", "q5_k",
  * "q6_k"). */
 const char *kt_dtype_name(enum kt_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

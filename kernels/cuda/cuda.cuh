@@ -18,9 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-extern "C" {
 #include "kernels/backend.h"
-}
 #include "kernels/cuda/kq.h"
 #include "kernels/cuda/plan.h"
 

@@ -16,13 +16,7 @@
 
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
 #include "kernels/backend.h"
-#ifdef __cplusplus
-}
-#endif
 
 #ifdef __CUDACC__
 #define KQ_FN static __host__ __device__ __forceinline__

@@ -45,13 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef __cplusplus
-extern "C" {
-#endif
 #include "kernels/backend.h"
-#ifdef __cplusplus
-}
-#endif
 
 #ifdef __CUDACC__
 #include <cuda_fp16.h>
