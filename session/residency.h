@@ -15,7 +15,7 @@
  *  - restore: res_ensure brings a session back into the pool.
  * Functions return 0 / a count or -errno; human detail for a client goes
  * in *cause (never a path); what the daemon's log should hear goes to the
- * report callback (as session/store.c's store_list does). No wire codes,
+ * report callback (as session/store_dir.c's store_list does). No wire codes,
  * no logging here.
  */
 #ifndef LLAMAD_SESSION_RESIDENCY_H

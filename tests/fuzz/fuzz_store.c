@@ -1,5 +1,5 @@
 /*
- * tests/fuzz/fuzz_store.c — session files (session/store.c) and the block
+ * tests/fuzz/fuzz_store.c — session files (session/store*.c) and the block
  * files version 3 files refer to (session/blocks.c).
  *
  * The input is a state file, then up to 8 block files, each introduced by

@@ -1,5 +1,5 @@
 /*
- * tests/unit/test_store.c — session files (session/store.c): save/load round
+ * tests/unit/test_store.c — session files (session/store*.c): save/load round
  * trips with K/V, file mode and atomic replacement, listing, and rejection of
  * every kind of bad file (corrupt, truncated, other version, other model,
  * other KV shape, wrong owner, full pool) without leaks or crashes.
