@@ -340,11 +340,16 @@ Q_BLOCK_ROWS(AVX512, q_block_rows, 64, q_deq_rows, Q512_CHUNK_TILES, Q512_SUM16)
 
 ROWS_Q(AVX512, rows_q_avx512, rows_q_1, q_block_rows)
 
-ROWS_FOR(cpu_avx512_q8_0, rows_q_avx512, KT_Q8_0)
-ROWS_FOR(cpu_avx512_q4_0, rows_q_avx512, KT_Q4_0)
-ROWS_FOR(cpu_avx512_q4_k, rows_q_avx512, KT_Q4_K)
-ROWS_FOR(cpu_avx512_q5_k, rows_q_avx512, KT_Q5_K)
-ROWS_FOR(cpu_avx512_q6_k, rows_q_avx512, KT_Q6_K)
+/* The entry points of every quantized dtype (mm_int.h), FOR being an isa's
+ * ROWS_FOR, P its name prefix. */
+#define ROWS_FOR_QUANT(FOR, P, IMPL)   \
+	FOR(P##q8_0, IMPL, KT_Q8_0)    \
+	FOR(P##q4_0, IMPL, KT_Q4_0)    \
+	FOR(P##q4_k, IMPL, KT_Q4_K)    \
+	FOR(P##q5_k, IMPL, KT_Q5_K)    \
+	FOR(P##q6_k, IMPL, KT_Q6_K)
+
+ROWS_FOR_QUANT(ROWS_FOR, cpu_avx512_, rows_q_avx512)
 
 /* ---- AVX2: block-quantized weights dequantized to fp32 --------------------
  *
@@ -516,11 +521,7 @@ Q_BLOCK_ROWS(AVX2, a2_q_block_rows, 32, a2_q_deq_rows, A2_CHUNK_TILES, A2_SUM16)
 
 ROWS_Q(AVX2, rows_q_avx2, a2_rows_q_1, a2_q_block_rows)
 
-ROWS_FOR2(cpu_avx2_q8_0, rows_q_avx2, KT_Q8_0)
-ROWS_FOR2(cpu_avx2_q4_0, rows_q_avx2, KT_Q4_0)
-ROWS_FOR2(cpu_avx2_q4_k, rows_q_avx2, KT_Q4_K)
-ROWS_FOR2(cpu_avx2_q5_k, rows_q_avx2, KT_Q5_K)
-ROWS_FOR2(cpu_avx2_q6_k, rows_q_avx2, KT_Q6_K)
+ROWS_FOR_QUANT(ROWS_FOR2, cpu_avx2_, rows_q_avx2)
 #endif /* __x86_64__ */
 
 /* Portable path for the quantized dtypes: each block (32 weights, 256 for
