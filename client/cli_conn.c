@@ -45,6 +45,18 @@ static const char *connect_hint(const char *path, int err, char *buf, size_t cap
 		struct group *g = getgrgid(st.st_gid);
 		struct passwd *u = getpwuid(st.st_uid);
 		const char *gname = g ? g->gr_name : "?";
+		/* root's group: joining it would hand out root's files; a group of
+		 * the daemon's own users is what socket_group is for */
+		if (st.st_gid == 0) {
+			if (snprintf(buf, cap, " (the socket is %04o %s:%s: only root reaches it; "
+				     "for other users, set socket_group = GROUP in llamad.conf "
+				     "(or --socket-group GROUP) to a group of the daemon's users, "
+				     "e.g. llamad, and add them to it, never to root)",
+				     (unsigned)(st.st_mode & 07777), u ? u->pw_name : "?",
+				     gname) < 0)
+				return "";
+			return buf;
+		}
 		if (snprintf(buf, cap, " (the socket is %04o %s:%s: the daemon's users are the "
 			     "members of group %s; `sudo usermod -aG %s %s`, then log in again)",
 			     (unsigned)(st.st_mode & 07777), u ? u->pw_name : "?", gname, gname,

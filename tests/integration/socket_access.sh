@@ -54,6 +54,15 @@ echo "ok   --socket-mode 0660 --socket-group nogroup: members connect, others ge
 
 start
 r=$(try 65533 "$gid"); [ "$r" = EACCES ] || bad "default mode: another uid connected: $r"
+# the daemon's own group is root's here: never advise joining it
+if [ -x "$BUILD/llamactl" ] && [ "$(stat -c %g "$dir/s")" = 0 ]; then
+    out=$(USER=someone setpriv --reuid=65533 --regid=65533 --clear-groups "$dir/llamactl" \
+          --socket "$dir/s" status 2>&1); rc=$?
+    [ "$rc" -eq 3 ] && printf '%s\n' "$out" | grep -q "set socket_group = GROUP" &&
+        ! printf '%s\n' "$out" | grep -q "usermod" &&
+        echo "ok   llamactl: a socket of group root gets socket_group advice, not usermod" ||
+        bad "llamactl, socket of group root: rc $rc: $out"
+fi
 stop
 echo "ok   default 0660 and the daemon's own group: another uid gets EACCES"
 [ "$fail" -eq 0 ] && echo "socket_access: all ok"
