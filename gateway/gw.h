@@ -65,6 +65,7 @@ struct gw {
 	bool log_prompts;
 	bool quiet;
 	int verbose;
+	bool journal;              /* stderr is the journal (JOURNAL_STREAM) */
 	uid_t self_uid;
 	struct conv_index conv;
 	struct gw_known *known;    /* read into the index (job.c) */

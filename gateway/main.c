@@ -86,7 +86,7 @@ static void die(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "llamad-http: ");
+	fprintf(stderr, G.journal ? "<3>llamad-http: " : "llamad-http: ");
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
@@ -431,6 +431,7 @@ int main(int argc, char **argv)
 	G.max_caller_conns = 64;
 	G.timeout_s = 120;
 	G.max_convs = 64;
+	G.journal = getenv("JOURNAL_STREAM") != NULL;  /* as llamad decides */
 	setvbuf(stderr, NULL, _IOLBF, 0);
 	int o;
 	char *end;

@@ -137,6 +137,18 @@ post $A /v1/chat/completions "$T1" --unix-socket "$HSOCK"
     ok "an untrusted gateway: 500 naming trusted_gateways, no session made" || bad "untrusted: $code $out"
 grep -q "refuses to let this gateway act for uid $A" "$dir/http.log" && ok "the gateway logs the refusal" ||
     bad "no log: $(tail -3 "$dir/http.log")"
+# outside the journal a line reads as llamad's; into it (JOURNAL_STREAM),
+# it carries its syslog priority instead
+line=$(grep "refuses to let this gateway act for uid $A" "$dir/http.log" | head -1)
+printf '%s\n' "$line" | grep -Eq '^[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} llamad-http (warning|error): ' &&
+    ok "a log line outside the journal: date, time, llamad-http, level" || bad "log line: $line"
+JOURNAL_STREAM=8:1 "$BUILD/llamad-http" --socket "$SOCK" --name m --listen "$dir/j.sock" 2>"$dir/j.log" &
+jpid=$!
+for i in $(seq 50); do [ -S "$dir/j.sock" ] && break; sleep 0.1; done
+kill $jpid; wait $jpid
+grep -q "^<6>llamad-http: listening on $dir/j.sock" "$dir/j.log" &&
+    ! grep -Eq '^[0-9]{4}-' "$dir/j.log" && ok "into the journal: the <priority> prefix instead" ||
+    bad "journal lines: $(cat "$dir/j.log")"
 
 kill $gpid $pid
 wait $gpid 2>/dev/null
