@@ -92,6 +92,44 @@ static void send_models(struct gw *g, struct evhttp_request *req, bool ollama)
 	free(s);
 }
 
+/* GET /v1/models/NAME: the model's object, or 404 in OpenAI's form. */
+static void send_model(struct gw *g, struct evhttp_request *req, const char *name)
+{
+	char *dec = evhttp_uridecode(name, 0, NULL);
+	const char *n = dec ? dec : name;
+	struct gw_model *m = gw_find_model(g, n);
+	if (!m) {
+		http_send_error(g, req, API_OPENAI_CHAT, 404,
+				"The model '%s' does not exist here (GET /v1/models lists them)", n);
+		free(dec);
+		return;
+	}
+	free(dec);
+	json_t *o = json_pack("{s:s,s:s,s:I,s:s}", "id", m->name, "object", "model", "created",
+			      (json_int_t)0, "owned_by", "llamad");
+	char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	json_decref(o);
+	http_send_json(g, req, 200, s ? s : "{}");
+	free(s);
+}
+
+/* GET /health ({"status":"ok"}) and GET / (Ollama clients probe it for
+ * "Ollama is running"): answered to anyone, token or not. */
+static void send_running(struct gw *g, struct evhttp_request *req, bool health)
+{
+	if (health) {
+		http_send_json(g, req, 200, "{\"status\":\"ok\"}");
+		return;
+	}
+	evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
+	struct evbuffer *b = evbuffer_new();
+	if (b)
+		evbuffer_add_printf(b, "llamad-http %s is running\n", GW_VERSION);
+	evhttp_send_reply(req, 200, "OK", b);
+	if (b)
+		evbuffer_free(b);
+}
+
 /* /api/ps: the models whose llamad answers now (a connect, no Hello). */
 static void send_ps(struct gw *g, struct evhttp_request *req)
 {
@@ -124,6 +162,20 @@ static void route(struct evhttp_request *req, void *arg)
 	enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
 	if (!path)
 		path = "";
+	/* the paths other servers take too: trailing slashes dropped, and
+	 * OpenAI's routes without /v1 (as llama-server answers them) */
+	char norm[512];
+	size_t pl = strlen(path);
+	while (pl > 1 && path[pl - 1] == '/')
+		pl--;
+	if (pl < sizeof(norm) - 4) {
+		bool bare = (pl == 17 && !strncmp(path, "/chat/completions", 17)) ||
+			    (pl == 12 && !strncmp(path, "/completions", 12)) ||
+			    (pl >= 7 && !strncmp(path, "/models", 7) &&
+			     (pl == 7 || path[7] == '/'));
+		snprintf(norm, sizeof(norm), "%s%.*s", bare ? "/v1" : "", (int)pl, path);
+		path = norm;
+	}
 	bool ollama = !strncmp(path, "/api/", 5);
 	enum api_kind ek = ollama ? API_OLLAMA_CHAT : API_OPENAI_CHAT;
 	if (g->stopping) {
@@ -131,6 +183,12 @@ static void route(struct evhttp_request *req, void *arg)
 		return;
 	}
 	conn_answering(req);
+	/* health probes and "is it running" checks send no token */
+	if ((cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD) &&
+	    (!strcmp(path, "/health") || !strcmp(path, "/"))) {
+		send_running(g, req, !strcmp(path, "/health"));
+		return;
+	}
 	struct caller c = { 0 };
 	const char *why;
 	int st = identify(g, req, &c, &why);
@@ -186,25 +244,26 @@ static void route(struct evhttp_request *req, void *arg)
 			metrics_serve(g, req, &c);
 			return;
 		case -6:
-			http_send_json(g, req, 200, "{\"status\":\"ok\"}");
-			return;
 		case -7:
-			/* Ollama clients probe / for "Ollama is running" */
-			evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain");
-			{
-				struct evbuffer *b = evbuffer_new();
-				evbuffer_add_printf(b, "llamad-http %s is running\n", GW_VERSION);
-				evhttp_send_reply(req, 200, "OK", b);
-				evbuffer_free(b);
-			}
+			send_running(g, req, routes[i].what == -6);
 			return;
 		default:
 			job_start(g, req, (enum api_kind)routes[i].what, &c);
 			return;
 		}
 	}
+	if (!strncmp(path, "/v1/models/", 11) && path[11]) {
+		if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+			evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", "GET, HEAD");
+			http_send_error(g, req, ek, 405, "%s takes GET", path);
+			return;
+		}
+		send_model(g, req, path + 11);
+		return;
+	}
 	http_send_error(g, req, ek, 404, "no route %s (the routes: /v1/chat/completions, /v1/completions, "
-			"/v1/models, /api/chat, /api/generate, /api/tags, /api/version, /api/ps, /metrics, /health)",
+			"/v1/models, /v1/models/NAME, /api/chat, /api/generate, /api/tags, /api/version, /api/ps, "
+			"/metrics, /health)",
 			path);
 }
 

@@ -3,7 +3,8 @@
 // streamed and not; usage; max_tokens / max_completion_tokens; greedy and
 // seeded sampling; stop strings; a conversation resent statelessly
 // (continued: cached tokens; regenerated: forked; continued after llamad
-// lost the session, by llamactl drop); models; the errors the
+// lost the session, by llamactl drop); models (list, retrieve, the paths
+// without /v1 and with a trailing slash); the errors the
 // SDK maps to its classes; a stream aborted mid-way cancels llamad's
 // generation. Prints ok/FAIL lines; exits 1 on any failure.
 import OpenAI from 'openai';
@@ -199,6 +200,24 @@ await step('models', async () => {
   for await (const m of client.models.list()) ids.push(m.id);
   check(ids.includes(MODEL) && (!SLOW_MODEL || ids.includes(SLOW_MODEL)), 'models.list(): the configured models',
     show(ids));
+  const m = await client.models.retrieve(MODEL);
+  check(m.id === MODEL && m.object === 'model', 'models.retrieve(): the model', show(m));
+  try {
+    await client.models.retrieve('no-such-model');
+    bad('models.retrieve() of an unknown model: no error');
+  } catch (e) {
+    check(e instanceof OpenAI.NotFoundError && e.status === 404 && String(e.message).includes('no-such-model'),
+      'models.retrieve() of an unknown model: 404 naming it', show(e.message));
+  }
+  // llama-server's paths: OpenAI's routes without /v1, and trailing slashes
+  const bare = new OpenAI({ baseURL: URL_, apiKey: 'not-needed', maxRetries: 0, timeout: 30000 });
+  const r = await bare.chat.completions.create({ model: MODEL, messages: [user('Once')], max_tokens: 2 });
+  check(r.object === 'chat.completion' && r.usage.completion_tokens === 2,
+    'a client whose base URL lacks /v1: /chat/completions answers', show(r.usage));
+  const res = await fetch(`${URL_}/v1/models/`);
+  const body = await res.json();
+  check(res.status === 200 && body.object === 'list', 'GET /v1/models/ (a trailing slash): the list',
+    `${res.status} ${show(body)}`);
 });
 
 async function expectError(what, cls, status, params, words) {

@@ -118,6 +118,12 @@ tc() { out=$(curl -s -w '\n%{http_code}' "$@" -H 'Content-Type: application/json
 tc
 [ "$code" = 401 ] && printf '%s' "$out" | grep -q '"message":"a bearer token is required' &&
     ok "TCP without a token: 401 in OpenAI's form" || bad "no token: $out"
+h=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$PORT2/health")
+r=$(curl -s -w ' %{http_code}' "http://127.0.0.1:$PORT2/")
+printf '%s' "$h" | grep -q '"status":"ok"' && [ "${h##* }" = 200 ] &&
+    printf '%s' "$r" | grep -q "is running" && [ "${r##* }" = 200 ] &&
+    ok "TCP without a token: /health and GET / still answer (health probes send none)" ||
+    bad "no token: /health $h, / $r"
 tc -H "Authorization: Bearer wrong-token-wrong-token"
 [ "$code" = 401 ] && ok "a wrong token: 401" || bad "wrong token: $out"
 before=$(owner_of | tr ' ' '\n' | grep -c "^$B:$B$")
