@@ -99,7 +99,7 @@ static int get_num(struct pctx *c, json_t *o, const char *key, double lo, double
 		return bad(c, "'%s' must be a number", key);
 	double d = json_number_value(v);
 	if (!(d >= lo && d <= hi))
-		return bad(c, "'%s' must be between %g and %g", key, lo, hi);
+		return bad(c, "'%s' must be between %.15g and %.15g", key, lo, hi);
 	*has = true;
 	*out = d;
 	return 0;
@@ -218,9 +218,14 @@ static int openai_sampler(struct pctx *c, json_t *o)
 	    (rc = unsupported(c, o, "tools", "tool calls are not supported")) ||
 	    (rc = unsupported(c, o, "functions", "function calls are not supported")))
 		return rc;
+	/* with no tools (they are refused above), "none" and "auto" both mean
+	 * an answer without a tool call: what is given anyway */
 	json_t *tc = json_object_get(o, "tool_choice");
-	if (tc && !json_is_null(tc) && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none")))
-		return bad(c, "'tool_choice' is not supported: tool calls are not supported");
+	if (tc && !json_is_null(tc) &&
+	    !(json_is_string(tc) && (!strcmp(json_string_value(tc), "none") ||
+				     !strcmp(json_string_value(tc), "auto"))))
+		return bad(c, "'tool_choice' is not supported: tool calls are not supported "
+			   "(send \"none\" or \"auto\", or leave it out)");
 	json_t *rf = json_object_get(o, "response_format");
 	if (rf && !json_is_null(rf)) {
 		json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
@@ -272,9 +277,13 @@ static int ollama_options(struct pctx *c, json_t *o)
 	if ((rc = get_int(c, opt, "seed", -9.2e18, 1.8e19, &q->has_seed, &d)))
 		return rc;
 	q->seed = d < 0 ? (uint64_t)(int64_t)d : (uint64_t)d;
-	if ((rc = get_num(c, opt, "repeat_penalty", 1e-3, 10, &q->has_repeat_penalty, &d)))
+	/* 0 is what litellm sends for "no penalty" (its frequency_penalty 0):
+	 * taken as 1, the penalty that changes nothing */
+	if ((rc = get_num(c, opt, "repeat_penalty", 0, 10, &q->has_repeat_penalty, &d)))
 		return rc;
-	q->repeat_penalty = (float)d;
+	if (q->has_repeat_penalty && d > 0 && d < 1e-3)
+		return bad(c, "'options.repeat_penalty' must be 0 (off), or between 0.001 and 10");
+	q->repeat_penalty = d == 0 ? 1.0f : (float)d;
 	if ((rc = get_int(c, opt, "repeat_last_n", -1, 1 << 30, &q->has_repeat_last_n, &d)))
 		return rc;
 	q->repeat_last_n = (int32_t)d;
@@ -305,6 +314,13 @@ static int content_text(struct pctx *c, json_t *m, size_t i, char **out)
 {
 	json_t *v = json_object_get(m, "content");
 	*out = NULL;
+	json_t *r = json_object_get(m, "role");
+	if (v && json_is_null(v) && r && json_is_string(r) &&
+	    !strcmp(json_string_value(r), "assistant")) {
+		/* OpenAI's form of an assistant turn with no text */
+		*out = strdup("");
+		return *out ? 0 : 500;
+	}
 	if (!v || json_is_null(v))
 		return bad(c, "'messages[%zu].content' is missing", i);
 	if (json_is_string(v)) {

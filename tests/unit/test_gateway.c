@@ -104,7 +104,7 @@ static void test_openai_refusals(void **state)
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"temperature\":3}",
 		"'temperature' must be between 0 and 2");
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":0}",
-		"'max_tokens' must be between");
+		"'max_tokens' must be between 1 and 1073741824");
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"max_tokens\":1.5}",
 		"'max_tokens' must be an integer");
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stream\":1}",
@@ -114,7 +114,10 @@ static void test_openai_refusals(void **state)
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"logprobs\":true}", "'logprobs'");
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"response_format\":{\"type\":\"json_object\"}}",
 		"'response_format'");
-	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"auto\"}", "'tool_choice'");
+	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"tool_choice\":\"required\"}",
+		"send \"none\" or \"auto\"");
+	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":null}]}",
+		"'messages[0].content' is missing");
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],\"stop\":[1]}", "'stop'");
 	refused(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
 		   "\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"10\",\"11\",\"12\",\"13\",\"14\",\"15\",\"16\",\"17\"]}",
@@ -127,6 +130,17 @@ static void test_openai_refusals(void **state)
 	assert_int_equal(parse(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
 			       "\"tools\":[],\"logprobs\":false,\"response_format\":{\"type\":\"text\"},\"n\":1}",
 			       &q, err), 0);
+	api_req_free(&q);
+	/* tool_choice "auto" without tools: an answer without tool calls */
+	assert_int_equal(parse(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+			       "\"tool_choice\":\"auto\"}", &q, err), 0);
+	api_req_free(&q);
+	/* an assistant turn with content null (OpenAI's form): an empty turn */
+	assert_int_equal(parse(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"},"
+			       "{\"role\":\"assistant\",\"content\":null},{\"role\":\"user\",\"content\":\"b\"}]}",
+			       &q, err), 0);
+	assert_int_equal(q.n_msgs, 3);
+	assert_string_equal(q.msgs[1].text, "");
 	api_req_free(&q);
 }
 
@@ -165,6 +179,13 @@ static void test_completions_and_ollama(void **state)
 	assert_false(q.stream || q.has_max_tokens);
 	assert_int_equal(q.n_msgs, 0);   /* Ollama: no messages loads the model */
 	api_req_free(&q);
+	/* repeat_penalty 0 (litellm's "no penalty"): the penalty 1, which is off */
+	assert_int_equal(parse(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[],\"options\":{\"repeat_penalty\":0}}",
+			       &q, err), 0);
+	assert_true(q.has_repeat_penalty && q.repeat_penalty == 1.0f);
+	api_req_free(&q);
+	refused(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[],\"options\":{\"repeat_penalty\":0.0001}}",
+		"must be 0 (off), or between 0.001 and 10");
 	refused(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[],\"options\":3}", "'options' must be an object");
 	refused(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[],\"format\":\"json\"}", "'format'");
 	refused(API_OLLAMA_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"a\",\"images\":[\"x\"]}]}",
