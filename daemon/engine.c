@@ -108,6 +108,7 @@ static void finish_generate(struct engine *e, struct job *j, int why)
 	PB_SET(&d, prefill_ms, ((j->t_first > 0 ? j->t_first : t) - j->t0) * 1e3);
 	PB_SET(&d, generate_ms, j->t_first > 0 ? (t - j->t_first) * 1e3 : 0);
 	PB_SET(&d, session_tokens, (uint32_t)j->s->n_tokens);
+	PB_SET(&d, context_tokens, (uint32_t)j->context_tokens);
 	if (why == GEN_STOP_STRING)
 		d.stop = (char *)gen_stop_string(&j->gen);
 	/* what a context shift removed meanwhile (always said: a client tells
@@ -155,8 +156,10 @@ static void backend_died(struct engine *e)
 static void after_logits(struct engine *e, struct job *j)
 {
 	struct session *s = j->s;
-	if (j->t_first == 0)
+	if (j->t_first == 0) {
 		j->t_first = clock_mono_s();
+		j->context_tokens = s->n_tokens;
+	}
 	int32_t next = gen_sample(&j->gen, j->logits, s->tokens, s->n_tokens);
 	if (s->n_tokens + 1 > engine_session_limit(e)) {
 		/* shift: earlier exchanges go, then the answer slides (never the
@@ -311,8 +314,9 @@ static void step(struct engine *e)
 			j->s->busy = 0;  /* done: the reply says so (job_remove clears it too) */
 			if (j->cancelled != 2) {
 				struct info_env env = engine_info_env(e, j->s);
-				engine_send(e, reply_info(j->conn, j->req_id, j->s, &env, -1,
-							  j->tokens_added));
+				struct info_append ia = { j->tokens_added, j->prompt_tokens,
+							  j->dropped_turns };
+				engine_send(e, reply_info(j->conn, j->req_id, j->s, &env, -1, &ia));
 			}
 			job_remove(e, j);
 		}
@@ -422,7 +426,7 @@ static void step(struct engine *e)
 		s->prefilled += (uint64_t)q->n_tokens;
 		e->n_prefilled += (uint64_t)q->n_tokens;
 		engine_uid_stats(e, s->uid)->prefilled += (uint64_t)q->n_tokens;
-		if (j->kind == JOB_GENERATE && j->t_first == 0)
+		if (j->t_first == 0)  /* appends never sample */
 			j->prompt_tokens += q->n_tokens;
 		if (q->logits)
 			after_logits(e, j);

@@ -55,7 +55,10 @@ struct job {
 	struct session *s;
 	int cancelled;           /* 1: Cancel, 2: client gone */
 	int tokens_added;        /* append: the turn's tokens */
-	int prompt_tokens;       /* tokens prefilled by this request */
+	int prompt_tokens;       /* tokens prefilled by this request (generate:
+				  * before its first token) */
+	int dropped_turns;       /* append: turns a shift dropped for it */
+	int context_tokens;      /* generate: the history when it first sampled */
 	int shared_tokens;       /* prompt tokens other sessions' blocks held */
 	int answer_turn;         /* generate: assistant turn opened */
 	int keep_turn;           /* generate: its first turn (the prompt's, else

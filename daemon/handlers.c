@@ -67,14 +67,12 @@ static void reply_body(struct engine *e, const struct req *rq, Llamad__Response 
 
 /* ---- session replies -------------------------------------------------------- */
 
-/* ---- session replies -------------------------------------------------------- */
-
-/* A SessionInfo reply on s (created / tokens_added < 0: not set). */
+/* A SessionInfo reply on s (created < 0: not set). */
 static void send_info(struct engine *e, uint64_t conn, uint64_t id, struct session *s,
-		      int created, int tokens_added)
+		      int created)
 {
 	struct info_env env = engine_info_env(e, s);
-	engine_send(e, reply_info(conn, id, s, &env, created, tokens_added));
+	engine_send(e, reply_info(conn, id, s, &env, created, NULL));
 }
 
 /* ---- preconditions ------------------------------------------------------------ */
@@ -190,7 +188,7 @@ static int on_open(struct engine *e, struct req *rq)
 			s->dirty = 1;
 		}
 		s->last_use_ms = clock_unix_ms();
-		send_info(e, rq->conn, rq->id, s, 0, -1);
+		send_info(e, rq->conn, rq->id, s, 0);
 		return 0;
 	}
 	int tmpl = o->has_template_ && o->template_ ? (int)o->template_ : e->default_tmpl;
@@ -214,7 +212,7 @@ static int on_open(struct engine *e, struct req *rq)
 	s->dirty = 1;
 	s->last_use_ms = clock_unix_ms();
 	log_msg(LL_DEBUG, "session %s created by uid %u", s->id, (unsigned)rq->uid);
-	send_info(e, rq->conn, rq->id, s, 1, -1);
+	send_info(e, rq->conn, rq->id, s, 1);
 	return 0;
 }
 
@@ -232,6 +230,7 @@ static int add_turn(struct engine *e, struct req *rq, int has_role, int role, co
 static int on_append(struct engine *e, struct req *rq)
 {
 	const Llamad__Append *a = rq->q->append;
+	uint32_t shifts = rq->s->shift_turns;
 	int n = add_turn(e, rq, a->has_role, (int)a->role, a->text);
 	if (n < 0)
 		return n;
@@ -239,6 +238,7 @@ static int on_append(struct engine *e, struct req *rq)
 	if (!j)
 		return fail(rq, -ENOMEM, "out of memory");
 	j->tokens_added = n;
+	j->dropped_turns = (int)(rq->s->shift_turns - shifts);
 	job_add(e, j);
 	return 0;
 }
@@ -333,7 +333,7 @@ static int on_fork(struct engine *e, struct req *rq)
 	dst->ephemeral = 0;
 	dst->dirty = 1;
 	dst->last_use_ms = clock_unix_ms();
-	send_info(e, rq->conn, rq->id, dst, 1, -1);
+	send_info(e, rq->conn, rq->id, dst, 1);
 	return 0;
 }
 
@@ -355,7 +355,7 @@ static int on_drop(struct engine *e, struct req *rq)
 
 static int on_info(struct engine *e, struct req *rq)
 {
-	send_info(e, rq->conn, rq->id, rq->s, -1, -1);
+	send_info(e, rq->conn, rq->id, rq->s, -1);
 	return 0;
 }
 
@@ -461,7 +461,7 @@ static int on_rewind(struct engine *e, struct req *rq)
 		return fail(rq, -EINVAL, "session '%s' has no turn to remove", s->id);
 	s->last_use_ms = clock_unix_ms();
 	s->dirty = 1;
-	send_info(e, rq->conn, rq->id, s, -1, -1);
+	send_info(e, rq->conn, rq->id, s, -1);
 	return 0;
 }
 

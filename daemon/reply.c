@@ -102,15 +102,17 @@ void reply_session_info(struct session *s, const struct info_env *env, Llamad__S
 }
 
 struct reply *reply_info(uint64_t conn, uint64_t id, struct session *s,
-			 const struct info_env *env, int created, int tokens_added)
+			 const struct info_env *env, int created, const struct info_append *ap)
 {
 	Llamad__SessionInfo info;
 	reply_session_info(s, env, &info);
 	if (created >= 0) {
 		PB_SET(&info, created, created);
 	}
-	if (tokens_added >= 0) {
-		PB_SET(&info, tokens_added, (uint32_t)tokens_added);
+	if (ap) {
+		PB_SET(&info, tokens_added, (uint32_t)ap->tokens_added);
+		PB_SET(&info, computed_tokens, (uint32_t)ap->computed);
+		PB_SET(&info, dropped_turns, (uint32_t)ap->dropped_turns);
 	}
 	Llamad__Response r = LLAMAD__RESPONSE__INIT;
 	PB_SET(&r, id, id);

@@ -62,9 +62,15 @@ struct info_env {
 };
 /* The SessionInfo of s into *i (its strings point into s). */
 void reply_session_info(struct session *s, const struct info_env *env, Llamad__SessionInfo *i);
-/* A SessionInfo reply on s to request id of conn (created / tokens_added
- * < 0: not set). NULL on ENOMEM (the caller logs). */
+/* What an Append's reply says of the request (SessionInfo's fields). */
+struct info_append {
+	int tokens_added;         /* the turn's tokens */
+	int computed;             /* tokens run through the model for it */
+	int dropped_turns;        /* turns a shift dropped to make room */
+};
+/* A SessionInfo reply on s to request id of conn (created < 0, ap NULL:
+ * not set). NULL on ENOMEM (the caller logs). */
 struct reply *reply_info(uint64_t conn, uint64_t id, struct session *s,
-			 const struct info_env *env, int created, int tokens_added);
+			 const struct info_env *env, int created, const struct info_append *ap);
 
 #endif

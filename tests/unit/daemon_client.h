@@ -190,7 +190,7 @@ struct gen {
 	int error;               /* 0: ended with Done */
 	char msg[256];
 	int reason;
-	uint32_t prompt_tokens, shared_tokens, generated, session_tokens;
+	uint32_t prompt_tokens, shared_tokens, generated, session_tokens, context_tokens;
 	int has_dropped;         /* Done said what a shift removed */
 	uint32_t dropped_turns, dropped_tokens, slid_tokens;
 };
@@ -225,6 +225,7 @@ static inline int gen_take(struct gen *g, Llamad__Response *r)
 		g->reason = r->done->reason;
 		g->prompt_tokens = r->done->prompt_tokens;
 		g->shared_tokens = r->done->shared_tokens;
+		g->context_tokens = r->done->context_tokens;
 		g->generated = r->done->generated_tokens;
 		g->session_tokens = r->done->session_tokens;
 		g->has_dropped = r->done->has_dropped_turns && r->done->has_dropped_tokens &&

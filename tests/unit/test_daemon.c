@@ -342,11 +342,15 @@ static void test_append_then_generate(void **state)
 	assert_int_equal(r->session->tokens, 5);
 	assert_int_equal(r->session->cached_tokens, r->session->tokens - 1);
 	assert_int_equal(r->session->prefilled_tokens, 4);
+	assert_int_equal(r->session->computed_tokens, 4);   /* this request's work */
+	assert_true(r->session->has_dropped_turns);
+	assert_int_equal(r->session->dropped_turns, 0);
 	rfree(r);
 	struct gen g;
 	generate_ok(c, "app-raw", GREEDY(NULL, 60), &g, 0);
 	assert_string_equal(g.text, T.golden[0]);
 	assert_int_equal(g.prompt_tokens, 1);   /* only the last prompt token was pending */
+	assert_int_equal(g.context_tokens, 5);  /* the prompt the answer saw */
 	gen_free(&g);
 	must_drop(c, "app-raw");
 
@@ -370,6 +374,8 @@ static void test_append_then_generate(void **state)
 	r = expect_body(op_append(c, "app-chat", -1, "And then?"), LLAMAD__RESPONSE__BODY_SESSION);
 	assert_true(r->session->tokens_added > 0);
 	assert_int_equal(r->session->cached_tokens, r->session->tokens - 1);
+	/* the answer's last token had no K/V yet: computed with the turn */
+	assert_int_equal(r->session->computed_tokens, r->session->tokens_added);
 	rfree(r);
 	must_drop(c, "app-chat");
 }
@@ -1285,6 +1291,25 @@ static void test_context_shift(void **state)
 	assert_true(t->items[1]->has_slid_tokens);
 	assert_int_equal(t->items[1]->slid_tokens, g.slid_tokens);
 	assert_int_equal(t->items[1]->tokens + g.slid_tokens, 700);
+	rfree(r);
+	/* an Append that makes room says what went for it, and what it computed */
+	uint32_t before = g.session_tokens;
+	r = expect_body(op_append(c, "shift-raw", LLAMAD__ROLE__ROLE_RAW, " The end. Once upon a time, "
+				  "there was a little girl named Lily. She loved to play outside. "
+				  "One day, she saw a big red ball in the park. She ran to it and "
+				  "picked it up. Her mom said she could keep it, and Lily was very "
+				  "happy. She played with the ball all day, and at night she put it "
+				  "next to her bed."),
+			LLAMAD__RESPONSE__BODY_SESSION);
+	const Llamad__SessionInfo *si = r->session;
+	print_message("shift append: %u tokens before, %u added, %u after, %u turns dropped, "
+		      "%u computed\n", before, si->tokens_added, si->tokens, si->dropped_turns,
+		      si->computed_tokens);
+	assert_true(before + si->tokens_added > CTX);   /* it had to make room */
+	assert_true(si->has_dropped_turns && si->dropped_turns >= 1);
+	assert_int_equal(si->turns, 2 + 1 - si->dropped_turns);
+	assert_true(si->computed_tokens >= si->tokens_added - 1);
+	assert_int_equal(si->cached_tokens, si->tokens - 1);
 	rfree(r);
 	gen_free(&g);
 	must_drop(c, "shift-raw");
