@@ -9,10 +9,17 @@
  *   but the last -> GENERATE with the last as its prompt -> stream ->
  *   index the session's turns (conv.h) -> done.
  *
+ * The sessions it makes use the context policy shift, as llamactl chat's
+ * do: a history resent longer than the context loses its oldest exchanges
+ * (the system prompt stays) and is answered. Headers wait for the first
+ * token (or the Done), so that a request llamad refuses gets its HTTP
+ * status, streamed or not.
+ *
  * Raw prompts (/v1/completions, /api/generate with raw) run in an
  * ephemeral session of the raw template, dropped when the connection
  * closes. X-Llamad-Session names a session the client keeps itself: it is
- * opened (made when missing) and only the newest message is sent.
+ * opened (made when missing, with shift) and only the newest message is
+ * sent.
  *
  * A client that goes away mid-stream cancels the generation (Cancel, then
  * the Done is awaited so the session's turns are known); a stalled one
@@ -63,6 +70,10 @@ struct job {
 	uint32_t next_msg;         /* next message to append */
 	uint32_t rewinds;          /* ST_REWIND: still to do */
 	bool mutated;              /* the session changed: index or drop it */
+	bool reopen;               /* ST_OPEN: the client's session exists; open it as it is */
+	bool made;                 /* this request made the session (opened or forked) */
+	bool up_dead;              /* the connection to llamad failed */
+	uint32_t computed;         /* tokens llamad computed for the Appends */
 	/* the answer */
 	uint64_t gen_id;
 	struct evbuffer *text;     /* everything streamed (the answer) */
@@ -77,6 +88,7 @@ struct job {
 	uint64_t *t_chain;         /* the one being read: its chain */
 	uint32_t t_n, t_next;      /* turns hashed; the next page's first turn */
 	bool t_bad;                /* cannot be hashed as it was sent */
+	bool t_shifted;            /* because a shift dropped its first turns */
 	char id[48];
 	struct render_ctx rc;
 	double t0;
@@ -153,6 +165,8 @@ static void detach(struct job *j)
 	}
 }
 
+static void on_reply(void *arg, const Llamad__Response *r, int err);
+
 /* End the request with an error: an error object in the stream when the
  * answer has begun, an HTTP error otherwise. */
 static void job_fail(struct job *j, int status, const char *msg)
@@ -177,13 +191,41 @@ static void job_fail(struct job *j, int status, const char *msg)
 	}
 	if (j->mutated)
 		forget(j);
+	if (j->made && j->up && !j->up_dead) {
+		/* a session this request made holds none of what the client
+		 * has: dropped, not left for nobody to find (the job ends with
+		 * the Drop's reply, ST_CLEANUP) */
+		if (j->watch) {
+			event_free(j->watch);
+			j->watch = NULL;
+		}
+		Llamad__Drop d = LLAMAD__DROP__INIT;
+		d.session = j->session;
+		Llamad__Request rq = LLAMAD__REQUEST__INIT;
+		rq.op_case = LLAMAD__REQUEST__OP_DROP;
+		rq.drop = &d;
+		j->step = ST_CLEANUP;
+		if (up_call(j->up, &rq, on_reply, j) == 0)
+			return;
+	}
 	job_free(j);
+}
+
+static const char *role_word(int role)
+{
+	switch (role) {
+	case LLAMAD__ROLE__ROLE_SYSTEM: return "system";
+	case LLAMAD__ROLE__ROLE_ASSISTANT: return "assistant";
+	case LLAMAD__ROLE__ROLE_USER: return "user";
+	default: return "raw";
+	}
 }
 
 static void fail_llamad(struct job *j, const Llamad__Response *r, int err)
 {
 	char msg[512];
 	if (!r) {
+		j->up_dead = true;
 		snprintf(msg, sizeof(msg), "the connection to llamad (%s) failed: %s", j->m->socket,
 			 strerror(-err));
 		job_fail(j, 503, msg);
@@ -195,7 +237,16 @@ static void fail_llamad(struct job *j, const Llamad__Response *r, int err)
 		job_fail(j, 500, msg);
 		return;
 	}
-	snprintf(msg, sizeof(msg), "%s", e->message ? e->message : frame_error_name(e->code));
+	const char *what = e->message ? e->message : frame_error_name(e->code);
+	if (e->code == LLAMAD__ERROR_CODE__CONTEXT_FULL && j->q.chat &&
+	    (j->step == ST_APPEND || j->step == ST_GENERATE)) {
+		/* which message: the Generate's is the one it took last */
+		uint32_t m = j->step == ST_GENERATE && j->next_msg ? j->next_msg - 1 : j->next_msg;
+		snprintf(msg, sizeof(msg), "message %u of %zu (%s): %s", m + 1, j->q.n_msgs,
+			 m < j->q.n_msgs ? role_word(j->q.msgs[m].role) : "?", what);
+	} else {
+		snprintf(msg, sizeof(msg), "%s", what);
+	}
 	int status = http_status_of(e->code);
 	if (e->code == LLAMAD__ERROR_CODE__PERMISSION_DENIED)
 		gw_log(j->g, GW_ERR, "llamad at %s refuses to let this gateway act for uid %u: %s",
@@ -207,8 +258,6 @@ static bool is_error(const Llamad__Response *r)
 {
 	return !r || r->body_case == LLAMAD__RESPONSE__BODY_ERROR;
 }
-
-static void on_reply(void *arg, const Llamad__Response *r, int err);
 
 static void call(struct job *j, Llamad__Request *rq)
 {
@@ -253,8 +302,14 @@ static void do_open(struct job *j, bool raw)
 	} else {
 		o.system = j->q.system;
 	}
-	if (!j->explicit_session)
+	if (!raw && !j->reopen) {
+		/* made here: shift, as llamactl chat's; a client's own session
+		 * that exists keeps its policy (opened again, as it is) */
+		PB_SET(&o, context_policy, LLAMAD__CONTEXT_POLICY__CONTEXT_SHIFT);
 		PB_SET(&o, create_only, 1);
+	} else if (raw) {
+		PB_SET(&o, create_only, 1);
+	}
 	Llamad__Request rq = LLAMAD__REQUEST__INIT;
 	rq.op_case = LLAMAD__REQUEST__OP_OPEN;
 	rq.open = &o;
@@ -306,8 +361,6 @@ static void do_generate(struct job *j)
 	j->step = ST_GENERATE;
 	j->mutated = true;
 	j->first_piece = true;
-	if (j->q.stream && !j->client_gone && !j->streaming)
-		start_stream(j);
 	call(j, &rq);
 }
 
@@ -424,12 +477,14 @@ static void plan_session(struct job *j)
 		rq.fork = &f;
 		j->step = ST_FORK;
 		j->mutated = true;
+		j->made = true;
 		g->st.conv_forked++;
 		call(j, &rq);
 		return;
 	}
 	g->st.conv_new++;
 	j->mutated = true;
+	j->made = true;
 	do_open(j, false);
 }
 
@@ -459,6 +514,8 @@ static bool held_gone(struct job *j, const Llamad__Response *r, uint32_t first_m
 
 static void on_token(struct job *j, const Llamad__TokenEvent *t)
 {
+	if (j->q.stream && !j->client_gone && !j->streaming)
+		start_stream(j);  /* the answer has begun: no HTTP error now */
 	if (!t->text || !*t->text)
 		return;
 	size_t len = strlen(t->text);
@@ -478,8 +535,16 @@ static void on_done(struct job *j, const Llamad__Done *d)
 	struct render_done rd = { 0 };
 	rd.reason = d->reason;
 	rd.completion_tokens = d->generated_tokens;
-	rd.prompt_tokens = d->session_tokens > d->generated_tokens ? d->session_tokens - d->generated_tokens : 0;
-	rd.cached_tokens = rd.prompt_tokens > d->prompt_tokens ? rd.prompt_tokens - d->prompt_tokens : 0;
+	/* the prompt as the model saw it (what a shift kept); of it, what
+	 * llamad did not compute for this request (its Appends' and the
+	 * Generate's own counts) */
+	if (d->has_context_tokens && d->context_tokens)
+		rd.prompt_tokens = d->context_tokens;
+	else
+		rd.prompt_tokens = d->session_tokens > d->generated_tokens
+					   ? d->session_tokens - d->generated_tokens : 0;
+	uint64_t computed = (uint64_t)j->computed + d->prompt_tokens;
+	rd.cached_tokens = rd.prompt_tokens > computed ? rd.prompt_tokens - (uint32_t)computed : 0;
 	rd.prefill_ms = d->prefill_ms;
 	rd.generate_ms = d->generate_ms;
 	rd.total_ms = (clock_mono_s() - j->t0) * 1e3;
@@ -501,6 +566,8 @@ static void on_done(struct job *j, const Llamad__Done *d)
 		job_free(j);
 		return;
 	}
+	if (j->q.stream && !j->streaming)
+		start_stream(j);  /* nothing was generated: the stream is its end */
 	detach(j);
 	if (j->streaming) {
 		char *usage = NULL;
@@ -585,7 +652,7 @@ static void next_found(struct job *j)
 	free(j->t_chain);
 	j->t_chain = NULL;
 	j->t_n = j->t_next = 0;
-	j->t_bad = false;
+	j->t_bad = j->t_shifted = false;
 	if (j->n_read < j->n_found) {
 		ask_transcript(j);
 		return;
@@ -630,6 +697,8 @@ static void on_transcript(struct job *j, const Llamad__Response *r)
 	const Llamad__Transcript *t = r && r->body_case == LLAMAD__RESPONSE__BODY_TRANSCRIPT ? r->transcript : NULL;
 	if (!t || t->dropped_turns || t->busy)
 		j->t_bad = true;
+	if (t && t->dropped_turns && !t->busy)
+		j->t_shifted = true;
 	if (!j->t_bad) {
 		if (!j->t_chain) {
 			j->t_chain = malloc((t->turns + 1) * sizeof(*j->t_chain));
@@ -654,8 +723,18 @@ static void on_transcript(struct job *j, const Llamad__Response *r)
 			return;
 		}
 	}
-	if (!j->t_bad && j->t_n > 0)
+	if (!j->t_bad && j->t_n > 0) {
 		conv_add(&j->g->conv, j->found[j->n_read], j->who.uid, j->model_ix, j->t_chain, j->t_n);
+	} else if (j->t_shifted) {
+		/* its beginning is gone, so no request can be matched to it; kept
+		 * in the index, unmatchable, so that --max-conversations counts it
+		 * and drops it in its turn */
+		uint64_t seed = conv_seed(j->m->name, t && t->system && *t->system ? t->system : NULL);
+		struct conv_sess *s = conv_add(&j->g->conv, j->found[j->n_read], j->who.uid,
+					       j->model_ix, &seed, 0);
+		if (s)
+			s->dropped = UINT32_MAX;
+	}
 	j->n_read++;
 	next_found(j);
 }
@@ -747,10 +826,15 @@ static void on_reply(void *arg, const Llamad__Response *r, int err)
 			fail_llamad(j, r, err);
 		break;
 	case ST_OPEN:
-		if (is_error(r))
+		if (j->explicit_session && !j->reopen && r && r->body_case == LLAMAD__RESPONSE__BODY_ERROR &&
+		    r->error && r->error->code == LLAMAD__ERROR_CODE__SESSION_EXISTS) {
+			j->reopen = true;
+			do_open(j, false);
+		} else if (is_error(r)) {
 			fail_llamad(j, r, err);
-		else
+		} else {
 			do_append_or_generate(j);
+		}
 		break;
 	case ST_FORK:
 		on_fork(j, r, err);
@@ -768,6 +852,11 @@ static void on_reply(void *arg, const Llamad__Response *r, int err)
 			if (!held_gone(j, r, j->next_msg))
 				fail_llamad(j, r, err);
 			break;
+		}
+		if (r->body_case == LLAMAD__RESPONSE__BODY_SESSION && r->session) {
+			j->computed += r->session->computed_tokens;
+			if (j->s)
+				j->s->dropped += r->session->dropped_turns;
 		}
 		j->next_msg++;
 		do_append_or_generate(j);

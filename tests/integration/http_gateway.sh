@@ -7,7 +7,8 @@
 # (LLAMAD_TEST_STEP_DELAY_MS, no state) whose streams last long enough to
 # be aborted; one llamad-http serves both (-m) on a Unix socket and on
 # loopback TCP (a free port). Checks:
-#  - tests/http/openai.mjs and ollama.mjs (their headers list their checks);
+#  - tests/http/openai.mjs, ollama.mjs and long_chat.mjs (their headers
+#    list their checks);
 #  - curl on the Unix socket (--unix-socket): health, a chat answer; the
 #    socket beside llamad's (http.sock) when no --listen is given;
 #  - SSE framing (every event "data: JSON", a blank line after each, the
@@ -104,10 +105,10 @@ URL=http://127.0.0.1:$PORT
 echo "llamad-http on $URL and $HSOCK; llamads on $SOCK, $SLOW (slowed)"
 
 # ---- the npm clients -----------------------------------------------------------------
-for js in openai ollama; do
+for js in openai ollama long_chat; do
     echo "-- tests/http/$js.mjs"
     if GW_URL=$URL GW_MODEL=stories GW_SOCKET=$SOCK GW_SLOW_MODEL=slow GW_SLOW_SOCKET=$SLOW LLAMACTL=$CTL \
-        timeout 120 node "$NODEDIR/$js.mjs" >"$dir/$js.out" 2>&1; then
+        timeout 300 node "$NODEDIR/$js.mjs" >"$dir/$js.out" 2>&1; then
         cat "$dir/$js.out"
     else
         cat "$dir/$js.out"
@@ -384,12 +385,20 @@ start_llamad
 st=$(req "$URL/v1/chat/completions" -d "$chat")
 expect "llamad started again on the same socket: the gateway (not restarted) answers" 200 "$st" \
     'j.usage.completion_tokens === 8'
+# prefilled: llamad's count of tokens it ran through the model (max_tokens 1
+# below, so that no decoding adds to it): cached_tokens must be the prompt
+# tokens less what it computed for the request
+prefilled() {
+    "$CTL" --socket "$SOCK" --json status | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).counters.prefilled_tokens||0))'
+}
 before=$(curl -s "$URL/metrics" | sed -n 's/^llamad_http_conversations_continued_total //p')
-t2="{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Tim the cat was sleepy.\"},{\"role\":\"assistant\",\"content\":$a1},{\"role\":\"user\",\"content\":\"Where did he sleep?\"}],\"max_tokens\":8,\"temperature\":0}"
+t2="{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Tim the cat was sleepy.\"},{\"role\":\"assistant\",\"content\":$a1},{\"role\":\"user\",\"content\":\"Where did he sleep?\"}],\"max_tokens\":1,\"temperature\":0}"
+p0=$(prefilled)
 st=$(req "$URL/v1/chat/completions" -d "$t2")
+p1=$(prefilled)
 after=$(curl -s "$URL/metrics" | sed -n 's/^llamad_http_conversations_continued_total //p')
-expect "a conversation begun before the restart continues its saved session (cached tokens; continued $before -> $after)" \
-    200 "$st" "j.usage.prompt_tokens_details.cached_tokens >= 12 && $after === $before + 1"
+expect "a conversation begun before the restart continues its saved session (cached tokens = prompt - $((p1 - p0)) llamad computed; continued $before -> $after)" \
+    200 "$st" "j.usage.prompt_tokens_details.cached_tokens >= 12 && j.usage.prompt_tokens_details.cached_tokens === j.usage.prompt_tokens - $((p1 - p0)) && $after === $before + 1"
 checks=$((checks + 1))
 kill -0 "$main_gw" 2>/dev/null && ok "the gateway ran through it all (pid $main_gw)" || bad "the gateway is gone"
 # after aborted streams, errors, 413s and a llamad restart
@@ -400,13 +409,15 @@ a2=$(node -e 'console.log(JSON.stringify(JSON.parse(require("fs").readFileSync(p
 rm -f "$HSOCK"
 start_gw "$dir/gw2.log" "$HSOCK" -m "stories=$SOCK" -m "slow=$SLOW" --listen "127.0.0.1:$PORT" --listen "$HSOCK" ||
     { bad "the gateway did not start again"; cat "$dir/gw2.log"; }
-t3="{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Tim the cat was sleepy.\"},{\"role\":\"assistant\",\"content\":$a1},{\"role\":\"user\",\"content\":\"Where did he sleep?\"},{\"role\":\"assistant\",\"content\":$a2},{\"role\":\"user\",\"content\":\"And then?\"}],\"max_tokens\":8,\"temperature\":0}"
+t3="{\"model\":\"stories\",\"messages\":[{\"role\":\"user\",\"content\":\"Tim the cat was sleepy.\"},{\"role\":\"assistant\",\"content\":$a1},{\"role\":\"user\",\"content\":\"Where did he sleep?\"},{\"role\":\"assistant\",\"content\":$a2},{\"role\":\"user\",\"content\":\"And then?\"}],\"max_tokens\":1,\"temperature\":0}"
+p0=$(prefilled)
 st=$(req "$URL/v1/chat/completions" -d "$t3")
+p1=$(prefilled)
 m=$(curl -s "$URL/metrics")
 cont=$(echo "$m" | sed -n 's/^llamad_http_conversations_continued_total //p')
 new=$(echo "$m" | sed -n 's/^llamad_http_conversations_new_total //p')
-expect "a new gateway continues a conversation of the old one (index read back: continued $cont, new $new)" \
-    200 "$st" "j.usage.prompt_tokens_details.cached_tokens >= 20 && $cont === 1 && $new === 0"
+expect "a new gateway continues a conversation of the old one (index read back: continued $cont, new $new; cached = prompt - $((p1 - p0)) computed)" \
+    200 "$st" "j.usage.prompt_tokens_details.cached_tokens >= 20 && j.usage.prompt_tokens_details.cached_tokens === j.usage.prompt_tokens - $((p1 - p0)) && $cont === 1 && $new === 0"
 stop_gw "$gw_pid" "$dir/gw2.log" "the restarted llamad-http"
 
 echo "http_gateway: $checks checks"
