@@ -9,10 +9,14 @@
 #    the service at most 1.5 ("SAFE"/"OK");
 #  - systemd-sysusers and systemd-tmpfiles, on a scratch root, make the
 #    llamad user and its 0700 state directory;
-#  - DESTDIR with PREFIX=/usr: the same files under /usr;
+#  - DESTDIR with PREFIX=/usr: the same files under /usr; the gateway's
+#    socket unit listens on its Unix socket and loopback TCP 11434, and the
+#    installed llamad-http, started on those by systemd-socket-activate,
+#    answers the Ollama npm client with its default host;
 #  - `make uninstall` leaves nothing behind.
-# Env: BUILD (build folder; its binaries must be built).
+# Env: BUILD (build folder; its binaries must be built), MODELS.
 BUILD=${BUILD:-build}
+MODELS=${MODELS:-../shared/models}
 . tests/tools/daemon.sh
 need_files "$BUILD/llamad" "$BUILD/llamactl" "$BUILD/llamad-quantize"
 for c in systemd-analyze systemd-sysusers systemd-tmpfiles; do
@@ -102,6 +106,40 @@ grep -qx "ExecStart=/usr/bin/llamad --config /etc/llamad/llamad.conf" "$D/usr/li
     grep -q "/usr/share/llamad/llamad.proto" "$D/usr/share/man/man7/llamad-protocol.7" &&
     ok "DESTDIR=... PREFIX=/usr: /usr/bin/llamad in the unit, the files under DESTDIR" ||
     bad "DESTDIR install: $(grep ExecStart "$D/usr/lib/systemd/system/llamad.service")"
+# the installed gateway socket: the Unix socket and loopback TCP 11434,
+# Ollama's port; started by systemd-socket-activate on those (as systemd
+# would), the Ollama npm client with its default host reaches it
+hs=$D/usr/lib/systemd/system/llamad-http.socket
+listens=$(sed -n 's/^ListenStream=//p' "$hs" | tr '\n' ' ')
+if [ "$listens" = "/run/llamad/http.sock 127.0.0.1:11434 " ]; then
+    ok "llamad-http.socket listens on /run/llamad/http.sock and 127.0.0.1:11434"
+else
+    bad "llamad-http.socket's ListenStream lines: $listens"
+fi
+if ! command -v systemd-socket-activate >/dev/null 2>&1; then
+    bad "systemd-socket-activate is missing (Debian package systemd)"
+elif node -e 'require("net").createServer().once("error", () => process.exit(1)).listen(11434, "127.0.0.1", function () { this.close(); })'; then
+    sh tests/http/install.sh "$BUILD/http-node" >"$dir/npm.log" 2>&1 || { bad "npm clients:"; cat "$dir/npm.log"; }
+    "$BUILD/llamad" --model "$MODELS/stories260K.bin" --tokenizer "$MODELS/tok512.model" \
+        --socket "$dir/s" --state-dir none --log-level warning 2>"$dir/llamad.log" &
+    lpid=$!
+    wait_socket "$dir/s" "$lpid" "$dir/llamad.log"
+    env -u NOTIFY_SOCKET systemd-socket-activate -l "$dir/http.sock" -l 127.0.0.1:11434 \
+        "$D/usr/bin/llamad-http" -m "llamad=$dir/s" 2>"$dir/gw.log" &
+    gpid=$!
+    sleep 0.5
+    if GW_URL=http://127.0.0.1:11434 GW_MODEL=llamad timeout 60 node "$BUILD/http-node/default_host.mjs" \
+        >"$dir/node.out" 2>&1; then
+        ok "the installed llamad-http on the socket unit's addresses: $(grep -c '^ok' "$dir/node.out") checks of the Ollama client with its default host"
+    else
+        bad "the Ollama client with its default host:"; cat "$dir/node.out"; tail -5 "$dir/gw.log"
+    fi
+    curl -s --unix-socket "$dir/http.sock" http://x/health | grep -q '"ok"' &&
+        ok "and /health on the unit's Unix socket" || bad "/health on the Unix socket"
+    kill "$gpid" "$lpid"; wait "$gpid" "$lpid" 2>/dev/null
+else
+    bad "127.0.0.1:11434 is taken on this machine (Ollama?): the default-host check cannot run"
+fi
 mk uninstall DESTDIR="$D" PREFIX=/usr
 left=$(find "$D" -type f 2>/dev/null)
 [ -z "$left" ] || bad "left after DESTDIR uninstall: $left"
