@@ -47,6 +47,10 @@ static const struct rule rules[] = {
 	/* what an open or an append said: only when it said it, at the end */
 	{ &llamad__session_info__descriptor, "created", PBJ_OMIT_UNSET, "file_bytes" },
 	{ &llamad__session_info__descriptor, "tokens_added", PBJ_OMIT_UNSET, "created" },
+	{ &llamad__session_info__descriptor, "computed_tokens", PBJ_OMIT_UNSET, "tokens_added" },
+	{ &llamad__session_info__descriptor, "dropped_turns", PBJ_OMIT_UNSET, "computed_tokens" },
+	/* the prompt an answer saw: absent from a daemon that does not say */
+	{ &llamad__done__descriptor, "context_tokens", PBJ_OMIT_UNSET, "session_tokens" },
 	/* show --transcript writes the items of every page itself, last */
 	{ &llamad__transcript__descriptor, "next", PBJ_SKIP, NULL },
 	{ &llamad__transcript__descriptor, "items", PBJ_SKIP, NULL },
