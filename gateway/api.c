@@ -256,11 +256,9 @@ static int ollama_options(struct pctx *c, json_t *o)
 	int rc;
 	if ((rc = get_int(c, opt, "num_predict", -2, 1 << 30, &h, &d)))
 		return rc;
-	if (h && d >= 1) {
+	if (h && d >= 1) {  /* 0, -1, -2: no limit of its own, as Ollama takes them */
 		q->has_max_tokens = true;
 		q->max_tokens = (uint32_t)d;
-	} else if (h && d == 0) {
-		return bad(c, "'options.num_predict' must not be 0");
 	}
 	if ((rc = get_num(c, opt, "temperature", 0, 100, &q->has_temperature, &d)))
 		return rc;

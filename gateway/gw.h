@@ -17,6 +17,10 @@
 #include "gateway/conv.h"
 
 #define GW_VERSION "0.2.0"
+/* The version of Ollama's API reference that the /api routes follow: what
+ * /api/version reports, for the clients that gate features on it (llamad's
+ * own there as "llamad") */
+#define GW_OLLAMA_API_VERSION "0.12.6"
 /* The names of the sessions the gateway makes: GW_SESSION_PREFIX UID-RANDOM
  * (X-Llamad-Session may not name one) */
 #define GW_SESSION_PREFIX "http-"

@@ -235,7 +235,8 @@ static void route(struct evhttp_request *req, void *arg)
 			send_models(g, req, true);
 			return;
 		case -3:
-			http_send_json(g, req, 200, "{\"version\":\"" GW_VERSION "\"}");
+			http_send_json(g, req, 200, "{\"version\":\"" GW_OLLAMA_API_VERSION
+				       "\",\"llamad\":\"" GW_VERSION "\"}");
 			return;
 		case -4:
 			send_ps(g, req);

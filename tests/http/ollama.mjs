@@ -109,7 +109,10 @@ await step('list, ps, version', async () => {
   const ps = await ollama.ps();
   check(ps.models.some((m) => m.name === `${MODEL}:latest`), 'ps(): the model whose llamad answers', show(ps));
   const v = await ollama.version();
-  check(typeof v.version === 'string' && /^\d+\.\d+\.\d+/.test(v.version), `version(): ${v.version}`, show(v));
+  // Ollama's API version (clients gate features on it), not llamad's 0.2.0
+  const [maj, min] = v.version.split('.').map(Number);
+  check(/^\d+\.\d+\.\d+$/.test(v.version) && (maj > 0 || min >= 12) && /^\d+\.\d+\.\d+/.test(v.llamad),
+    `version(): Ollama API ${v.version} (at least 0.12), llamad ${v.llamad}`, show(v));
 });
 
 await step('errors', async () => {
