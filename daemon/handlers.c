@@ -271,7 +271,13 @@ static int on_generate(struct engine *e, struct req *rq)
 	const char *why = sampler_params_check(&sp);
 	if (why)
 		return fail(rq, -EINVAL, "%s", why);
-	int max_tokens = g->has_max_tokens && g->max_tokens ? (int)g->max_tokens : e->cfg.max_tokens;
+	/* the default: max_tokens, at most half the context (512 on a model
+	 * of 512 would end every default answer "context full") */
+	int max_tokens = e->cfg.max_tokens;
+	if (max_tokens > engine_session_limit(e) / 2)
+		max_tokens = engine_session_limit(e) / 2 > 0 ? engine_session_limit(e) / 2 : 1;
+	if (g->has_max_tokens && g->max_tokens)
+		max_tokens = (int)g->max_tokens;
 	struct job *j = job_new(JOB_GENERATE, rq->conn, rq->id, s);
 	if (!j || !(j->logits = malloc((size_t)e->m->cfg.vocab * sizeof(float)))) {
 		job_free(j);

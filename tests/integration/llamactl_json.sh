@@ -211,6 +211,19 @@ sed -e '1s/, on disk$//' "$dir/tx2" | cmp -s - "$dir/tx" && head -1 "$dir/tx2" |
 ctl --json show t | grep -q '"location":"disk"' && ok "the transcript did not restore the session" ||
     bad "session t left the disk: $(ctl --json show t)"
 
+# ---- the README's generate --raw with no --max-tokens ------------------------------
+# the default reply length is at most half the context: on stories260K
+# (512 tokens, max_tokens 512 by default) the answer used to run into the
+# context's end and say "context full"
+ctl --json generate --raw --temperature 0.8 --seed 5 "Once upon a time" > "$dir/dflt" 2>"$dir/dflt-err"
+python3 - "$dir/dflt" <<'PY' && ok "generate --raw with no --max-tokens: 256 tokens (half the context), max_tokens, not the context's end" || bad "default max_tokens: $(tail -c 300 "$dir/dflt") $(cat "$dir/dflt-err")"
+import json, sys
+d = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+# seed 5 writes on past 256 tokens (before: to the context's end)
+assert d["event"] == "done" and d["reason"] == "max_tokens", d
+assert d["generated_tokens"] == 256, d
+PY
+
 # ---- a reader that stops early --------------------------------------------------
 { ctl generate --raw --temperature 0 -n 200 "Once upon a time" 2>"$dir/pipe-err"; echo $? > "$dir/pipe-rc"; } |
     head -c 10 > /dev/null
