@@ -10,24 +10,52 @@
 #include "client/cli.h"
 #include "util/grow.h"
 
+/* The names llamad-http gives the sessions it makes (gateway/gw.h's
+ * GW_SESSION_PREFIX; the client does not include the gateway's headers) */
+#define GW_PREFIX "http-"
+
 static int cmd_sessions(struct cli *cli, int argc, char **argv);
 
 const struct command cmd_sessions_entry = {
 	.name = "sessions",
-	.args = "",
+	.args = "[--all]",
 	.summary = "list sessions",
 	.help =
 "List the daemon's sessions: name, tokens, KV cache size, where the cache is\n"
 "(pool: ready; ram: evicted to host memory; disk: in the state directory),\n"
 "whether the state file is current, last use, busy; and OWNER first when the\n"
 "list holds sessions of other users (root sees every user's).\n"
-"With --json, an array of session objects (the fields of `show`).\n",
+"The conversations llamad-http keeps for OpenAI and Ollama clients (sessions\n"
+"named " GW_PREFIX "UID-...) are counted on a last line, not listed.\n"
+"\n"
+"  -a, --all    list llamad-http's sessions too\n"
+"\n"
+"With --json, an array of session objects (the fields of `show`), all of them.\n",
 	.run = cmd_sessions,
 };
 
+static bool gateway_made(const Llamad__SessionInfo *s)
+{
+	return s->session && !strncmp(s->session, GW_PREFIX, strlen(GW_PREFIX));
+}
+
 static int cmd_sessions(struct cli *cli, int argc, char **argv)
 {
-	cli_begin(cli, argc, argv, 0, 0);
+	static const struct option opts[] = {
+		CLI_COMMON_OPTS,
+		{ "all", no_argument, NULL, 'a' },
+		{ 0 },
+	};
+	bool every = false;
+	int o;
+	while ((o = getopt_long(argc, argv, "hva", opts, NULL)) != -1) {
+		if (o == 'a')
+			every = true;
+		else
+			cli_opt(cli, NULL, o, optarg);
+	}
+	cli_want_args(cli, argc, argv, 0, 0);
+	cli_connect(cli);
 	/* the list comes in pages (each at most max_frame bytes): follow
 	 * SessionList.next until it is absent */
 	Llamad__Response **pages = NULL;
@@ -64,6 +92,15 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 		json_arr_end(&j);
 		json_end(&j);
 	} else {
+		/* llamad-http's conversations apart, unless asked for */
+		size_t kept = 0, hidden = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (!every && gateway_made(all[i]))
+				hidden++;
+			else
+				all[kept++] = all[i];
+		}
+		n = kept;
 		int w = 7;
 		bool others = false;   /* an OWNER column when not all are ours */
 		for (size_t i = 0; i < n; i++) {
@@ -94,6 +131,9 @@ static int cmd_sessions(struct cli *cli, int argc, char **argv)
 			       cli_location_name(s->location), s->saved ? "yes" : "no", age,
 			       s->busy ? "yes" : "no");
 		}
+		if (hidden)
+			printf("(and %zu conversation%s of llamad-http: --all lists %s)\n", hidden,
+			       hidden == 1 ? "" : "s", hidden == 1 ? "it" : "them");
 	}
 	cli_flush_stdout();
 	for (size_t i = 0; i < n_pages; i++)

@@ -118,6 +118,17 @@ for js in openai ollama long_chat; do
     checks=$((checks + n))
 done
 echo "-- curl"
+# llamactl sessions: the gateway's conversations counted, listed with --all
+"$CTL" --socket "$SOCK" sessions >"$dir/ls" 2>&1
+"$CTL" --socket "$SOCK" sessions --all >"$dir/ls-all" 2>&1
+nh=$(grep -c '^http-' "$dir/ls-all")
+checks=$((checks + 1))
+if [ "$nh" -gt 0 ] && ! grep -q '^http-' "$dir/ls" &&
+    grep -qx "(and $nh conversations of llamad-http: --all lists them)" "$dir/ls"; then
+    ok "llamactl sessions: the gateway's $nh conversations counted on a last line; --all lists them"
+else
+    bad "llamactl sessions: $(tail -3 "$dir/ls"); --all: $nh http- sessions"
+fi
 
 # ---- helpers ------------------------------------------------------------------------
 # req [CURL ARGS...]: the status code; the body in $dir/body, headers in $dir/hdr
