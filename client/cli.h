@@ -326,9 +326,14 @@ struct gen_result {
  * reply, or NULL when interrupted or lost (then the connection is
  * unusable). Free with gen_result_done. */
 void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *res);
+/* The Generate message of g (its strings point into g), for a caller that
+ * sends it itself. */
+void cli_generate_msg(const struct gen_req *g, Llamad__Generate *gen);
 
 /* Free what res holds. */
 void gen_result_done(struct gen_result *res);
+/* Add t[0..n) to res's collected text. 0 or -ENOMEM. */
+int gen_result_add(struct gen_result *res, const char *t, size_t n);
 
 /* With --verbose, print a Done reply's counts and timings on stderr; always
  * say there why an answer was cut by the context: the session's policy is

@@ -49,40 +49,50 @@ static int on_token(void *ctx, const Llamad__Response *r)
 			return -EIO;
 		}
 	}
-	if (x->g->collect) {
-		struct gen_result *res = x->res;
-		if (grow(&res->text, &res->cap, res->len + n + 1, 1, 1024))
-			return -ENOMEM;
-		memcpy(res->text + res->len, t, n);
-		res->len += n;
-		res->text[res->len] = '\0';
-	}
+	if (x->g->collect)
+		return gen_result_add(x->res, t, n);
 	return 0;
 }
 
-void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *res)
+int gen_result_add(struct gen_result *res, const char *t, size_t n)
 {
-	memset(res, 0, sizeof(*res));
-	Llamad__Generate gen = LLAMAD__GENERATE__INIT;
-	gen.session = (char *)g->session;
+	if (grow(&res->text, &res->cap, res->len + n + 1, 1, 1024))
+		return -ENOMEM;
+	memcpy(res->text + res->len, t, n);
+	res->len += n;
+	res->text[res->len] = '\0';
+	return 0;
+}
+
+void cli_generate_msg(const struct gen_req *g, Llamad__Generate *gen)
+{
+	llamad__generate__init(gen);
+	gen->session = (char *)g->session;
 	if (g->prompt) {
-		gen.prompt = (char *)g->prompt;
-		gen.has_role = 1;
-		gen.role = g->role;
+		gen->prompt = (char *)g->prompt;
+		gen->has_role = 1;
+		gen->role = g->role;
 	}
 	if (g->opts) {
 		const Llamad__SamplerOptions *so = &g->opts->sampler;
 		if (so->has_temperature || so->has_top_k || so->has_top_p || so->has_min_p ||
 		    so->has_repeat_penalty || so->has_repeat_last_n ||
 		    so->has_presence_penalty || so->has_frequency_penalty || so->has_seed)
-			gen.sampler = (Llamad__SamplerOptions *)so;
+			gen->sampler = (Llamad__SamplerOptions *)so;
 		if (g->opts->has_max_tokens) {
-			gen.has_max_tokens = 1;
-			gen.max_tokens = g->opts->max_tokens;
+			gen->has_max_tokens = 1;
+			gen->max_tokens = g->opts->max_tokens;
 		}
-		gen.n_stop = g->opts->n_stop;
-		gen.stop = (char **)g->opts->stop;
+		gen->n_stop = g->opts->n_stop;
+		gen->stop = (char **)g->opts->stop;
 	}
+}
+
+void cli_generate(struct cli *cli, const struct gen_req *g, struct gen_result *res)
+{
+	memset(res, 0, sizeof(*res));
+	Llamad__Generate gen;
+	cli_generate_msg(g, &gen);
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
 	req.op_case = LLAMAD__REQUEST__OP_GENERATE;
 	req.generate = &gen;

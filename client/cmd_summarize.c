@@ -12,7 +12,9 @@
  * sizes measured with the daemon's Tokenize), each piece is summarized in its
  * own throw-away session, and the joined summaries are summarized again, in
  * rounds, until they fit one request. A round whose summaries are not shorter
- * than its input ends the command with an error instead of looping.
+ * than its input ends the command with an error instead of looping. The
+ * parts of a round run several at once (SUM_PARALLEL), so that llamad
+ * batches them.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -24,7 +26,14 @@
 
 #define SUM_SYSTEM "Summarize the user's text concisely."
 #define SUM_PREFIX "Summarize the following text:\n\n"
-#define SUM_MAX_ROUNDS 16
+#define SUM_MAX_ROUNDS 64   /* each round halves the text at least (budget <= limit / 2
+			     * by default): 2^64 tokens would not reach it */
+/* Parts summarized at once, each in its own session: their Open, Generate
+ * and Drop are pipelined on the one connection (llamad takes a
+ * connection's requests in order, and those on a busy session wait), and
+ * llamad runs their steps in one batch. Fewer when the KV cache is small
+ * (at most a quarter of it for them). */
+#define SUM_PARALLEL 8
 #define SUM_DEFAULT_BUDGET 256
 /* Tokens kept free beyond the measured template, for BOS/EOS and the
  * tokenizer's merges across piece boundaries. */
@@ -68,6 +77,16 @@ struct summ {
 	uint32_t final_limit;   /* text tokens of the final request */
 	size_t max_bytes;       /* bytes of text we send in one Tokenize */
 	unsigned parts;         /* pieces summarized so far */
+	unsigned parallel;      /* parts in flight at once */
+};
+
+/* A part in flight. */
+struct part_run {
+	uint64_t open_id, gen_id;  /* gen_id 0: the slot is free */
+	size_t chunk;
+	char name[64];
+	char *prompt;
+	struct gen_result res;
 };
 
 struct piece {
@@ -306,11 +325,134 @@ static void progress(struct summ *s, int round, size_t part, size_t parts, uint3
 	cli_flush_stdout();
 }
 
+static void send_or_die(struct cli *cli, Llamad__Request *rq, uint64_t *id)
+{
+	int rc = conn_send(&cli->conn, rq, id);
+	if (rc)
+		cli_die_conn(cli, rc);
+}
+
+/* Send part p's three requests: open a throw-away session, summarize
+ * text[0..len) (ntok tokens) in it, drop it. Its summary may take half its
+ * tokens at most (and the budget), so that every round at least halves the
+ * text: near the end, two parts' summaries of a full budget each would
+ * make the next round's text as long as this one's, forever. */
+static void start_part(struct summ *s, struct part_run *p, size_t chunk, const char *text,
+		       size_t len, uint32_t ntok)
+{
+	memset(p, 0, sizeof(*p));
+	p->chunk = chunk;
+	cli_ephemeral_name(p->name, sizeof(p->name));
+	Llamad__OpenSession o = LLAMAD__OPEN_SESSION__INIT;
+	o.session = p->name;
+	o.system = SUM_SYSTEM;
+	PB_SET(&o, template_, s->tmpl);
+	PB_SET(&o, ephemeral, 1);
+	PB_SET(&o, create_only, 1);
+	Llamad__Request rq = LLAMAD__REQUEST__INIT;
+	rq.op_case = LLAMAD__REQUEST__OP_OPEN;
+	rq.open = &o;
+	send_or_die(s->cli, &rq, &p->open_id);
+
+	size_t pl = strlen(SUM_PREFIX);
+	if (!(p->prompt = malloc(pl + len + 1)))
+		nomem();
+	memcpy(p->prompt, SUM_PREFIX, pl);
+	memcpy(p->prompt + pl, text, len);
+	p->prompt[pl + len] = '\0';
+	struct gen_opts half = s->g;
+	if (half.max_tokens > ntok / 2)
+		half.max_tokens = ntok / 2 ? ntok / 2 : 1;
+	struct gen_req g = { .session = p->name, .prompt = p->prompt, .role = LLAMAD__ROLE__ROLE_USER,
+			     .opts = &half };
+	Llamad__Generate gen;
+	cli_generate_msg(&g, &gen);
+	Llamad__Request rg = LLAMAD__REQUEST__INIT;
+	rg.op_case = LLAMAD__REQUEST__OP_GENERATE;
+	rg.generate = &gen;
+	send_or_die(s->cli, &rg, &p->gen_id);
+
+	Llamad__Drop d = LLAMAD__DROP__INIT;
+	d.session = p->name;
+	Llamad__Request rd = LLAMAD__REQUEST__INIT;
+	rd.op_case = LLAMAD__REQUEST__OP_DROP;
+	rd.drop = &d;
+	send_or_die(s->cli, &rd, NULL);
+}
+
+/* An error reply to a part: said as any daemon error, and the end. */
+static noreturn void part_failed(Llamad__Response *r)
+{
+	cli_flush_stdout();
+	cli_print_error(r);
+	exit(EXIT_DAEMON);
+}
+
+/* Summarize every chunk of text, s->parallel at a time: sums[i] gets
+ * chunk i's summary (trimmed, malloc'd), *out_tok the tokens generated. */
+static void run_parts(struct summ *s, const char *text, const struct pieces *chunks, int round,
+		      char **sums, uint64_t *out_tok)
+{
+	struct cli *cli = s->cli;
+	struct part_run run[SUM_PARALLEL];
+	memset(run, 0, sizeof(run));
+	size_t next = 0, done = 0;
+	while (done < chunks->n) {
+		for (unsigned k = 0; k < s->parallel && next < chunks->n; k++)
+			if (!run[k].gen_id) {
+				start_part(s, &run[k], next, text + chunks->v[next].off,
+					   chunks->v[next].len, chunks->v[next].ntok);
+				next++;
+			}
+		Llamad__Response *r = NULL;
+		int rc = conn_next(&cli->conn, &r);
+		if (rc)
+			cli_die_conn(cli, rc);
+		if ((!r->has_id || r->id == 0) && r->body_case == LLAMAD__RESPONSE__BODY_ERROR)
+			part_failed(r);   /* a frame the daemon could not read */
+		struct part_run *p = NULL;
+		bool gen = false;
+		for (unsigned k = 0; k < s->parallel && !p; k++)
+			if (run[k].gen_id && (r->id == run[k].open_id || r->id == run[k].gen_id)) {
+				p = &run[k];
+				gen = r->id == run[k].gen_id;
+			}
+		if (!p || !gen) {   /* an Open's reply, or a Drop's */
+			if (p && r->body_case == LLAMAD__RESPONSE__BODY_ERROR)
+				part_failed(r);
+			llamad__response__free_unpacked(r, NULL);
+			continue;
+		}
+		if (r->body_case == LLAMAD__RESPONSE__BODY_TOKEN) {
+			const char *t = r->token ? r->token->text : NULL;
+			if (t && *t && gen_result_add(&p->res, t, strlen(t)))
+				nomem();
+			llamad__response__free_unpacked(r, NULL);
+			continue;
+		}
+		if (r->body_case != LLAMAD__RESPONSE__BODY_DONE || !r->done)
+			part_failed(r);
+		size_t n = p->res.len;
+		char *t = p->res.text ? trim(p->res.text, &n) : "";
+		if (!(sums[p->chunk] = strdup(t)))
+			nomem();
+		uint32_t gen_tok = r->done->generated_tokens;
+		*out_tok += gen_tok;
+		s->parts++;
+		progress(s, round, ++done, chunks->n, chunks->v[p->chunk].ntok, gen_tok);
+		llamad__response__free_unpacked(r, NULL);
+		free(p->prompt);
+		gen_result_done(&p->res);
+		p->gen_id = 0;
+	}
+}
+
 /* One round: cut text into pieces, summarize each, return the joined
  * summaries (malloc'd, *out_len bytes); *in_tok is the text's tokens (the
- * sum of its pieces'). */
+ * sum of its pieces'), *out_tok the summaries' (the sum of what was
+ * generated), *most the most tokens of a part. */
 static char *summarize_round(struct summ *s, const char *text, size_t len, int round,
-			     size_t *out_len, uint64_t *in_tok)
+			     size_t *out_len, uint64_t *in_tok, uint64_t *out_tok, uint32_t *most)
 {
 	struct pieces pc = { 0 };
 	split_span(s, text, 0, len, 0, &pc);
@@ -318,20 +460,38 @@ static char *summarize_round(struct summ *s, const char *text, size_t len, int r
 	/* Greedy packing of consecutive pieces into chunks of <= limit tokens
 	 * and <= max_bytes (a request's text, when the context is unknown) */
 	struct pieces chunks = { 0 };
-	*in_tok = 0;
+	*in_tok = *out_tok = 0;
+	*most = 0;
 	for (size_t i = 0; i < pc.n; i++)
 		*in_tok += pc.v[i].ntok;
 	for (size_t i = 0; i < pc.n;) {
-		size_t off = pc.v[i].off, end = off + pc.v[i].len;
+		size_t off = pc.v[i].off;
 		uint64_t sum = pc.v[i].ntok;
 		size_t k = i + 1;
 		while (k < pc.n && sum + pc.v[k].ntok <= s->limit &&
 		       pc.v[k].off + pc.v[k].len - off <= s->max_bytes) {
 			sum += pc.v[k].ntok;
-			end = pc.v[k].off + pc.v[k].len;
 			k++;
 		}
+		/* pieces counted apart may make more tokens together (their
+		 * joins, a tokenizer's leading space): the chunk is counted
+		 * whole, and pieces go from its end until it fits */
+		size_t end = pc.v[k - 1].off + pc.v[k - 1].len;
+		uint32_t real = count_tokens(s, text + off, end - off);
+		while (k > i + 1 && (real == UINT32_MAX || real > s->limit)) {
+			uint64_t target = real == UINT32_MAX ? sum / 2 : sum * s->limit / real;
+			do {
+				k--;
+				sum -= pc.v[k].ntok;
+			} while (k > i + 1 && sum > target);
+			end = pc.v[k - 1].off + pc.v[k - 1].len;
+			real = count_tokens(s, text + off, end - off);
+		}
+		if (real != UINT32_MAX)
+			sum = real;
 		pieces_push(&chunks, off, end - off, (uint32_t)sum);
+		if (sum > *most)
+			*most = (uint32_t)sum;
 		i = k;
 	}
 	free(pc.v);
@@ -339,13 +499,14 @@ static char *summarize_round(struct summ *s, const char *text, size_t len, int r
 		fprintf(stderr, "llamactl: round %d: %zu parts of at most %u tokens\n",
 			round, chunks.n, s->limit);
 
+	char **sums = calloc(chunks.n ? chunks.n : 1, sizeof(*sums));
+	if (!sums)
+		nomem();
+	run_parts(s, text, &chunks, round, sums, out_tok);
 	char *out = NULL;
 	size_t olen = 0;
 	for (size_t i = 0; i < chunks.n; i++) {
-		struct gen_result res;
-		summarize_one(s, text + chunks.v[i].off, chunks.v[i].len, NULL, NULL, false, &res);
-		size_t n = res.len;
-		char *t = res.text ? trim(res.text, &n) : "";
+		size_t n = strlen(sums[i]);
 		char *o = realloc(out, olen + n + 3);
 		if (!o)
 			nomem();
@@ -354,13 +515,12 @@ static char *summarize_round(struct summ *s, const char *text, size_t len, int r
 			memcpy(out + olen, "\n\n", 2);
 			olen += 2;
 		}
-		memcpy(out + olen, t, n);
+		memcpy(out + olen, sums[i], n);
 		olen += n;
 		out[olen] = '\0';
-		progress(s, round, i + 1, chunks.n, chunks.v[i].ntok,
-			 res.term->done->generated_tokens);
-		gen_result_done(&res);
+		free(sums[i]);
 	}
+	free(sums);
 	free(chunks.v);
 	if (!out) {
 		out = strdup("");
@@ -371,7 +531,9 @@ static char *summarize_round(struct summ *s, const char *text, size_t len, int r
 	return out;
 }
 
-static uint32_t context_from_status(struct cli *cli)
+/* The context length (0: not said) and the KV cache's tokens (0: not
+ * said) from the daemon's Status. */
+static uint32_t from_status(struct cli *cli, uint64_t *kv_tokens)
 {
 	Llamad__GetStatus gs = LLAMAD__GET_STATUS__INIT;
 	Llamad__Request req = LLAMAD__REQUEST__INIT;
@@ -379,8 +541,11 @@ static uint32_t context_from_status(struct cli *cli)
 	req.status = &gs;
 	Llamad__Response *r = cli_call_any(cli, &req);
 	uint32_t n = 0;
-	if (r->body_case == LLAMAD__RESPONSE__BODY_STATUS && r->status)
+	*kv_tokens = 0;
+	if (r->body_case == LLAMAD__RESPONSE__BODY_STATUS && r->status) {
 		n = r->status->context_length;
+		*kv_tokens = (uint64_t)r->status->kv_blocks_total * r->status->kv_block_tokens;
+	}
 	llamad__response__free_unpacked(r, NULL);
 	return n;
 }
@@ -416,9 +581,12 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 		cli_usage_error(cli, "nothing to summarize on stdin");
 	}
 
-	s.ctx = cli->conn.context_length;
-	if (s.ctx == 0)
-		s.ctx = context_from_status(cli);
+	uint64_t kv_tokens;
+	uint32_t ctx = from_status(cli, &kv_tokens);
+	s.ctx = cli->conn.context_length ? cli->conn.context_length : ctx;
+	/* parts at once: their sessions within a quarter of the KV cache */
+	uint64_t fit = s.ctx && kv_tokens ? kv_tokens / 4 / s.ctx : 1;
+	s.parallel = fit < 1 ? 1 : fit > SUM_PARALLEL ? SUM_PARALLEL : (unsigned)fit;
 	/* a Tokenize's text must fit both a frame and the daemon's max_text */
 	s.max_bytes = cli->conn.max_frame > 4096 ? cli->conn.max_frame - 1024 : 3072;
 	if (cli->conn.max_text && s.max_bytes > cli->conn.max_text)
@@ -471,10 +639,13 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 		}
 	}
 
-	/* Rounds until the text fits one final request. */
+	/* Rounds until the text fits one final request. n is a count to
+	 * compare with final_limit only: UINT32_MAX when the text is over
+	 * one request's bytes (then surely over the context too); a round's
+	 * progress is judged on the real counts of its parts and summaries. */
 	char *text = input;
 	size_t tlen = len;
-	uint32_t n = count_tokens(&s, text, tlen);   /* UINT32_MAX: over max_text */
+	uint32_t n = count_tokens(&s, text, tlen);
 	uint64_t n_input = n;
 	if (cli->verbose && n == UINT32_MAX)
 		fprintf(stderr, "llamactl: input %zu bytes, over one request's %zu: sent in "
@@ -492,22 +663,35 @@ static int cmd_summarize(struct cli *cli, int argc, char **argv)
 			return EXIT_DAEMON;
 		}
 		size_t nlen;
-		uint64_t in_tok;
-		char *next = summarize_round(&s, text, tlen, round, &nlen, &in_tok);
+		uint64_t in_tok, out_tok;
+		uint32_t most;
+		char *next = summarize_round(&s, text, tlen, round, &nlen, &in_tok, &out_tok, &most);
 		if (round == 1 && n == UINT32_MAX)   /* the whole was too large to count */
 			n_input = in_tok;
-		uint32_t m = count_tokens(&s, next, nlen);
-		if (m >= n) {
-			cli_error("local", 0, "the summaries (%u tokens) are no shorter than the "
-				  "text (%u tokens); try a smaller --max-tokens", m, n);
+		if (out_tok >= in_tok) {
+			/* each part of up to `most` tokens got a summary of up
+			 * to budget: shorter summaries help, and leave room for
+			 * longer parts; a budget of a third of what the template
+			 * leaves makes every summary at most half its part */
+			uint32_t fits = s.ctx > s.overhead ? (s.ctx - s.overhead) / 3 : most / 2;
+			if (fits >= s.budget)
+				fits = s.budget / 2;
+			cli_error("local", 0, "round %d: the summaries (%llu tokens) are no shorter "
+				  "than the text (%llu tokens in parts of up to %u); ask for "
+				  "shorter summaries: --max-tokens %u or less (now %u)", round,
+				  (unsigned long long)out_tok, (unsigned long long)in_tok, most,
+				  fits ? fits : 1, s.budget);
 			free(next);
 			free(text);
 			return EXIT_DAEMON;
 		}
+		if (cli->verbose || isatty(STDERR_FILENO))
+			fprintf(stderr, "llamactl: round %d done: %llu tokens -> %llu\n", round,
+				(unsigned long long)in_tok, (unsigned long long)out_tok);
 		free(text);
 		text = next;
 		tlen = nlen;
-		n = m;
+		n = count_tokens(&s, text, tlen);
 	}
 
 	struct gen_result res;

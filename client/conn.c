@@ -166,6 +166,19 @@ int conn_wait(struct conn *c, uint64_t id, conn_event_fn fn, void *ctx,
 	}
 }
 
+int conn_next(struct conn *c, Llamad__Response **out)
+{
+	if (c->fd < 0)
+		return -ENOTCONN;
+	int err = 0;
+	Llamad__Response *r = frame_recv_response(c->fd, FRAME_MAX_DEFAULT, &err);
+	if (!r)
+		return err;
+	c->last_reply = clock_mono_s();
+	*out = r;
+	return 0;
+}
+
 int conn_call(struct conn *c, Llamad__Request *req, Llamad__Response **out)
 {
 	uint64_t id;

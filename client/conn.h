@@ -77,6 +77,10 @@ typedef int (*conn_event_fn)(void *ctx, const Llamad__Response *r);
 int conn_wait(struct conn *c, uint64_t id, conn_event_fn fn, void *ctx,
 	      Llamad__Response **out, bool *cancelled);
 
+/* The next reply, whatever request it answers (several in flight: the
+ * caller matches ids). 0 with *out (caller frees), or a negative errno. */
+int conn_next(struct conn *c, Llamad__Response **out);
+
 /* conn_send + conn_wait for a request without streamed events. */
 int conn_call(struct conn *c, Llamad__Request *req, Llamad__Response **out);
 
