@@ -73,6 +73,10 @@ for f in /usr/bin/llamad /usr/bin/llamactl /usr/bin/llamad-quantize /lib/systemd
          /lib/systemd/system/llamad.socket /usr/share/man/man8/llamad.8.gz; do
     [ -e "$f" ] || bad "not installed: $f"
 done
+grep -qx 'ListenStream=127.0.0.1:11434' /lib/systemd/system/llamad-http.socket &&
+    grep -qx 'ListenStream=/run/llamad/http.sock' /lib/systemd/system/llamad-http.socket &&
+    ok "llamad-http.socket: /run/llamad/http.sock and loopback TCP 11434 (Ollama's port)" ||
+    bad "llamad-http.socket: $(grep ListenStream /lib/systemd/system/llamad-http.socket 2>&1)"
 grep -qx /etc/llamad/llamad.conf /var/lib/dpkg/info/llamad.conffiles && ok "/etc/llamad/llamad.conf is a conffile" ||
     bad "the config is not a conffile"
 
