@@ -79,6 +79,9 @@ await step('options', async () => {
   check(s1.response === s2.response, 'options.seed 42 at temperature 1 twice: the same answer',
     `${show(s1.response)} vs ${show(s2.response)}`);
   check(s1.response !== s3.response, 'options.seed 7: another answer', show(s1.response));
+  const z = await ollama.generate({ ...p, options: { num_predict: 0, temperature: 0 } });
+  check(z.done && z.response.startsWith(a.response) && z.eval_count >= 30,
+    `options.num_predict 0: no limit of its own, as Ollama takes it (${z.eval_count} tokens, ${z.done_reason})`, show(z));
   const n = await ollama.generate({ ...p, options: { num_predict: 3, temperature: 0 } });
   check(n.eval_count === 3 && n.done_reason === 'length' && a.response.startsWith(n.response),
     'options.num_predict 3: 3 tokens, done_reason length, the start of the longer answer', show(n));
