@@ -396,9 +396,18 @@ static void run_parts(struct summ *s, const char *text, const struct pieces *chu
 	struct cli *cli = s->cli;
 	struct part_run run[SUM_PARALLEL];
 	memset(run, 0, sizeof(run));
-	size_t next = 0, done = 0;
+	size_t next = 0, done = 0, said = 0;
+	/* each part's summary tokens, for progress said in the parts' order
+	 * (they end in any order; the lines must not depend on it) */
+	uint32_t *gen_toks = calloc(chunks->n ? chunks->n : 1, sizeof(*gen_toks));
+	if (!gen_toks)
+		nomem();
 	while (done < chunks->n) {
-		for (unsigned k = 0; k < s->parallel && next < chunks->n; k++)
+		/* the first part alone: the template's start it computes is
+		 * then shared by every other (prefix sharing), not computed by
+		 * several at once, and llamad's counts do not depend on timing */
+		unsigned width = done ? s->parallel : 1;
+		for (unsigned k = 0; k < width && next < chunks->n; k++)
 			if (!run[k].gen_id) {
 				start_part(s, &run[k], next, text + chunks->v[next].off,
 					   chunks->v[next].len, chunks->v[next].ntok);
@@ -436,15 +445,18 @@ static void run_parts(struct summ *s, const char *text, const struct pieces *chu
 		char *t = p->res.text ? trim(p->res.text, &n) : "";
 		if (!(sums[p->chunk] = strdup(t)))
 			nomem();
-		uint32_t gen_tok = r->done->generated_tokens;
-		*out_tok += gen_tok;
+		gen_toks[p->chunk] = r->done->generated_tokens;
+		*out_tok += r->done->generated_tokens;
 		s->parts++;
-		progress(s, round, ++done, chunks->n, chunks->v[p->chunk].ntok, gen_tok);
+		done++;
+		for (; said < chunks->n && sums[said]; said++)
+			progress(s, round, said + 1, chunks->n, chunks->v[said].ntok, gen_toks[said]);
 		llamad__response__free_unpacked(r, NULL);
 		free(p->prompt);
 		gen_result_done(&p->res);
 		p->gen_id = 0;
 	}
+	free(gen_toks);
 }
 
 /* One round: cut text into pieces, summarize each, return the joined
