@@ -72,7 +72,8 @@
      (13 :generated-tokens uint64) (14 :system string) (15 :owner-uid uint32)
      (16 :ephemeral bool) (17 :context-length uint32) (18 :created bool)
      (19 :tokens-added uint32) (20 :location enum) (21 :saved bool)
-     (22 :file-bytes uint64) (23 :system-cut bool))
+     (22 :file-bytes uint64) (23 :system-cut bool)
+     (24 :computed-tokens uint32) (25 :dropped-turns uint32))
     (SessionList (1 :sessions SessionInfo repeated) (2 :next string))
     (Turn
      (1 :index uint32) (2 :role enum) (3 :text string) (4 :tokens uint32)
@@ -88,7 +89,8 @@
      (1 :reason enum) (2 :prompt-tokens uint32) (3 :generated-tokens uint32)
      (4 :prefill-ms double) (5 :generate-ms double) (6 :session-tokens uint32)
      (7 :stop string) (8 :dropped-turns uint32) (9 :dropped-tokens uint32)
-     (10 :slid-tokens uint32) (11 :shared-tokens uint32))
+     (10 :slid-tokens uint32) (11 :shared-tokens uint32)
+     (12 :context-tokens uint32))
     (Ok))
   "The messages of proto/llamad.proto that llamad.el uses.
 Each entry is (MESSAGE FIELD...), a FIELD being (NUMBER KEY TYPE [LABEL]):

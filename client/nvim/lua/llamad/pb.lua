@@ -74,6 +74,7 @@ local defs = {
     { 16, 'ephemeral', 'bool' }, { 17, 'context_length', 'uint32' }, { 18, 'created', 'bool' },
     { 19, 'tokens_added', 'uint32' }, { 20, 'location', 'enum' }, { 21, 'saved', 'bool' },
     { 22, 'file_bytes', 'uint64' }, { 23, 'system_cut', 'bool' },
+    { 24, 'computed_tokens', 'uint32' }, { 25, 'dropped_turns', 'uint32' },
   },
   SessionList = { { 1, 'sessions', 'SessionInfo', 'repeated' }, { 2, 'next', 'string' } },
   TokenEvent = { { 1, 'text', 'string' }, { 2, 'tokens', 'uint32', 'repeated' } },
@@ -82,6 +83,7 @@ local defs = {
     { 4, 'prefill_ms', 'double' }, { 5, 'generate_ms', 'double' }, { 6, 'session_tokens', 'uint32' },
     { 7, 'stop', 'string' }, { 8, 'dropped_turns', 'uint32' }, { 9, 'dropped_tokens', 'uint32' },
     { 10, 'slid_tokens', 'uint32' }, { 11, 'shared_tokens', 'uint32' },
+    { 12, 'context_tokens', 'uint32' },
   },
   Turn = {
     { 1, 'index', 'uint32' }, { 2, 'role', 'enum' }, { 3, 'text', 'string' }, { 4, 'tokens', 'uint32' },
