@@ -206,7 +206,12 @@ static void test_completions_and_ollama(void **state)
 	api_req_free(&q);
 	refused(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"context\":[1,2]}", "'context'");
 	refused(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"template\":\"{{.Prompt}}\"}", "'template'");
-	refused(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"options\":{\"num_predict\":0}}", "num_predict");
+	/* num_predict 0: as Ollama takes it, no limit of the request's own */
+	assert_int_equal(parse(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"options\":{\"num_predict\":0}}",
+			       &q, err), 0);
+	assert_false(q.has_max_tokens);
+	api_req_free(&q);
+	refused(API_OLLAMA_GENERATE, "{\"model\":\"m\",\"prompt\":\"p\",\"options\":{\"num_predict\":-3}}", "num_predict");
 }
 
 static void test_norm(void **state)
