@@ -26,8 +26,8 @@ ctl() { "$CTL" --socket "$sock" "$@"; }
 field() { sed -n "s/.*\"$2\":\\([0-9]*\\).*/\\1/p" "$1"; }
 
 # ---- a first answer that fills the context, then five more turns -----------
-# (the daemon's max_tokens, 512, is more than the context leaves)
-echo "Once upon a time" | ctl chat --session long --temperature 0 >"$dir/a0" 2>"$dir/e0"
+# (-n 512 is more than the context leaves; the default is half the context)
+echo "Once upon a time" | ctl chat --session long --temperature 0 -n 512 >"$dir/a0" 2>"$dir/e0"
 rc=$?
 ctl --json show long >"$dir/s0"
 if [ "$rc" -eq 0 ] && [ "$(wc -c <"$dir/a0")" -gt 1000 ] &&
