@@ -267,7 +267,8 @@ $(BUILD)/llamad-quantize: $(BUILD)/quantize/quantize.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-bench: $(BUILD)/tests/bench/bench.o $(BUILD)/tests/bench/shift.o \
-		$(BUILD)/tests/bench/prefill.o $(BUILD)/tests/bench/kl.o $(MODEL_LIBS)
+		$(BUILD)/tests/bench/prefill.o $(BUILD)/tests/bench/kl.o \
+		$(BUILD)/tests/bench/optime.o $(MODEL_LIBS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(CORE_LDLIBS) $(LDLIBS)
 
 $(BUILD)/llamad-kvq: $(BUILD)/tests/bench/kv_quality.o $(MODEL_LIBS)

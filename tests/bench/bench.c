@@ -3,7 +3,7 @@
  *
  *   llamad-bench --model PATH [--tokenizer PATH] [--threads N]
  *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
- *                [--kv-type f32|f16|q8_0]
+ *                [--kv-type f32|f16|q8_0] [--op-times]
  *   llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]
  *   llamad-bench --model PATH --shift [--window N] [--keep N] [--shifts N]
  *                [--seed S] [--threads N] [--reps N] [--kv-type T]
@@ -37,6 +37,10 @@
  * weight bytes read per token; roof_pct), and the FMA peak, against which
  * prefill is (prefill_fma_pct). --no-bandwidth skips both probes. Prints
  * one line of key=value pairs.
+ *
+ * --op-times: then one more decode run through a timed op table
+ * (tests/bench/optime.c), and a table of where its time went: each op's
+ * microseconds a token, the products by weight with the GB/s they read.
  */
 #include <errno.h>
 #include <math.h>
@@ -54,6 +58,7 @@
 #include "model/forward.h"
 #include "session/kvpool.h"
 #include "tests/bench/kl.h"
+#include "tests/bench/optime.h"
 #include "tests/bench/prefill.h"
 #include "tests/bench/shift.h"
 
@@ -412,7 +417,7 @@ static int tokenize_bench(const char *tok_path, const char *text_path, int reps)
 int main(int argc, char **argv)
 {
 	const char *model_path = NULL, *tok_path = NULL;
-	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0;
+	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0, op_times = 0;
 	const char *ppl_file = NULL, *tok_text = NULL;
 	enum kt_dtype kvt = KT_F32;
 	int shift = 0;
@@ -426,6 +431,7 @@ int main(int argc, char **argv)
 		{ "decode-tokens", required_argument, NULL, 'd' },
 		{ "reps", required_argument, NULL, 'r' },
 		{ "no-bandwidth", no_argument, NULL, 'B' },
+		{ "op-times", no_argument, NULL, 'O' },
 		{ "perplexity", required_argument, NULL, 'P' },
 		{ "tokenize", required_argument, NULL, 'T' },
 		{ "kv-type", required_argument, NULL, 'K' },
@@ -452,6 +458,7 @@ int main(int argc, char **argv)
 		case 'd': n_decode = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
 		case 'B': skip_bw = 1; break;
+		case 'O': op_times = 1; break;
 		case 'P': ppl_file = optarg; break;
 		case 'T': tok_text = optarg; break;
 		case 'K':
@@ -474,7 +481,7 @@ int main(int argc, char **argv)
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
 			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
-			       "       [--kv-type f32|f16|q8_0]\n"
+			       "       [--kv-type f32|f16|q8_0] [--op-times]\n"
 			       "       llamad-bench --model PATH --perplexity TEXTFILE\n"
 			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n"
 			       "       llamad-bench --model PATH --shift [--window N] [--keep N]\n"
@@ -583,6 +590,18 @@ int main(int argc, char **argv)
 	}
 	if (have_bw)
 		bw_close(&bwb);
+	if (op_times) {
+		/* one more decode run, op by op through the timed table */
+		optime_wrap(be);
+		double t0 = now_s();
+		for (int i = 0; i < n_decode; i++) {
+			struct fwd_seq d = { &toks[i], 1, i, seq.blocks, logits, 0 };
+			fwd_run(f, &pool->kv, &d, 1);
+		}
+		double t1 = now_s();
+		optime_unwrap(be);
+		optime_print(stdout, t1 - t0, n_decode);
+	}
 	double bw = have_bw ? median(bws, 2 * reps) : 0;
 	double bw_lo = have_bw ? bws[0] : 0, bw_hi = have_bw ? bws[2 * reps - 1] : 0;
 	double roof_pct = have_bw ? 100.0 * median(ratio, reps) : 0;
