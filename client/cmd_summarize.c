@@ -260,6 +260,19 @@ static Llamad__Template default_chat_template(struct cli *cli)
 	return t == LLAMAD__TEMPLATE__TEMPLATE_LLAMA3 ? t : LLAMAD__TEMPLATE__TEMPLATE_LLAMA2;
 }
 
+/* The user turn that asks for a summary of text[0..len) (malloc'd). */
+static char *sum_prompt(const char *text, size_t len)
+{
+	size_t pl = strlen(SUM_PREFIX);
+	char *prompt = malloc(pl + len + 1);
+	if (!prompt)
+		nomem();
+	memcpy(prompt, SUM_PREFIX, pl);
+	memcpy(prompt + pl, text, len);
+	prompt[pl + len] = '\0';
+	return prompt;
+}
+
 /* Summarize text[0..len) in session (NULL: a fresh throw-away one). The
  * answer streams to echo when not NULL, and as JSON token events when
  * events; res gets the collected text and the Done reply. Exits 1 on a
@@ -275,13 +288,7 @@ static void summarize_one(struct summ *s, const char *text, size_t len,
 				       .create_only = true };
 		llamad__response__free_unpacked(cli_open_session(cli, eph, &o, false), NULL);
 	}
-	size_t pl = strlen(SUM_PREFIX);
-	char *prompt = malloc(pl + len + 1);
-	if (!prompt)
-		nomem();
-	memcpy(prompt, SUM_PREFIX, pl);
-	memcpy(prompt + pl, text, len);
-	prompt[pl + len] = '\0';
+	char *prompt = sum_prompt(text, len);
 	struct gen_req req = {
 		.session = session ? session : eph,
 		.prompt = prompt,
@@ -354,12 +361,7 @@ static void start_part(struct summ *s, struct part_run *p, size_t chunk, const c
 	rq.open = &o;
 	send_or_die(s->cli, &rq, &p->open_id);
 
-	size_t pl = strlen(SUM_PREFIX);
-	if (!(p->prompt = malloc(pl + len + 1)))
-		nomem();
-	memcpy(p->prompt, SUM_PREFIX, pl);
-	memcpy(p->prompt + pl, text, len);
-	p->prompt[pl + len] = '\0';
+	p->prompt = sum_prompt(text, len);
 	struct gen_opts half = s->g;
 	if (half.max_tokens > ntok / 2)
 		half.max_tokens = ntok / 2 ? ntok / 2 : 1;
