@@ -273,9 +273,8 @@ static int on_generate(struct engine *e, struct req *rq)
 		return fail(rq, -EINVAL, "%s", why);
 	/* the default: max_tokens, at most half the context (512 on a model
 	 * of 512 would end every default answer "context full") */
-	int max_tokens = e->cfg.max_tokens;
-	if (max_tokens > engine_session_limit(e) / 2)
-		max_tokens = engine_session_limit(e) / 2 > 0 ? engine_session_limit(e) / 2 : 1;
+	int half = engine_session_limit(e) / 2 > 0 ? engine_session_limit(e) / 2 : 1;
+	int max_tokens = e->cfg.max_tokens < half ? e->cfg.max_tokens : half;
 	if (g->has_max_tokens && g->max_tokens)
 		max_tokens = (int)g->max_tokens;
 	struct job *j = job_new(JOB_GENERATE, rq->conn, rq->id, s);
