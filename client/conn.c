@@ -142,11 +142,10 @@ int conn_wait(struct conn *c, uint64_t id, conn_event_fn fn, void *ctx,
 			if (rc)
 				return rc;
 		}
-		int err = 0;
-		Llamad__Response *r = frame_recv_response(c->fd, FRAME_MAX_DEFAULT, &err);
-		if (!r)
+		Llamad__Response *r = NULL;
+		int err = conn_next(c, &r);
+		if (err)
 			return err;
-		c->last_reply = clock_mono_s();
 		bool mine = r->has_id && r->id == id;
 		bool unattributed = (!r->has_id || r->id == 0) &&
 			r->body_case == LLAMAD__RESPONSE__BODY_ERROR;
