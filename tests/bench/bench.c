@@ -3,7 +3,7 @@
  *
  *   llamad-bench --model PATH [--tokenizer PATH] [--threads N]
  *                [--prompt-tokens N] [--decode-tokens N] [--reps N]
- *                [--kv-type f32|f16|q8_0] [--op-times]
+ *                [--kv-type f32|f16|q8_0] [--op-times] [--depth N]
  *   llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]
  *   llamad-bench --model PATH --shift [--window N] [--keep N] [--shifts N]
  *                [--seed S] [--threads N] [--reps N] [--kv-type T]
@@ -30,7 +30,8 @@
  *
  * Measures, in one run: prefill tok/s of an N-token prompt on an empty
  * sequence, decode tok/s (one token per forward pass, batch 1, positions
- * 0..N-1 of an empty sequence, as llama-bench's tg test does), best of
+ * 0..N-1 of an empty sequence, as llama-bench's tg test does; with
+ * --depth D at positions D..D+N-1 after D tokens, as its -d D), best of
  * --reps runs; and two roofs (see "roofs" below): memory read bandwidth
  * (all threads streaming a 1 GiB buffer, right before and after each
  * decode run), against which decode is rated (roof_tok_s = bandwidth /
@@ -418,6 +419,7 @@ int main(int argc, char **argv)
 {
 	const char *model_path = NULL, *tok_path = NULL;
 	int threads = 0, n_prompt = 128, n_decode = 128, reps = 3, skip_bw = 0, op_times = 0;
+	int depth = 0;
 	const char *ppl_file = NULL, *tok_text = NULL;
 	enum kt_dtype kvt = KT_F32;
 	int shift = 0;
@@ -432,6 +434,7 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "no-bandwidth", no_argument, NULL, 'B' },
 		{ "op-times", no_argument, NULL, 'O' },
+		{ "depth", required_argument, NULL, 'D' },
 		{ "perplexity", required_argument, NULL, 'P' },
 		{ "tokenize", required_argument, NULL, 'T' },
 		{ "kv-type", required_argument, NULL, 'K' },
@@ -459,6 +462,7 @@ int main(int argc, char **argv)
 		case 'r': reps = atoi(optarg); break;
 		case 'B': skip_bw = 1; break;
 		case 'O': op_times = 1; break;
+		case 'D': depth = atoi(optarg); break;
 		case 'P': ppl_file = optarg; break;
 		case 'T': tok_text = optarg; break;
 		case 'K':
@@ -481,7 +485,7 @@ int main(int argc, char **argv)
 		case 'h':
 			printf("usage: llamad-bench --model PATH [--tokenizer PATH] [--threads N]\n"
 			       "       [--prompt-tokens N] [--decode-tokens N] [--reps N] [--no-bandwidth]\n"
-			       "       [--kv-type f32|f16|q8_0] [--op-times]\n"
+			       "       [--kv-type f32|f16|q8_0] [--op-times] [--depth N]\n"
 			       "       llamad-bench --model PATH --perplexity TEXTFILE\n"
 			       "       llamad-bench --tokenizer PATH --tokenize TEXTFILE [--reps N]\n"
 			       "       llamad-bench --model PATH --shift [--window N] [--keep N]\n"
@@ -507,7 +511,7 @@ int main(int argc, char **argv)
 		ko.threads = threads;
 		return ko.ref ? kl_compare(&ko) : kl_write(&ko);
 	}
-	if (!model_path || n_prompt < 1 || n_decode < 1 || reps < 1) {
+	if (!model_path || n_prompt < 1 || n_decode < 1 || reps < 1 || depth < 0) {
 		fprintf(stderr, "llamad-bench: --model is required; counts must be >= 1\n");
 		return 2;
 	}
@@ -529,19 +533,22 @@ int main(int argc, char **argv)
 		model_free(m);
 		return rc;
 	}
-	if (n_prompt + n_decode > cf->max_ctx) {
-		n_decode = cf->max_ctx - n_prompt;
-		if (n_decode < 1) {
-			fprintf(stderr, "llamad-bench: the prompt does not fit the context (%d)\n",
+	if (depth + n_decode > cf->max_ctx) {
+		n_decode = cf->max_ctx - depth;
+		if (n_decode < 1 || n_prompt > cf->max_ctx) {
+			fprintf(stderr, "llamad-bench: the prompt or depth does not fit the context (%d)\n",
 				cf->max_ctx);
 			return 2;
 		}
 	}
 	struct backend *be = backend_cpu_new(threads);
-	int total = n_prompt + n_decode;
+	/* the cache holds the prompt (positions 0..) and, apart, the decode
+	 * (positions depth..) */
+	int total = depth + n_decode > n_prompt ? depth + n_decode : n_prompt;
 	struct kvpool *pool = kvpool_new_typed(NULL, kvt, cf->head_dim, (total + 15) / 16, 16,
 					       cf->n_layers, model_kv_dim(cf));
 	struct fwd *f = fwd_new(m, be, n_prompt);
+	int fill_ok = 1;
 	float *logits = malloc((size_t)cf->vocab * sizeof(float));
 	int32_t *toks = malloc((size_t)total * sizeof(int32_t));
 	struct kvseq seq = { 0 };
@@ -565,6 +572,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "llamad-bench: out of memory\n");
 		return 1;
 	}
+	/* --depth: the first depth tokens in the cache, in prompt-sized
+	 * batches, once (a prefill below writes the same K/V at the same
+	 * positions: the same tokens) */
+	for (int p = 0; p < depth; p += n_prompt) {
+		int n = depth - p < n_prompt ? depth - p : n_prompt;
+		struct fwd_seq s = { &toks[p], n, p, seq.blocks, logits, 0 };
+		fill_ok &= fwd_run(f, &pool->kv, &s, 1) == 0;
+	}
+	if (!fill_ok) {
+		fprintf(stderr, "llamad-bench: the depth's prefill failed\n");
+		return 1;
+	}
 	for (int r = 0; r < reps; r++) {
 		struct fwd_seq s = { toks, n_prompt, 0, seq.blocks, logits, 0 };
 		double t0 = now_s();
@@ -572,10 +591,11 @@ int main(int argc, char **argv)
 		double t1 = now_s();
 		if (have_bw)
 			bws[2 * r] = bw_pass(&bwb);
-		/* decode from an empty context, like llama-bench's tg test */
+		/* decode from an empty context, like llama-bench's tg test
+		 * (after depth tokens: its -d) */
 		double t2 = now_s();
 		for (int i = 0; i < n_decode; i++) {
-			struct fwd_seq d = { &toks[i], 1, i, seq.blocks, logits, 0 };
+			struct fwd_seq d = { &toks[depth + i], 1, depth + i, seq.blocks, logits, 0 };
 			fwd_run(f, &pool->kv, &d, 1);
 		}
 		double t3 = now_s();
@@ -595,7 +615,7 @@ int main(int argc, char **argv)
 		optime_wrap(be);
 		double t0 = now_s();
 		for (int i = 0; i < n_decode; i++) {
-			struct fwd_seq d = { &toks[i], 1, i, seq.blocks, logits, 0 };
+			struct fwd_seq d = { &toks[depth + i], 1, depth + i, seq.blocks, logits, 0 };
 			fwd_run(f, &pool->kv, &d, 1);
 		}
 		double t1 = now_s();
@@ -614,12 +634,12 @@ int main(int argc, char **argv)
 	printf("model=%s dtype=%s params=%.1fM threads=%d prompt=%d prefill_tok_s=%.1f "
 	       "decode=%d decode_tok_s=%.1f weight_MB=%.1f bw_GB_s=%.2f bw_min=%.2f bw_max=%.2f "
 	       "roof_tok_s=%.1f roof_pct=%.1f fma_GFLOP_s=%.1f prefill_GFLOP_s=%.1f "
-	       "prefill_fma_pct=%.1f kv=%s\n",
+	       "prefill_fma_pct=%.1f kv=%s depth=%d\n",
 	       model_path, kt_dtype_name(m->wtype),
 	       model_params(m) / 1e6, be->n_threads,
 	       n_prompt, pf, n_decode, dec, m->weight_bytes / 1e6, bw / 1e9, bw_lo / 1e9,
 	       bw_hi / 1e9, roof, roof_pct, fma / 1e9, pf_flops / 1e9,
-	       fma > 0 && fp_w ? 100.0 * pf_flops / fma : 0.0, kt_dtype_name(kvt));
+	       fma > 0 && fp_w ? 100.0 * pf_flops / fma : 0.0, kt_dtype_name(kvt), depth);
 	free(bws);
 	free(ratio);
 	kvseq_release(pool, &seq);
