@@ -358,7 +358,10 @@ static inline __attribute__((always_inline)) v8f tld8(const char *span, size_t i
  * the single-row code (a score: fused multiply-adds over d, per q8_0 group
  * then times the scale; an output lane: over positions in order), so a
  * row's result is the same bits whatever else shares its tile or call.
- * Block size 16, head_dim a multiple of 8.
+ * A tile computes NR vectors, the fewest of 1, 2, 4 and ATTN_TILE that hold
+ * its rows (spare ones repeat the last row): a decode token of the 1B shape
+ * (4 query heads a KV head) computed 8, half of them thrown away, and one
+ * of an MHA model 8 for 1. Block size 16, head_dim a multiple of 8.
  */
 static inline __attribute__((always_inline)) v8f kload8(const char *span, size_t i, const int DT)
 {
@@ -369,7 +372,7 @@ static inline __attribute__((always_inline)) v8f kload8(const char *span, size_t
 
 static inline __attribute__((always_inline)) void
 attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scratch,
-	    size_t stride, const int DT)
+	    size_t stride, const int DT, const int NR)
 {
 	const struct kt_kv *kv = j->kv;
 	int hd = j->hd, R = nt * nh;
@@ -378,7 +381,7 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 	const float *q[ATTN_TILE];
 	float *out[ATTN_TILE], *sc[ATTN_TILE], inv[ATTN_TILE];
 	int n[ATTN_TILE], nmax = 0;
-	for (int r = 0; r < ATTN_TILE; r++) {
+	for (int r = 0; r < NR; r++) {
 		int rr = r < R ? r : R - 1;   /* spare lanes repeat the last row */
 		int t = t0 + rr / nh, h = h0 + rr % nh;
 		q[r] = j->q + ((size_t)t * j->n_heads + h) * hd;
@@ -393,7 +396,10 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 		const char *kt = kt_kv_kt(kv, tab[b], j->layer);
 		const uint16_t *ks = (const uint16_t *)(kt + (size_t)16 * kv->kv_dim);
 		for (int half = 0; half < 16; half += 8) {
-			v8f a[ATTN_TILE] = { { 0 } };
+			v8f a[ATTN_TILE];
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++)
+				a[r] = (v8f){ 0 };
 			for (int g0 = 0; g0 < hd; g0 += G) {
 				/* q8_0: each code times its position's scale, the
 				 * value kt_kv_get_k gives */
@@ -405,11 +411,12 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 					if (DT == KT_Q8_0)
 						k *= s;
 #pragma GCC unroll 8
-					for (int r = 0; r < ATTN_TILE; r++)
+					for (int r = 0; r < NR; r++)
 						a[r] += q[r][d] * k;
 				}
 			}
-			for (int r = 0; r < ATTN_TILE; r++)
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++)
 				st8(sc[r] + b * 16 + half, a[r]);
 		}
 	}
@@ -435,7 +442,7 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 	 * for ThreadSanitizer and the pool's atomics are invisible to it, so
 	 * an intercepted libc call writing rows that another worker wrote in
 	 * an earlier call reads to it as a race */
-	for (int r = 0; r < ATTN_TILE; r++)
+	for (int r = 0; r < NR; r++)
 		for (int d = 0; d < hd; d++)
 			vacc[r][d] = 0;
 	for (int b = 0; b < nb; b++) {
@@ -445,7 +452,8 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 		for (int d0 = 0; d0 < hd; d0 += 16) {
 			int c = c0 + d0, two = hd - d0 >= 16;
 			v8f acc[ATTN_TILE][2];
-			for (int r = 0; r < ATTN_TILE; r++) {
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++) {
 				acc[r][0] = ld8(vacc[r] + d0);
 				acc[r][1] = two ? ld8(vacc[r] + d0 + 8) : acc[r][0];
 			}
@@ -458,14 +466,15 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 					v1 *= h2f(vsc[(size_t)i * ng + (c + 8 * two) / kv->group]);
 				}
 #pragma GCC unroll 8
-				for (int r = 0; r < ATTN_TILE; r++) {
+				for (int r = 0; r < NR; r++) {
 					if (p >= nmin && p >= n[r])
 						continue;
 					acc[r][0] += sc[r][p] * v0;
 					acc[r][1] += sc[r][p] * v1;
 				}
 			}
-			for (int r = 0; r < ATTN_TILE; r++) {
+#pragma GCC unroll 8
+			for (int r = 0; r < NR; r++) {
 				st8(vacc[r] + d0, acc[r][0]);
 				if (two)
 					st8(vacc[r] + d0 + 8, acc[r][1]);
@@ -488,7 +497,15 @@ attn_tile_t(const struct attn_job *j, int t0, int nt, int h0, int nh, float *scr
 	ATTN_TILE_CLONES static void name(const struct attn_job *j, int t0, int nt, int h0,  \
 					  int nh, float *s, size_t stride)                     \
 	{                                                                                   \
-		attn_tile_t(j, t0, nt, h0, nh, s, stride, DT);                              \
+		int R = nt * nh;                                                            \
+		if (R <= 1)                                                                 \
+			attn_tile_t(j, t0, nt, h0, nh, s, stride, DT, 1);                   \
+		else if (R <= 2)                                                            \
+			attn_tile_t(j, t0, nt, h0, nh, s, stride, DT, 2);                   \
+		else if (R <= 4)                                                            \
+			attn_tile_t(j, t0, nt, h0, nh, s, stride, DT, 4);                   \
+		else                                                                        \
+			attn_tile_t(j, t0, nt, h0, nh, s, stride, DT, ATTN_TILE);           \
 	}
 ATTN_TILE_FN(attn_tile_f32, KT_F32)
 ATTN_TILE_FN(attn_tile_f16, KT_F16)
