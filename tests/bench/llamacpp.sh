@@ -3,7 +3,12 @@
 # run and on the same files as llamad-bench, for docs/PERF.md comparisons.
 #
 #   sh tests/bench/llamacpp.sh [--tokenizer GGUF] [--text FILE] [--no-tokenize]
-#                              [--model GGUF]...
+#                              [--depth N] [--decode-tokens N] [--model GGUF]...
+#   sh tests/bench/llamacpp.sh --quantize IN.gguf OUT.gguf TYPE
+#
+# --quantize: llama.cpp's own quantizer (llama_model_quantize; TYPE one of
+# q4_k_m, q5_k_m, q6_k, q4_k_s, q8_0, q4_0) makes OUT from IN, as
+# llama-quantize IN OUT TYPE would: the mixes people download.
 #
 # Which llama.cpp: the prebuilt CPU build that the npm package
 # node-llama-cpp 3.22.1 ships in @node-llama-cpp/linux-x64@3.22.1
@@ -36,7 +41,8 @@
 #    (" ." -> "."), so round_trip=DIFFERS there is expected.
 #  - each --model (default: $MODELS/stories260K.gguf): prefill of a 128-token
 #    batch and decode of 128 single tokens at positions 0..127 of an empty
-#    cache (llama-bench pp128 / tg128), batch 1, $THREADS threads (default:
+#    cache (llama-bench pp128 / tg128; --depth D --decode-tokens N: N
+#    tokens after D, its -d D -n N), batch 1, $THREADS threads (default:
 #    all cores) in a ggml threadpool. Same line as llamad-bench's model= line
 #    (prefill_tok_s, decode_tok_s) plus impl= and cpu= (the ggml CPU variant).
 #
@@ -62,14 +68,19 @@ here=$(cd "$(dirname "$0")" && pwd)
 cache=$BUILD/llamacpp
 stamp=$cache/.fetched-$NLC_VERSION
 
-tokenizer='' text='' models='' do_tok=1
+tokenizer='' text='' models='' do_tok=1 depth=0 ndec=128 qin='' qout='' qtype=''
 while [ $# -gt 0 ]; do
     case $1 in
+    --quantize) [ $# -ge 4 ] || { echo "llamacpp.sh: --quantize IN OUT TYPE" >&2; exit 2; }
+                qin=$2; qout=$3; qtype=$4; shift 4 ;;
+    --depth) depth=$2; shift 2 ;;
+    --decode-tokens) ndec=$2; shift 2 ;;
     --tokenizer) tokenizer=$2; shift 2 ;;
     --text) text=$2; shift 2 ;;
     --model) models="$models $2"; shift 2 ;;
     --no-tokenize) do_tok=0; shift ;;
-    *) echo "usage: llamacpp.sh [--tokenizer GGUF] [--text FILE] [--no-tokenize] [--model GGUF]..." >&2
+    *) echo "usage: llamacpp.sh [--tokenizer GGUF] [--text FILE] [--no-tokenize] [--depth N]" \
+            "[--decode-tokens N] [--model GGUF]... | --quantize IN OUT TYPE" >&2
        exit 2 ;;
     esac
 done
@@ -148,6 +159,9 @@ fi
 rc=0
 "$bin" --libdir "$cache/lib" --help >/dev/null 2>&1 ||
     unavailable "the prebuilt libraries do not load on this machine: $("$bin" --libdir "$cache/lib" --help 2>&1 | head -1)"
+if [ -n "$qin" ]; then
+    exec "$bin" --libdir "$cache/lib" --threads "$THREADS" --quantize "$qin" "$qout" "$qtype"
+fi
 if [ "$do_tok" = 1 ]; then
     if [ -z "$text" ]; then
         text=$BUILD/bench-corpus.txt
@@ -158,6 +172,6 @@ if [ "$do_tok" = 1 ]; then
 fi
 for m in ${models:-$MODELS/stories260K.gguf}; do
     "$bin" --libdir "$cache/lib" --model "$m" --threads "$THREADS" --reps "$REPS" \
-        --prompt-tokens "${PROMPT_TOKENS:-128}" || rc=$?
+        --prompt-tokens "${PROMPT_TOKENS:-128}" --decode-tokens "$ndec" --depth "$depth" || rc=$?
 done
 exit $rc

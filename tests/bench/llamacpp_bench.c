@@ -9,7 +9,12 @@
  *
  *   llamacpp-bench --libdir DIR [--threads N] [--reps N]
  *                  [--tokenizer GGUF --text FILE]
- *                  [--model GGUF [--prompt-tokens N] [--decode-tokens N]]
+ *                  [--model GGUF [--prompt-tokens N] [--decode-tokens N] [--depth N]]
+ *   llamacpp-bench --libdir DIR --quantize IN.gguf OUT.gguf TYPE [--threads N]
+ *
+ * --quantize: llama_model_quantize of IN into OUT as TYPE (q4_k_m, q5_k_m,
+ * q6_k, q8_0, q4_0, q4_k_s: llama-quantize's mixes, with its defaults), so
+ * the files people download (Q4_K_M) are made by llama.cpp itself.
  *
  * --libdir: where libggml-cpu-*.so live; ggml loads the best CPU variant for
  * this machine from there (as llama-bench's ggml_backend_load_all()).
@@ -27,7 +32,9 @@
  * --prompt-tokens batch (BOS + pseudo-random ids, logits of the last token
  * only) on an empty cache (pp test); decode = --decode-tokens single-token
  * llama_decode + llama_synchronize calls at positions 0..N-1 of an empty
- * cache (tg test); best of --reps. One line, the keys of llamad-bench
+ * cache (tg test), or with --depth D at positions D..D+N-1 after D tokens
+ * (filled once, in prompt-sized batches; each run first removes what the
+ * previous one decoded: llama-bench -d); best of --reps. One line, the keys of llamad-bench
  * where they mean the same, plus impl= and cpu= (the libggml-cpu variant
  * ggml chose). Weight layout is llama.cpp's default (use_extra_bufts: Q4_0
  * and friends repacked for the CPU at load), as llama-bench runs it.
@@ -35,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <getopt.h>
 #include <time.h>
 #include <unistd.h>
@@ -170,7 +178,8 @@ static const char *ftype_name(const struct llama_model *model)
 	return buf;
 }
 
-static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decode, int reps)
+static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decode, int depth,
+			int reps)
 {
 	ggml_backend_dev_t cpu_dev = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
 	if (!cpu_dev) {
@@ -190,11 +199,12 @@ static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decod
 		fprintf(stderr, "llamacpp-bench: %s: llama.cpp could not load it\n", gguf);
 		return 1;
 	}
-	int total = n_prompt + n_decode;
+	/* the prompt alone (prefill), then depth + decode */
+	int total = depth + n_decode > n_prompt ? depth + n_decode : n_prompt;
 	int train_ctx = llama_model_n_ctx_train(model);
 	if (train_ctx > 0 && total > train_ctx) {
-		fprintf(stderr, "llamacpp-bench: %d + %d tokens exceed the model's context %d\n",
-			n_prompt, n_decode, train_ctx);
+		fprintf(stderr, "llamacpp-bench: %d tokens exceed the model's context %d\n", total,
+			train_ctx);
 		return 2;
 	}
 	struct llama_context_params cp = llama_context_default_params();
@@ -235,25 +245,34 @@ static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decod
 	}
 	llama_synchronize(ctx);
 	double best_pf = 1e30, best_dec = 1e30;
-	for (int r = 0; r < reps; r++) {
+	int rc = 0;
+	for (int r = 0; r < reps && !rc; r++) {
 		llama_memory_clear(mem, false);
 		double t0 = now_s();
-		int rc = llama_decode(ctx, llama_batch_get_one(toks, n_prompt));
+		rc = llama_decode(ctx, llama_batch_get_one(toks, n_prompt));
 		llama_synchronize(ctx);
 		double t1 = now_s();
-		llama_memory_clear(mem, false);
+		best_pf = t1 - t0 < best_pf ? t1 - t0 : best_pf;
+	}
+	/* the depth, once */
+	llama_memory_clear(mem, false);
+	for (int p = 0; p < depth && !rc; p += n_prompt) {
+		int n = depth - p < n_prompt ? depth - p : n_prompt;
+		rc = llama_decode(ctx, llama_batch_get_one(&toks[p], n));
+	}
+	for (int r = 0; r < reps && !rc; r++) {
+		llama_memory_seq_rm(mem, 0, depth, -1);
 		double t2 = now_s();
 		for (int i = 0; i < n_decode && !rc; i++) {
-			rc = llama_decode(ctx, llama_batch_get_one(&toks[i], 1));
+			rc = llama_decode(ctx, llama_batch_get_one(&toks[depth + i], 1));
 			llama_synchronize(ctx);
 		}
 		double t3 = now_s();
-		if (rc) {
-			fprintf(stderr, "llamacpp-bench: llama_decode failed (%d)\n", rc);
-			return 1;
-		}
-		best_pf = t1 - t0 < best_pf ? t1 - t0 : best_pf;
 		best_dec = t3 - t2 < best_dec ? t3 - t2 : best_dec;
+	}
+	if (rc) {
+		fprintf(stderr, "llamacpp-bench: llama_decode failed (%d)\n", rc);
+		return 1;
 	}
 	/* the prompt's state as llama-server's /slots?action=save writes it
 	 * (llama_state_seq_save_file: header, tokens, K/V in the context's
@@ -274,10 +293,10 @@ static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decod
 	 * count only what one token reads */
 	printf("model=%s dtype=%s all_params=%.1fM threads=%d prompt=%d prefill_tok_s=%.1f "
 	       "decode=%d decode_tok_s=%.1f size_MB=%.1f impl=llama.cpp-%s cpu=%s "
-	       "slot_file_bytes=%zu slot_bytes_per_token=%.0f\n",
+	       "slot_file_bytes=%zu slot_bytes_per_token=%.0f depth=%d\n",
 	       gguf, ftype_name(model), llama_model_n_params(model) / 1e6, threads, n_prompt,
 	       n_prompt / best_pf, n_decode, n_decode / best_dec, llama_model_size(model) / 1e6,
-	       llama_version(), cpu_variant, slot, (double)slot / n_prompt);
+	       llama_version(), cpu_variant, slot, (double)slot / n_prompt, depth);
 	free(toks);
 	llama_free(ctx);
 	if (tp_free)
@@ -286,10 +305,39 @@ static int decode_bench(const char *gguf, int threads, int n_prompt, int n_decod
 	return 0;
 }
 
+/* llama_model_quantize of in into out as type (a name of llama-quantize's). */
+static int quantize(const char *in, const char *out, const char *type, int threads)
+{
+	static const struct {
+		const char *name;
+		enum llama_ftype ft;
+	} types[] = {
+		{ "q4_0", LLAMA_FTYPE_MOSTLY_Q4_0 },     { "q8_0", LLAMA_FTYPE_MOSTLY_Q8_0 },
+		{ "q4_k_s", LLAMA_FTYPE_MOSTLY_Q4_K_S }, { "q4_k_m", LLAMA_FTYPE_MOSTLY_Q4_K_M },
+		{ "q5_k_m", LLAMA_FTYPE_MOSTLY_Q5_K_M }, { "q6_k", LLAMA_FTYPE_MOSTLY_Q6_K },
+	};
+	struct llama_model_quantize_params qp = llama_model_quantize_default_params();
+	qp.nthread = threads;
+	size_t i = 0;
+	while (i < sizeof(types) / sizeof(types[0]) && strcasecmp(types[i].name, type))
+		i++;
+	if (i == sizeof(types) / sizeof(types[0])) {
+		fprintf(stderr, "llamacpp-bench: --quantize: unknown type %s\n", type);
+		return 2;
+	}
+	qp.ftype = types[i].ft;
+	if (llama_model_quantize(in, out, &qp)) {
+		fprintf(stderr, "llamacpp-bench: llama_model_quantize of %s failed\n", in);
+		return 1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *libdir = NULL, *model = NULL, *tok = NULL, *text = NULL;
-	int threads = 2, reps = 3, n_prompt = 128, n_decode = 128;
+	int threads = 2, reps = 3, n_prompt = 128, n_decode = 128, depth = 0;
+	const char *quant_in = NULL;
 	static const struct option opts[] = {
 		{ "libdir", required_argument, NULL, 'L' },
 		{ "model", required_argument, NULL, 'm' },
@@ -299,6 +347,8 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "prompt-tokens", required_argument, NULL, 'p' },
 		{ "decode-tokens", required_argument, NULL, 'd' },
+		{ "depth", required_argument, NULL, 'D' },
+		{ "quantize", required_argument, NULL, 'Q' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -314,16 +364,28 @@ int main(int argc, char **argv)
 		case 'r': reps = atoi(optarg); break;
 		case 'p': n_prompt = atoi(optarg); break;
 		case 'd': n_decode = atoi(optarg); break;
+		case 'D': depth = atoi(optarg); break;
+		case 'Q': quant_in = optarg; break;
 		case 'v': verbose = 1; break;
 		default:
 			fprintf(stderr, "usage: llamacpp-bench --libdir DIR [--threads N] [--reps N] "
 					"[--tokenizer GGUF --text FILE] [--model GGUF "
-					"[--prompt-tokens N] [--decode-tokens N]] [-v]\n");
+					"[--prompt-tokens N] [--decode-tokens N] [--depth N]] [-v]\n"
+					"       llamacpp-bench --libdir DIR --quantize IN OUT TYPE "
+					"[--threads N]\n");
 			return c == 'h' ? 0 : 2;
 		}
 	}
+	if (libdir && quant_in && optind + 2 == argc) {
+		llama_log_set(log_cb, NULL);
+		ggml_backend_load_all_from_path(libdir);
+		llama_backend_init();
+		int rc = quantize(quant_in, argv[optind], argv[optind + 1], threads);
+		llama_backend_free();
+		return rc;
+	}
 	if (!libdir || (!model && !(tok && text)) || threads < 1 || reps < 1 || n_prompt < 1 ||
-	    n_decode < 1) {
+	    n_decode < 1 || depth < 0 || quant_in) {
 		fprintf(stderr, "llamacpp-bench: --libdir and --model or --tokenizer+--text needed\n");
 		return 2;
 	}
@@ -334,7 +396,7 @@ int main(int argc, char **argv)
 	if (tok && text)
 		rc = tokenize_bench(tok, text, reps);
 	if (!rc && model)
-		rc = decode_bench(model, threads, n_prompt, n_decode, reps);
+		rc = decode_bench(model, threads, n_prompt, n_decode, depth, reps);
 	llama_backend_free();
 	return rc;
 }
