@@ -6,7 +6,8 @@
 # hand.
 # Env: BUILD, MODELS, THREADS (default: all cores), BENCH_SHAPES to override
 # the list ("shape:dtype ..."), BENCH_GGUF (more GGUF files for llamad and
-# llama.cpp), LLAMA3_GGUF (llama.cpp's Llama 3 vocabulary).
+# llama.cpp), LLAMA3_GGUF (llama.cpp's Llama 3 vocabulary), BENCH_DECODE=0
+# (no decode table of the 1B shape: tests/bench/decode_table.sh).
 set -e
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -64,6 +65,13 @@ for g in ${BENCH_GGUF:-}; do set -- "$@" --model "$g"; done
     echo "llama.cpp bench failed ($?)"; } | tee -a "$log"
 "$BUILD/llamad-bench" --model "$MODELS/stories260K.gguf" --threads "$THREADS" --no-bandwidth |
     tee -a "$log"
+
+# ---- decode of the Llama 3.2 1B shape in five formats, against llama.cpp ----
+# (tests/bench/decode_table.sh; ~15 minutes on 2 cores, ~5.3 GB of files made
+# once; BENCH_DECODE=0 skips it)
+if [ "${BENCH_DECODE:-1}" != 0 ]; then
+    BUILD=$BUILD MODELS=$MODELS THREADS=$THREADS sh tests/bench/decode_table.sh | tee -a "$log"
+fi
 
 # ---- the daemon, seen through its socket -----------------------------------
 start_daemon() {  # model-args...
