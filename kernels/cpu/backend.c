@@ -60,9 +60,44 @@ static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes
 	return 0;
 }
 
+/* Bytes of memory the system can still give (MemAvailable: free pages and
+ * the page cache it can drop, the model file's included), or
+ * LLAMAD_CPU_MEM_AVAILABLE (bytes) where set, for tests; 0 when unknown. */
+static size_t mem_available(void)
+{
+	const char *e = getenv("LLAMAD_CPU_MEM_AVAILABLE");
+	if (e && *e)
+		return (size_t)strtoull(e, NULL, 10);
+	FILE *f = fopen("/proc/meminfo", "r");
+	if (!f)
+		return 0;
+	char line[128];
+	unsigned long long kb = 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(f);
+	return (size_t)kb * 1024;
+}
+
+/* What a packed copy must leave to the rest of the process (scratch, the
+ * K/V pool's first blocks, the daemon): 64 MiB. */
+#define PACK_SPARE ((size_t)64 << 20)
+
+/* The rest of the quantized weights stay unpacked: the exact path serves
+ * them (slower, not fatal); the log and status say so. */
+static void pack_off(struct backend *be, const char *why)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	cb->pack_quant = 0;
+	size_t n = strlen(be->desc);
+	snprintf(be->desc + n, sizeof(be->desc) - n, " (%s packing: exact path)", why);
+}
+
 /* Weights are read where they lie (mmapped or converted at load); with
- * AVX512-VNNI, quantized matrices for matmul also get their packed form;
- * bf16 ones with bf16 dot products set the room their activations need. */
+ * AVX512-VNNI, quantized matrices for matmul also get their packed form
+ * while memory allows it; bf16 ones with bf16 dot products set the room
+ * their activations need. */
 static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
 			    const struct kt_weight *src, int use)
 {
@@ -74,14 +109,25 @@ static int cpu_weight_place(struct backend *be, struct kt_weight *dst,
 		cb->xb_cols = src->cols;
 	if (!(use & KT_USE_MATMUL) || !cb->pack_quant || !kt_dtype_is_quant(src->dtype))
 		return 0;
+	/* with overcommit the mapping of a copy that does not fit succeeds,
+	 * and the OOM killer comes later: what the system has is asked first */
+	size_t need = cpu_qpack_size(src), avail = mem_available();
+	if (need && avail && need + PACK_SPARE > avail) {
+		backend_log(BACKEND_LOG_WARN,
+			    "cpu: packing a %d x %d %s matrix for 8-bit activations needs %zu MiB "
+			    "and %zu MiB are available: this and the remaining quantized weights "
+			    "stay unpacked (the exact path, several times slower); free memory "
+			    "and restart for full speed",
+			    src->rows, src->cols, kt_dtype_name(src->dtype), need >> 20, avail >> 20);
+		pack_off(be, "no memory for");
+		return 0;
+	}
 	struct cpu_qpack *p;
 	int rc = cpu_qpack_new(src, cb->pool, &p);
 	if (rc == -ENOMEM) {
-		/* the mapped weights still serve, on the exact path: slower,
-		 * not fatal; status says so */
-		cb->pack_quant = 0;
-		size_t n = strlen(be->desc);
-		snprintf(be->desc + n, sizeof(be->desc) - n, " (out of memory packing: exact path)");
+		backend_log(BACKEND_LOG_WARN, "cpu: out of memory packing the quantized weights: "
+			    "the remaining ones stay unpacked (the exact path, several times slower)");
+		pack_off(be, "out of memory");
 		return 0;
 	}
 	if (rc)

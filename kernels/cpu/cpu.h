@@ -52,6 +52,8 @@ struct cpu_qpack;
 int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out);
 void cpu_qpack_free(struct cpu_qpack *p);
 size_t cpu_qpack_bytes(const struct cpu_qpack *p);
+/* The bytes cpu_qpack_new would map for w (0: not packable). */
+size_t cpu_qpack_size(const struct kt_weight *w);
 /* Row groups (16 rows each): the unit cpu_qpack_rows splits on. */
 int cpu_qpack_groups(const struct cpu_qpack *p);
 /* Bytes of one token's quantized activations of width cols. */

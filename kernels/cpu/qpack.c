@@ -131,15 +131,12 @@ static void pack_worker(void *ctx, int ith, int nth)
 		__atomic_store_n(&p->q8_min, 1, __ATOMIC_RELAXED);
 }
 
-int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out)
+/* p's shape for w: 0, or -EINVAL when w is not packable. */
+static int geometry(struct cpu_qpack *p, const struct kt_weight *w)
 {
-	*out = NULL;
 	if (!kt_dtype_is_quant(w->dtype) || w->cols <= 0 || w->rows <= 0 ||
 	    w->cols % (int)kt_block_weights(w->dtype))
 		return -EINVAL;
-	struct cpu_qpack *p = calloc(1, sizeof(*p));
-	if (!p)
-		return -ENOMEM;
 	p->dt = w->dtype;
 	p->rows = w->rows;
 	p->cols = w->cols;
@@ -149,6 +146,25 @@ int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpac
 	p->s_off = (size_t)p->nb * p->ub;
 	p->h_off = p->s_off + (size_t)p->nb * 32;
 	p->group_bytes = (p->h_off + (size_t)(p->nb / 8) * h_bytes(p->dt) + 63) & ~(size_t)63;
+	return 0;
+}
+
+size_t cpu_qpack_size(const struct kt_weight *w)
+{
+	struct cpu_qpack p = { 0 };
+	return geometry(&p, w) ? 0 : cpu_qpack_bytes(&p);
+}
+
+int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out)
+{
+	*out = NULL;
+	struct cpu_qpack g = { 0 };
+	if (geometry(&g, w))
+		return -EINVAL;
+	struct cpu_qpack *p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	*p = g;
 	/* its own mapping: page-aligned, transparent huge pages where the
 	 * system allows (fewer TLB misses on the streams) */
 	void *m = mmap(NULL, cpu_qpack_bytes(p), PROT_READ | PROT_WRITE,

@@ -1343,6 +1343,56 @@ static void test_packed_out_of_memory(void **state)
 #endif
 }
 
+/* A packed copy the system has no memory for (MemAvailable, here
+ * LLAMAD_CPU_MEM_AVAILABLE) is not made: that weight and the ones placed
+ * after it stay unpacked and give the exact path's bits, and the
+ * description says so; with 1 MiB more than the copy and its 64 MiB spare,
+ * the weight is packed. */
+static void test_packed_memory_available(void **state)
+{
+	(void)state;
+	SKIP_WITHOUT(backends_pack(), "AVX512-VNNI or AVX2 (no packing)");
+	const char *e = getenv("LLAMAD_CPU_MEM_AVAILABLE");
+	char *saved = e ? strdup(e) : NULL;
+	struct q_case c;
+	rng_seed(404);
+	q_case_make(&c, KT_Q4_0, 16 * 64, 4096, 2);
+	size_t need = cpu_qpack_size(&c.w), spare = (size_t)64 << 20;
+	assert_true(need >= (size_t)16 * 64 * 4096 / 2);
+	char v[32];
+	for (int fits = 0; fits <= 1; fits++) {
+		snprintf(v, sizeof v, "%zu", need + spare + (fits ? 1u << 20 : 0) - 1);
+		assert_int_equal(setenv("LLAMAD_CPU_MEM_AVAILABLE", v, 1), 0);
+		struct backend *be = backend_cpu_new(1);
+		assert_non_null(be);
+		struct kt_weight pw, pw2;
+		assert_int_equal(be->ops->weight_place(be, &pw, &c.w, KT_USE_MATMUL), 0);
+		assert_int_equal(pw.pack != NULL, fits);
+		assert_int_equal(strstr(be->desc, "no memory for packing: exact path") != NULL, !fits);
+		if (!fits) {
+			/* the next weight too, whatever the memory says now */
+			assert_int_equal(setenv("LLAMAD_CPU_MEM_AVAILABLE", "0", 1), 0);
+			assert_int_equal(be->ops->weight_place(be, &pw2, &c.w, KT_USE_MATMUL), 0);
+			assert_null(pw2.pack);
+			be->ops->weight_release(be, &pw2);
+			float *y = xmalloc((size_t)2 * c.w.rows * sizeof(float));
+			float *ye = xmalloc((size_t)2 * c.w.rows * sizeof(float));
+			poison(y, (size_t)2 * c.w.rows);
+			be->ops->matmul(be, y, c.x, &pw, 2);
+			q_run(2, ye, c.x, &c.w, 2);
+			expect_same(ye, y, (size_t)2 * c.w.rows, "unpacked for want of memory");
+			free(y);
+			free(ye);
+		}
+		be->ops->weight_release(be, &pw);
+		backend_free(be);
+	}
+	assert_int_equal(saved ? setenv("LLAMAD_CPU_MEM_AVAILABLE", saved, 1)
+			       : unsetenv("LLAMAD_CPU_MEM_AVAILABLE"), 0);
+	free(saved);
+	q_case_done(&c);
+}
+
 /* The activation quantizer: the vector code writes the portable code's
  * bytes; known values: ties round to even, the block's largest magnitude
  * maps to +-127, zeros to a zero scale. */
@@ -1732,6 +1782,7 @@ int main(void)
 		cmocka_unit_test(test_packed_q8_forms),
 		cmocka_unit_test(test_packed_real_shapes),
 		cmocka_unit_test(test_packed_out_of_memory),
+		cmocka_unit_test(test_packed_memory_available),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
