@@ -289,8 +289,14 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 		if (op->matmul_swiglu) {
 			op->matmul_swiglu(be, f->hb, f->xb, &L->w1, &L->w3, T);
 		} else {
-			op->matmul(be, f->hb, f->xb, &L->w1, T);
-			op->matmul(be, f->hb2, f->xb, &L->w3, T);
+			if (op->matmul_n) {
+				float *const y[2] = { f->hb, f->hb2 };
+				const struct kt_weight *const w[2] = { &L->w1, &L->w3 };
+				op->matmul_n(be, 2, y, w, f->xb, T);
+			} else {
+				op->matmul(be, f->hb, f->xb, &L->w1, T);
+				op->matmul(be, f->hb2, f->xb, &L->w3, T);
+			}
 			op->silu_mul(be, f->hb, f->hb2, (size_t)T * c->ffn_dim);
 		}
 		matmul_add(f, f->x, f->hb, &L->w2, T);

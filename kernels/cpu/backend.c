@@ -148,6 +148,7 @@ static void cpu_weight_release(struct backend *be, struct kt_weight *w)
 static const struct backend_ops cpu_ops = {
 	.name = "cpu",
 	.matmul = cpu_matmul,
+	.matmul_n = cpu_matmul_n,
 	.rmsnorm = cpu_rmsnorm,
 	.rope = cpu_rope,
 	.kv_store = cpu_kv_store,

@@ -73,6 +73,12 @@ int cpu_q_isa(const struct cpu_backend *cb);
 /* Matmul entry point of the CPU backend (kernels/cpu/matmul.c). */
 void cpu_matmul(struct backend *be, float *y, const float *x,
 		const struct kt_weight *w, int n_tok);
+/* y[i] = x W[i]^T for n <= 3 weights sharing x (the op table's
+ * matmul_n): packed ones in one job over all their row groups, the
+ * activations quantized once; otherwise cpu_matmul for each. The same
+ * bits as cpu_matmul either way. */
+void cpu_matmul_n(struct backend *be, int n, float *const *y, const struct kt_weight *const *w,
+		  const float *x, int n_tok);
 
 /* Single-threaded matmul of rows [r0, r1) of w (any dtype; Q8_0/Q4_0 need
  * w->cols a multiple of kt_block_weights(w->dtype)), for testing and for the pool workers.

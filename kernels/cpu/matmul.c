@@ -258,6 +258,70 @@ int cpu_xb_reserve(struct cpu_backend *cb, size_t n)
 	return reserve(&cb->xb, &cb->xb_len, n * sizeof(uint16_t));
 }
 
+/* Products of packed weights sharing their input (q, k, v; gate, up): the
+ * activations quantized once, and the groups of all of them in one job,
+ * each weight's range padded to whole chunks so that no chunk spans two. */
+struct qmm_multi {
+	float *const *y;
+	const struct kt_weight *const *w;
+	int n, n_tok, isa, chunk;
+	int end[3];             /* padded group range of each: [end[i-1], end[i]) */
+	const uint8_t *qx;
+	_Atomic int next;
+};
+
+static void qmm_multi_worker(void *ctx, int ith, int nth)
+{
+	(void)ith;
+	(void)nth;
+	struct qmm_multi *j = ctx;
+	for (;;) {
+		int g0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+		if (g0 >= j->end[j->n - 1])
+			return;
+		int i = 0;
+		while (g0 >= j->end[i])
+			i++;
+		int base = i ? j->end[i - 1] : 0;
+		const struct cpu_qpack *p = j->w[i]->pack;
+		int ng = cpu_qpack_groups(p), a = g0 - base;
+		int b = a + j->chunk < ng ? a + j->chunk : ng;
+		if (a < b)
+			cpu_qpack_rows(j->isa, j->y[i], j->qx, p, j->n_tok, a, b);
+	}
+}
+
+void cpu_matmul_n(struct backend *be, int n, float *const *y, const struct kt_weight *const *w,
+		  const float *x, int n_tok)
+{
+	struct cpu_backend *cb = (struct cpu_backend *)be;
+	int packed = n >= 1 && n <= 3;
+	for (int i = 0; i < n && packed; i++)
+		packed = w[i]->pack && w[i]->cols == w[0]->cols;
+	if (!packed || cpu_qx_reserve(cb, n_tok, w[0]->cols) != 0) {
+		for (int i = 0; i < n; i++)
+			cpu_matmul(be, y[i], x, w[i], n_tok);
+		return;
+	}
+	int nth = tpool_size(cb->pool), ng = 0;
+	size_t wbytes = 0;
+	for (int i = 0; i < n; i++) {
+		ng += cpu_qpack_groups(w[i]->pack);
+		wbytes += cpu_qpack_bytes(w[i]->pack);
+	}
+	/* cpu_matmul's chunks: about 8 a worker, whole tiles of 4 groups */
+	int chunk = ((ng + 8 * nth - 1) / (8 * nth) + 3) & ~3;
+	struct qmm_multi m = { y, w, n, n_tok, cpu_q_isa(cb), chunk, { 0 }, cb->qx, 0 };
+	for (int i = 0, e = 0; i < n; i++) {
+		int g = cpu_qpack_groups(w[i]->pack);
+		e += (g + chunk - 1) / chunk * chunk;
+		m.end[i] = e;
+	}
+	struct qmm_job q = { NULL, x, w[0], cb->qx, n_tok, m.isa, 0, 0 };
+	tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
+	tpool_run(cb->pool, qmm_multi_worker, &m, wbytes < (256u << 10) ? 1 : nth);
+}
+
 void cpu_matmul(struct backend *be, float *y, const float *x,
 		const struct kt_weight *w, int n_tok)
 {

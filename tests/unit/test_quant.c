@@ -1343,6 +1343,63 @@ static void test_packed_out_of_memory(void **state)
 #endif
 }
 
+/* matmul_n (q, k, v; gate, up): the products of weights sharing their
+ * input in one job give the bits of matmul on each, on 1 and 2 threads,
+ * for a token alone and for batches; with one of them unpacked (the exact
+ * path) each goes through matmul. */
+static void test_packed_matmul_n(void **state)
+{
+	(void)state;
+	static const enum kt_dtype dts[] = { KT_Q8_0, KT_Q4_0, KT_Q4_K, KT_Q6_K };
+	const int rows[3] = { 16 * 40, 16 * 9 + 5, 16 * 3 };
+	for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++) {
+		struct q_case c[3];
+		rng_seed(405 + (unsigned)d);
+		for (int i = 0; i < 3; i++)
+			q_case_make(&c[i], dts[d], rows[i], 512, 13);
+		for (int bi = 0; bi < 2; bi++) {
+			struct backend *be = bi ? g_be2 : g_be1;
+			assert_non_null(be->ops->matmul_n);
+			struct kt_weight pw[3];
+			for (int i = 0; i < 3; i++)
+				assert_int_equal(be->ops->weight_place(be, &pw[i], &c[i].w,
+									KT_USE_MATMUL), 0);
+			assert_int_equal(be->ops->reserve(be, 64, 13), 0);
+			for (int unpacked = 0; unpacked <= 1; unpacked++) {
+				struct cpu_qpack *keep = pw[1].pack;
+				if (unpacked)
+					pw[1].pack = NULL;
+				for (int n = 1; n <= 3; n++) {
+					for (int nt = 1; nt <= 13; nt += 6) {
+						float *y[3], *ye[3];
+						const struct kt_weight *w[3] = { &pw[0], &pw[1], &pw[2] };
+						for (int i = 0; i < n; i++) {
+							size_t ny = (size_t)nt * rows[i];
+							y[i] = xmalloc(ny * sizeof(float));
+							ye[i] = xmalloc(ny * sizeof(float));
+							poison(y[i], ny);
+							poison(ye[i], ny);
+							be->ops->matmul(be, ye[i], c[0].x, w[i], nt);
+						}
+						be->ops->matmul_n(be, n, y, w, c[0].x, nt);
+						for (int i = 0; i < n; i++) {
+							expect_same(ye[i], y[i], (size_t)nt * rows[i],
+								    "matmul_n against matmul");
+							free(y[i]);
+							free(ye[i]);
+						}
+					}
+				}
+				pw[1].pack = keep;
+			}
+			for (int i = 0; i < 3; i++)
+				be->ops->weight_release(be, &pw[i]);
+		}
+		for (int i = 0; i < 3; i++)
+			q_case_done(&c[i]);
+	}
+}
+
 /* A packed copy the system has no memory for (MemAvailable, here
  * LLAMAD_CPU_MEM_AVAILABLE) is not made: that weight and the ones placed
  * after it stay unpacked and give the exact path's bits, and the
@@ -1783,6 +1840,7 @@ int main(void)
 		cmocka_unit_test(test_packed_real_shapes),
 		cmocka_unit_test(test_packed_out_of_memory),
 		cmocka_unit_test(test_packed_memory_available),
+		cmocka_unit_test(test_packed_matmul_n),
 	};
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
