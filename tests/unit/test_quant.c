@@ -1296,6 +1296,21 @@ static void test_packed_group_range(void **state)
 	}
 }
 
+/* be's matmul of the placed pw (2 tokens of c) gives the exact path's
+ * bits (q_run path 2). */
+static void expect_unpacked(struct backend *be, const struct kt_weight *pw, const struct q_case *c,
+			    const char *what)
+{
+	float *y = xmalloc((size_t)2 * c->w.rows * sizeof(float));
+	float *ye = xmalloc((size_t)2 * c->w.rows * sizeof(float));
+	poison(y, (size_t)2 * c->w.rows);
+	be->ops->matmul(be, y, c->x, pw, 2);
+	q_run(2, ye, c->x, &c->w, 2);
+	expect_same(ye, y, (size_t)2 * c->w.rows, what);
+	free(y);
+	free(ye);
+}
+
 /* Out of memory while packing: the weight is placed unpacked (the exact
  * path serves it, same results as an unplaced weight), the backend stops
  * packing and its description says so. Not under AddressSanitizer, whose
@@ -1329,15 +1344,8 @@ static void test_packed_out_of_memory(void **state)
 	assert_int_equal(rc, 0);
 	assert_null(pw.pack);
 	assert_non_null(strstr(be->desc, "out of memory packing"));
-	float *y = xmalloc((size_t)2 * c.w.rows * sizeof(float));
-	float *ye = xmalloc((size_t)2 * c.w.rows * sizeof(float));
-	poison(y, (size_t)2 * c.w.rows);
-	be->ops->matmul(be, y, c.x, &pw, 2);
-	q_run(2, ye, c.x, &c.w, 2);
-	expect_same(ye, y, (size_t)2 * c.w.rows, "unpacked after out of memory");
+	expect_unpacked(be, &pw, &c, "unpacked after out of memory");
 	be->ops->weight_release(be, &pw);
-	free(y);
-	free(ye);
 	q_case_done(&c);
 	backend_free(be);
 #endif
@@ -1432,14 +1440,7 @@ static void test_packed_memory_available(void **state)
 			assert_int_equal(be->ops->weight_place(be, &pw2, &c.w, KT_USE_MATMUL), 0);
 			assert_null(pw2.pack);
 			be->ops->weight_release(be, &pw2);
-			float *y = xmalloc((size_t)2 * c.w.rows * sizeof(float));
-			float *ye = xmalloc((size_t)2 * c.w.rows * sizeof(float));
-			poison(y, (size_t)2 * c.w.rows);
-			be->ops->matmul(be, y, c.x, &pw, 2);
-			q_run(2, ye, c.x, &c.w, 2);
-			expect_same(ye, y, (size_t)2 * c.w.rows, "unpacked for want of memory");
-			free(y);
-			free(ye);
+			expect_unpacked(be, &pw, &c, "unpacked for want of memory");
 		}
 		be->ops->weight_release(be, &pw);
 		backend_free(be);
