@@ -22,8 +22,16 @@
 # llamad-bench's % of the memory roof (its decode against the bandwidth
 # probes right before and after it).
 #
+# The prebuilt library is the release's CPU build for every x86-64 level
+# (here libggml-cpu-zen4.so); on f16 weights it is slower than the same
+# commit built for this CPU (cmake -DGGML_NATIVE=ON: decode 1.2-1.4 times,
+# prefill twice as fast here). LLAMA_BENCH=path/to/llama-bench measures
+# such a build instead, with its own llama-bench (-p 128 -n 64 -d D -r 1,
+# f16 K/V, its defaults otherwise).
+#
 # Env: BUILD, MODELS, THREADS (0: all cores), DECODE_ROUNDS (3),
-# DECODE_FORMATS ("f16 q8_0 q4_0 q4_k Q4_K_M"), DECODE_DEEP (4096; 0 skips).
+# DECODE_FORMATS ("f16 q8_0 q4_0 q4_k Q4_K_M"), DECODE_DEEP (4096; 0 skips),
+# LLAMA_BENCH (unset: the prebuilt library through llamacpp.sh).
 set -u
 BUILD=${BUILD:-build}
 MODELS=${MODELS:-../shared/models}
@@ -68,6 +76,16 @@ run() {  # threads depth round format
     f=$dir/$4.gguf
     "$BUILD/llamad-bench" --model "$f" --threads "$1" --prompt-tokens 128 --decode-tokens 64 \
         --depth "$2" --reps 1 --kv-type f16 | sed "s/\$/ round=$3 fmt=$4/" >> "$log"
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+        # its CSV: the pp line, then the tg line; avg_ts is the second last
+        "$LLAMA_BENCH" -m "$f" -t "$1" -p 128 -n 64 -d "$2" -r 1 -o csv 2>/dev/null |
+            tr -d '"' | awk -F, -v t="$1" -v d="$2" -v r="$3" -v fm="$4" '
+                NR == 2 { pf = $(NF - 1) } NR == 3 { dec = $(NF - 1) }
+                END { if (dec != "") printf "model=%s threads=%s depth=%s prefill_tok_s=%.1f " \
+                      "decode_tok_s=%.1f impl=llama-bench round=%s fmt=%s\n", fm, t, d, pf, dec, r, fm }' \
+            >> "$log"
+        return
+    fi
     BUILD=$BUILD MODELS=$MODELS THREADS=$1 REPS=1 sh tests/bench/llamacpp.sh --no-tokenize \
         --depth "$2" --decode-tokens 64 --model "$f" | grep -E '^(model=|llama.cpp not)' |
         sed "/^model=/s/\$/ round=$3 fmt=$4/" >> "$log"
@@ -90,7 +108,8 @@ fi
 # ---- the table --------------------------------------------------------------
 grep -m1 '^llama.cpp not available' "$log"
 echo "== Llama 3.2 1B shape: decode of 64 tokens after -d (tok/s), prefill of 128 (tok/s);"
-echo "   medians over the rounds; ratio = llamad / llama.cpp v0.5.0 (de3ff81), per round"
+echo "   medians over the rounds; ratio = llamad / llama.cpp v0.5.0 (de3ff81), per round;"
+echo "   llama.cpp: ${LLAMA_BENCH:-the prebuilt library (tests/bench/llamacpp.sh)}"
 grep '^model=' "$log" | awk '
 function med(s,    n, a, i, j, x) {
     n = split(substr(s, 2), a, " ")
