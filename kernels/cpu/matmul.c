@@ -194,15 +194,18 @@ int cpu_qx_reserve(struct cpu_backend *cb, int n_tok, int cols)
 		       (size_t)(n_tok > 0 ? n_tok : 1) * cpu_qx_row_bytes(cols));
 }
 
-/* Packed weights: activations quantized (tokens split over the threads),
- * then row groups split over them. */
+/* Packed weights sharing their input (one, or q, k, v; gate, up):
+ * activations quantized once (tokens split over the threads), then the
+ * row groups of all of them split over the threads, each weight's range
+ * padded to whole chunks so that no chunk spans two. */
 struct qmm_job {
-	float *y;
+	float *const *y;
+	const struct kt_weight *const *w;
 	const float *x;
-	const struct kt_weight *w;
 	uint8_t *qx;
-	int n_tok, isa;
+	int n, n_tok, isa;
 	int chunk;              /* groups a worker takes at a time */
+	int end[3];             /* padded group range of w[i]: [end[i-1], end[i]) */
 	_Atomic int next;       /* first group not yet taken */
 };
 
@@ -217,7 +220,7 @@ static void qx_worker(void *ctx, int ith, int nth)
 	int t0, t1;
 	share(j->n_tok, ith, nth, 1, &t0, &t1);
 	if (t0 < t1)
-		cpu_qx_quantize(j->isa, j->qx, j->x, j->w->cols, t0, t1);
+		cpu_qx_quantize(j->isa, j->qx, j->x, j->w[0]->cols, t0, t1);
 }
 
 /* Workers take chunks of groups in ascending order until none is left, so
@@ -230,14 +233,42 @@ static void qmm_worker(void *ctx, int ith, int nth)
 	(void)ith;
 	(void)nth;
 	struct qmm_job *j = ctx;
-	int ng = cpu_qpack_groups(j->w->pack);
 	for (;;) {
 		int g0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-		if (g0 >= ng)
+		if (g0 >= j->end[j->n - 1])
 			return;
-		int g1 = g0 + j->chunk < ng ? g0 + j->chunk : ng;
-		cpu_qpack_rows(j->isa, j->y, j->qx, j->w->pack, j->n_tok, g0, g1);
+		int i = 0;
+		while (g0 >= j->end[i])
+			i++;
+		const struct cpu_qpack *p = j->w[i]->pack;
+		int ng = cpu_qpack_groups(p), a = g0 - (i ? j->end[i - 1] : 0);
+		int b = a + j->chunk < ng ? a + j->chunk : ng;
+		if (a < b)
+			cpu_qpack_rows(j->isa, j->y[i], j->qx, p, j->n_tok, a, b);
 	}
+}
+
+/* y[i] = x W[i]^T for n <= 3 packed weights of the same width, cb->qx
+ * reserved for n_tok tokens of it. */
+static void qmm_run(struct cpu_backend *cb, int n, float *const *y,
+		    const struct kt_weight *const *w, const float *x, int n_tok)
+{
+	int nth = tpool_size(cb->pool), ng = 0;
+	size_t wbytes = 0;
+	for (int i = 0; i < n; i++) {
+		ng += cpu_qpack_groups(w[i]->pack);
+		wbytes += cpu_qpack_bytes(w[i]->pack);
+	}
+	/* about 8 chunks a worker, whole tiles of 4 groups */
+	int chunk = ((ng + 8 * nth - 1) / (8 * nth) + 3) & ~3;
+	struct qmm_job q = { y, w, x, cb->qx, n, n_tok, cpu_q_isa(cb), chunk, { 0 }, 0 };
+	for (int i = 0, e = 0; i < n; i++) {
+		e += (cpu_qpack_groups(w[i]->pack) + chunk - 1) / chunk * chunk;
+		q.end[i] = e;
+	}
+	tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
+	/* below ~256 KiB of weights a second thread costs more than it gives */
+	tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);
 }
 
 /* bf16 dot products: the activations rounded into j->xb, tokens split
@@ -258,39 +289,6 @@ int cpu_xb_reserve(struct cpu_backend *cb, size_t n)
 	return reserve(&cb->xb, &cb->xb_len, n * sizeof(uint16_t));
 }
 
-/* Products of packed weights sharing their input (q, k, v; gate, up): the
- * activations quantized once, and the groups of all of them in one job,
- * each weight's range padded to whole chunks so that no chunk spans two. */
-struct qmm_multi {
-	float *const *y;
-	const struct kt_weight *const *w;
-	int n, n_tok, isa, chunk;
-	int end[3];             /* padded group range of each: [end[i-1], end[i]) */
-	const uint8_t *qx;
-	_Atomic int next;
-};
-
-static void qmm_multi_worker(void *ctx, int ith, int nth)
-{
-	(void)ith;
-	(void)nth;
-	struct qmm_multi *j = ctx;
-	for (;;) {
-		int g0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-		if (g0 >= j->end[j->n - 1])
-			return;
-		int i = 0;
-		while (g0 >= j->end[i])
-			i++;
-		int base = i ? j->end[i - 1] : 0;
-		const struct cpu_qpack *p = j->w[i]->pack;
-		int ng = cpu_qpack_groups(p), a = g0 - base;
-		int b = a + j->chunk < ng ? a + j->chunk : ng;
-		if (a < b)
-			cpu_qpack_rows(j->isa, j->y[i], j->qx, p, j->n_tok, a, b);
-	}
-}
-
 void cpu_matmul_n(struct backend *be, int n, float *const *y, const struct kt_weight *const *w,
 		  const float *x, int n_tok)
 {
@@ -298,28 +296,12 @@ void cpu_matmul_n(struct backend *be, int n, float *const *y, const struct kt_we
 	int packed = n >= 1 && n <= 3;
 	for (int i = 0; i < n && packed; i++)
 		packed = w[i]->pack && w[i]->cols == w[0]->cols;
-	if (!packed || cpu_qx_reserve(cb, n_tok, w[0]->cols) != 0) {
-		for (int i = 0; i < n; i++)
-			cpu_matmul(be, y[i], x, w[i], n_tok);
+	if (packed && cpu_qx_reserve(cb, n_tok, w[0]->cols) == 0) {
+		qmm_run(cb, n, y, w, x, n_tok);
 		return;
 	}
-	int nth = tpool_size(cb->pool), ng = 0;
-	size_t wbytes = 0;
-	for (int i = 0; i < n; i++) {
-		ng += cpu_qpack_groups(w[i]->pack);
-		wbytes += cpu_qpack_bytes(w[i]->pack);
-	}
-	/* cpu_matmul's chunks: about 8 a worker, whole tiles of 4 groups */
-	int chunk = ((ng + 8 * nth - 1) / (8 * nth) + 3) & ~3;
-	struct qmm_multi m = { y, w, n, n_tok, cpu_q_isa(cb), chunk, { 0 }, cb->qx, 0 };
-	for (int i = 0, e = 0; i < n; i++) {
-		int g = cpu_qpack_groups(w[i]->pack);
-		e += (g + chunk - 1) / chunk * chunk;
-		m.end[i] = e;
-	}
-	struct qmm_job q = { NULL, x, w[0], cb->qx, n_tok, m.isa, 0, 0 };
-	tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
-	tpool_run(cb->pool, qmm_multi_worker, &m, wbytes < (256u << 10) ? 1 : nth);
+	for (int i = 0; i < n; i++)
+		cpu_matmul(be, y[i], x, w[i], n_tok);
 }
 
 void cpu_matmul(struct backend *be, float *y, const float *x,
@@ -337,12 +319,7 @@ void cpu_matmul(struct backend *be, float *y, const float *x,
 		int nth = tpool_size(cb->pool);
 		tpool_run(cb->pool, xb_worker, &j, n_tok < 4 * nth ? 1 : nth);
 	} else if (w->pack && cpu_qx_reserve(cb, n_tok, w->cols) == 0) {
-		int nth = tpool_size(cb->pool), ng = cpu_qpack_groups(w->pack);
-		/* about 8 chunks a worker, whole tiles of 4 groups */
-		int chunk = ((ng + 8 * nth - 1) / (8 * nth) + 3) & ~3;
-		struct qmm_job q = { y, x, w, cb->qx, n_tok, cpu_q_isa(cb), chunk, 0 };
-		tpool_run(cb->pool, qx_worker, &q, n_tok < 4 * nth ? 1 : nth);
-		tpool_run(cb->pool, qmm_worker, &q, wbytes < (256u << 10) ? 1 : nth);
+		qmm_run(cb, 1, &y, &w, x, n_tok);
 		return;
 	}
 	/* rows over the threads: fp32 activations (not packed, or no memory
