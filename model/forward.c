@@ -199,6 +199,20 @@ void fwd_free(struct fwd *f)
 	free(f);
 }
 
+/* y[i] = x W[i]^T for n weights sharing x: one call where the backend has
+ * matmul_n, else one matmul each. */
+static void matmul_shared(struct fwd *f, int n, float *const *y, const struct kt_weight *const *w,
+			  const float *x, int T)
+{
+	const struct backend_ops *op = f->be->ops;
+	if (op->matmul_n) {
+		op->matmul_n(f->be, n, y, w, x, T);
+		return;
+	}
+	for (int i = 0; i < n; i++)
+		op->matmul(f->be, y[i], x, w[i], T);
+}
+
 /* y += x W^T: fused where the backend has it, else through f->xb. */
 static void matmul_add(struct fwd *f, float *y, const float *x, const struct kt_weight *w, int T)
 {
@@ -261,15 +275,9 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 		}
 		/* attention block */
 		op->rmsnorm(be, f->xb, f->x, L->att_norm, D, T, c->rms_eps);
-		if (op->matmul_n) {
-			float *const y[3] = { f->q, f->k, f->v };
-			const struct kt_weight *const w[3] = { &L->wq, &L->wk, &L->wv };
-			op->matmul_n(be, 3, y, w, f->xb, T);
-		} else {
-			op->matmul(be, f->q, f->xb, &L->wq, T);
-			op->matmul(be, f->k, f->xb, &L->wk, T);
-			op->matmul(be, f->v, f->xb, &L->wv, T);
-		}
+		float *const qkv[3] = { f->q, f->k, f->v };
+		const struct kt_weight *const wqkv[3] = { &L->wq, &L->wk, &L->wv };
+		matmul_shared(f, 3, qkv, wqkv, f->xb, T);
 		op->rope(be, f->q, f->k, f->pos, T, c->n_heads, c->n_kv_heads, hd,
 			 m->inv_freq, c->rope_layout);
 		op->kv_store(be, kv, l, f->k, f->v, f->rows, T);
@@ -289,14 +297,9 @@ static void run_layers(struct fwd *f, const struct kt_kv *kv, int T,
 		if (op->matmul_swiglu) {
 			op->matmul_swiglu(be, f->hb, f->xb, &L->w1, &L->w3, T);
 		} else {
-			if (op->matmul_n) {
-				float *const y[2] = { f->hb, f->hb2 };
-				const struct kt_weight *const w[2] = { &L->w1, &L->w3 };
-				op->matmul_n(be, 2, y, w, f->xb, T);
-			} else {
-				op->matmul(be, f->hb, f->xb, &L->w1, T);
-				op->matmul(be, f->hb2, f->xb, &L->w3, T);
-			}
+			float *const gu[2] = { f->hb, f->hb2 };
+			const struct kt_weight *const wgu[2] = { &L->w1, &L->w3 };
+			matmul_shared(f, 2, gu, wgu, f->xb, T);
 			op->silu_mul(be, f->hb, f->hb2, (size_t)T * c->ffn_dim);
 		}
 		matmul_add(f, f->x, f->hb, &L->w2, T);
