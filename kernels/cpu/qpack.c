@@ -158,13 +158,13 @@ size_t cpu_qpack_size(const struct kt_weight *w)
 int cpu_qpack_new(const struct kt_weight *w, struct tpool *pool, struct cpu_qpack **out)
 {
 	*out = NULL;
-	struct cpu_qpack g = { 0 };
-	if (geometry(&g, w))
-		return -EINVAL;
 	struct cpu_qpack *p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
-	*p = g;
+	if (geometry(p, w)) {
+		free(p);
+		return -EINVAL;
+	}
 	/* its own mapping: page-aligned, transparent huge pages where the
 	 * system allows (fewer TLB misses on the streams) */
 	void *m = mmap(NULL, cpu_qpack_bytes(p), PROT_READ | PROT_WRITE,
